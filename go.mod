@@ -14,3 +14,5 @@ require (
 	golang.org/x/sys v0.50.0 // indirect
 	golang.org/x/term v0.48.0 // indirect
 )
+
+tool github.com/cilium/ebpf/cmd/bpf2go

@@ -1,0 +1,230 @@
+//go:build ignore
+
+/*
+ * cudatap's uprobe programs. One entry and one return program serve every
+ * hooked CUDA symbol: the attach cookie (see cudatap.h) says which API it is
+ * and what to copy, so adding an API never means adding a program.
+ *
+ * Hot calls (launches, enqueues) are entry-only: one trap, one ring-buffer
+ * record. Calls whose duration or result matters (synchronizations, copies
+ * that may block, allocations, creations whose handle comes back through an
+ * out pointer) save their entry per thread and emit one record at return.
+ */
+#include <linux/types.h>
+#include <linux/bpf.h>
+#include <linux/ptrace.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+
+#include "cudatap.h"
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+/* Size of the ring buffer; the loader overrides max_entries. */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 24);
+} events SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, STAT_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} stats SEC(".maps");
+
+struct inflight_key {
+	__u32 tid;
+	__u32 api;
+};
+
+struct inflight {
+	__u64 start_ns;
+	__u64 args[NARGS];
+	__u64 ext[NEXT];
+	__u32 flags;
+	__u32 _pad;
+};
+
+/* Entries waiting for their return, per thread and API. LRU so that threads
+ * killed inside a call cannot fill it; an evicted entry shows up as an
+ * orphan return and is counted. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct inflight_key);
+	__type(value, struct inflight);
+} inflight SEC(".maps");
+
+/* Scratch space for building an inflight entry (too big for the BPF stack). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct inflight);
+} scratch SEC(".maps");
+
+static __always_inline void count(__u32 which)
+{
+	__u64 *v = bpf_map_lookup_elem(&stats, &which);
+	if (v)
+		*v += 1;
+}
+
+/* Copy registers, stack arguments and the config struct per the cookie. */
+static __always_inline __u32 read_args(struct pt_regs *ctx, __u64 cookie, __u64 *args, __u64 *ext)
+{
+	__u32 flags = 0;
+	args[0] = PT_REGS_PARM1(ctx);
+	args[1] = PT_REGS_PARM2(ctx);
+	args[2] = PT_REGS_PARM3(ctx);
+	args[3] = PT_REGS_PARM4(ctx);
+	args[4] = PT_REGS_PARM5(ctx);
+	args[5] = ctx->r9;
+
+	__u32 nstack = COOKIE_NSTACK(cookie);
+	if (nstack) {
+		/* At a function-entry probe, rsp points at the return address and
+		 * stack argument k (1-based) lives at rsp + 8k. */
+		__u64 sp = PT_REGS_SP(ctx);
+		if (bpf_probe_read_user(&args[6], 8 * 3 < 8 * nstack ? 24 : 8 * nstack, (void *)(sp + 8)) < 0)
+			flags |= EV_STACKARG_FAULT;
+	}
+	if (cookie & COOKIE_DEREF0) {
+		if (bpf_probe_read_user(ext, 8 * NEXT, (void *)args[0]) < 0)
+			flags |= EV_DEREF_FAULT;
+	}
+	if (flags)
+		count(STAT_READ_FAULT);
+	return flags;
+}
+
+static __always_inline struct event *reserve(__u64 cookie)
+{
+	struct event *e;
+	/* Stack-less records are much smaller; both sizes are constants. */
+	if (cookie & COOKIE_STACK)
+		e = bpf_ringbuf_reserve(&events, sizeof(struct event), 0);
+	else
+		e = bpf_ringbuf_reserve(&events, __builtin_offsetof(struct event, stack), 0);
+	if (!e)
+		count(STAT_RINGBUF_FULL);
+	return e;
+}
+
+static __always_inline void fill_common(struct event *e, __u64 cookie, __u64 pid_tgid)
+{
+	e->cookie = cookie;
+	e->pid = pid_tgid >> 32;
+	e->tid = (__u32)pid_tgid;
+	e->cgroup = bpf_get_current_cgroup_id();
+	e->cpu = bpf_get_smp_processor_id();
+	e->nstack = 0;
+	e->_pad = 0;
+}
+
+static __always_inline void fill_stack(struct pt_regs *ctx, struct event *e, __u64 cookie)
+{
+	if (!(cookie & COOKIE_STACK))
+		return;
+	long n = bpf_get_stack(ctx, e->stack, sizeof(e->stack), BPF_F_USER_STACK);
+	if (n > 0)
+		e->nstack = n / 8;
+}
+
+static __always_inline int on_entry(struct pt_regs *ctx)
+{
+	__u64 cookie = bpf_get_attach_cookie(ctx);
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u64 now = bpf_ktime_get_ns();
+
+	if (cookie & COOKIE_RET) {
+		__u32 zero = 0;
+		struct inflight *in = bpf_map_lookup_elem(&scratch, &zero);
+		if (!in)
+			return 0;
+		in->start_ns = now;
+		in->ext[0] = in->ext[1] = in->ext[2] = in->ext[3] = in->ext[4] = in->ext[5] = 0;
+		in->args[6] = in->args[7] = in->args[8] = 0;
+		in->flags = read_args(ctx, cookie, in->args, in->ext);
+		struct inflight_key key = { .tid = (__u32)pid_tgid, .api = COOKIE_API(cookie) };
+		if (bpf_map_update_elem(&inflight, &key, in, BPF_ANY) < 0)
+			count(STAT_INFLIGHT_FULL);
+		return 0;
+	}
+
+	struct event *e = reserve(cookie);
+	if (!e)
+		return 0;
+	fill_common(e, cookie, pid_tgid);
+	e->start_ns = now;
+	e->end_ns = 0;
+	e->ret = 0;
+	e->out = 0;
+	e->args[6] = e->args[7] = e->args[8] = 0;
+	__builtin_memset(e->ext, 0, sizeof(e->ext));
+	e->flags = read_args(ctx, cookie, e->args, e->ext);
+	fill_stack(ctx, e, cookie);
+	bpf_ringbuf_submit(e, 0);
+	count(STAT_SUBMITTED);
+	return 0;
+}
+
+static __always_inline int on_return(struct pt_regs *ctx)
+{
+	__u64 cookie = bpf_get_attach_cookie(ctx);
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u64 now = bpf_ktime_get_ns();
+	struct inflight_key key = { .tid = (__u32)pid_tgid, .api = COOKIE_API(cookie) };
+
+	struct inflight *in = bpf_map_lookup_elem(&inflight, &key);
+	if (!in) {
+		count(STAT_ORPHAN_RETURN);
+		return 0;
+	}
+	struct event *e = reserve(cookie);
+	if (!e) {
+		bpf_map_delete_elem(&inflight, &key);
+		return 0;
+	}
+	fill_common(e, cookie, pid_tgid);
+	e->start_ns = in->start_ns;
+	e->end_ns = now;
+	e->ret = PT_REGS_RC(ctx);
+	e->flags = in->flags | EV_HAS_RET;
+	__builtin_memcpy(e->args, in->args, sizeof(e->args));
+	__builtin_memcpy(e->ext, in->ext, sizeof(e->ext));
+	bpf_map_delete_elem(&inflight, &key);
+
+	e->out = 0;
+	__u32 out = COOKIE_OUT(cookie);
+	if (out >= 1 && out <= NARGS) {
+		/* The handle or pointer the call wrote back (stream, event, allocation). */
+		__u64 ptr = e->args[(out - 1) & 7];
+		if (e->ret == 0 && bpf_probe_read_user(&e->out, sizeof(e->out), (void *)ptr) < 0) {
+			e->flags |= EV_OUT_FAULT;
+			count(STAT_READ_FAULT);
+		}
+	}
+	fill_stack(ctx, e, cookie);
+	bpf_ringbuf_submit(e, 0);
+	count(STAT_SUBMITTED);
+	return 0;
+}
+
+SEC("uprobe.multi")
+int cuda_entry_multi(struct pt_regs *ctx) { return on_entry(ctx); }
+
+SEC("uretprobe.multi")
+int cuda_return_multi(struct pt_regs *ctx) { return on_return(ctx); }
+
+/* Fallbacks for kernels without uprobe_multi (before 6.6). */
+SEC("uprobe")
+int cuda_entry(struct pt_regs *ctx) { return on_entry(ctx); }
+
+SEC("uretprobe")
+int cuda_return(struct pt_regs *ctx) { return on_return(ctx); }
+
+/* Referenced so that bpf2go can export the types to Go. */
+const struct event *unused_event __attribute__((unused));
+const enum stat *unused_stat __attribute__((unused));

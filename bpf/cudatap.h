@@ -1,0 +1,62 @@
+/* Types shared by the BPF programs and Go (exported through bpf2go -type). */
+#ifndef CUDATAP_H
+#define CUDATAP_H
+
+/*
+ * The attach cookie tells the generic programs what to read for each symbol,
+ * so one entry and one return program serve every hooked API:
+ *
+ *   bits  0..15  API id (tracer/event.API)
+ *   bits 16..23  index of the exact symbol in the API's symbol list (_ptsz, _v2, ...)
+ *   bits 24..25  number of stack arguments to copy ([rsp+8], [rsp+16], [rsp+24])
+ *   bit  26      emit at return: entry is saved, one event carries start, end and ret
+ *   bits 27..29  1 + index of an out-pointer argument dereferenced at return (0 = none)
+ *   bit  30      copy 48 bytes behind argument 0 at entry (launch config structs)
+ *   bit  31      capture the user stack (frame pointers)
+ */
+#define COOKIE_API(c) ((c) & 0xffff)
+#define COOKIE_NSTACK(c) (((c) >> 24) & 0x3)
+#define COOKIE_RET (1ULL << 26)
+#define COOKIE_OUT(c) (((c) >> 27) & 0x7)
+#define COOKIE_DEREF0 (1ULL << 30)
+#define COOKIE_STACK (1ULL << 31)
+
+#define NARGS 9   /* rdi rsi rdx rcx r8 r9 + up to 3 stack words */
+#define NEXT 6    /* 48 bytes copied from behind argument 0 */
+#define MAX_STACK 32
+
+/* event.flags: what could not be read (each is also counted in stats). */
+#define EV_STACKARG_FAULT 0x1
+#define EV_DEREF_FAULT 0x2
+#define EV_OUT_FAULT 0x4
+#define EV_HAS_RET 0x8
+
+struct event {
+	__u64 start_ns;  /* CLOCK_MONOTONIC at entry */
+	__u64 end_ns;    /* CLOCK_MONOTONIC at return; 0 for entry-only probes */
+	__u64 cookie;
+	__u32 pid;       /* tgid, host namespace */
+	__u32 tid;
+	__s64 ret;       /* return value when EV_HAS_RET */
+	__u64 out;       /* *(u64 *)out_arg read at return */
+	__u64 args[NARGS];
+	__u64 ext[NEXT];
+	__u64 cgroup;
+	__u32 cpu;
+	__u32 flags;
+	__u32 nstack;    /* frames in stack[] (only when the cookie asks) */
+	__u32 _pad;
+	__u64 stack[MAX_STACK];
+};
+
+/* Per-CPU counters; index with enum stat. */
+enum stat {
+	STAT_SUBMITTED = 0,  /* events handed to the ring buffer */
+	STAT_RINGBUF_FULL,   /* bpf_ringbuf_reserve failed: event lost */
+	STAT_INFLIGHT_FULL,  /* no room to save an entry: its event is lost */
+	STAT_ORPHAN_RETURN,  /* return without a saved entry: event lost */
+	STAT_READ_FAULT,     /* a user-memory read failed: event kept, field zero */
+	STAT_MAX,
+};
+
+#endif

@@ -1,0 +1,250 @@
+// Package event defines the CUDA APIs cudatap hooks and decodes the records
+// the BPF programs write. It is pure Go: no cilium/ebpf, no cgo.
+package event
+
+import "strconv"
+
+// API identifies one hooked CUDA call (all its symbol variants together).
+type API uint16
+
+// Layer is the library an API belongs to.
+type Layer uint8
+
+const (
+	Runtime Layer = iota + 1 // libcudart (shared or linked statically)
+	Driver                   // libcuda.so.1
+	NCCL                     // libnccl.so.2
+)
+
+func (l Layer) String() string {
+	switch l {
+	case Runtime:
+		return "runtime"
+	case Driver:
+		return "driver"
+	case NCCL:
+		return "nccl"
+	}
+	return "unknown"
+}
+
+// Category is the Chrome-trace category of a layer's host calls.
+func (l Layer) Category() string {
+	switch l {
+	case Driver:
+		return "cuda_driver"
+	case NCCL:
+		return "nccl"
+	}
+	return "cuda_runtime"
+}
+
+// Class says what a call does to the stream model.
+type Class uint8
+
+const (
+	ClassOther Class = iota
+	ClassStreamCreate
+	ClassStreamDestroy
+	ClassLaunch
+	ClassMemcpy
+	ClassMemset
+	ClassEventCreate
+	ClassEventDestroy
+	ClassEventRecord
+	ClassStreamWaitEvent
+	ClassEventSync
+	ClassEventQuery
+	ClassStreamSync
+	ClassStreamQuery
+	ClassDeviceSync
+	ClassMalloc
+	ClassFree
+	ClassHostAlloc
+	ClassHostFree
+	ClassHostRegister
+	ClassHostUnregister
+	ClassGraphLaunch
+	ClassHostFunc
+)
+
+// Spec describes one hooked API: its symbols and how the BPF side reads it.
+type Spec struct {
+	API     API
+	Name    string   // plain API name, the Chrome slice name
+	Layer   Layer
+	Class   Class
+	Symbols []string // exact symbols; index is carried in the cookie
+	// BPF behaviour, encoded into the cookie.
+	StackArgs int  // stack words to copy ([rsp+8]...), 0..3
+	Return    bool // emit at return with duration and result
+	OutArg    int  // 1 + index of an out-pointer read at return; 0 = none
+	Deref0    bool // copy 48 bytes behind argument 0 (launch config)
+	Sync      bool // the call itself may block the host on the GPU
+}
+
+// Cookie bits; keep in sync with bpf/cudatap.h.
+const (
+	cookieRet    = 1 << 26
+	cookieDeref0 = 1 << 30
+	CookieStack  = 1 << 31
+)
+
+// Cookie returns the attach cookie for symbol index sym of s.
+func (s *Spec) Cookie(sym int) uint64 {
+	c := uint64(s.API) | uint64(sym&0xff)<<16 | uint64(s.StackArgs&3)<<24 | uint64(s.OutArg&7)<<27
+	if s.Return {
+		c |= cookieRet
+	}
+	if s.Deref0 {
+		c |= cookieDeref0
+	}
+	return c
+}
+
+// CookieAPI and CookieSymbol take a cookie apart.
+func CookieAPI(c uint64) API     { return API(c & 0xffff) }
+func CookieSymbol(c uint64) int  { return int(c>>16) & 0xff }
+func CookieHasStack(c uint64) bool { return c&CookieStack != 0 }
+
+// Runtime API ids. Values are part of the recording format: append only.
+const (
+	CudaStreamCreate API = iota + 1
+	CudaStreamCreateWithFlags
+	CudaStreamCreateWithPriority
+	CudaStreamDestroy
+	CudaLaunchKernel
+	CudaLaunchKernelExC
+	CudaLaunchCooperativeKernel
+	CudaMemcpy
+	CudaMemcpyAsync
+	CudaMemcpy2D
+	CudaMemcpy2DAsync
+	CudaMemset
+	CudaMemsetAsync
+	CudaEventCreate
+	CudaEventCreateWithFlags
+	CudaEventDestroy
+	CudaEventRecord
+	CudaEventRecordWithFlags
+	CudaStreamWaitEvent
+	CudaEventSynchronize
+	CudaEventQuery
+	CudaStreamSynchronize
+	CudaStreamQuery
+	CudaDeviceSynchronize
+	CudaMalloc
+	CudaFree
+	CudaMallocAsync
+	CudaFreeAsync
+	CudaHostAlloc
+	CudaMallocHost
+	CudaFreeHost
+	CudaHostRegister
+	CudaHostUnregister
+	CudaGraphLaunch
+	CudaLaunchHostFunc
+	numAPIs
+)
+
+var specs = [...]Spec{
+	{API: CudaStreamCreate, Name: "cudaStreamCreate", Class: ClassStreamCreate, Return: true, OutArg: 1},
+	{API: CudaStreamCreateWithFlags, Name: "cudaStreamCreateWithFlags", Class: ClassStreamCreate, Return: true, OutArg: 1},
+	{API: CudaStreamCreateWithPriority, Name: "cudaStreamCreateWithPriority", Class: ClassStreamCreate, Return: true, OutArg: 1},
+	{API: CudaStreamDestroy, Name: "cudaStreamDestroy", Class: ClassStreamDestroy},
+	{API: CudaLaunchKernel, Name: "cudaLaunchKernel", Class: ClassLaunch, StackArgs: 2, Symbols: ptsz("cudaLaunchKernel")},
+	{API: CudaLaunchKernelExC, Name: "cudaLaunchKernelExC", Class: ClassLaunch, Deref0: true, Symbols: ptsz("cudaLaunchKernelExC")},
+	{API: CudaLaunchCooperativeKernel, Name: "cudaLaunchCooperativeKernel", Class: ClassLaunch, StackArgs: 2, Symbols: ptsz("cudaLaunchCooperativeKernel")},
+	{API: CudaMemcpy, Name: "cudaMemcpy", Class: ClassMemcpy, Return: true, Sync: true, Symbols: ptds("cudaMemcpy")},
+	{API: CudaMemcpyAsync, Name: "cudaMemcpyAsync", Class: ClassMemcpy, Return: true, Symbols: ptsz("cudaMemcpyAsync")},
+	{API: CudaMemcpy2D, Name: "cudaMemcpy2D", Class: ClassMemcpy, Return: true, Sync: true, StackArgs: 1, Symbols: ptds("cudaMemcpy2D")},
+	{API: CudaMemcpy2DAsync, Name: "cudaMemcpy2DAsync", Class: ClassMemcpy, Return: true, StackArgs: 2, Symbols: ptsz("cudaMemcpy2DAsync")},
+	{API: CudaMemset, Name: "cudaMemset", Class: ClassMemset, Return: true, Sync: true, Symbols: ptds("cudaMemset")},
+	{API: CudaMemsetAsync, Name: "cudaMemsetAsync", Class: ClassMemset, Symbols: ptsz("cudaMemsetAsync")},
+	{API: CudaEventCreate, Name: "cudaEventCreate", Class: ClassEventCreate, Return: true, OutArg: 1},
+	{API: CudaEventCreateWithFlags, Name: "cudaEventCreateWithFlags", Class: ClassEventCreate, Return: true, OutArg: 1},
+	{API: CudaEventDestroy, Name: "cudaEventDestroy", Class: ClassEventDestroy},
+	{API: CudaEventRecord, Name: "cudaEventRecord", Class: ClassEventRecord, Symbols: ptsz("cudaEventRecord")},
+	{API: CudaEventRecordWithFlags, Name: "cudaEventRecordWithFlags", Class: ClassEventRecord, Symbols: ptsz("cudaEventRecordWithFlags")},
+	{API: CudaStreamWaitEvent, Name: "cudaStreamWaitEvent", Class: ClassStreamWaitEvent, Symbols: ptsz("cudaStreamWaitEvent")},
+	{API: CudaEventSynchronize, Name: "cudaEventSynchronize", Class: ClassEventSync, Return: true, Sync: true},
+	{API: CudaEventQuery, Name: "cudaEventQuery", Class: ClassEventQuery, Return: true},
+	{API: CudaStreamSynchronize, Name: "cudaStreamSynchronize", Class: ClassStreamSync, Return: true, Sync: true, Symbols: ptsz("cudaStreamSynchronize")},
+	{API: CudaStreamQuery, Name: "cudaStreamQuery", Class: ClassStreamQuery, Return: true, Symbols: ptsz("cudaStreamQuery")},
+	{API: CudaDeviceSynchronize, Name: "cudaDeviceSynchronize", Class: ClassDeviceSync, Return: true, Sync: true},
+	{API: CudaMalloc, Name: "cudaMalloc", Class: ClassMalloc, Return: true, OutArg: 1},
+	{API: CudaFree, Name: "cudaFree", Class: ClassFree, Return: true, Sync: true},
+	{API: CudaMallocAsync, Name: "cudaMallocAsync", Class: ClassMalloc, Return: true, OutArg: 1, Symbols: ptsz("cudaMallocAsync")},
+	{API: CudaFreeAsync, Name: "cudaFreeAsync", Class: ClassFree, Symbols: ptsz("cudaFreeAsync")},
+	{API: CudaHostAlloc, Name: "cudaHostAlloc", Class: ClassHostAlloc, Return: true, OutArg: 1},
+	{API: CudaMallocHost, Name: "cudaMallocHost", Class: ClassHostAlloc, Return: true, OutArg: 1},
+	{API: CudaFreeHost, Name: "cudaFreeHost", Class: ClassHostFree, Return: true},
+	{API: CudaHostRegister, Name: "cudaHostRegister", Class: ClassHostRegister, Return: true},
+	{API: CudaHostUnregister, Name: "cudaHostUnregister", Class: ClassHostUnregister},
+	{API: CudaGraphLaunch, Name: "cudaGraphLaunch", Class: ClassGraphLaunch, Symbols: ptsz("cudaGraphLaunch")},
+	{API: CudaLaunchHostFunc, Name: "cudaLaunchHostFunc", Class: ClassHostFunc, Symbols: ptsz("cudaLaunchHostFunc")},
+}
+
+// The per-thread-default-stream builds export each stream call twice.
+func ptsz(name string) []string { return []string{name, name + "_ptsz"} }
+func ptds(name string) []string { return []string{name, name + "_ptds"} }
+
+func init() {
+	for i := range specs {
+		s := &specs[i]
+		if s.API != API(i+1) {
+			panic("event: spec table out of order at " + s.Name)
+		}
+		if s.Layer == 0 {
+			s.Layer = Runtime
+		}
+		if s.Symbols == nil {
+			s.Symbols = []string{s.Name}
+		}
+	}
+}
+
+// Lookup returns the spec of an API, or nil for an unknown id (a corrupt or
+// newer recording).
+func Lookup(a API) *Spec {
+	if a == 0 || int(a) > len(specs) {
+		return nil
+	}
+	return &specs[a-1]
+}
+
+// Specs returns every hooked API of a layer, in id order.
+func Specs(l Layer) []*Spec {
+	var out []*Spec
+	for i := range specs {
+		if specs[i].Layer == l {
+			out = append(out, &specs[i])
+		}
+	}
+	return out
+}
+
+// Name of the API, or "api#N" for an unknown id.
+func (a API) String() string {
+	if s := Lookup(a); s != nil {
+		return s.Name
+	}
+	return "api#" + strconv.Itoa(int(a))
+}
+
+// Symbol returns the exact symbol name for a cookie's symbol index.
+func (s *Spec) Symbol(i int) string {
+	if i >= 0 && i < len(s.Symbols) {
+		return s.Symbols[i]
+	}
+	return s.Name
+}
+
+// PerThreadDefault reports whether symbol index i is a per-thread default
+// stream variant (_ptsz/_ptds), where stream handle 0 means the calling
+// thread's own default stream.
+func (s *Spec) PerThreadDefault(i int) bool {
+	sym := s.Symbol(i)
+	n := len(sym)
+	return n > 5 && (sym[n-5:] == "_ptsz" || sym[n-5:] == "_ptds")
+}

@@ -1,0 +1,124 @@
+package event
+
+// Dim3 is CUDA's dim3.
+type Dim3 struct{ X, Y, Z uint32 }
+
+// MemcpyKind is cudaMemcpyKind.
+type MemcpyKind uint8
+
+const (
+	HostToHost MemcpyKind = iota
+	HostToDevice
+	DeviceToHost
+	DeviceToDevice
+	DefaultKind // direction inferred from pointers (UVA)
+)
+
+func (k MemcpyKind) String() string {
+	switch k {
+	case HostToHost:
+		return "HtoH"
+	case HostToDevice:
+		return "HtoD"
+	case DeviceToHost:
+		return "DtoH"
+	case DeviceToDevice:
+		return "DtoD"
+	case DefaultKind:
+		return "Default"
+	}
+	return "unknown"
+}
+
+// Args are the arguments of a call, named. Which fields mean anything
+// depends on the API's Class; HasStream says whether the call takes a stream.
+type Args struct {
+	Stream    uint64
+	HasStream bool
+	Func      uint64 // kernel host stub or host function
+	Grid      Dim3
+	Block     Dim3
+	SharedMem uint64
+	Dst, Src  uint64
+	Bytes     uint64
+	Kind      MemcpyKind
+	Event     uint64
+	Flags     uint32
+	Priority  int32
+	Ptr       uint64 // allocation, pinned range, graph exec
+	Size      uint64
+}
+
+func dim3(xy, z uint64) Dim3 { return Dim3{X: uint32(xy), Y: uint32(xy >> 32), Z: uint32(z)} }
+
+// Decode names the raw arguments of e. Register and stack positions follow
+// CUDA_API.md (x86-64 System V).
+func (e *Event) Decode(a *Args) {
+	*a = Args{}
+	r := &e.Args
+	switch e.API() {
+	case CudaStreamCreate:
+		a.Ptr, a.Stream, a.HasStream = r[0], e.Out, true
+	case CudaStreamCreateWithFlags:
+		a.Ptr, a.Stream, a.HasStream, a.Flags = r[0], e.Out, true, uint32(r[1])
+	case CudaStreamCreateWithPriority:
+		a.Ptr, a.Stream, a.HasStream, a.Flags, a.Priority = r[0], e.Out, true, uint32(r[1]), int32(r[2])
+	case CudaStreamDestroy, CudaStreamSynchronize, CudaStreamQuery:
+		a.Stream, a.HasStream = r[0], true
+	case CudaLaunchKernel, CudaLaunchCooperativeKernel:
+		// dim3 by value takes two registers: x|y, then z.
+		a.Func, a.Grid, a.Block = r[0], dim3(r[1], r[2]), dim3(r[3], r[4])
+		a.SharedMem, a.Stream, a.HasStream = r[6], r[7], true
+	case CudaLaunchKernelExC:
+		// cudaLaunchConfig_t {dim3 grid; dim3 block; size_t smem; stream; attrs; n}
+		x := &e.Ext
+		a.Func = r[1]
+		a.Grid = Dim3{X: uint32(x[0]), Y: uint32(x[0] >> 32), Z: uint32(x[1])}
+		a.Block = Dim3{X: uint32(x[1] >> 32), Y: uint32(x[2]), Z: uint32(x[2] >> 32)}
+		a.SharedMem, a.Stream, a.HasStream = x[3], x[4], true
+	case CudaMemcpy:
+		a.Dst, a.Src, a.Bytes, a.Kind = r[0], r[1], r[2], MemcpyKind(r[3])
+	case CudaMemcpyAsync:
+		a.Dst, a.Src, a.Bytes, a.Kind = r[0], r[1], r[2], MemcpyKind(r[3])
+		a.Stream, a.HasStream = r[4], true
+	case CudaMemcpy2D:
+		a.Dst, a.Src, a.Bytes, a.Kind = r[0], r[2], r[4]*r[5], MemcpyKind(r[6])
+	case CudaMemcpy2DAsync:
+		a.Dst, a.Src, a.Bytes, a.Kind = r[0], r[2], r[4]*r[5], MemcpyKind(r[6])
+		a.Stream, a.HasStream = r[7], true
+	case CudaMemset:
+		a.Dst, a.Bytes = r[0], r[2]
+	case CudaMemsetAsync:
+		a.Dst, a.Bytes, a.Stream, a.HasStream = r[0], r[2], r[3], true
+	case CudaEventCreate:
+		a.Ptr, a.Event = r[0], e.Out
+	case CudaEventCreateWithFlags:
+		a.Ptr, a.Event, a.Flags = r[0], e.Out, uint32(r[1])
+	case CudaEventDestroy, CudaEventSynchronize, CudaEventQuery:
+		a.Event = r[0]
+	case CudaEventRecord:
+		a.Event, a.Stream, a.HasStream = r[0], r[1], true
+	case CudaEventRecordWithFlags:
+		a.Event, a.Stream, a.HasStream, a.Flags = r[0], r[1], true, uint32(r[2])
+	case CudaStreamWaitEvent:
+		a.Stream, a.HasStream, a.Event, a.Flags = r[0], true, r[1], uint32(r[2])
+	case CudaMalloc:
+		a.Ptr, a.Size = e.Out, r[1]
+	case CudaMallocAsync:
+		a.Ptr, a.Size, a.Stream, a.HasStream = e.Out, r[1], r[2], true
+	case CudaFree, CudaFreeHost, CudaHostUnregister:
+		a.Ptr = r[0]
+	case CudaFreeAsync:
+		a.Ptr, a.Stream, a.HasStream = r[0], r[1], true
+	case CudaHostAlloc:
+		a.Ptr, a.Size, a.Flags = e.Out, r[1], uint32(r[2])
+	case CudaMallocHost:
+		a.Ptr, a.Size = e.Out, r[1]
+	case CudaHostRegister:
+		a.Ptr, a.Size, a.Flags = r[0], r[1], uint32(r[2])
+	case CudaGraphLaunch:
+		a.Ptr, a.Stream, a.HasStream = r[0], r[1], true
+	case CudaLaunchHostFunc:
+		a.Stream, a.HasStream, a.Func = r[0], true, r[1]
+	}
+}

@@ -1,0 +1,142 @@
+package event
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+)
+
+// Raw record layout written by bpf/cudatap.bpf.c (struct event). A size test
+// in package tracer checks it against the bpf2go-generated struct.
+const (
+	NArgs      = 9
+	NExt       = 6
+	MaxStack   = 32
+	HeaderSize = 8*3 + 4*2 + 8*2 + 8*NArgs + 8*NExt + 8 + 4*4 // bytes before stack[]
+	RecordSize = HeaderSize + 8*MaxStack
+)
+
+// Flags set by the BPF side.
+const (
+	FlagStackArgFault = 0x1 // a stack argument could not be read
+	FlagDerefFault    = 0x2 // the config struct behind argument 0 could not be read
+	FlagOutFault      = 0x4 // the out pointer could not be read at return
+	FlagHasRet        = 0x8 // the record was written at return
+)
+
+// Event is one decoded CUDA call. It is a plain value; the decoder fills it
+// in place so the per-event path does not allocate.
+type Event struct {
+	Start, End uint64 // CLOCK_MONOTONIC ns; End is 0 for entry-only probes
+	Cookie     uint64
+	PID, TID   uint32
+	Ret        int64
+	Out        uint64 // value read through the out pointer at return
+	Args       [NArgs]uint64
+	Ext        [NExt]uint64
+	Cgroup     uint64
+	CPU        uint32
+	Flags      uint32
+	NStack     int
+	Stack      [MaxStack]uint64
+}
+
+// API of the event.
+func (e *Event) API() API { return CookieAPI(e.Cookie) }
+
+// Spec of the event's API, nil for an unknown id.
+func (e *Event) Spec() *Spec { return Lookup(e.API()) }
+
+// SymbolIndex is the index of the exact symbol that was hit.
+func (e *Event) SymbolIndex() int { return CookieSymbol(e.Cookie) }
+
+// HasReturn reports whether the call's return was observed.
+func (e *Event) HasReturn() bool { return e.Flags&FlagHasRet != 0 }
+
+// Duration in ns of the call on the host, 0 when only the entry was probed.
+func (e *Event) Duration() uint64 {
+	if e.End > e.Start {
+		return e.End - e.Start
+	}
+	return 0
+}
+
+// ErrShortRecord is returned for records shorter than the fixed header.
+var ErrShortRecord = errors.New("event: short record")
+
+// Decode parses one raw ring-buffer record into e. It never allocates.
+func Decode(b []byte, e *Event) error {
+	if len(b) < HeaderSize {
+		return fmt.Errorf("%w: %d bytes, want at least %d", ErrShortRecord, len(b), HeaderSize)
+	}
+	le := binary.LittleEndian
+	e.Start = le.Uint64(b[0:])
+	e.End = le.Uint64(b[8:])
+	e.Cookie = le.Uint64(b[16:])
+	e.PID = le.Uint32(b[24:])
+	e.TID = le.Uint32(b[28:])
+	e.Ret = int64(le.Uint64(b[32:]))
+	e.Out = le.Uint64(b[40:])
+	off := 48
+	for i := range e.Args {
+		e.Args[i] = le.Uint64(b[off:])
+		off += 8
+	}
+	for i := range e.Ext {
+		e.Ext[i] = le.Uint64(b[off:])
+		off += 8
+	}
+	e.Cgroup = le.Uint64(b[off:])
+	e.CPU = le.Uint32(b[off+8:])
+	e.Flags = le.Uint32(b[off+12:])
+	n := int(le.Uint32(b[off+16:]))
+	off = HeaderSize
+	if n > MaxStack || HeaderSize+8*n > len(b) {
+		n = min(MaxStack, (len(b)-HeaderSize)/8)
+	}
+	e.NStack = n
+	for i := 0; i < n; i++ {
+		e.Stack[i] = le.Uint64(b[off:])
+		off += 8
+	}
+	return nil
+}
+
+// Encode writes e in the raw record layout (used by recordings and tests).
+// Stack frames are written only when present, as the BPF side does.
+func Encode(dst []byte, e *Event) []byte {
+	le := binary.LittleEndian
+	var hdr [HeaderSize]byte
+	le.PutUint64(hdr[0:], e.Start)
+	le.PutUint64(hdr[8:], e.End)
+	le.PutUint64(hdr[16:], e.Cookie)
+	le.PutUint32(hdr[24:], e.PID)
+	le.PutUint32(hdr[28:], e.TID)
+	le.PutUint64(hdr[32:], uint64(e.Ret))
+	le.PutUint64(hdr[40:], e.Out)
+	off := 48
+	for _, a := range e.Args {
+		le.PutUint64(hdr[off:], a)
+		off += 8
+	}
+	for _, a := range e.Ext {
+		le.PutUint64(hdr[off:], a)
+		off += 8
+	}
+	le.PutUint64(hdr[off:], e.Cgroup)
+	le.PutUint32(hdr[off+8:], e.CPU)
+	le.PutUint32(hdr[off+12:], e.Flags)
+	n := min(max(e.NStack, 0), MaxStack)
+	le.PutUint32(hdr[off+16:], uint32(n))
+	dst = append(dst, hdr[:]...)
+	if n > 0 || CookieHasStack(e.Cookie) {
+		for i := 0; i < MaxStack; i++ {
+			var v uint64
+			if i < n {
+				v = e.Stack[i]
+			}
+			dst = le.AppendUint64(dst, v)
+		}
+	}
+	return dst
+}

@@ -1,0 +1,301 @@
+// Package model rebuilds what every CUDA stream of every traced process did
+// from decoded calls: streams and their flags, event dependencies, inferred
+// GPU activity, pinned host ranges, device memory and host-blocking
+// synchronizations. It is pure Go and sees only event.Event values.
+package model
+
+import (
+	"fmt"
+
+	"github.com/cudatap/cudatap/tracer/event"
+)
+
+// StreamKind says how a stream came to be known.
+type StreamKind uint8
+
+const (
+	StreamLegacy      StreamKind = iota // handle 0 / cudaStreamLegacy: the legacy default stream
+	StreamPerThread                     // cudaStreamPerThread or a _ptsz call with handle 0
+	StreamCreated                       // creation observed: flags and priority known
+	StreamPreExisting                   // first seen in use: flags unknown
+)
+
+// Stream is one CUDA stream of one process.
+type Stream struct {
+	ID          int // small id within the process; 0 = legacy default stream
+	Handle      uint64
+	Kind        StreamKind
+	NonBlocking bool
+	Priority    int32
+	OwnerTID    uint32 // for per-thread default streams
+	CreatedAt   uint64 // ns, 0 if not seen
+	DestroyedAt uint64 // ns, 0 if not seen
+
+	Stats StreamStats
+}
+
+// Label is the human name of the stream, as trace metadata shows it.
+func (s *Stream) Label() string {
+	switch s.Kind {
+	case StreamLegacy:
+		return "stream 0 (legacy default)"
+	case StreamPerThread:
+		return fmt.Sprintf("stream %d (per-thread default, tid %d)", s.ID, s.OwnerTID)
+	case StreamPreExisting:
+		return fmt.Sprintf("stream %d (pre-existing)", s.ID)
+	}
+	mode := "blocking"
+	if s.NonBlocking {
+		mode = "non-blocking"
+	}
+	return fmt.Sprintf("stream %d (%s, prio %d)", s.ID, mode, s.Priority)
+}
+
+// Blocking reports whether the legacy default stream synchronizes with it.
+// Pre-existing streams are assumed blocking (the CUDA default).
+func (s *Stream) Blocking() bool {
+	return s.Kind != StreamPerThread && !s.NonBlocking
+}
+
+// StreamStats are per-stream totals for summaries and metrics.
+type StreamStats struct {
+	Launches      int64
+	Memcpys       int64
+	Memsets       int64
+	GraphLaunches int64
+	BytesHtoD     uint64
+	BytesDtoH     uint64
+	BytesDtoD     uint64
+	BytesOther    uint64 // HtoH and unknown directions
+	BytesPageable uint64 // host side not pinned
+	BytesPinned   uint64
+	Syncs         int64  // host-blocking synchronizations on this stream
+	SyncBlockedNs uint64 // host time blocked in them
+}
+
+// OpKind is the kind of inferred GPU activity.
+type OpKind uint8
+
+const (
+	OpKernel OpKind = iota + 1
+	OpMemcpy
+	OpMemset
+	OpGraph
+	OpHostFunc
+)
+
+// Category is the Chrome-trace category of the GPU slice.
+func (k OpKind) Category() string {
+	switch k {
+	case OpKernel, OpGraph:
+		return "kernel"
+	case OpMemcpy:
+		return "gpu_memcpy"
+	case OpMemset:
+		return "gpu_memset"
+	}
+	return "gpu_user_annotation"
+}
+
+// SyncKind classifies a call that blocked (or serialized) the GPU.
+type SyncKind uint8
+
+const (
+	SyncNone           SyncKind = iota
+	SyncStream                  // cudaStreamSynchronize
+	SyncDevice                  // cudaDeviceSynchronize
+	SyncEvent                   // cudaEventSynchronize
+	SyncMemcpy                  // synchronous cudaMemcpy*
+	SyncMemset                  // synchronous cudaMemset
+	SyncPageableMemcpy          // cudaMemcpyAsync with pageable host memory
+	SyncFree                    // cudaFree / cudaFreeHost: device-wide sync
+	SyncMalloc                  // cudaMalloc that blocked while work was queued
+	SyncLegacyStream            // work on the legacy default stream serialized blocking streams
+	SyncQueryPoll               // a cudaStreamQuery/cudaEventQuery busy-poll loop
+)
+
+var syncNames = [...]string{"", "stream_sync", "device_sync", "event_sync", "sync_memcpy", "sync_memset",
+	"pageable_memcpy", "free_sync", "malloc_sync", "legacy_stream", "query_poll"}
+
+func (k SyncKind) String() string {
+	if int(k) < len(syncNames) {
+		return syncNames[k]
+	}
+	return "unknown"
+}
+
+// Explicit reports whether the program asked for the synchronization.
+func (k SyncKind) Explicit() bool { return k == SyncStream || k == SyncDevice || k == SyncEvent }
+
+// Hint is a one-line fix for the sync kind.
+func (k SyncKind) Hint() string {
+	switch k {
+	case SyncStream, SyncEvent:
+		return "the host waits for the GPU here: move the read-back (.item(), .cpu(), .tolist()) out of the hot loop or sync less often"
+	case SyncDevice:
+		return "cudaDeviceSynchronize waits for every stream: sync only the stream (or event) you need, and only when you need the result"
+	case SyncMemcpy, SyncMemset:
+		return "synchronous copy/set blocks the host: use the Async form on a stream with pinned host memory"
+	case SyncPageableMemcpy:
+		return "pin the host buffer (cudaHostAlloc / tensor.pin_memory()): async copies from pageable memory block the host"
+	case SyncFree:
+		return "cudaFree synchronizes the device: reuse buffers or use a caching / stream-ordered allocator (cudaFreeAsync)"
+	case SyncMalloc:
+		return "cudaMalloc blocked while work was queued: allocate up front or use cudaMallocAsync"
+	case SyncLegacyStream:
+		return "use a non-blocking stream (cudaStreamNonBlocking) or per-thread default streams: the legacy default stream serializes blocking streams"
+	case SyncQueryPoll:
+		return "the host spins on cudaStreamQuery/cudaEventQuery: block on an event instead, or do useful work between polls"
+	}
+	return ""
+}
+
+// Call is one observed CUDA API call.
+type Call struct {
+	Start, End  uint64 // ns, CLOCK_MONOTONIC; End == Start when only the entry was probed
+	TID         uint32
+	API         event.API
+	Symbol      uint8 // index into the API's symbol list
+	Stream      int32 // stream id, -1 when the call takes none
+	Ret         int64
+	HasRet      bool
+	Args        event.Args
+	Correlation uint64 // links the call to its GPU op; 0 = none
+	GPUOp       int32  // index into Process.GPUOps, -1 = none
+	Sync        int32  // index into Process.Syncs, -1 = none
+	Stack       int32  // index into Process.Stacks, -1 = none
+	ReadFault   bool   // some argument could not be read
+}
+
+// Duration of the call on the host (0 when only the entry was probed).
+func (c *Call) Duration() uint64 {
+	if c.End > c.Start {
+		return c.End - c.Start
+	}
+	return 0
+}
+
+// Spec of the call's API.
+func (c *Call) Spec() *event.Spec { return event.Lookup(c.API) }
+
+// SymbolName is the exact symbol that was hit (e.g. cudaLaunchKernel_ptsz).
+func (c *Call) SymbolName() string {
+	if s := c.Spec(); s != nil {
+		return s.Symbol(int(c.Symbol))
+	}
+	return c.API.String()
+}
+
+// GPUOp is inferred GPU activity: when it ran is an estimate bounded by the
+// synchronizations that were observed, never a measurement.
+type GPUOp struct {
+	Kind        OpKind
+	Stream      int
+	Call        int // index into Process.Calls
+	Correlation uint64
+	Enqueued    uint64 // host time of the enqueue call
+	Start, End  uint64 // inferred
+	Bounded     bool   // End is bounded by an observed completion (sync, ready query)
+	Func        uint64 // kernel stub or host function address
+	Bytes       uint64
+	CopyKind    event.MemcpyKind
+	Pageable    bool
+}
+
+// Sync is one host-blocking (or stream-serializing) synchronization.
+type Sync struct {
+	Kind      SyncKind
+	Call      int    // index into Process.Calls (the last call of a query poll loop)
+	TID       uint32
+	Stream    int    // -1 for device-wide
+	Start     uint64 // ns
+	BlockedNs uint64 // host time blocked
+	QueuedOps int    // GPU operations pending on the waited-for stream(s) when the sync began
+	Polls     int    // for query polls: number of queries in the loop
+}
+
+// Dependency is an event record on one stream waited on by another stream
+// (cudaEventRecord → cudaStreamWaitEvent), or by the host.
+type Dependency struct {
+	Event      uint64
+	RecordCall int // index into Process.Calls
+	WaitCall   int
+	FromStream int
+	ToStream   int // -1 when the host waited (cudaEventSynchronize)
+}
+
+// ProcessInfo names a process; the recorder fills it from /proc.
+type ProcessInfo struct {
+	Comm      string
+	Cmdline   string
+	NSPID     uint32 // pid inside its own PID namespace
+	Container string // container id when the cgroup path shows one
+	PodUID    string
+	Libraries []string // CUDA libraries found and hooked, as the target sees their paths
+}
+
+// Process is everything known about one traced process.
+type Process struct {
+	PID     uint32
+	Info    ProcessInfo
+	Threads map[uint32]string // tid → thread name ("" when unknown)
+	Streams []*Stream         // index = stream id
+	Calls   []Call
+	GPUOps  []GPUOp
+	Syncs   []Sync
+	Deps    []Dependency
+	Kernels map[uint64]string // kernel stub address → symbol (mangled as found)
+	Stacks  [][]uint64        // captured user stacks (raw addresses), innermost first
+	Frames  map[uint64]string // stack address → "function (object)", resolved while the process lived
+
+	DeviceMemInUse uint64
+	DeviceMemPeak  uint64
+	PinnedBytes    uint64 // pinned host memory currently registered or allocated
+	FirstSeen      uint64
+	LastSeen       uint64
+}
+
+// Label names the process as trace metadata shows it.
+func (p *Process) Label() string {
+	name := p.Info.Comm
+	if name == "" {
+		name = "process"
+	}
+	if p.Info.Container != "" {
+		short := p.Info.Container
+		if len(short) > 12 {
+			short = short[:12]
+		}
+		return fmt.Sprintf("%s (pid %d, container %s)", name, p.PID, short)
+	}
+	return fmt.Sprintf("%s (pid %d)", name, p.PID)
+}
+
+// Drops says what was lost between the probes and the model. Every output
+// shows it, also when all zero.
+type Drops struct {
+	Submitted      uint64 // records the BPF side handed to the ring buffer
+	Received       uint64 // records read by user space
+	RingbufFull    uint64 // lost: ring buffer full
+	InflightFull   uint64 // lost: no room to remember a call's entry
+	OrphanReturns  uint64 // lost: return seen without its entry
+	ReadFaults     uint64 // kept, but an argument could not be read
+	DecodeErrors   uint64 // lost: malformed record
+	UnknownAPI     uint64 // lost: cookie names no known API
+	AttachFailures uint64 // symbols that could not be hooked
+}
+
+// Lost is the number of calls that happened but are missing from the model.
+func (d Drops) Lost() uint64 {
+	return d.RingbufFull + d.InflightFull + d.OrphanReturns + d.DecodeErrors + d.UnknownAPI
+}
+
+// Result is the finished model of a recording.
+type Result struct {
+	Processes []*Process // sorted by PID
+	Drops     Drops
+	Start     uint64 // first event, ns CLOCK_MONOTONIC
+	End       uint64 // last event
+	// WallOffsetNs converts the monotonic clock to Unix time: unix_ns = mono_ns + WallOffsetNs.
+	WallOffsetNs int64
+}
