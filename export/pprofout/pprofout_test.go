@@ -1,0 +1,226 @@
+package pprofout
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/pprof/profile"
+
+	"github.com/cudatap/cudatap/export/internal/describe"
+	"github.com/cudatap/cudatap/export/internal/fixture"
+	"github.com/cudatap/cudatap/tracer/event"
+	"github.com/cudatap/cudatap/tracer/model"
+)
+
+// roundTrip builds, serializes and parses back the profile of r.
+func roundTrip(t *testing.T, r *model.Result, opts Options) *profile.Profile {
+	t.Helper()
+	p, err := Build(r, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := p.Write(&buf); err != nil {
+		t.Fatal(err)
+	}
+	back, err := profile.Parse(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := back.CheckValid(); err != nil {
+		t.Fatal(err)
+	}
+	return back
+}
+
+func valueIndex(t *testing.T, p *profile.Profile, typ string) int {
+	t.Helper()
+	for i, st := range p.SampleType {
+		if st.Type == typ {
+			return i
+		}
+	}
+	t.Fatalf("no sample type %q", typ)
+	return -1
+}
+
+func total(t *testing.T, p *profile.Profile, typ string) int64 {
+	t.Helper()
+	i := valueIndex(t, p, typ)
+	var sum int64
+	for _, s := range p.Sample {
+		sum += s.Value[i]
+	}
+	return sum
+}
+
+// leaf names a sample's stack, leaf first.
+func names(s *profile.Sample) []string {
+	var out []string
+	for _, l := range s.Location {
+		for _, ln := range l.Line {
+			out = append(out, ln.Function.Name)
+		}
+	}
+	return out
+}
+
+func TestTotals(t *testing.T) {
+	r := fixture.Result()
+	p := roundTrip(t, r, Options{})
+
+	var calls, dur, blocked, copied, launches int64
+	for _, proc := range r.Processes {
+		for _, c := range proc.Calls {
+			calls++
+			dur += int64(c.Duration())
+			switch c.Spec().Class {
+			case event.ClassMemcpy:
+				copied += int64(c.Args.Bytes)
+			case event.ClassLaunch:
+				launches++
+			}
+		}
+		for _, s := range proc.Syncs {
+			blocked += int64(s.BlockedNs)
+		}
+	}
+	for typ, want := range map[string]int64{"cuda_api": calls, "cuda_api_time": dur, "sync_wait": blocked, "memcpy": copied, "launches": launches} {
+		if got := total(t, p, typ); got != want {
+			t.Errorf("%s total %d, want %d", typ, got, want)
+		}
+	}
+	if p.DefaultSampleType != "sync_wait" {
+		t.Errorf("default sample type %q", p.DefaultSampleType)
+	}
+	if p.TimeNanos != int64(r.Start)+r.WallOffsetNs || p.DurationNanos != int64(r.End-r.Start) {
+		t.Errorf("time %d duration %d", p.TimeNanos, p.DurationNanos)
+	}
+	want := "cudatap: " + describe.Drops(r.Drops)
+	if len(p.Comments) != 1 || p.Comments[0] != want || !strings.Contains(want, "dropped events: 0 (") {
+		t.Errorf("comments %q", p.Comments)
+	}
+}
+
+func TestStacksAndLabels(t *testing.T) {
+	r := fixture.Result()
+	p := roundTrip(t, r, Options{DefaultSampleType: "cuda_api_time"})
+	if p.DefaultSampleType != "cuda_api_time" {
+		t.Errorf("default sample type %q", p.DefaultSampleType)
+	}
+
+	var launchA, pageable, devSync *profile.Sample
+	for _, s := range p.Sample {
+		for _, k := range []string{"cuda_api", "cuda_stream", "pid"} {
+			if len(s.Label[k]) != 1 {
+				t.Errorf("sample %v: label %s = %q", names(s), k, s.Label[k])
+			}
+		}
+		st := names(s)
+		for _, v := range s.Label {
+			for _, n := range v {
+				if strings.Contains(n, "vecAdd") || strings.HasPrefix(n, "kernel@") {
+					t.Errorf("kernel name %q used as a label value", n)
+				}
+			}
+		}
+		switch {
+		case st[0] == "vecAdd" && s.Label["pid"][0] == "4123" && s.Label["cuda_stream"][0] == "2":
+			launchA = s
+		case st[0] == "cudaMemcpyAsync" && s.Label["sync_kind"] != nil:
+			pageable = s
+		case st[0] == "cudaDeviceSynchronize" && s.Label["pid"][0] == "4123":
+			devSync = s
+		}
+	}
+	if launchA == nil || pageable == nil || devSync == nil {
+		t.Fatalf("samples missing: launch %v, pageable copy %v, device sync %v", launchA, pageable, devSync)
+	}
+
+	// A launch: kernel leaf, API above it, then thread and process roots.
+	want := []string{"vecAdd", "cudaLaunchKernel", "thread python3 (tid 4123)", "python3 (pid 4123, container abc123def456)"}
+	if got := names(launchA); !slices.Equal(got, want) {
+		t.Errorf("launch stack %q, want %q", got, want)
+	}
+	if sys := launchA.Location[0].Line[0].Function.SystemName; sys != fixture.KernelVecAdd {
+		t.Errorf("kernel system name %q", sys)
+	}
+	if _, ok := launchA.Label["sync_kind"]; ok {
+		t.Error("sync_kind label on a launch")
+	}
+	if launchA.Value[valueIndex(t, p, "launches")] != 1 {
+		t.Errorf("launch sample values %v", launchA.Value)
+	}
+
+	// A sync with a captured stack: the host frames between API and thread.
+	want = []string{"cudaMemcpyAsync", "cudaMemcpyAsync (libcudart.so.13)", "train_step (train.py)", "0x555500003000",
+		"thread python3 (tid 4123)", "python3 (pid 4123, container abc123def456)"}
+	if got := names(pageable); !slices.Equal(got, want) {
+		t.Errorf("pageable copy stack %q, want %q", got, want)
+	}
+	if pageable.Label["sync_kind"][0] != "pageable_memcpy" || pageable.Label["cuda_stream"][0] != "2" ||
+		pageable.Value[valueIndex(t, p, "sync_wait")] != 30_000 || pageable.Value[valueIndex(t, p, "memcpy")] != 4096 {
+		t.Errorf("pageable copy sample: labels %v values %v", pageable.Label, pageable.Value)
+	}
+	if devSync.Label["cuda_stream"][0] != "none" || devSync.Label["sync_kind"][0] != "device_sync" {
+		t.Errorf("device sync labels %v", devSync.Label)
+	}
+
+	// The unresolved kernel and the unnamed thread get readable frames too.
+	var unknownKernel, anonThread bool
+	for _, f := range p.Function {
+		unknownKernel = unknownKernel || f.Name == "kernel@0x409990"
+		anonThread = anonThread || f.Name == "thread 4131"
+	}
+	if !unknownKernel || !anonThread {
+		t.Errorf("frames for the unresolved kernel (%v) or the unnamed thread (%v) missing", unknownKernel, anonThread)
+	}
+}
+
+// Identical calls from the same place collapse into one sample.
+func TestAggregation(t *testing.T) {
+	r := fixture.Result()
+	a := r.Processes[0]
+	dup := a.Calls[1] // the first vecAdd launch, again
+	dup.GPUOp = -1
+	a.Calls = append(a.Calls, dup)
+
+	p := roundTrip(t, r, Options{})
+	count := valueIndex(t, p, "cuda_api")
+	for _, s := range p.Sample {
+		if names(s)[0] == "vecAdd" && s.Label["pid"][0] == "4123" && s.Label["cuda_stream"][0] == "2" {
+			if s.Value[count] != 2 {
+				t.Errorf("merged launch sample counts %d calls, want 2", s.Value[count])
+			}
+			return
+		}
+	}
+	t.Error("launch sample missing")
+}
+
+func TestWriteFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cuda.pb.gz")
+	if err := WriteFile(path, fixture.Result(), Options{}); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var magic [2]byte
+	if _, err := f.ReadAt(magic[:], 0); err != nil || magic != [2]byte{0x1f, 0x8b} {
+		t.Fatalf("not gzip: %x %v", magic, err)
+	}
+	p, err := profile.Parse(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Sample) == 0 {
+		t.Error("no samples")
+	}
+}

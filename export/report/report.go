@@ -1,0 +1,235 @@
+// Package report writes the text summary cudatap prints at the end of every
+// record and export: per process and stream what was enqueued and copied,
+// where the host waited for the GPU, and what the recording lost.
+package report
+
+import (
+	"bytes"
+	"cmp"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"text/tabwriter"
+
+	"github.com/cudatap/cudatap/export/internal/describe"
+	"github.com/cudatap/cudatap/tracer/model"
+)
+
+// Options tune the summary.
+type Options struct {
+	// TopSites is how many sync sites each process lists; 0 means 10.
+	TopSites int
+}
+
+// Summary writes the report on r to w. The order is deterministic:
+// processes as the result lists them (by pid), streams by id, sync sites by
+// blocked time.
+func Summary(w io.Writer, r *model.Result, opts Options) error {
+	top := opts.TopSites
+	if top <= 0 {
+		top = 10
+	}
+	// Built in memory (it is small), so a failing w is reported once.
+	var buf bytes.Buffer
+	fmt.Fprintf(&buf, "cudatap summary: %d processes, %s recorded\n", len(r.Processes), duration(span(r.Start, r.End)))
+	for _, p := range r.Processes {
+		buf.WriteByte('\n')
+		process(&buf, p, top)
+	}
+	fmt.Fprintf(&buf, "\n%s\n", describe.Drops(r.Drops))
+	_, err := w.Write(buf.Bytes())
+	return err
+}
+
+// syncTotals counts syncs split by whether the program asked for them.
+type syncTotals struct {
+	explicit, implicit     int
+	explicitNs, implicitNs uint64
+}
+
+func (t *syncTotals) add(s *model.Sync) {
+	if s.Kind.Explicit() {
+		t.explicit++
+		t.explicitNs += s.BlockedNs
+	} else {
+		t.implicit++
+		t.implicitNs += s.BlockedNs
+	}
+}
+
+func (t *syncTotals) merge(o syncTotals) {
+	t.explicit += o.explicit
+	t.implicit += o.implicit
+	t.explicitNs += o.explicitNs
+	t.implicitNs += o.implicitNs
+}
+
+// deviceWide keys the syncs that wait on no single stream.
+const deviceWide = -1
+
+func process(buf *bytes.Buffer, p *model.Process, top int) {
+	fmt.Fprintf(buf, "%s\n", p.Label())
+	fmt.Fprintf(buf, "  %d calls over %s, %d GPU ops (inferred), device memory peak %s\n",
+		len(p.Calls), duration(span(p.FirstSeen, p.LastSeen)), len(p.GPUOps), size(p.DeviceMemPeak))
+
+	syncs := map[int]*syncTotals{}
+	for i := range p.Syncs {
+		s := &p.Syncs[i]
+		key := s.Stream
+		if key < 0 {
+			key = deviceWide
+		}
+		if syncs[key] == nil {
+			syncs[key] = &syncTotals{}
+		}
+		syncs[key].add(s)
+	}
+	ops := map[int]int{}
+	for i := range p.GPUOps {
+		ops[p.GPUOps[i].Stream]++
+	}
+
+	tw := tabwriter.NewWriter(buf, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  STREAM\tLAUNCHES\tCOPIES\tHtoD\tDtoH\tDtoD\tPAGEABLE\tPINNED\tMEMSETS\tEXPLICIT SYNCS\tIMPLICIT SYNCS\tGPU OPS")
+	var sum model.StreamStats
+	var sumSyncs syncTotals
+	var sumOps int
+	for _, s := range p.Streams {
+		if s == nil {
+			continue
+		}
+		st := &s.Stats
+		var sy syncTotals
+		if t := syncs[s.ID]; t != nil {
+			sy = *t
+		}
+		streamRow(tw, s.Label(), st, sy, ops[s.ID])
+		sum.Launches += st.Launches
+		sum.Memcpys += st.Memcpys
+		sum.Memsets += st.Memsets
+		sum.BytesHtoD += st.BytesHtoD
+		sum.BytesDtoH += st.BytesDtoH
+		sum.BytesDtoD += st.BytesDtoD
+		sum.BytesPageable += st.BytesPageable
+		sum.BytesPinned += st.BytesPinned
+		sumSyncs.merge(sy)
+		sumOps += ops[s.ID]
+	}
+	if t := syncs[deviceWide]; t != nil {
+		fmt.Fprintf(tw, "  device-wide\t-\t-\t-\t-\t-\t-\t-\t-\t%s\t%s\t-\n",
+			syncCell(t.explicit, t.explicitNs), syncCell(t.implicit, t.implicitNs))
+		sumSyncs.merge(*t)
+	}
+	streamRow(tw, "total", &sum, sumSyncs, sumOps)
+	tw.Flush()
+
+	sites := syncSites(p)
+	if len(sites) == 0 {
+		return
+	}
+	fmt.Fprintf(buf, "\n  top sync sites by blocked time\n")
+	tw = tabwriter.NewWriter(buf, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  KIND\tCOUNT\tBLOCKED\tAPI\tSITE\tHINT")
+	for _, s := range sites[:min(top, len(sites))] {
+		site := s.site
+		if site == "" {
+			site = "-"
+		}
+		fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\t%s\t%s\n", s.kind, s.count, duration(s.blockedNs), s.api, site, s.kind.Hint())
+	}
+	tw.Flush()
+}
+
+func streamRow(w io.Writer, label string, st *model.StreamStats, sy syncTotals, ops int) {
+	fmt.Fprintf(w, "  %s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%d\n", label,
+		st.Launches, st.Memcpys, size(st.BytesHtoD), size(st.BytesDtoH), size(st.BytesDtoD),
+		size(st.BytesPageable), size(st.BytesPinned), st.Memsets,
+		syncCell(sy.explicit, sy.explicitNs), syncCell(sy.implicit, sy.implicitNs), ops)
+}
+
+// syncCell is "count / blocked time", or "-" for none.
+func syncCell(n int, ns uint64) string {
+	if n == 0 {
+		return "-"
+	}
+	return strconv.Itoa(n) + " / " + duration(ns)
+}
+
+// site is a place the host waited: the kind of sync, the API that waited
+// and the innermost caller frame outside the API.
+type site struct {
+	kind      model.SyncKind
+	api, site string
+	count     int
+	blockedNs uint64
+}
+
+func syncSites(p *model.Process) []*site {
+	type key struct {
+		kind      model.SyncKind
+		api, site string
+	}
+	byKey := map[key]*site{}
+	var out []*site
+	for i := range p.Syncs {
+		s := &p.Syncs[i]
+		k := key{kind: s.Kind, api: "?"}
+		if s.Call >= 0 && s.Call < len(p.Calls) {
+			c := &p.Calls[s.Call]
+			k.api, k.site = c.API.String(), describe.Site(p, c)
+		}
+		st := byKey[k]
+		if st == nil {
+			st = &site{kind: k.kind, api: k.api, site: k.site}
+			byKey[k] = st
+			out = append(out, st)
+		}
+		st.count++
+		st.blockedNs += s.BlockedNs
+	}
+	slices.SortFunc(out, func(a, b *site) int {
+		return cmp.Or(
+			cmp.Compare(b.blockedNs, a.blockedNs),
+			cmp.Compare(b.count, a.count),
+			cmp.Compare(a.kind, b.kind),
+			cmp.Compare(a.api, b.api),
+			cmp.Compare(a.site, b.site))
+	})
+	return out
+}
+
+func span(start, end uint64) uint64 {
+	if end > start {
+		return end - start
+	}
+	return 0
+}
+
+// duration formats ns in the largest unit that keeps the number at or
+// above 1: "850 ns", "12.3 ms", "4.20 s".
+func duration(ns uint64) string {
+	switch {
+	case ns < 1e3:
+		return fmt.Sprintf("%d ns", ns)
+	case ns < 1e6:
+		return fmt.Sprintf("%.1f µs", float64(ns)/1e3)
+	case ns < 1e9:
+		return fmt.Sprintf("%.1f ms", float64(ns)/1e6)
+	}
+	return fmt.Sprintf("%.2f s", float64(ns)/1e9)
+}
+
+// size formats bytes in binary units: "512 B", "1.0 MiB".
+func size(n uint64) string {
+	if n < 1024 {
+		return fmt.Sprintf("%d B", n)
+	}
+	const units = "KMGTPE"
+	v, i := float64(n)/1024, 0
+	for v >= 1024 && i < len(units)-1 {
+		v /= 1024
+		i++
+	}
+	return fmt.Sprintf("%.1f %ciB", v, units[i])
+}

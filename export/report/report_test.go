@@ -1,0 +1,154 @@
+package report
+
+import (
+	"bytes"
+	"errors"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/cudatap/cudatap/export/internal/fixture"
+	"github.com/cudatap/cudatap/tracer/model"
+)
+
+func summary(t *testing.T, r *model.Result, opts Options) string {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := Summary(&buf, r, opts); err != nil {
+		t.Fatal(err)
+	}
+	return buf.String()
+}
+
+// row returns the fields of the first line that starts with label, split
+// on the column padding.
+func row(t *testing.T, out, label string) []string {
+	t.Helper()
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(line), label) {
+			return regexp.MustCompile(`\s{2,}`).Split(strings.TrimSpace(line), -1)
+		}
+	}
+	t.Fatalf("no row %q in\n%s", label, out)
+	return nil
+}
+
+func TestSummary(t *testing.T) {
+	out := summary(t, fixture.Result(), Options{})
+
+	const drops = "dropped events: 0 (ring buffer full 0, entry table full 0, orphan returns 0, decode errors 0); argument read faults: 0; symbols not attached: 0"
+	if !strings.HasSuffix(out, "\n"+drops+"\n") {
+		t.Errorf("drops line missing at the end:\n%s", out)
+	}
+	for _, want := range []string{
+		"cudatap summary: 2 processes, 50.0 ms recorded",
+		"python3 (pid 4123, container abc123def456)\n  15 calls over 11.5 ms, 8 GPU ops (inferred), device memory peak 3.0 MiB",
+		"a.out (pid 5000)\n",
+		"device memory peak 64.0 MiB",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %q in\n%s", want, out)
+		}
+	}
+
+	// Streams in id order, before the device-wide and total rows.
+	last := -1
+	for _, label := range []string{"stream 0 (legacy default)", "stream 1 (per-thread default, tid 4130)",
+		"stream 2 (non-blocking, prio -1)", "stream 3 (pre-existing)", "device-wide", "total", "a.out (pid 5000)"} {
+		i := strings.Index(out, label)
+		if i <= last {
+			t.Errorf("%q out of order", label)
+		}
+		last = i
+	}
+
+	header := row(t, out, "STREAM")
+	for label, want := range map[string][]string{
+		//                                  LAUNCHES COPIES HtoD DtoH DtoD PAGEABLE PINNED MEMSETS EXPLICIT IMPLICIT GPU OPS
+		"stream 0 (legacy default)":        {"0", "1", "0 B", "0 B", "512 B", "0 B", "0 B", "0", "-", "1 / 2.9 ms", "1"},
+		"stream 2 (non-blocking, prio -1)": {"2", "2", "1.0 MiB", "4.0 KiB", "0 B", "4.0 KiB", "1.0 MiB", "0", "2 / 2.8 ms", "1 / 30.0 µs", "4"},
+		"stream 3 (pre-existing)":          {"1", "0", "0 B", "0 B", "0 B", "0 B", "0 B", "1", "-", "-", "2"},
+		"device-wide":                      {"-", "-", "-", "-", "-", "-", "-", "-", "1 / 4.8 ms", "-", "-"},
+		"total":                            {"4", "3", "1.0 MiB", "4.0 KiB", "512 B", "4.0 KiB", "1.0 MiB", "1", "3 / 7.6 ms", "2 / 2.9 ms", "8"},
+	} {
+		got := row(t, out, label)
+		if len(got) != len(header) || strings.Join(got[1:], "|") != strings.Join(want, "|") {
+			t.Errorf("row %q = %q, want %q (columns %q)", label, got[1:], want, header)
+		}
+	}
+
+	// Sync sites: heaviest first; the site is the caller, not the CUDA
+	// function the probe stopped in; the hint comes along.
+	sites := out[strings.Index(out, "top sync sites"):]
+	var order []int
+	for _, k := range []string{"device_sync", "sync_memcpy", "stream_sync", "event_sync", "pageable_memcpy"} {
+		order = append(order, strings.Index(sites, "\n  "+k+" "))
+	}
+	for i := 1; i < len(order); i++ {
+		if order[i-1] < 0 || order[i] <= order[i-1] {
+			t.Errorf("sync sites out of order: %v\n%s", order, sites)
+		}
+	}
+	want := []string{"stream_sync", "1", "1.9 ms", "cudaStreamSynchronize", "at::native::_local_scalar_dense_cuda (libtorch_cuda.so)", model.SyncStream.Hint()}
+	if got := row(t, sites, "stream_sync"); strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Errorf("stream sync site %q, want %q", got, want)
+	}
+	if got := row(t, sites, "pageable_memcpy"); got[4] != "train_step (train.py)" {
+		t.Errorf("pageable copy site %q", got)
+	}
+	if got := row(t, sites, "sync_memcpy"); got[4] != "-" {
+		t.Errorf("site without a stack %q", got)
+	}
+}
+
+func TestGrouping(t *testing.T) {
+	r := fixture.Result()
+	a := r.Processes[0]
+	// A second stream sync from the same place joins the first site.
+	c := a.Calls[a.Syncs[1].Call]
+	c.Sync = int32(len(a.Syncs))
+	a.Calls = append(a.Calls, c)
+	a.Syncs = append(a.Syncs, model.Sync{Kind: model.SyncStream, Call: len(a.Calls) - 1, TID: c.TID, Stream: 2, BlockedNs: 100_000})
+
+	out := summary(t, r, Options{TopSites: 3})
+	sites := out[strings.Index(out, "top sync sites"):strings.Index(out, "a.out")]
+	if got := row(t, sites, "stream_sync"); got[1] != "2" || got[2] != "2.0 ms" {
+		t.Errorf("grouped site %q", got)
+	}
+	if strings.Contains(sites, "event_sync") || strings.Count(sites, "\n  ") != 4 { // header + 3 sites
+		t.Errorf("TopSites 3 not honoured:\n%s", sites)
+	}
+}
+
+func TestDropsLine(t *testing.T) {
+	r := fixture.Result()
+	r.Drops = model.Drops{RingbufFull: 3, InflightFull: 1, OrphanReturns: 2, DecodeErrors: 4, UnknownAPI: 5, ReadFaults: 6, AttachFailures: 7}
+	out := summary(t, r, Options{})
+	const want = "dropped events: 15 (ring buffer full 3, entry table full 1, orphan returns 2, decode errors 4, unknown API 5); argument read faults: 6; symbols not attached: 7"
+	if !strings.Contains(out, want) {
+		t.Errorf("drops line missing %q in\n%s", want, out)
+	}
+}
+
+type failWriter struct{}
+
+func (failWriter) Write([]byte) (int, error) { return 0, errors.New("disk full") }
+
+func TestWriteError(t *testing.T) {
+	if err := Summary(failWriter{}, fixture.Result(), Options{}); err == nil {
+		t.Error("write error not returned")
+	}
+}
+
+func TestUnits(t *testing.T) {
+	for ns, want := range map[uint64]string{0: "0 ns", 999: "999 ns", 1500: "1.5 µs", 12_340_000: "12.3 ms", 4_200_000_000: "4.20 s"} {
+		if got := duration(ns); got != want {
+			t.Errorf("duration(%d) = %q, want %q", ns, got, want)
+		}
+	}
+	for n, want := range map[uint64]string{0: "0 B", 1023: "1023 B", 1024: "1.0 KiB", 1 << 20: "1.0 MiB", 3 << 29: "1.5 GiB", 1 << 62: "4.0 EiB"} {
+		if got := size(n); got != want {
+			t.Errorf("size(%d) = %q, want %q", n, got, want)
+		}
+	}
+}
