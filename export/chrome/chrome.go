@@ -46,13 +46,10 @@ const gpuPIDBase = 1_000_000_000
 // GPU activity is drawn there, one thread track per stream.
 func GPUPID(pid uint32) int { return gpuPIDBase + int(pid) }
 
-// Flow ids. ac2g flows use the correlation id itself, as Kineto does, plus
-// the process's index shifted past any real correlation, because the model
-// numbers correlations per process. Event dependencies get their own range.
-const (
-	procFlowShift = 48
-	depFlowBase   = 1 << 40
-)
+// Flow ids: ac2g flows use the correlation id itself, as Kineto does (the
+// model numbers correlations across the whole recording); event
+// dependencies get a range of their own above any correlation.
+const depFlowBase = 1 << 40
 
 // minDur is the duration of GPU ops whose inferred end is not after their
 // start: a zero-length slice would be invisible and could not anchor flows.
@@ -200,9 +197,8 @@ func (w *writer) process(idx int, p *model.Process) {
 	for i := range p.Syncs {
 		w.sync(p, &p.Syncs[i])
 	}
-	flowBase := uint64(idx) << procFlowShift
 	for i := range p.GPUOps {
-		w.gpuOp(p, &p.GPUOps[i], flowBase)
+		w.gpuOp(p, &p.GPUOps[i])
 	}
 	if len(p.Deps) > 0 {
 		w.dependencies(p)
@@ -291,7 +287,7 @@ func (w *writer) sync(p *model.Process, s *model.Sync) {
 	w.end()
 }
 
-func (w *writer) gpuOp(p *model.Process, op *model.GPUOp, flowBase uint64) {
+func (w *writer) gpuOp(p *model.Process, op *model.GPUOp) {
 	gpid := GPUPID(p.PID)
 	dur := uint64(minDur)
 	if op.End > op.Start {
@@ -361,9 +357,8 @@ func (w *writer) gpuOp(p *model.Process, op *model.GPUOp, flowBase uint64) {
 	if op.Correlation == 0 || call == nil {
 		return
 	}
-	id := flowBase + op.Correlation
-	w.flow("s", "ac2g", id, int(p.PID), int(call.TID), call.Start)
-	w.flow("f", "ac2g", id, gpid, op.Stream, op.Start)
+	w.flow("s", "ac2g", op.Correlation, int(p.PID), int(call.TID), call.Start)
+	w.flow("f", "ac2g", op.Correlation, gpid, op.Stream, op.Start)
 }
 
 // flow writes one end of a flow arrow. Both ends bind to the slice that

@@ -228,7 +228,7 @@ func TestFlows(t *testing.T) {
 	}
 
 	// One ac2g flow per correlated GPU op, from the host call to the op,
-	// with process A keeping Kineto's id == correlation.
+	// with Kineto's id == correlation.
 	var correlated int
 	for _, p := range r.Processes {
 		correlated += len(p.GPUOps)

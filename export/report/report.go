@@ -32,7 +32,7 @@ func Summary(w io.Writer, r *model.Result, opts Options) error {
 	}
 	// Built in memory (it is small), so a failing w is reported once.
 	var buf bytes.Buffer
-	fmt.Fprintf(&buf, "cudatap summary: %d processes, %s recorded\n", len(r.Processes), duration(span(r.Start, r.End)))
+	fmt.Fprintf(&buf, "cudatap summary: %s, %s recorded\n", plural(len(r.Processes), "process", "processes"), duration(span(r.Start, r.End)))
 	for _, p := range r.Processes {
 		buf.WriteByte('\n')
 		process(&buf, p, top)
@@ -70,8 +70,9 @@ const deviceWide = -1
 
 func process(buf *bytes.Buffer, p *model.Process, top int) {
 	fmt.Fprintf(buf, "%s\n", p.Label())
-	fmt.Fprintf(buf, "  %d calls over %s, %d GPU ops (inferred), device memory peak %s\n",
-		len(p.Calls), duration(span(p.FirstSeen, p.LastSeen)), len(p.GPUOps), size(p.DeviceMemPeak))
+	fmt.Fprintf(buf, "  %s over %s, %s (inferred), device memory peak %s\n",
+		plural(len(p.Calls), "call", "calls"), duration(span(p.FirstSeen, p.LastSeen)),
+		plural(len(p.GPUOps), "GPU op", "GPU ops"), size(p.DeviceMemPeak))
 
 	syncs := map[int]*syncTotals{}
 	for i := range p.Syncs {
@@ -197,6 +198,13 @@ func syncSites(p *model.Process) []*site {
 			cmp.Compare(a.site, b.site))
 	})
 	return out
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return strconv.Itoa(n) + " " + many
 }
 
 func span(start, end uint64) uint64 {
