@@ -212,6 +212,38 @@ static __always_inline int on_return(struct pt_regs *ctx)
 	return 0;
 }
 
+/*
+ * The dynamic linker calls _dl_debug_state() before and after it maps or
+ * unmaps libraries (the r_brk protocol debuggers use). A hit tells user space
+ * to rescan the process's mappings for CUDA libraries. When the tracer
+ * launched the process itself it asks (cookie bit) to stop the process right
+ * there, so the new library is hooked before any call into it can run.
+ */
+static __always_inline int on_ldso(struct pt_regs *ctx)
+{
+	__u64 cookie = bpf_get_attach_cookie(ctx);
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	struct event *e = bpf_ringbuf_reserve(&events, __builtin_offsetof(struct event, stack), 0);
+	if (!e) {
+		count(STAT_RINGBUF_FULL);
+		return 0;
+	}
+	__builtin_memset(e, 0, __builtin_offsetof(struct event, stack));
+	fill_common(e, cookie, pid_tgid);
+	e->start_ns = bpf_ktime_get_ns();
+	bpf_ringbuf_submit(e, BPF_RB_FORCE_WAKEUP);
+	count(STAT_SUBMITTED);
+	if (cookie & COOKIE_STOP)
+		bpf_send_signal(19 /* SIGSTOP */);
+	return 0;
+}
+
+SEC("uprobe.multi")
+int ldso_multi(struct pt_regs *ctx) { return on_ldso(ctx); }
+
+SEC("uprobe")
+int ldso(struct pt_regs *ctx) { return on_ldso(ctx); }
+
 SEC("uprobe.multi")
 int cuda_entry_multi(struct pt_regs *ctx) { return on_entry(ctx); }
 

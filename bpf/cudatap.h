@@ -13,6 +13,7 @@
  *   bits 27..29  1 + index of an out-pointer argument dereferenced at return (0 = none)
  *   bit  30      copy 48 bytes behind argument 0 at entry (launch config structs)
  *   bit  31      capture the user stack (frame pointers)
+ *   bit  32      (library-load hook) stop the process until user space resumes it
  */
 #define COOKIE_API(c) ((c) & 0xffff)
 #define COOKIE_NSTACK(c) (((c) >> 24) & 0x3)
@@ -20,6 +21,7 @@
 #define COOKIE_OUT(c) (((c) >> 27) & 0x7)
 #define COOKIE_DEREF0 (1ULL << 30)
 #define COOKIE_STACK (1ULL << 31)
+#define COOKIE_STOP (1ULL << 32)
 
 #define NARGS 9   /* rdi rsi rdx rcx r8 r9 + up to 3 stack words */
 #define NEXT 6    /* 48 bytes copied from behind argument 0 */

@@ -70,6 +70,8 @@ const (
 	cudatapProgCudaEntryMulti  = "cuda_entry_multi"
 	cudatapProgCudaReturn      = "cuda_return"
 	cudatapProgCudaReturnMulti = "cuda_return_multi"
+	cudatapProgLdso            = "ldso"
+	cudatapProgLdsoMulti       = "ldso_multi"
 	cudatapVarUnusedEvent      = "unused_event"
 	cudatapVarUnusedStat       = "unused_stat"
 )
@@ -120,6 +122,8 @@ type cudatapProgramSpecs struct {
 	CudaEntryMulti  *ebpf.ProgramSpec `ebpf:"cuda_entry_multi"`
 	CudaReturn      *ebpf.ProgramSpec `ebpf:"cuda_return"`
 	CudaReturnMulti *ebpf.ProgramSpec `ebpf:"cuda_return_multi"`
+	Ldso            *ebpf.ProgramSpec `ebpf:"ldso"`
+	LdsoMulti       *ebpf.ProgramSpec `ebpf:"ldso_multi"`
 }
 
 // cudatapMapSpecs contains maps before they are loaded into the kernel.
@@ -191,6 +195,8 @@ type cudatapPrograms struct {
 	CudaEntryMulti  *ebpf.Program `ebpf:"cuda_entry_multi"`
 	CudaReturn      *ebpf.Program `ebpf:"cuda_return"`
 	CudaReturnMulti *ebpf.Program `ebpf:"cuda_return_multi"`
+	Ldso            *ebpf.Program `ebpf:"ldso"`
+	LdsoMulti       *ebpf.Program `ebpf:"ldso_multi"`
 }
 
 func (p *cudatapPrograms) Close() error {
@@ -199,6 +205,8 @@ func (p *cudatapPrograms) Close() error {
 		p.CudaEntryMulti,
 		p.CudaReturn,
 		p.CudaReturnMulti,
+		p.Ldso,
+		p.LdsoMulti,
 	)
 }
 

@@ -71,7 +71,7 @@ const (
 // Spec describes one hooked API: its symbols and how the BPF side reads it.
 type Spec struct {
 	API     API
-	Name    string   // plain API name, the Chrome slice name
+	Name    string // plain API name, the Chrome slice name
 	Layer   Layer
 	Class   Class
 	Symbols []string // exact symbols; index is carried in the cookie
@@ -103,8 +103,8 @@ func (s *Spec) Cookie(sym int) uint64 {
 }
 
 // CookieAPI and CookieSymbol take a cookie apart.
-func CookieAPI(c uint64) API     { return API(c & 0xffff) }
-func CookieSymbol(c uint64) int  { return int(c>>16) & 0xff }
+func CookieAPI(c uint64) API       { return API(c & 0xffff) }
+func CookieSymbol(c uint64) int    { return int(c>>16) & 0xff }
 func CookieHasStack(c uint64) bool { return c&CookieStack != 0 }
 
 // Runtime API ids. Values are part of the recording format: append only.
@@ -247,4 +247,26 @@ func (s *Spec) PerThreadDefault(i int) bool {
 	sym := s.Symbol(i)
 	n := len(sym)
 	return n > 5 && (sym[n-5:] == "_ptsz" || sym[n-5:] == "_ptds")
+}
+
+// LibraryLoad is the pseudo-API of the dynamic linker hook (_dl_debug_state):
+// its records tell the tracer to rescan a process for new CUDA libraries and
+// never reach the model.
+const LibraryLoad API = 0xfff0
+
+// CookieStop asks the library-load hook to stop the process until the
+// tracer has hooked what was loaded (used for processes cudatap launches).
+const CookieStop = 1 << 32
+
+// ProbeSymbol is the symbol whose presence identifies a layer's library.
+func (l Layer) ProbeSymbol() string {
+	switch l {
+	case Runtime:
+		return "cudaLaunchKernel"
+	case Driver:
+		return "cuLaunchKernel"
+	case NCCL:
+		return "ncclAllReduce"
+	}
+	return ""
 }

@@ -94,6 +94,10 @@ func New(opts Options) *Model {
 	return &Model{opts: opts, procs: make(map[uint32]*procState)}
 }
 
+// Auxiliary counts a record that was received but carries no call (the
+// library-load hook's), so that Received stays comparable to Submitted.
+func (m *Model) Auxiliary() { m.drops.Received++ }
+
 // DecodeError counts a record that could not be decoded.
 func (m *Model) DecodeError() { m.drops.DecodeErrors++ }
 

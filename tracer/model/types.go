@@ -205,7 +205,7 @@ type GPUOp struct {
 // Sync is one host-blocking (or stream-serializing) synchronization.
 type Sync struct {
 	Kind      SyncKind
-	Call      int    // index into Process.Calls (the last call of a query poll loop)
+	Call      int // index into Process.Calls (the last call of a query poll loop)
 	TID       uint32
 	Stream    int    // -1 for device-wide
 	Start     uint64 // ns

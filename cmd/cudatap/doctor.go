@@ -1,0 +1,112 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/features"
+	"github.com/spf13/cobra"
+
+	"github.com/cudatap/cudatap/symbolize"
+	"github.com/cudatap/cudatap/tracer"
+)
+
+type doctorOptions struct {
+	pids []int
+}
+
+func newDoctorCmd(g *globalOptions) *cobra.Command {
+	o := &doctorOptions{}
+	cmd := &cobra.Command{
+		Use:   "doctor [-p PID]...",
+		Short: "Check privileges and kernel support; with -p, show the CUDA libraries found in a process",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runDoctor(cmd.OutOrStdout(), o)
+		},
+	}
+	cmd.Flags().IntSliceVarP(&o.pids, "pid", "p", nil, "process to inspect (repeatable or comma-separated)")
+	return cmd
+}
+
+func runDoctor(w io.Writer, o *doctorOptions) error {
+	failed := 0
+	check := func(ok bool, what, detail string) {
+		mark := "ok  "
+		if !ok {
+			mark = "FAIL"
+			failed++
+		}
+		fmt.Fprintf(w, "[%s] %-28s %s\n", mark, what, detail)
+	}
+	release, _ := os.ReadFile("/proc/sys/kernel/osrelease")
+	fmt.Fprintf(w, "kernel %s\n", strings.TrimSpace(string(release)))
+
+	missing := tracer.MissingCapabilities()
+	check(len(missing) == 0, "privileges", privDetail(missing))
+	_, btfErr := os.Stat("/sys/kernel/btf/vmlinux")
+	check(btfErr == nil, "BTF", detailOr(btfErr, "/sys/kernel/btf/vmlinux present", "build the kernel with CONFIG_DEBUG_INFO_BTF=y"))
+	problems := tracer.KernelSupport()
+	uprobes := true
+	for _, p := range problems {
+		if strings.Contains(p, "uprobe") {
+			uprobes = false
+		}
+	}
+	check(uprobes, "uprobes", map[bool]string{true: "supported", false: "CONFIG_UPROBE_EVENTS=y is needed"}[uprobes])
+	if len(missing) == 0 {
+		rb := features.HaveMapType(ebpf.RingBuf)
+		check(rb == nil, "BPF ring buffer", detailOr(rb, "supported", "needs Linux 5.8+"))
+		multi := features.HaveBPFLinkUprobeMulti()
+		if multi == nil {
+			fmt.Fprintf(w, "[ok  ] %-28s %s\n", "uprobe_multi links", "supported (one link per library, fast detach)")
+		} else {
+			fmt.Fprintf(w, "[info] %-28s %s\n", "uprobe_multi links", "not available (Linux 6.6+): falling back to one uprobe per symbol, slower to detach")
+		}
+	}
+
+	cache := symbolize.NewCache(128)
+	for _, pid := range o.pids {
+		fmt.Fprintf(w, "\nprocess %d:\n", pid)
+		d, err := tracer.Discover(pid, cache)
+		if err != nil {
+			check(false, "discover", err.Error())
+			continue
+		}
+		if len(d.Libraries) == 0 {
+			check(false, "CUDA libraries", d.NoCUDAError().Error())
+			continue
+		}
+		for _, lib := range d.Libraries {
+			how := "exported symbols"
+			if lib.Static {
+				how = "statically linked, .symtab"
+			}
+			fmt.Fprintf(w, "  %-8s %s (%s; opened via %s)\n", lib.Layer, lib.Path, how, lib.OpenPath)
+		}
+		if d.LdSo != nil {
+			fmt.Fprintf(w, "  loader   %s (library loads are watched)\n", d.LdSo.Path)
+		}
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d check(s) failed", failed)
+	}
+	return nil
+}
+
+func privDetail(missing []string) string {
+	if len(missing) == 0 {
+		return "CAP_BPF, CAP_PERFMON, CAP_SYS_PTRACE available"
+	}
+	return tracer.CheckPrivileges().Error()
+}
+
+func detailOr(err error, ok, fix string) string {
+	if err == nil {
+		return ok
+	}
+	return fmt.Sprintf("%v: %s", err, fix)
+}

@@ -1,0 +1,131 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/cudatap/cudatap/export"
+	"github.com/cudatap/cudatap/export/report"
+	"github.com/cudatap/cudatap/tracer"
+	"github.com/cudatap/cudatap/tracer/session"
+)
+
+type recordOptions struct {
+	pids        []int
+	duration    time.Duration
+	outputs     []string
+	format      string
+	stacks      string
+	ringBuffer  int
+	waitForCUDA bool
+}
+
+func newRecordCmd(g *globalOptions) *cobra.Command {
+	o := &recordOptions{}
+	cmd := &cobra.Command{
+		Use:   "record [-p PID]... [-o FILE]... [-- COMMAND [ARGS...]]",
+		Short: "Trace running CUDA processes (or a command) and write traces, profiles and a summary",
+		Example: `  sudo cudatap record -p 4123 -d 30s -o trace.json -o profile.pb.gz
+  sudo cudatap record -o run.cudatap -- python3 train.py`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runRecord(cmd, g, o, args)
+		},
+	}
+	f := cmd.Flags()
+	f.IntSliceVarP(&o.pids, "pid", "p", nil, "process to trace (repeatable or comma-separated)")
+	f.DurationVarP(&o.duration, "duration", "d", 0, "stop after this long (default: until Ctrl-C or every target exits)")
+	f.StringArrayVarP(&o.outputs, "output", "o", nil, "output file; the extension picks the format: .json/.json.gz Chrome trace, .pb.gz pprof, .cudatap raw recording (repeatable)")
+	f.StringVar(&o.format, "format", "", "force the format of every -o: chrome, pprof or cudatap")
+	f.StringVar(&o.stacks, "stacks", "sync", "capture user stacks on: none, sync (calls that may block) or all")
+	f.IntVar(&o.ringBuffer, "ring-buffer-size", 16<<20, "BPF ring buffer size in bytes (power of two)")
+	f.BoolVar(&o.waitForCUDA, "wait-for-cuda", false, "accept target processes that have not loaded CUDA yet and hook it when they do")
+	return cmd
+}
+
+func parseStacks(s string) (tracer.StackMode, error) {
+	switch s {
+	case "none":
+		return tracer.StacksNone, nil
+	case "sync":
+		return tracer.StacksSync, nil
+	case "all":
+		return tracer.StacksAll, nil
+	}
+	return 0, fmt.Errorf("--stacks %q: use none, sync or all", s)
+}
+
+func runRecord(cmd *cobra.Command, g *globalOptions, o *recordOptions, command []string) error {
+	if len(o.pids) == 0 && len(command) == 0 {
+		return fmt.Errorf("nothing to trace: give -p PID (a running process) or a command after -- (see cudatap record --help)")
+	}
+	if len(command) > 0 && cmd.ArgsLenAtDash() != 0 {
+		return fmt.Errorf("unexpected arguments %q: put the command to launch after --", command)
+	}
+	stacks, err := parseStacks(o.stacks)
+	if err != nil {
+		return err
+	}
+	outs, err := export.Plan(o.outputs, o.format)
+	if err != nil {
+		return err
+	}
+	var recordings []io.Writer
+	for _, out := range outs {
+		if out.Format != export.Recording {
+			continue
+		}
+		f, err := os.Create(out.Path)
+		if err != nil {
+			return fmt.Errorf("cannot write output %s: %w", out.Path, err)
+		}
+		defer f.Close()
+		recordings = append(recordings, f)
+	}
+	stderr := cmd.ErrOrStderr()
+	status := newStatusLine(stderr)
+	cfg := session.Config{
+		PIDs: o.pids, Command: command, Duration: o.duration, Stacks: stacks,
+		RingBufferBytes: o.ringBuffer, WaitForCUDA: o.waitForCUDA,
+		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Logger: g.logger(),
+		OnAttached: func(n int) { fmt.Fprintf(stderr, "attached to %d process(es)\n", n) },
+		OnStatus:   status.update,
+	}
+	if len(recordings) > 0 {
+		cfg.Recording = io.MultiWriter(recordings...)
+	}
+	outcome, err := session.Run(cmd.Context(), cfg)
+	status.clear()
+	if err != nil {
+		return err
+	}
+	if err := writeOutputs(cmd, outs, outcome); err != nil {
+		return err
+	}
+	if outcome.ExitCode > 0 {
+		return &exitError{code: outcome.ExitCode}
+	}
+	return nil
+}
+
+// writeOutputs writes every non-streamed output and the summary.
+func writeOutputs(cmd *cobra.Command, outs []export.Output, outcome *session.Outcome) error {
+	for _, out := range outs {
+		if out.Format == export.Recording {
+			continue
+		}
+		if err := export.Write(out, outcome.Result, export.Options{Version: version}); err != nil {
+			return fmt.Errorf("write %s: %w", out.Path, err)
+		}
+	}
+	if err := report.Summary(cmd.OutOrStdout(), outcome.Result, report.Options{}); err != nil {
+		return err
+	}
+	for _, out := range outs {
+		fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s (%s)\n", out.Path, out.Format)
+	}
+	return nil
+}

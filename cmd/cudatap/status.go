@@ -1,0 +1,70 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+
+	"golang.org/x/term"
+
+	"github.com/cudatap/cudatap/tracer/session"
+)
+
+// statusLine is a one-line live status on a terminal, and nothing otherwise.
+type statusLine struct {
+	w     io.Writer
+	shown bool
+	tty   bool
+}
+
+func newStatusLine(w io.Writer) *statusLine {
+	f, ok := w.(*os.File)
+	return &statusLine{w: w, tty: ok && term.IsTerminal(int(f.Fd()))}
+}
+
+func (s *statusLine) update(st session.Status) {
+	if !s.tty {
+		return
+	}
+	fmt.Fprintf(s.w, "\r\033[Kcudatap: %s · %d process(es) · %s events/s · %d events · %d lost · %s written",
+		st.Elapsed.Truncate(1e9), st.Processes, humanCount(st.EventsPerSec), st.Events, st.Lost, humanBytes(st.Bytes))
+	s.shown = true
+}
+
+func (s *statusLine) printf(format string, args ...any) {
+	if !s.tty {
+		return
+	}
+	fmt.Fprintf(s.w, "\r\033[K"+format, args...)
+	s.shown = true
+}
+
+func (s *statusLine) clear() {
+	if s.shown {
+		fmt.Fprint(s.w, "\r\033[K")
+		s.shown = false
+	}
+}
+
+func humanCount(v float64) string {
+	switch {
+	case v >= 1e6:
+		return fmt.Sprintf("%.1fM", v/1e6)
+	case v >= 1e3:
+		return fmt.Sprintf("%.1fk", v/1e3)
+	}
+	return fmt.Sprintf("%.0f", v)
+}
+
+func humanBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}

@@ -1,0 +1,162 @@
+package tracer
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+
+	"github.com/cudatap/cudatap/tracer/event"
+)
+
+// Attachment is the set of probes on one library of one process.
+type Attachment struct {
+	PID     int
+	Library Library
+	Hooked  []string // exact symbols with a probe
+	Missing []string // symbols this build of the library does not have (older CUDA)
+	links   []link.Link
+}
+
+// Close removes the probes.
+func (a *Attachment) Close() error {
+	var errs []error
+	for _, l := range a.links {
+		errs = append(errs, l.Close())
+	}
+	a.links = nil
+	return errors.Join(errs...)
+}
+
+type probeSet struct {
+	addrs, cookies []uint64
+	names          []string
+}
+
+func (p *probeSet) add(off, cookie uint64, name string) {
+	for _, a := range p.addrs {
+		if a == off {
+			return // an alias of a symbol already hooked: one probe, one event
+		}
+	}
+	p.addrs = append(p.addrs, off)
+	p.cookies = append(p.cookies, cookie)
+	p.names = append(p.names, name)
+}
+
+// Attach puts entry (and where needed return) probes on every hooked API of
+// lib, scoped to pid. A symbol the library lacks is listed in Missing, not
+// an error. On failure nothing stays attached.
+func (t *Tracer) Attach(pid int, lib *Library) (*Attachment, error) {
+	a := &Attachment{PID: pid, Library: *lib}
+	var entry, ret probeSet
+	for _, spec := range event.Specs(lib.Layer) {
+		for i, sym := range spec.Symbols {
+			s, ok := lib.file.LookupDynamic(sym)
+			if !ok && lib.Static {
+				s, ok = lib.file.Lookup(sym)
+			}
+			if !ok {
+				a.Missing = append(a.Missing, sym)
+				continue
+			}
+			off, ok := lib.file.FileOffset(s.Value)
+			if !ok {
+				a.Missing = append(a.Missing, sym)
+				continue
+			}
+			cookie := spec.Cookie(i)
+			if t.cfg.Stacks == StacksAll || (t.cfg.Stacks == StacksSync && spec.Return) {
+				cookie |= event.CookieStack
+			}
+			entry.add(off, cookie, sym)
+			if spec.Return {
+				ret.add(off, cookie, sym)
+			}
+		}
+	}
+	if len(entry.addrs) == 0 {
+		return nil, fmt.Errorf("%s exports none of the hooked %s symbols", lib.Path, lib.Layer)
+	}
+	if err := t.attachSet(a, lib.OpenPath, pid, &entry, t.progs.entry, false); err != nil {
+		a.Close()
+		return nil, err
+	}
+	if len(ret.addrs) > 0 {
+		if err := t.attachSet(a, lib.OpenPath, pid, &ret, t.progs.ret, true); err != nil {
+			a.Close()
+			return nil, err
+		}
+	}
+	a.Hooked = entry.names
+	return a, nil
+}
+
+// AttachLoader hooks the dynamic linker's _dl_debug_state so that libraries
+// loaded later (dlopen, lazy CUDA init) are found at once. With stop, the
+// process stops at each load until Resume.
+func (t *Tracer) AttachLoader(pid int, ldso *Library, stop bool) (*Attachment, error) {
+	s, ok := ldso.file.LookupDynamic("_dl_debug_state")
+	if !ok {
+		return nil, fmt.Errorf("%s has no _dl_debug_state", ldso.Path)
+	}
+	off, ok := ldso.file.FileOffset(s.Value)
+	if !ok {
+		return nil, fmt.Errorf("%s: _dl_debug_state is not in a loadable segment", ldso.Path)
+	}
+	cookie := uint64(event.LibraryLoad)
+	if stop {
+		cookie |= event.CookieStop
+	}
+	a := &Attachment{PID: pid, Library: *ldso}
+	set := probeSet{addrs: []uint64{off}, cookies: []uint64{cookie}, names: []string{"_dl_debug_state"}}
+	if err := t.attachSet(a, ldso.OpenPath, pid, &set, t.progs.ldso, false); err != nil {
+		return nil, err
+	}
+	a.Hooked = set.names
+	return a, nil
+}
+
+func (t *Tracer) attachSet(a *Attachment, path string, pid int, set *probeSet, prog *ebpf.Program, ret bool) error {
+	ex, err := link.OpenExecutable(path)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", a.Library.Path, err)
+	}
+	if t.multi {
+		opts := &link.UprobeMultiOptions{Addresses: set.addrs, Cookies: set.cookies, PID: uint32(pid)}
+		var l link.Link
+		if ret {
+			l, err = ex.UretprobeMulti(nil, prog, opts)
+		} else {
+			l, err = ex.UprobeMulti(nil, prog, opts)
+		}
+		if err != nil {
+			return attachError(pid, a.Library.Path, err)
+		}
+		a.links = append(a.links, l)
+		return nil
+	}
+	for i, addr := range set.addrs {
+		opts := &link.UprobeOptions{Address: addr, PID: pid, Cookie: set.cookies[i]}
+		var l link.Link
+		if ret {
+			l, err = ex.Uretprobe("", prog, opts)
+		} else {
+			l, err = ex.Uprobe("", prog, opts)
+		}
+		if err != nil {
+			return attachError(pid, fmt.Sprintf("%s:%s", a.Library.Path, set.names[i]), err)
+		}
+		a.links = append(a.links, l)
+	}
+	return nil
+}
+
+func attachError(pid int, what string, err error) error {
+	if errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("attach uprobes to %s in process %d: %w (the process exited)", what, pid, ErrNoProcess)
+	}
+	return fmt.Errorf("attach uprobes to %s in process %d: %w", what, pid, err)
+}

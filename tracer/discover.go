@@ -1,0 +1,117 @@
+package tracer
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/cudatap/cudatap/symbolize"
+	"github.com/cudatap/cudatap/tracer/event"
+)
+
+// ErrNoCUDA means a process maps no library that exports a hooked CUDA API.
+var ErrNoCUDA = errors.New("no CUDA runtime, driver or NCCL library found")
+
+// ErrNoProcess means the target process does not exist (any more).
+var ErrNoProcess = errors.New("no such process")
+
+// Library is one mapped file of a process that exports a hooked layer.
+type Library struct {
+	Layer    event.Layer
+	Path     string // as the target sees it
+	OpenPath string // how this process opens it (/proc/PID/map_files/... or /proc/PID/root/...)
+	Dev      string
+	Inode    uint64
+	Static   bool // symbols found only in .symtab (runtime linked into the executable)
+	file     *symbolize.File
+}
+
+// Key identifies the library file across processes (same inode = same probes).
+func (l *Library) Key() string { return fmt.Sprintf("%s:%d", l.Dev, l.Inode) }
+
+// Discovery is what a scan of a process found.
+type Discovery struct {
+	PID       int
+	Libraries []Library
+	Searched  int      // file-backed executable mappings examined
+	Names     []string // their paths, for error messages
+	LdSo      *Library // the dynamic linker, for the library-load hook
+}
+
+// Discover finds every mapping of pid that exports a hooked API: by symbol,
+// not by file name, so that pip wheels, vendored copies with hashed names,
+// deleted files and executables with a statically linked runtime are found.
+// Files are opened through /proc/PID so paths in other mount namespaces work.
+func Discover(pid int, cache *symbolize.Cache) (*Discovery, error) {
+	maps, err := symbolize.ReadMaps(pid)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("process %d: %w", pid, ErrNoProcess)
+		}
+		return nil, fmt.Errorf("read memory map of process %d: %w", pid, err)
+	}
+	exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+	exe = strings.TrimSuffix(exe, " (deleted)")
+	d := &Discovery{PID: pid}
+	for _, obj := range symbolize.ObjectFiles(maps) {
+		if !hasExec(obj) {
+			continue
+		}
+		d.Searched++
+		d.Names = append(d.Names, obj.Path)
+		path := obj.OpenPath(pid)
+		f, err := cache.Open(path)
+		if err != nil {
+			continue // not ELF, or unreadable: not a CUDA library we can hook
+		}
+		base := filepath.Base(obj.Path)
+		if strings.HasPrefix(base, "ld-linux") || strings.HasPrefix(base, "ld64.so") {
+			if _, ok := f.LookupDynamic("_dl_debug_state"); ok {
+				d.LdSo = &Library{Path: obj.Path, OpenPath: path, Dev: obj.Dev, Inode: obj.Inode, file: f}
+			}
+		}
+		// The executable (and anything named like the runtime) may carry a
+		// statically linked runtime visible only in .symtab.
+		deep := obj.Path == exe || strings.Contains(base, "cudart")
+		for _, layer := range []event.Layer{event.Runtime, event.Driver, event.NCCL} {
+			sym := layer.ProbeSymbol()
+			static := false
+			if _, ok := f.LookupDynamic(sym); !ok {
+				if !deep {
+					continue
+				}
+				if _, ok := f.Lookup(sym); !ok {
+					continue
+				}
+				static = true
+			}
+			d.Libraries = append(d.Libraries, Library{Layer: layer, Path: obj.Path, OpenPath: path,
+				Dev: obj.Dev, Inode: obj.Inode, Static: static, file: f})
+		}
+	}
+	return d, nil
+}
+
+func hasExec(o symbolize.ObjectFile) bool {
+	for _, m := range o.Mappings {
+		if m.Exec() {
+			return true
+		}
+	}
+	return false
+}
+
+// NoCUDAError explains which mappings were searched.
+func (d *Discovery) NoCUDAError() error {
+	names := d.Names
+	more := ""
+	if len(names) > 12 {
+		more = fmt.Sprintf(", and %d more", len(names)-12)
+		names = names[:12]
+	}
+	return fmt.Errorf("process %d: %w: searched %d executable mappings for cudaLaunchKernel, cuLaunchKernel and ncclAllReduce (%s%s); "+
+		"if the program loads CUDA later (PyTorch does on first use), start cudatap first or wait until CUDA is initialized",
+		d.PID, ErrNoCUDA, d.Searched, strings.Join(names, ", "), more)
+}

@@ -1,0 +1,553 @@
+// Package session runs one recording: it starts or finds the target
+// processes, attaches the tracer to their CUDA libraries (also those loaded
+// later), feeds every event to the stream model and the raw recording, and
+// stops cleanly at a deadline, a signal or when every target has exited.
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/cudatap/cudatap/symbolize"
+	"github.com/cudatap/cudatap/tracer"
+	"github.com/cudatap/cudatap/tracer/event"
+	"github.com/cudatap/cudatap/tracer/model"
+	"github.com/cudatap/cudatap/tracer/recording"
+)
+
+// Config of a recording session.
+type Config struct {
+	PIDs            []int
+	Command         []string // launch this command and trace it from its first instruction
+	Duration        time.Duration
+	Stacks          tracer.StackMode
+	RingBufferBytes int
+	WaitForCUDA     bool      // a target without CUDA yet is watched instead of refused
+	Recording       io.Writer // optional .cudatap stream
+	Stdin           io.Reader // for the launched command
+	Stdout, Stderr  io.Writer
+	Logger          *slog.Logger
+	// OnAttached is called once, when probes are live in every target.
+	OnAttached func(processes int)
+	// OnStatus is called about once a second while recording.
+	OnStatus func(Status)
+}
+
+// Status is a snapshot for the live status line.
+type Status struct {
+	Elapsed      time.Duration
+	Processes    int
+	Events       uint64
+	EventsPerSec float64
+	Lost         uint64
+	Bytes        int64
+}
+
+// Attached describes the probes of one process.
+type Attached struct {
+	PID       int
+	Libraries []tracer.Library
+	Hooked    int
+	Missing   []string
+}
+
+// Outcome is everything a session produced.
+type Outcome struct {
+	Result   *model.Result
+	Attached []Attached
+	ExitCode int // of the launched command, -1 if none or killed
+}
+
+type target struct {
+	pid       int
+	attached  map[string]*tracer.Attachment // by library key
+	loader    *tracer.Attachment
+	stopOnLd  bool
+	mapsHash  uint64
+	exited    bool
+	symbolize *symbolize.Process
+}
+
+// Session state shared between the reader and the control loop.
+type Session struct {
+	cfg    Config
+	log    *slog.Logger
+	tr     *tracer.Tracer
+	cache  *symbolize.Cache
+	rec    *recording.Writer
+	model  *model.Model
+	events atomic.Uint64
+	lost   atomic.Uint64
+
+	mu      sync.Mutex // guards targets
+	targets map[int]*target
+	rescan  chan int
+}
+
+// Run records until ctx is done, the duration passes, or every target exits.
+func Run(ctx context.Context, cfg Config) (*Outcome, error) {
+	if len(cfg.PIDs) == 0 && len(cfg.Command) == 0 {
+		return nil, errors.New("nothing to trace: give -p PID or a command after --")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Stdout == nil {
+		cfg.Stdout = os.Stdout
+	}
+	if cfg.Stderr == nil {
+		cfg.Stderr = os.Stderr
+	}
+	// Validate targets before loading anything.
+	for _, pid := range cfg.PIDs {
+		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) || pid <= 0 {
+			return nil, fmt.Errorf("process %d does not exist: check the PID (ps -ef | grep ...)", pid)
+		}
+	}
+	tr, err := tracer.New(tracer.Config{RingBufferBytes: cfg.RingBufferBytes, Stacks: cfg.Stacks, Logger: cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
+	defer tr.Close()
+
+	s := &Session{cfg: cfg, log: cfg.Logger, tr: tr, cache: symbolize.NewCache(512),
+		targets: map[int]*target{}, rescan: make(chan int, 256)}
+	if cfg.Recording != nil {
+		s.rec, err = recording.NewWriter(cfg.Recording, recordingHeader(cfg))
+		if err != nil {
+			return nil, err
+		}
+	}
+	s.model = model.New(s.modelOptions())
+	return s.run(ctx)
+}
+
+func recordingHeader(cfg Config) recording.Header {
+	h := recording.NewHeader("cudatap", WallOffset())
+	h.Host, _ = os.Hostname()
+	h.Kernel = readTrim("/proc/sys/kernel/osrelease")
+	h.Command = cfg.Command
+	return h
+}
+
+// WallOffset measures unix_ns - monotonic_ns now.
+func WallOffset() int64 {
+	var ts unix.Timespec
+	// CLOCK_MONOTONIC, as bpf_ktime_get_ns reads it.
+	unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	wall := time.Now().UnixNano()
+	return wall - ts.Nano()
+}
+
+func (s *Session) modelOptions() model.Options {
+	return model.Options{
+		ProcessInfo: func(pid uint32) model.ProcessInfo {
+			info := readProcessInfo(pid)
+			s.mu.Lock()
+			if t := s.targets[int(pid)]; t != nil {
+				seen := map[string]bool{}
+				for _, a := range t.attached {
+					if !seen[a.Library.Path] {
+						seen[a.Library.Path] = true
+						info.Libraries = append(info.Libraries, a.Library.Path)
+					}
+				}
+				sort.Strings(info.Libraries)
+			}
+			s.mu.Unlock()
+			if s.rec != nil {
+				s.rec.Process(pid, info)
+			}
+			return info
+		},
+		ThreadName: func(pid, tid uint32) string {
+			name := readThreadName(pid, tid)
+			if s.rec != nil {
+				s.rec.Thread(pid, tid, name)
+			}
+			return name
+		},
+		KernelName: func(pid uint32, addr uint64) string {
+			f := s.symbolizeAddr(pid, addr)
+			if s.rec != nil {
+				s.rec.Kernel(pid, addr, f.Raw)
+			}
+			return f.Raw
+		},
+		FrameName: func(pid uint32, addr uint64) string {
+			f := s.symbolizeAddr(pid, addr)
+			name := ""
+			if f.Raw != "" {
+				name = f.Function
+				if f.Object != "" {
+					name += " (" + filepath.Base(f.Object) + ")"
+				}
+			}
+			if s.rec != nil {
+				s.rec.Frame(pid, addr, name)
+			}
+			return name
+		},
+	}
+}
+
+// symbolizeAddr resolves an address of a live process; it refreshes the
+// process's mappings once when the address falls outside every known one
+// (a library loaded since the last look).
+func (s *Session) symbolizeAddr(pid uint32, addr uint64) symbolize.Frame {
+	s.mu.Lock()
+	t := s.targets[int(pid)]
+	s.mu.Unlock()
+	if t == nil {
+		return symbolize.Frame{Addr: addr}
+	}
+	if t.symbolize == nil {
+		p, err := symbolize.NewProcess(int(pid), s.cache)
+		if err != nil {
+			return symbolize.Frame{Addr: addr}
+		}
+		t.symbolize = p
+	}
+	f := t.symbolize.Symbolize(addr)
+	if f.Raw == "" && f.Object == "" {
+		if t.symbolize.Refresh() == nil {
+			f = t.symbolize.Symbolize(addr)
+		}
+	}
+	return f
+}
+
+func (s *Session) run(ctx context.Context) (*Outcome, error) {
+	out := &Outcome{ExitCode: -1}
+	var child *launched
+	if len(s.cfg.Command) > 0 {
+		var err error
+		child, err = s.launch()
+		if err != nil {
+			s.closeAll()
+			return nil, err
+		}
+	}
+	for _, pid := range s.cfg.PIDs {
+		if err := s.attachProcess(pid, false, true); err != nil {
+			s.closeAll()
+			return nil, err
+		}
+	}
+	// Processes that make no call while traced still appear in every output.
+	for _, pid := range s.livePIDs() {
+		s.model.AddProcess(uint32(pid))
+	}
+	if s.cfg.OnAttached != nil {
+		s.cfg.OnAttached(len(s.targets))
+	}
+
+	readerDone := make(chan error, 1)
+	go func() { readerDone <- s.tr.Read(s.handleRecord) }()
+
+	var deadline <-chan time.Time
+	if s.cfg.Duration > 0 {
+		tm := time.NewTimer(s.cfg.Duration)
+		defer tm.Stop()
+		deadline = tm.C
+	}
+	var childExited <-chan struct{}
+	if child != nil {
+		childExited = child.done
+	}
+	liveness := time.NewTicker(100 * time.Millisecond)
+	defer liveness.Stop()
+	status := time.NewTicker(time.Second)
+	defer status.Stop()
+	start := time.Now()
+	var lastEvents uint64
+	lastStatus := start
+
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			break loop
+		case <-deadline:
+			break loop
+		case <-childExited:
+			childExited = nil
+			s.markExited(child.pid)
+			if s.allExited() {
+				break loop
+			}
+		case pid := <-s.rescan:
+			s.handleRescan(pid)
+		case <-liveness.C:
+			for _, pid := range s.livePIDs() {
+				if child != nil && pid == child.pid {
+					continue // reaped by its own waiter
+				}
+				if !alive(pid) {
+					s.markExited(pid)
+				}
+			}
+			if s.allExited() {
+				break loop
+			}
+		case now := <-status.C:
+			s.sweep()
+			if s.cfg.OnStatus != nil {
+				ev := s.events.Load()
+				dt := now.Sub(lastStatus).Seconds()
+				st := Status{Elapsed: now.Sub(start), Processes: len(s.livePIDs()), Events: ev,
+					EventsPerSec: float64(ev-lastEvents) / dt, Lost: s.lostNow()}
+				if s.rec != nil {
+					st.Bytes = s.rec.Size()
+				}
+				s.cfg.OnStatus(st)
+				lastEvents, lastStatus = ev, now
+			}
+		}
+	}
+
+	// Stop: detach first so nothing new arrives, then drain what is queued.
+	s.closeAll()
+	s.tr.Drain()
+	if err := <-readerDone; err != nil {
+		return nil, err
+	}
+	if st, err := s.tr.Stats(); err == nil {
+		s.model.SetKernelStats(st.Submitted, st.RingbufFull, st.InflightFull, st.OrphanReturns, st.ReadFaults)
+	}
+	if child != nil {
+		out.ExitCode = child.stop()
+	}
+	res := s.model.Finish()
+	res.WallOffsetNs = WallOffset()
+	out.Result = res
+	s.mu.Lock()
+	out.Attached = s.attachedSummary()
+	s.mu.Unlock()
+	if s.rec != nil {
+		s.rec.Drops(res.Drops)
+		if err := s.rec.Close(); err != nil {
+			return out, err
+		}
+	}
+	return out, nil
+}
+
+// handleRecord runs on the reader goroutine, the only one touching the model.
+func (s *Session) handleRecord(raw []byte) {
+	var ev event.Event
+	if err := event.Decode(raw, &ev); err != nil {
+		s.model.DecodeError()
+		s.lost.Add(1)
+		return
+	}
+	if ev.API() == event.LibraryLoad {
+		s.model.Auxiliary()
+		if s.rec != nil {
+			s.rec.Event(raw)
+		}
+		select {
+		case s.rescan <- int(ev.PID):
+		default:
+			// The control loop is behind; its periodic sweep catches up.
+			if ev.Cookie&event.CookieStop != 0 {
+				syscall.Kill(int(ev.PID), syscall.SIGCONT)
+			}
+		}
+		return
+	}
+	s.model.Handle(&ev)
+	if s.rec != nil {
+		s.rec.Event(raw)
+	}
+	s.events.Add(1)
+}
+
+func (s *Session) lostNow() uint64 {
+	st, err := s.tr.Stats()
+	if err != nil {
+		return s.lost.Load()
+	}
+	return s.lost.Load() + st.RingbufFull + st.InflightFull + st.OrphanReturns
+}
+
+// attachProcess discovers and hooks the CUDA libraries of pid. With
+// required, a process without CUDA is an error (unless WaitForCUDA).
+func (s *Session) attachProcess(pid int, stopOnLoad, required bool) error {
+	d, err := tracer.Discover(pid, s.cache)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	t := s.targets[pid]
+	if t == nil {
+		t = &target{pid: pid, attached: map[string]*tracer.Attachment{}, stopOnLd: stopOnLoad}
+		s.targets[pid] = t
+	}
+	s.mu.Unlock()
+	if d.LdSo != nil && t.loader == nil {
+		a, err := s.tr.AttachLoader(pid, d.LdSo, stopOnLoad)
+		if err != nil {
+			s.log.Warn("cannot watch library loads; new CUDA libraries are found by the once-a-second sweep", "pid", pid, "err", err)
+		} else {
+			t.loader = a
+		}
+	}
+	if len(d.Libraries) == 0 && required && !s.cfg.WaitForCUDA && len(s.cfg.Command) == 0 {
+		return d.NoCUDAError()
+	}
+	for i := range d.Libraries {
+		lib := &d.Libraries[i]
+		if _, ok := t.attached[lib.Key()+lib.Layer.String()]; ok {
+			continue
+		}
+		a, err := s.tr.Attach(pid, lib)
+		if err != nil {
+			if errors.Is(err, tracer.ErrNoProcess) {
+				t.exited = true
+				return nil // exited while we attached: trace what was seen
+			}
+			return err
+		}
+		s.log.Info("attached", "pid", pid, "library", lib.Path, "layer", lib.Layer.String(), "symbols", len(a.Hooked), "missing", len(a.Missing))
+		s.mu.Lock()
+		t.attached[lib.Key()+lib.Layer.String()] = a
+		s.mu.Unlock()
+	}
+	t.mapsHash = mapsHash(pid)
+	return nil
+}
+
+// handleRescan reacts to the dynamic linker hook.
+func (s *Session) handleRescan(pid int) {
+	s.mu.Lock()
+	t := s.targets[pid]
+	s.mu.Unlock()
+	if t == nil || t.exited {
+		return
+	}
+	if err := s.attachProcess(pid, t.stopOnLd, false); err != nil {
+		s.log.Warn("rescan after library load failed", "pid", pid, "err", err)
+	}
+	if t.stopOnLd {
+		syscall.Kill(pid, syscall.SIGCONT)
+	}
+}
+
+// sweep rescans targets whose memory map changed: a backstop for loads the
+// linker hook cannot see (a process without ld.so, a missed record).
+func (s *Session) sweep() {
+	for _, pid := range s.livePIDs() {
+		s.mu.Lock()
+		t := s.targets[pid]
+		s.mu.Unlock()
+		if h := mapsHash(pid); h != 0 && h != t.mapsHash {
+			if err := s.attachProcess(pid, t.stopOnLd, false); err != nil {
+				s.log.Debug("sweep", "pid", pid, "err", err)
+			}
+		}
+	}
+}
+
+func mapsHash(pid int) uint64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
+	if err != nil {
+		return 0
+	}
+	h := fnv.New64a()
+	h.Write(b)
+	return h.Sum64()
+}
+
+func (s *Session) livePIDs() []int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var pids []int
+	for pid, t := range s.targets {
+		if !t.exited {
+			pids = append(pids, pid)
+		}
+	}
+	sort.Ints(pids)
+	return pids
+}
+
+func (s *Session) markExited(pid int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if t := s.targets[pid]; t != nil && !t.exited {
+		t.exited = true
+		// The probes die with the process's memory; release the links now.
+		for _, a := range t.attached {
+			a.Close()
+		}
+		if t.loader != nil {
+			t.loader.Close()
+		}
+	}
+}
+
+func (s *Session) allExited() bool {
+	return len(s.livePIDs()) == 0
+}
+
+func (s *Session) closeAll() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, t := range s.targets {
+		for _, a := range t.attached {
+			a.Close()
+		}
+		if t.loader != nil {
+			t.loader.Close()
+		}
+	}
+}
+
+func (s *Session) attachedSummary() []Attached {
+	var out []Attached
+	for pid, t := range s.targets {
+		at := Attached{PID: pid}
+		for _, a := range t.attached {
+			at.Libraries = append(at.Libraries, a.Library)
+			at.Hooked += len(a.Hooked)
+			at.Missing = append(at.Missing, a.Missing...)
+		}
+		sort.Slice(at.Libraries, func(i, j int) bool { return at.Libraries[i].Path < at.Libraries[j].Path })
+		sort.Strings(at.Missing)
+		out = append(out, at)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].PID < out[j].PID })
+	return out
+}
+
+// alive reports whether pid exists and is not a zombie.
+func alive(pid int) bool {
+	if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+		return false
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// The state follows the last ')' of the comm field.
+	for i := len(b) - 1; i >= 0; i-- {
+		if b[i] == ')' {
+			return i+2 < len(b) && b[i+2] != 'Z' && b[i+2] != 'X'
+		}
+	}
+	return true
+}

@@ -1,0 +1,313 @@
+package session
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cudatap/cudatap/internal/sim"
+	"github.com/cudatap/cudatap/internal/testutil"
+	"github.com/cudatap/cudatap/tracer"
+	"github.com/cudatap/cudatap/tracer/event"
+	"github.com/cudatap/cudatap/tracer/model"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	testutil.CleanupSim()
+	os.Exit(code)
+}
+
+// hooked reports whether cudatap probes the symbol (it never hooks
+// cudaGetDevice, cudaGetLastError or cudaSetDevice).
+func hooked(sym string) bool {
+	for _, s := range event.Specs(event.Runtime) {
+		for _, x := range s.Symbols {
+			if x == sym {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// countsBySymbol counts the modeled calls per exact symbol.
+func countsBySymbol(res *model.Result, pid int) map[string]int {
+	got := map[string]int{}
+	for _, p := range res.Processes {
+		if int(p.PID) != pid {
+			continue
+		}
+		for i := range p.Calls {
+			got[p.Calls[i].SymbolName()]++
+		}
+	}
+	return got
+}
+
+func checkCounts(t *testing.T, res *model.Result, rep *sim.Report) {
+	t.Helper()
+	got := countsBySymbol(res, rep.PID)
+	for sym, want := range rep.Calls {
+		if !hooked(sym) {
+			if got[sym] != 0 {
+				t.Errorf("%s: traced %d calls of a symbol that is not hooked", sym, got[sym])
+			}
+			continue
+		}
+		if got[sym] != want {
+			t.Errorf("%s: traced %d calls, the workload made %d", sym, got[sym], want)
+		}
+	}
+	for sym, n := range got {
+		if _, ok := rep.Calls[sym]; !ok {
+			t.Errorf("%s: traced %d calls the workload never made", sym, n)
+		}
+	}
+	if lost := res.Drops.Lost(); lost != 0 || res.Drops.ReadFaults != 0 {
+		t.Errorf("drops: %+v, want none", res.Drops)
+	}
+	if res.Drops.Submitted != res.Drops.Received {
+		t.Errorf("BPF submitted %d records, user space received %d", res.Drops.Submitted, res.Drops.Received)
+	}
+}
+
+// launch runs a command under a session to completion.
+func launch(t *testing.T, stacks tracer.StackMode, args ...string) (*Outcome, *sim.Report) {
+	t.Helper()
+	var stdout strings.Builder
+	out, err := Run(context.Background(), Config{Command: args, Stacks: stacks, Stdout: &stdout, Stderr: os.Stderr, Duration: time.Minute})
+	if err != nil {
+		t.Fatalf("record %v: %v", args, err)
+	}
+	if out.ExitCode != 0 {
+		t.Fatalf("%v exited %d; output:\n%s", args, out.ExitCode, stdout.String())
+	}
+	rep, err := sim.ParseReport([]byte(stdout.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out, rep
+}
+
+func TestLaunchEveryAPIExactCounts(t *testing.T) {
+	testutil.RequireRoot(t)
+	b := testutil.Sim(t)
+	out, rep := launch(t, tracer.StacksSync, b.Workload, "--scenario", "all")
+	checkCounts(t, out.Result, rep)
+	if len(out.Attached) != 1 || len(out.Attached[0].Libraries) != 1 || out.Attached[0].Libraries[0].Path != b.Runtime {
+		t.Errorf("attached %+v, want only %s", out.Attached, b.Runtime)
+	}
+}
+
+// TestArguments checks decoded argument values against the "all" scenario's
+// documented constants.
+func TestArguments(t *testing.T) {
+	testutil.RequireRoot(t)
+	b := testutil.Sim(t)
+	out, rep := launch(t, tracer.StacksNone, b.Workload, "--scenario", "all")
+	p := out.Result.Processes[0]
+	if int(p.PID) != rep.PID {
+		t.Fatalf("process %d, workload says %d", p.PID, rep.PID)
+	}
+	seen := map[string]bool{}
+	for i := range p.Calls {
+		c := &p.Calls[i]
+		a := c.Args
+		sym := c.SymbolName()
+		switch sym {
+		case "cudaLaunchKernel", "cudaLaunchCooperativeKernel", "cudaLaunchKernelExC":
+			// Every "all" launch but the poll target (no shared memory) uses these values.
+			if a.Grid == (event.Dim3{X: 7, Y: 3, Z: 2}) && a.Block == (event.Dim3{X: 128, Y: 2, Z: 1}) && a.SharedMem == 4096 {
+				seen[sym] = true
+			} else if a.SharedMem != 0 {
+				t.Errorf("%s: grid %v block %v smem %d", sym, a.Grid, a.Block, a.SharedMem)
+			}
+			if name := p.Kernels[a.Func]; !strings.HasPrefix(name, "sim_") {
+				t.Errorf("%s: kernel stub %#x named %q, want a sim_*_kernel symbol", sym, a.Func, name)
+			}
+		case "cudaMemcpyAsync":
+			if a.Bytes != 64<<10 || a.Kind != event.HostToDevice {
+				t.Errorf("%s: bytes %d kind %v", sym, a.Bytes, a.Kind)
+			}
+			seen[sym] = true
+		case "cudaMemcpy2DAsync":
+			if a.Bytes != 256*16 || a.Kind != event.HostToDevice {
+				t.Errorf("%s: bytes %d kind %v", sym, a.Bytes, a.Kind)
+			}
+			seen[sym] = true
+		case "cudaStreamCreateWithPriority":
+			s := p.Streams[c.Stream]
+			if !s.NonBlocking || s.Priority != -1 || s.Kind != model.StreamCreated {
+				t.Errorf("%s: stream %+v", sym, s)
+			}
+			seen[sym] = true
+		case "cudaGraphLaunch":
+			if a.Ptr != 0x6a6a0001 {
+				t.Errorf("%s: graph %#x", sym, a.Ptr)
+			}
+			seen[sym] = true
+		}
+	}
+	for _, sym := range []string{"cudaLaunchKernel", "cudaLaunchCooperativeKernel", "cudaLaunchKernelExC", "cudaMemcpyAsync", "cudaMemcpy2DAsync", "cudaStreamCreateWithPriority", "cudaGraphLaunch"} {
+		if !seen[sym] {
+			t.Errorf("no %s call traced", sym)
+		}
+	}
+}
+
+// TestAttachRunningProcess attaches by PID to a process that is already running.
+func TestAttachRunningProcess(t *testing.T) {
+	testutil.RequireRoot(t)
+	b := testutil.Sim(t)
+	testAttach(t, exec.Command(b.Workload, "--wait-stdin", "--scenario", "basic", "--iters", "30", "--streams", "3"), func(out *Outcome, rep *sim.Report) {
+		p := out.Result.Processes[0]
+		// basic: 3 created streams + legacy; syncs of each kind it makes.
+		created := 0
+		for _, s := range p.Streams {
+			if s.Kind == model.StreamCreated {
+				created++
+			}
+		}
+		if created != 3 {
+			t.Errorf("created streams: %d, want 3", created)
+		}
+		kinds := map[model.SyncKind]int{}
+		for _, s := range p.Syncs {
+			kinds[s.Kind]++
+		}
+		if kinds[model.SyncPageableMemcpy] != 30 || kinds[model.SyncStream] != 3 || kinds[model.SyncDevice] != 1 {
+			t.Errorf("sync kinds %v: want 30 pageable copies, 3 stream syncs, 1 device sync", kinds)
+		}
+		if len(p.Deps) != 30 {
+			t.Errorf("dependencies: %d, want 30 record→wait edges", len(p.Deps))
+		}
+	})
+}
+
+// testAttach starts cmd (which prints "ready PID" and waits for a line on
+// stdin), attaches, lets it run, and checks counts when it exits.
+func testAttach(t *testing.T, cmd *exec.Cmd, check func(*Outcome, *sim.Report)) {
+	t.Helper()
+	stdin, _ := cmd.StdinPipe()
+	stdoutPipe, _ := cmd.StdoutPipe()
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	br := bufio.NewReader(stdoutPipe)
+	line, err := br.ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "ready ") {
+		t.Fatalf("workload did not get ready: %q %v", line, err)
+	}
+	attached := make(chan struct{})
+	type result struct {
+		out *Outcome
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		out, err := Run(context.Background(), Config{PIDs: []int{cmd.Process.Pid}, Stacks: tracer.StacksSync, Duration: time.Minute,
+			OnAttached: func(int) { close(attached) }})
+		done <- result{out, err}
+	}()
+	select {
+	case <-attached:
+	case r := <-done:
+		t.Fatalf("record ended before attaching: %v", r.err)
+	}
+	fmt.Fprintln(stdin, "go")
+	rest, _ := io.ReadAll(br)
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("workload: %v\n%s", err, rest)
+	}
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	rep, err := sim.ParseReport(rest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkCounts(t, r.out.Result, rep)
+	if check != nil {
+		check(r.out, rep)
+	}
+}
+
+// TestStaticRuntime traces an executable with the runtime linked in (symbols
+// only in .symtab).
+func TestStaticRuntime(t *testing.T) {
+	testutil.RequireRoot(t)
+	b := testutil.Sim(t)
+	out, rep := launch(t, tracer.StacksSync, b.StaticWorkload, "--scenario", "basic", "--iters", "20")
+	checkCounts(t, out.Result, rep)
+	libs := out.Attached[0].Libraries
+	if len(libs) != 1 || !libs[0].Static || libs[0].Path != b.StaticWorkload {
+		t.Errorf("attached %+v, want the static executable", libs)
+	}
+}
+
+// TestHashedLibraryLoadedLate traces a vendored runtime with a hashed name
+// that the process dlopen()s after it started.
+func TestHashedLibraryLoadedLate(t *testing.T) {
+	testutil.RequireRoot(t)
+	b := testutil.Sim(t)
+	out, rep := launch(t, tracer.StacksSync, b.DlopenWorkload, "--dlopen", b.HashedRuntime, "--sleep-ms", "50", "--scenario", "all")
+	checkCounts(t, out.Result, rep)
+	if libs := out.Attached[0].Libraries; len(libs) != 1 || libs[0].Path != b.HashedRuntime {
+		t.Errorf("attached %+v, want %s", libs, b.HashedRuntime)
+	}
+}
+
+// TestOtherMountNamespace attaches to a process whose runtime lives at a
+// path that exists only inside its own mount namespace.
+func TestOtherMountNamespace(t *testing.T) {
+	testutil.RequireRoot(t)
+	if _, err := exec.LookPath("unshare"); err != nil {
+		t.Skip("unshare not installed")
+	}
+	b := testutil.Sim(t)
+	dir := "/tmp/cudatap-ns-only"
+	script := fmt.Sprintf(`mkdir -p %[1]s && mount -t tmpfs none %[1]s && cp %[2]s %[3]s %[1]s/ && exec %[1]s/workload --wait-stdin --scenario basic --iters 10`,
+		dir, b.Workload, b.Runtime)
+	cmd := exec.Command("unshare", "-m", "--propagation", "private", "sh", "-c", script)
+	testAttach(t, cmd, func(out *Outcome, _ *sim.Report) {
+		libs := out.Attached[0].Libraries
+		if len(libs) != 1 || libs[0].Path != dir+"/libcudart.so.13" {
+			t.Errorf("attached %+v", libs)
+		}
+		if _, err := os.Stat(dir + "/libcudart.so.13"); err == nil {
+			t.Errorf("%s is visible on the host: the test proves nothing", dir)
+		}
+	})
+}
+
+// TestNoCUDA explains which mappings were searched.
+func TestNoCUDA(t *testing.T) {
+	testutil.RequireRoot(t)
+	cmd := exec.Command("sleep", "30")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	time.Sleep(50 * time.Millisecond)
+	_, err := Run(context.Background(), Config{PIDs: []int{cmd.Process.Pid}})
+	if err == nil || !strings.Contains(err.Error(), "no CUDA") || !strings.Contains(err.Error(), "searched") {
+		t.Fatalf("err = %v, want a no-CUDA error listing the searched mappings", err)
+	}
+}
+
+func TestNoSuchProcess(t *testing.T) {
+	_, err := Run(context.Background(), Config{PIDs: []int{1 << 30}})
+	if err == nil || !strings.Contains(err.Error(), "does not exist") {
+		t.Fatalf("err = %v", err)
+	}
+}

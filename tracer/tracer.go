@@ -1,0 +1,170 @@
+// Package tracer loads cudatap's BPF programs, attaches them to the CUDA
+// libraries of target processes and reads the events they write. It is the
+// only package that touches cilium/ebpf.
+package tracer
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/features"
+	"github.com/cilium/ebpf/ringbuf"
+	"github.com/cilium/ebpf/rlimit"
+)
+
+// StackMode says on which calls the user stack is captured.
+type StackMode uint8
+
+const (
+	StacksNone StackMode = iota
+	StacksSync           // on calls that may block the host (the default)
+	StacksAll            // on every call
+)
+
+// Config of a Tracer.
+type Config struct {
+	RingBufferBytes int // power of two, ≥ page size; 0 = 16 MiB
+	Stacks          StackMode
+	Logger          *slog.Logger
+}
+
+// Stats are the BPF side's counters, summed over CPUs.
+type Stats struct {
+	Submitted     uint64
+	RingbufFull   uint64
+	InflightFull  uint64
+	OrphanReturns uint64
+	ReadFaults    uint64
+}
+
+// programs is the set of programs one kernel variant uses.
+type programs struct {
+	entry, ret, ldso *ebpf.Program
+}
+
+// Tracer owns the loaded BPF objects and the ring-buffer reader.
+type Tracer struct {
+	cfg    Config
+	log    *slog.Logger
+	maps   cudatapMaps
+	progs  programs
+	multi  bool // uprobe_multi links available
+	reader *ringbuf.Reader
+	coll   *ebpf.Collection
+}
+
+// New loads the BPF programs. It fails with an explanation when the process
+// lacks privileges or the kernel lacks BTF/uprobe support.
+func New(cfg Config) (*Tracer, error) {
+	if cfg.RingBufferBytes == 0 {
+		cfg.RingBufferBytes = 16 << 20
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if err := CheckPrivileges(); err != nil {
+		return nil, err
+	}
+	if problems := KernelSupport(); len(problems) > 0 {
+		return nil, fmt.Errorf("this kernel cannot run cudatap: %s", strings.Join(problems, "; "))
+	}
+	// Kernels before 5.11 charge BPF memory to RLIMIT_MEMLOCK.
+	if err := rlimit.RemoveMemlock(); err != nil {
+		cfg.Logger.Debug("raise RLIMIT_MEMLOCK", "err", err)
+	}
+	spec, err := loadCudatap()
+	if err != nil {
+		return nil, fmt.Errorf("parse embedded BPF object: %w", err)
+	}
+	spec.Maps["events"].MaxEntries = uint32(cfg.RingBufferBytes)
+
+	t := &Tracer{cfg: cfg, log: cfg.Logger}
+	t.multi = features.HaveBPFLinkUprobeMulti() == nil
+	names := [3]string{"cuda_entry", "cuda_return", "ldso"}
+	if t.multi {
+		names = [3]string{"cuda_entry_multi", "cuda_return_multi", "ldso_multi"}
+	}
+	for name := range spec.Programs {
+		if name != names[0] && name != names[1] && name != names[2] {
+			delete(spec.Programs, name)
+		}
+	}
+	coll, err := ebpf.NewCollection(spec)
+	if err != nil {
+		var ve *ebpf.VerifierError
+		if errors.As(err, &ve) {
+			return nil, fmt.Errorf("load BPF programs (verifier): %+v", ve)
+		}
+		return nil, fmt.Errorf("load BPF programs: %w (run `cudatap doctor` to check kernel support)", err)
+	}
+	t.coll = coll
+	t.progs = programs{entry: coll.Programs[names[0]], ret: coll.Programs[names[1]], ldso: coll.Programs[names[2]]}
+	t.maps = cudatapMaps{Events: coll.Maps["events"], Stats: coll.Maps["stats"], Inflight: coll.Maps["inflight"], Scratch: coll.Maps["scratch"]}
+
+	t.reader, err = ringbuf.NewReader(t.maps.Events)
+	if err != nil {
+		t.Close()
+		return nil, fmt.Errorf("open ring buffer: %w", err)
+	}
+	return t, nil
+}
+
+// UprobeMulti reports whether attachments use uprobe_multi links.
+func (t *Tracer) UprobeMulti() bool { return t.multi }
+
+// Stats reads the per-CPU counters.
+func (t *Tracer) Stats() (Stats, error) {
+	var s Stats
+	fields := []*uint64{&s.Submitted, &s.RingbufFull, &s.InflightFull, &s.OrphanReturns, &s.ReadFaults}
+	for i, f := range fields {
+		var perCPU []uint64
+		if err := t.maps.Stats.Lookup(uint32(i), &perCPU); err != nil {
+			return s, fmt.Errorf("read BPF stats: %w", err)
+		}
+		for _, v := range perCPU {
+			*f += v
+		}
+	}
+	return s, nil
+}
+
+// Read calls fn with every record until Drain or Close. The slice passed to
+// fn is reused: fn must not keep it.
+func (t *Tracer) Read(fn func(raw []byte)) error {
+	var rec ringbuf.Record
+	for {
+		err := t.reader.ReadInto(&rec)
+		switch {
+		case err == nil:
+			fn(rec.RawSample)
+		case errors.Is(err, ringbuf.ErrClosed):
+			return nil
+		case errors.Is(err, ringbuf.ErrFlushed):
+			return nil
+		default:
+			return fmt.Errorf("read ring buffer: %w", err)
+		}
+	}
+}
+
+// Drain makes Read return once every record already in the ring buffer has
+// been delivered. Detach all probes first so that nothing new arrives.
+func (t *Tracer) Drain() error { return t.reader.Flush() }
+
+// Pending is the number of unread bytes in the ring buffer.
+func (t *Tracer) Pending() int { return t.reader.AvailableBytes() }
+
+// Close releases the reader and the BPF objects (links are closed by their
+// Attachments).
+func (t *Tracer) Close() error {
+	if t.reader != nil {
+		t.reader.Close()
+	}
+	if t.coll != nil {
+		t.coll.Close()
+	}
+	return nil
+}
