@@ -1,0 +1,48 @@
+# cudatap — see README.md. Tests and the demo need root (real uprobes).
+GO      ?= go
+BIN     ?= bin/cudatap
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# clang for `make generate`: Debian's clang-19 (or clang-16)
+BPF_CLANG ?= $(shell command -v clang-19 || command -v clang-16 || command -v clang)
+BPF_STRIP ?= $(shell command -v llvm-strip-19 || command -v llvm-strip-16 || command -v llvm-strip)
+
+.PHONY: all build demo test test-short bench generate check-generate vet gpu-check clean
+
+all: build
+
+build:
+	CGO_ENABLED=1 $(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/cudatap
+
+demo: build
+	./$(BIN) demo
+
+# Everything, including the root tests with real uprobes.
+test:
+	$(GO) vet ./...
+	$(GO) test -count=1 ./...
+
+# Without root: unit tests only (root tests skip with a message).
+test-short:
+	$(GO) test -short ./...
+
+# Decode + model throughput and tracing overhead; the README quotes these.
+bench:
+	$(GO) test -run '^$$' -bench 'DecodeAndModel|ModelHandle' -benchmem ./tracer/model/
+	$(GO) test -run '^$$' -bench 'LaunchOverhead' -benchtime 1x ./tracer/session/
+
+generate:
+	cd tracer && BPF_CLANG=$(BPF_CLANG) BPF_STRIP=$(BPF_STRIP) $(GO) generate ./...
+
+# CI: the committed BPF objects must be what the sources produce.
+check-generate: generate
+	git diff --exit-code -- tracer/ bpf/ || (echo "generated BPF objects are stale: run make generate and commit" >&2; exit 1)
+
+vet:
+	$(GO) vet ./...
+
+# On a GPU machine: compare cudatap's syncs with PyTorch's sync debug mode.
+gpu-check: build
+	./testdata/gpu/gpu-check.sh ./$(BIN)
+
+clean:
+	rm -rf bin

@@ -1,0 +1,195 @@
+package main
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/pprof/profile"
+
+	"github.com/cudatap/cudatap/internal/testutil"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	testutil.CleanupSim()
+	os.Exit(code)
+}
+
+// run executes the CLI in-process and returns stdout, stderr and the error.
+func run(t *testing.T, args ...string) (string, string, error) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	root := newRootCmd()
+	root.SetArgs(args)
+	root.SetOut(&stdout)
+	root.SetErr(&stderr)
+	err := root.ExecuteContext(context.Background())
+	return stdout.String(), stderr.String(), err
+}
+
+type chromeTrace struct {
+	TraceEvents []map[string]any `json:"traceEvents"`
+	Cudatap     map[string]any   `json:"cudatap"`
+}
+
+func readChrome(t *testing.T, path string) chromeTrace {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.HasSuffix(path, ".gz") {
+		zr, err := gzip.NewReader(bytes.NewReader(b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var buf bytes.Buffer
+		buf.ReadFrom(zr)
+		b = buf.Bytes()
+	}
+	var tr chromeTrace
+	if err := json.Unmarshal(b, &tr); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return tr
+}
+
+func countRuntimeSlices(tr chromeTrace, name string) int {
+	n := 0
+	for _, e := range tr.TraceEvents {
+		if e["ph"] == "X" && e["cat"] == "cuda_runtime" && e["name"] == name {
+			n++
+		}
+	}
+	return n
+}
+
+// TestRecordThenExport launches the simulated workload under `record`,
+// writing every format, then rebuilds the outputs from the recording with
+// `export` and checks both agree.
+func TestRecordThenExport(t *testing.T) {
+	testutil.RequireRoot(t)
+	b := testutil.Sim(t)
+	dir := t.TempDir()
+	trace, prof, rec := filepath.Join(dir, "t.json"), filepath.Join(dir, "p.pb.gz"), filepath.Join(dir, "r.cudatap")
+	stdout, stderr, err := run(t, "record", "-o", trace, "-o", prof, "-o", rec, "--", b.Workload, "--scenario", "basic", "--iters", "20")
+	if err != nil {
+		t.Fatalf("record: %v\n%s", err, stderr)
+	}
+	if !strings.Contains(stderr, "attached to 1 process(es)") {
+		t.Errorf("stderr lacks the attach line:\n%s", stderr)
+	}
+	if strings.Contains(stderr, "\r") {
+		t.Errorf("status line printed although stderr is not a terminal")
+	}
+	for _, want := range []string{"dropped events: 0", "stream 0 (legacy default)", "pageable_memcpy"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("summary lacks %q:\n%s", want, stdout)
+		}
+	}
+	live := readChrome(t, trace)
+	// basic with 2 streams: 2 gemm + 1 relu launch per iteration.
+	if n := countRuntimeSlices(live, "cudaLaunchKernel"); n != 60 {
+		t.Errorf("trace has %d cudaLaunchKernel slices, want 60", n)
+	}
+	f, err := os.Open(prof)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := profile.Parse(f)
+	f.Close()
+	if err != nil || p.CheckValid() != nil {
+		t.Fatalf("profile: %v %v", err, p.CheckValid())
+	}
+
+	// export from the recording gives the same trace.
+	trace2 := filepath.Join(dir, "t2.json.gz")
+	stdout2, stderr2, err := run(t, "export", rec, "-o", trace2)
+	if err != nil {
+		t.Fatalf("export: %v\n%s", err, stderr2)
+	}
+	replayed := readChrome(t, trace2)
+	if len(replayed.TraceEvents) != len(live.TraceEvents) {
+		t.Errorf("export has %d trace events, record wrote %d", len(replayed.TraceEvents), len(live.TraceEvents))
+	}
+	if stdout2 != stdout {
+		t.Errorf("export summary differs from record's:\n%s\n---\n%s", stdout2, stdout)
+	}
+}
+
+func TestRecordRejectsBadInput(t *testing.T) {
+	dir := t.TempDir()
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"record"}, "nothing to trace"},
+		{[]string{"record", "-p", "1", "-o", filepath.Join(dir, "no/such/dir/t.json")}, "cannot write output"},
+		{[]string{"record", "-p", "1", "-o", filepath.Join(dir, "t.txt")}, "cannot tell the format"},
+		{[]string{"record", "-p", "1", "--stacks", "some"}, "--stacks"},
+		{[]string{"record", "-p", "1073741824"}, "does not exist"},
+		{[]string{"export", filepath.Join(dir, "missing.cudatap"), "-o", filepath.Join(dir, "x.json")}, "open recording"},
+	}
+	for _, c := range cases {
+		_, _, err := run(t, c.args...)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: err = %v, want %q", c.args, err, c.want)
+		}
+	}
+}
+
+func TestExportGarbageAndTruncated(t *testing.T) {
+	dir := t.TempDir()
+	garbage := filepath.Join(dir, "garbage.cudatap")
+	os.WriteFile(garbage, []byte("this is not a recording at all"), 0o644)
+	if _, _, err := run(t, "export", garbage, "-o", filepath.Join(dir, "g.json")); err == nil || !strings.Contains(err.Error(), "not a cudatap recording") {
+		t.Errorf("garbage: err = %v", err)
+	}
+
+	testutil.RequireRoot(t)
+	b := testutil.Sim(t)
+	rec := filepath.Join(dir, "r.cudatap")
+	if _, stderr, err := run(t, "record", "-o", rec, "--", b.Workload, "--iters", "5"); err != nil {
+		t.Fatalf("record: %v\n%s", err, stderr)
+	}
+	full, _ := os.ReadFile(rec)
+	cut := filepath.Join(dir, "cut.cudatap")
+	os.WriteFile(cut, full[:len(full)*2/3], 0o644)
+	out := filepath.Join(dir, "cut.json")
+	stdout, stderr, err := run(t, "export", cut, "-o", out)
+	if err != nil {
+		t.Fatalf("truncated recording should still export: %v", err)
+	}
+	if !strings.Contains(stderr, "truncated") || !strings.Contains(stdout, "dropped events") {
+		t.Errorf("stderr %q / stdout %q", stderr, stdout)
+	}
+	if tr := readChrome(t, out); countRuntimeSlices(tr, "cudaLaunchKernel") == 0 {
+		t.Errorf("no launches exported from the part before the cut")
+	}
+}
+
+func TestDoctor(t *testing.T) {
+	testutil.RequireRoot(t)
+	out, _, err := run(t, "doctor")
+	if err != nil {
+		t.Fatalf("doctor on a machine that traces fine: %v\n%s", err, out)
+	}
+	for _, want := range []string{"privileges", "BTF", "uprobes", "uprobe_multi"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("doctor output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestVersion(t *testing.T) {
+	out, _, err := run(t, "version")
+	if err != nil || !strings.HasPrefix(out, "cudatap ") {
+		t.Fatalf("version: %q %v", out, err)
+	}
+}
