@@ -64,6 +64,21 @@ struct {
 	__type(value, struct inflight);
 } scratch SEC(".maps");
 
+/*
+ * Waking the reader for every record costs more than the record itself (an
+ * irq_work and a context switch per CUDA call). Records are submitted
+ * without a wakeup; the reader polls on a short timer, and only a ring that
+ * is filling up forces a wakeup. Set by the loader.
+ */
+volatile const __u64 wakeup_bytes = 1 << 20;
+
+static __always_inline __u64 wakeup_flags(void)
+{
+	if (bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wakeup_bytes)
+		return BPF_RB_FORCE_WAKEUP;
+	return BPF_RB_NO_WAKEUP;
+}
+
 static __always_inline void count(__u32 which)
 {
 	__u64 *v = bpf_map_lookup_elem(&stats, &which);
@@ -117,7 +132,9 @@ static __always_inline void fill_common(struct event *e, __u64 cookie, __u64 pid
 	e->cookie = cookie;
 	e->pid = pid_tgid >> 32;
 	e->tid = (__u32)pid_tgid;
-	e->cgroup = bpf_get_current_cgroup_id();
+	/* Containers are identified per process from /proc in user space:
+	 * reading the cgroup here would cost every call. */
+	e->cgroup = 0;
 	e->cpu = bpf_get_smp_processor_id();
 	e->nstack = 0;
 	e->_pad = 0;
@@ -165,7 +182,7 @@ static __always_inline int on_entry(struct pt_regs *ctx)
 	__builtin_memset(e->ext, 0, sizeof(e->ext));
 	e->flags = read_args(ctx, cookie, e->args, e->ext);
 	fill_stack(ctx, e, cookie);
-	bpf_ringbuf_submit(e, 0);
+	bpf_ringbuf_submit(e, wakeup_flags());
 	count(STAT_SUBMITTED);
 	return 0;
 }
@@ -207,7 +224,7 @@ static __always_inline int on_return(struct pt_regs *ctx)
 		}
 	}
 	fill_stack(ctx, e, cookie);
-	bpf_ringbuf_submit(e, 0);
+	bpf_ringbuf_submit(e, wakeup_flags());
 	count(STAT_SUBMITTED);
 	return 0;
 }

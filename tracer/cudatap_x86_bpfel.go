@@ -74,6 +74,7 @@ const (
 	cudatapProgLdsoMulti       = "ldso_multi"
 	cudatapVarUnusedEvent      = "unused_event"
 	cudatapVarUnusedStat       = "unused_stat"
+	cudatapVarWakeupBytes      = "wakeup_bytes"
 )
 
 // loadCudatap returns the embedded CollectionSpec for cudatap.
@@ -142,6 +143,7 @@ type cudatapMapSpecs struct {
 type cudatapVariableSpecs struct {
 	UnusedEvent *ebpf.VariableSpec `ebpf:"unused_event"`
 	UnusedStat  *ebpf.VariableSpec `ebpf:"unused_stat"`
+	WakeupBytes *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
 }
 
 // cudatapObjects contains all objects after they have been loaded into the kernel.
@@ -185,6 +187,7 @@ func (m *cudatapMaps) Close() error {
 type cudatapVariables struct {
 	UnusedEvent *ebpf.Variable `ebpf:"unused_event"`
 	UnusedStat  *ebpf.Variable `ebpf:"unused_stat"`
+	WakeupBytes *ebpf.Variable `ebpf:"wakeup_bytes"`
 }
 
 // cudatapPrograms contains all programs after they have been loaded into the kernel.

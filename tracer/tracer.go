@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/features"
@@ -80,6 +82,11 @@ func New(cfg Config) (*Tracer, error) {
 		return nil, fmt.Errorf("parse embedded BPF object: %w", err)
 	}
 	spec.Maps["events"].MaxEntries = uint32(cfg.RingBufferBytes)
+	// Force a wakeup once an eighth of the ring is pending; otherwise the
+	// reader's poll timer picks records up.
+	if err := spec.Variables["wakeup_bytes"].Set(uint64(cfg.RingBufferBytes / 8)); err != nil {
+		return nil, fmt.Errorf("configure BPF programs: %w", err)
+	}
 
 	t := &Tracer{cfg: cfg, log: cfg.Logger}
 	t.multi = features.HaveBPFLinkUprobeMulti() == nil
@@ -131,15 +138,22 @@ func (t *Tracer) Stats() (Stats, error) {
 	return s, nil
 }
 
+// pollInterval bounds how long a record waits in the ring buffer: the BPF
+// side wakes the reader only when the ring fills up.
+const pollInterval = 20 * time.Millisecond
+
 // Read calls fn with every record until Drain or Close. The slice passed to
 // fn is reused: fn must not keep it.
 func (t *Tracer) Read(fn func(raw []byte)) error {
 	var rec ringbuf.Record
 	for {
+		t.reader.SetDeadline(time.Now().Add(pollInterval))
 		err := t.reader.ReadInto(&rec)
 		switch {
 		case err == nil:
 			fn(rec.RawSample)
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			continue
 		case errors.Is(err, ringbuf.ErrClosed):
 			return nil
 		case errors.Is(err, ringbuf.ErrFlushed):

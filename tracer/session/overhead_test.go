@@ -1,0 +1,175 @@
+package session
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/link"
+
+	"github.com/cudatap/cudatap/internal/testutil"
+	"github.com/cudatap/cudatap/symbolize"
+	"github.com/cudatap/cudatap/tracer"
+)
+
+// launchLoop times N cudaLaunchKernel calls of zero-block kernels (zero GPU
+// time in the simulation, so the loop measures the host path alone) and
+// prints ns per launch. It waits for a line on stdin first, so probes can be
+// attached to the running process.
+const launchLoop = `
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include "cuda_sim.h"
+void bench_kernel(void) {}
+int main(int argc, char **argv) {
+	long n = atol(argv[1]);
+	char line[16];
+	printf("ready\n"); fflush(stdout);
+	if (!fgets(line, sizeof line, stdin)) return 1;
+	dim3 zero = {0, 1, 1}, block = {1, 1, 1};
+	struct timespec a, b;
+	clock_gettime(CLOCK_MONOTONIC, &a);
+	for (long i = 0; i < n; i++)
+		cudaLaunchKernel((const void *)bench_kernel, zero, block, NULL, 0, NULL);
+	clock_gettime(CLOCK_MONOTONIC, &b);
+	printf("%.1f\n", ((b.tv_sec - a.tv_sec) * 1e9 + (b.tv_nsec - a.tv_nsec)) / n);
+	return 0;
+}
+`
+
+// BenchmarkLaunchOverhead measures, in the same run and interleaved, the
+// simulated launch loop untraced, with an empty uprobe on cudaLaunchKernel,
+// and traced by cudatap (decode, stream model, recording), and reports
+// cudatap's added cost per call as a ratio to the empty uprobe's.
+func BenchmarkLaunchOverhead(b *testing.B) {
+	testutil.RequireRoot(b)
+	s := testutil.Sim(b)
+	src := filepath.Join(s.Dir, "launchloop.c")
+	bin := filepath.Join(s.Dir, "launchloop")
+	if err := os.WriteFile(src, []byte(launchLoop), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	out, err := exec.Command("cc", "-O2", "-I", s.Dir, "-I", filepath.Join(s.Dir, "csrc"), "-o", bin, src,
+		"-L"+s.Dir, "-l:libcudart.so.13", "-Wl,-rpath,"+s.Dir).CombinedOutput()
+	if err != nil {
+		b.Fatalf("compile: %v\n%s", err, out)
+	}
+	const n = 20000
+	rounds := 5
+	var base, empty, traced []float64
+	for r := 0; r < rounds; r++ {
+		base = append(base, runLoop(b, bin, n, nil))
+		empty = append(empty, runLoop(b, bin, n, attachEmpty))
+		traced = append(traced, runLoop(b, bin, n, attachCudatap))
+	}
+	med := func(v []float64) float64 { slices.Sort(v); return v[len(v)/2] }
+	mb, me, mt := med(base), med(empty), med(traced)
+	b.ReportMetric(mb, "ns/launch-untraced")
+	b.ReportMetric(me, "ns/launch-empty-uprobe")
+	b.ReportMetric(mt, "ns/launch-cudatap")
+	if me > mb {
+		b.ReportMetric((mt-mb)/(me-mb), "cost-ratio-vs-empty-uprobe")
+	}
+}
+
+// runLoop runs the loop once; attach, if given, hooks the waiting process
+// and returns a function that detaches and waits for the tracer to finish.
+func runLoop(b *testing.B, bin string, n int, attach func(testing.TB, int) func()) float64 {
+	cmd := exec.Command(bin, strconv.Itoa(n))
+	stdin, _ := cmd.StdinPipe()
+	var stdout strings.Builder
+	pr, pw, _ := os.Pipe()
+	cmd.Stdout = pw
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	pw.Close()
+	buf := make([]byte, 6)
+	if _, err := pr.Read(buf); err != nil {
+		b.Fatal(err)
+	}
+	var detach func()
+	if attach != nil {
+		detach = attach(b, cmd.Process.Pid)
+	}
+	fmt.Fprintln(stdin, "go")
+	rest := make([]byte, 64)
+	k, _ := pr.Read(rest)
+	stdout.Write(rest[:k])
+	cmd.Wait()
+	if detach != nil {
+		detach()
+	}
+	v, err := strconv.ParseFloat(strings.TrimSpace(stdout.String()), 64)
+	if err != nil {
+		b.Fatalf("loop output %q: %v", stdout.String(), err)
+	}
+	return v
+}
+
+// attachEmpty puts a do-nothing uprobe_multi program on cudaLaunchKernel.
+func attachEmpty(tb testing.TB, pid int) func() {
+	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Type: ebpf.Kprobe, AttachType: ebpf.AttachTraceUprobeMulti, License: "GPL",
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()},
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	d, err := tracer.Discover(pid, symbolize.NewCache(16))
+	if err != nil || len(d.Libraries) == 0 {
+		tb.Fatalf("discover: %v", err)
+	}
+	f, err := symbolize.Open(d.Libraries[0].OpenPath)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	off, err := f.SymbolFileOffset("cudaLaunchKernel")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ex, err := link.OpenExecutable(d.Libraries[0].OpenPath)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	l, err := ex.UprobeMulti(nil, prog, &link.UprobeMultiOptions{Addresses: []uint64{off}, PID: uint32(pid)})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return func() { l.Close(); prog.Close() }
+}
+
+// attachCudatap runs a full recording session on the process.
+func attachCudatap(tb testing.TB, pid int) func() {
+	attached := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		_, err := Run(context.Background(), Config{PIDs: []int{pid}, Stacks: tracer.StacksSync, Duration: time.Minute,
+			Recording: discard{}, OnAttached: func(int) { close(attached) }})
+		done <- err
+	}()
+	select {
+	case <-attached:
+	case err := <-done:
+		tb.Fatalf("record: %v", err)
+	}
+	return func() {
+		if err := <-done; err != nil {
+			tb.Fatal(err)
+		}
+	}
+}
+
+type discard struct{}
+
+func (discard) Write(p []byte) (int, error) { return len(p), nil }
