@@ -140,6 +140,12 @@ static __always_inline void fill_common(struct event *e, __u64 cookie, __u64 pid
 	e->_pad = 0;
 }
 
+/*
+ * The stack of a blocking call: a frame-pointer walk (enough for code built
+ * with frame pointers), plus the registers and a copy of the top of the user
+ * stack so that user space can unwind code built without them (CPython,
+ * PyTorch) with .eh_frame.
+ */
 static __always_inline void fill_stack(struct pt_regs *ctx, struct event *e, __u64 cookie)
 {
 	if (!(cookie & COOKIE_STACK))
@@ -147,6 +153,18 @@ static __always_inline void fill_stack(struct pt_regs *ctx, struct event *e, __u
 	long n = bpf_get_stack(ctx, e->stack, sizeof(e->stack), BPF_F_USER_STACK);
 	if (n > 0)
 		e->nstack = n / 8;
+	e->rip = PT_REGS_IP(ctx);
+	e->rsp = PT_REGS_SP(ctx);
+	e->rbp = ctx->rbp;
+	e->npy = 0;
+	/* A thread's stack may end less than STACK_COPY above rsp. */
+	void *sp = (void *)e->rsp;
+	if (bpf_probe_read_user(e->copy, STACK_COPY, sp) == 0)
+		e->copy_len = STACK_COPY;
+	else if (bpf_probe_read_user(e->copy, STACK_COPY / 4, sp) == 0)
+		e->copy_len = STACK_COPY / 4;
+	else
+		e->copy_len = 0;
 }
 
 static __always_inline int on_entry(struct pt_regs *ctx)

@@ -26,12 +26,15 @@
 #define NARGS 9   /* rdi rsi rdx rcx r8 r9 + up to 3 stack words */
 #define NEXT 6    /* 48 bytes copied from behind argument 0 */
 #define MAX_STACK 32
+#define MAX_PY 24         /* Python frames kept, innermost first */
+#define STACK_COPY 8192   /* bytes of user stack copied for .eh_frame unwinding */
 
 /* event.flags: what could not be read (each is also counted in stats). */
 #define EV_STACKARG_FAULT 0x1
 #define EV_DEREF_FAULT 0x2
 #define EV_OUT_FAULT 0x4
 #define EV_HAS_RET 0x8
+#define EV_PY_TRUNCATED 0x10  /* more Python frames than MAX_PY */
 
 struct event {
 	__u64 start_ns;  /* CLOCK_MONOTONIC at entry */
@@ -48,7 +51,14 @@ struct event {
 	__u32 flags;
 	__u32 nstack;    /* frames in stack[] (only when the cookie asks) */
 	__u32 _pad;
-	__u64 stack[MAX_STACK];
+	/* Everything from here on is present only when the cookie asks for a
+	 * stack (COOKIE_STACK); other records end at stack[]. */
+	__u64 stack[MAX_STACK];   /* frame-pointer walk (bpf_get_stack) */
+	__u64 rip, rsp, rbp;      /* user registers where the stack was taken */
+	__u32 npy;                /* Python frames in py[] */
+	__u32 copy_len;           /* bytes of copy[] that hold the user stack from rsp */
+	__u64 py[MAX_PY * 2];     /* (code object, instruction pointer or lasti) pairs, innermost first */
+	__u8 copy[STACK_COPY];    /* the user stack from rsp upwards */
 };
 
 /* Per-CPU counters; index with enum stat. */

@@ -30,6 +30,13 @@ type cudatapEvent struct {
 	Nstack  uint32
 	Pad     uint32
 	Stack   [32]uint64
+	Rip     uint64
+	Rsp     uint64
+	Rbp     uint64
+	Npy     uint32
+	CopyLen uint32
+	Py      [48]uint64
+	Copy    [8192]uint8
 }
 
 type cudatapInflight struct {

@@ -12,17 +12,27 @@ const (
 	NArgs      = 9
 	NExt       = 6
 	MaxStack   = 32
+	MaxPy      = 24
+	StackCopy  = 8192
 	HeaderSize = 8*3 + 4*2 + 8*2 + 8*NArgs + 8*NExt + 8 + 4*4 // bytes before stack[]
-	RecordSize = HeaderSize + 8*MaxStack
+	// Records with a stack go on: stack[], rip, rsp, rbp, npy, copy_len, py[], copy[].
+	offRegs    = HeaderSize + 8*MaxStack
+	offPy      = offRegs + 8*3 + 4*2
+	CopyOffset = offPy + 16*MaxPy // bytes before copy[]
+	RecordSize = CopyOffset + StackCopy
 )
 
 // Flags set by the BPF side.
 const (
-	FlagStackArgFault = 0x1 // a stack argument could not be read
-	FlagDerefFault    = 0x2 // the config struct behind argument 0 could not be read
-	FlagOutFault      = 0x4 // the out pointer could not be read at return
-	FlagHasRet        = 0x8 // the record was written at return
+	FlagStackArgFault = 0x1  // a stack argument could not be read
+	FlagDerefFault    = 0x2  // the config struct behind argument 0 could not be read
+	FlagOutFault      = 0x4  // the out pointer could not be read at return
+	FlagHasRet        = 0x8  // the record was written at return
+	FlagPyTruncated   = 0x10 // the thread had more Python frames than MaxPy
 )
+
+// Regs are the user registers where a stack was taken.
+type Regs struct{ RIP, RSP, RBP uint64 }
 
 // Event is one decoded CUDA call. It is a plain value; the decoder fills it
 // in place so the per-event path does not allocate.
@@ -38,7 +48,14 @@ type Event struct {
 	CPU        uint32
 	Flags      uint32
 	NStack     int
-	Stack      [MaxStack]uint64
+	Stack      [MaxStack]uint64 // frame-pointer walk, or the unwound stack once resolved
+	HasStack   bool             // the record carries the stack fields below
+	Regs       Regs
+	NPy        int
+	Py         [MaxPy][2]uint64 // (code object, instruction) pairs, innermost first
+	// Copy is the top of the user stack from Regs.RSP, for .eh_frame
+	// unwinding. It aliases the decoded buffer: valid until the next Decode.
+	Copy []byte
 }
 
 // API of the event.
@@ -99,6 +116,19 @@ func Decode(b []byte, e *Event) error {
 		e.Stack[i] = le.Uint64(b[off:])
 		off += 8
 	}
+	e.HasStack = len(b) >= CopyOffset
+	e.NPy, e.Copy = 0, nil
+	if !e.HasStack {
+		return nil
+	}
+	e.Regs = Regs{RIP: le.Uint64(b[offRegs:]), RSP: le.Uint64(b[offRegs+8:]), RBP: le.Uint64(b[offRegs+16:])}
+	e.NPy = min(int(le.Uint32(b[offRegs+24:])), MaxPy)
+	for i := 0; i < e.NPy; i++ {
+		e.Py[i][0] = le.Uint64(b[offPy+16*i:])
+		e.Py[i][1] = le.Uint64(b[offPy+16*i+8:])
+	}
+	copyLen := min(int(le.Uint32(b[offRegs+28:])), StackCopy, len(b)-CopyOffset)
+	e.Copy = b[CopyOffset : CopyOffset+copyLen]
 	return nil
 }
 
@@ -129,14 +159,30 @@ func Encode(dst []byte, e *Event) []byte {
 	n := min(max(e.NStack, 0), MaxStack)
 	le.PutUint32(hdr[off+16:], uint32(n))
 	dst = append(dst, hdr[:]...)
-	if n > 0 || CookieHasStack(e.Cookie) {
-		for i := 0; i < MaxStack; i++ {
-			var v uint64
-			if i < n {
-				v = e.Stack[i]
-			}
-			dst = le.AppendUint64(dst, v)
-		}
+	if !e.HasStack {
+		return dst
 	}
-	return dst
+	for i := 0; i < MaxStack; i++ {
+		var v uint64
+		if i < n {
+			v = e.Stack[i]
+		}
+		dst = le.AppendUint64(dst, v)
+	}
+	dst = le.AppendUint64(dst, e.Regs.RIP)
+	dst = le.AppendUint64(dst, e.Regs.RSP)
+	dst = le.AppendUint64(dst, e.Regs.RBP)
+	npy := min(max(e.NPy, 0), MaxPy)
+	copyLen := min(len(e.Copy), StackCopy)
+	dst = le.AppendUint32(dst, uint32(npy))
+	dst = le.AppendUint32(dst, uint32(copyLen))
+	for i := 0; i < MaxPy; i++ {
+		var code, instr uint64
+		if i < npy {
+			code, instr = e.Py[i][0], e.Py[i][1]
+		}
+		dst = le.AppendUint64(dst, code)
+		dst = le.AppendUint64(dst, instr)
+	}
+	return append(dst, e.Copy[:copyLen]...)
 }

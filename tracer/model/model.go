@@ -35,6 +35,9 @@ type Options struct {
 	KernelName func(pid uint32, addr uint64) string
 	// FrameName resolves a stack address; called once per process and address.
 	FrameName func(pid uint32, addr uint64) string
+	// PyFrameName resolves a Python frame to "file:line function"; called
+	// once per process and frame.
+	PyFrameName func(pid uint32, code, instr uint64) string
 }
 
 // Model consumes events in time order and builds a Result. Not safe for
@@ -131,7 +134,8 @@ func (m *Model) proc(pid uint32) *procState {
 	if ps, ok := m.procs[pid]; ok {
 		return ps
 	}
-	p := &Process{PID: pid, Threads: map[uint32]string{}, Kernels: map[uint64]string{}, Frames: map[uint64]string{}}
+	p := &Process{PID: pid, Threads: map[uint32]string{}, Kernels: map[uint64]string{}, Frames: map[uint64]string{},
+		PyFrames: map[PyKey]string{}}
 	if m.opts.ProcessInfo != nil {
 		p.Info = m.opts.ProcessInfo(pid)
 	}
@@ -207,7 +211,7 @@ func (m *Model) Handle(ev *event.Event) {
 	ev.Decode(a)
 	c := Call{
 		Start: ev.Start, End: end, TID: ev.TID, API: spec.API, Symbol: uint8(ev.SymbolIndex()),
-		Stream: -1, Ret: ev.Ret, HasRet: ev.HasReturn(), Args: *a, GPUOp: -1, Sync: -1, Stack: -1,
+		Stream: -1, Ret: ev.Ret, HasRet: ev.HasReturn(), Args: *a, GPUOp: -1, Sync: -1, Stack: -1, PyStack: -1,
 		ReadFault: ev.Flags&(event.FlagStackArgFault|event.FlagDerefFault|event.FlagOutFault) != 0,
 	}
 	ok := !c.HasRet || c.Ret == 0
@@ -216,6 +220,9 @@ func (m *Model) Handle(ev *event.Event) {
 	}
 	if ev.NStack > 0 {
 		c.Stack = m.addStack(ev)
+	}
+	if ev.NPy > 0 {
+		c.PyStack = m.addPyStack(ev)
 	}
 	idx := len(p.Calls)
 	p.Calls = append(p.Calls, c)
@@ -337,6 +344,24 @@ func (m *Model) addStack(ev *event.Event) int32 {
 	}
 	p.Stacks = append(p.Stacks, st)
 	return int32(len(p.Stacks) - 1)
+}
+
+func (m *Model) addPyStack(ev *event.Event) int32 {
+	p := m.procs[ev.PID].p
+	st := make([]PyKey, ev.NPy)
+	for i := range st {
+		k := PyKey{Code: ev.Py[i][0], Instr: ev.Py[i][1]}
+		st[i] = k
+		if _, ok := p.PyFrames[k]; !ok {
+			name := ""
+			if m.opts.PyFrameName != nil {
+				name = m.opts.PyFrameName(ev.PID, k.Code, k.Instr)
+			}
+			p.PyFrames[k] = name
+		}
+	}
+	p.PyStacks = append(p.PyStacks, st)
+	return int32(len(p.PyStacks) - 1)
 }
 
 func (m *Model) kernelName(ps *procState, addr uint64) {

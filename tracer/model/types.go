@@ -164,6 +164,7 @@ type Call struct {
 	GPUOp       int32  // index into Process.GPUOps, -1 = none
 	Sync        int32  // index into Process.Syncs, -1 = none
 	Stack       int32  // index into Process.Stacks, -1 = none
+	PyStack     int32  // index into Process.PyStacks, -1 = none
 	ReadFault   bool   // some argument could not be read
 }
 
@@ -224,6 +225,10 @@ type Dependency struct {
 	ToStream   int // -1 when the host waited (cudaEventSynchronize)
 }
 
+// PyKey identifies one Python frame position: a code object and an
+// instruction (pointer or offset, depending on the interpreter version).
+type PyKey struct{ Code, Instr uint64 }
+
 // ProcessInfo names a process; the recorder fills it from /proc.
 type ProcessInfo struct {
 	Comm      string
@@ -247,6 +252,10 @@ type Process struct {
 	Kernels map[uint64]string // kernel stub address → symbol (mangled as found)
 	Stacks  [][]uint64        // captured user stacks (raw addresses), innermost first
 	Frames  map[uint64]string // stack address → "function (object)", resolved while the process lived
+	// Python frames of the calling thread at captured stacks, innermost first,
+	// and their "file:line function" names.
+	PyStacks [][]PyKey
+	PyFrames map[PyKey]string
 
 	DeviceMemInUse uint64
 	DeviceMemPeak  uint64

@@ -18,12 +18,22 @@ type Names struct {
 	threads map[nameKey]string
 	kernels map[nameKey]string
 	frames  map[nameKey]string
+	py      map[pyKey]string
+}
+
+type pyKey struct {
+	pid         uint32
+	code, instr uint64
+}
+
+func (n *Names) addPy(pid uint32, code, instr uint64, name string) {
+	n.py[pyKey{pid, code, instr}] = name
 }
 
 // NewNames returns empty tables.
 func NewNames() *Names {
 	return &Names{procs: map[uint32]model.ProcessInfo{}, threads: map[nameKey]string{},
-		kernels: map[nameKey]string{}, frames: map[nameKey]string{}}
+		kernels: map[nameKey]string{}, frames: map[nameKey]string{}, py: map[pyKey]string{}}
 }
 
 func (n *Names) add(typ byte, pid uint32, key uint64, name string) {
@@ -49,5 +59,6 @@ func (n *Names) Options() model.Options {
 		ThreadName:  func(pid, tid uint32) string { return n.threads[nameKey{pid, uint64(tid)}] },
 		KernelName:  func(pid uint32, addr uint64) string { return n.kernels[nameKey{pid, addr}] },
 		FrameName:   func(pid uint32, addr uint64) string { return n.frames[nameKey{pid, addr}] },
+		PyFrameName: func(pid uint32, code, instr uint64) string { return n.py[pyKey{pid, code, instr}] },
 	}
 }

@@ -35,6 +35,7 @@ const (
 	recFrame   = 5
 	recDrops   = 6
 	recCounter = 7
+	recPyFrame = 8
 	recEnd     = 0xff
 )
 
@@ -148,6 +149,16 @@ func (w *Writer) Kernel(pid uint32, addr uint64, name string) { w.named(recKerne
 // Frame records the name of a stack address.
 func (w *Writer) Frame(pid uint32, addr uint64, name string) { w.named(recFrame, pid, addr, name) }
 
+// PyFrame records the "file:line function" of a Python frame.
+func (w *Writer) PyFrame(pid uint32, code, instr uint64, name string) {
+	b := binary.LittleEndian.AppendUint32(w.buf[:0], pid)
+	b = binary.LittleEndian.AppendUint64(b, code)
+	b = binary.LittleEndian.AppendUint64(b, instr)
+	b = append(b, name...)
+	w.buf = b
+	w.record(recPyFrame, b)
+}
+
 // Counter records one sample of a time series.
 func (w *Writer) Counter(c Counter) {
 	js, _ := json.Marshal(c)
@@ -260,6 +271,11 @@ func Read(r io.Reader, m *model.Model, names *Names, progress func(int64)) (*Rep
 				return rp, fmt.Errorf("%w: short name record", ErrFormat)
 			}
 			names.add(typ, binary.LittleEndian.Uint32(buf), binary.LittleEndian.Uint64(buf[4:]), string(buf[12:]))
+		case recPyFrame:
+			if len(buf) < 20 {
+				return rp, fmt.Errorf("%w: short Python frame record", ErrFormat)
+			}
+			names.addPy(binary.LittleEndian.Uint32(buf), binary.LittleEndian.Uint64(buf[4:]), binary.LittleEndian.Uint64(buf[12:]), string(buf[20:]))
 		case recDrops:
 			var d model.Drops
 			if err := json.Unmarshal(buf, &d); err != nil {

@@ -98,4 +98,3 @@ func (l *launched) stop() int {
 	}
 	return l.code
 }
-

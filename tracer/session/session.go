@@ -95,6 +95,7 @@ type Session struct {
 	mu      sync.Mutex // guards targets
 	targets map[int]*target
 	rescan  chan int
+	encBuf  []byte // re-encoded records (reader goroutine only)
 }
 
 // Run records until ctx is done, the duration passes, or every target exits.
@@ -371,7 +372,15 @@ func (s *Session) handleRecord(raw []byte) {
 	}
 	s.model.Handle(&ev)
 	if s.rec != nil {
-		s.rec.Event(raw)
+		if ev.HasStack && len(ev.Copy) > 0 {
+			// The stack copy served its purpose (unwinding, done above while
+			// the process lives): keep recordings small without it.
+			ev.Copy = nil
+			s.encBuf = event.Encode(s.encBuf[:0], &ev)
+			s.rec.Event(s.encBuf)
+		} else {
+			s.rec.Event(raw)
+		}
 	}
 	s.events.Add(1)
 }
