@@ -118,7 +118,7 @@ static __always_inline struct event *reserve(__u64 cookie)
 {
 	struct event *e;
 	/* Stack-less records are much smaller; both sizes are constants. */
-	if (cookie & COOKIE_STACK)
+	if (COOKIE_FULL(cookie))
 		e = bpf_ringbuf_reserve(&events, sizeof(struct event), 0);
 	else
 		e = bpf_ringbuf_reserve(&events, __builtin_offsetof(struct event, stack), 0);
@@ -232,6 +232,14 @@ static __always_inline int on_return(struct pt_regs *ctx)
 	bpf_map_delete_elem(&inflight, &key);
 
 	e->out = 0;
+	if (COOKIE_STRARG(cookie)) {
+		/* A kernel name passed to a load-time call: valid at return too. */
+		e->nstack = 0;
+		e->rip = e->rsp = e->rbp = 0;
+		e->npy = 0;
+		long n = bpf_probe_read_user_str(e->copy, 4096, (void *)e->args[(COOKIE_STRARG(cookie) - 1) & 7]);
+		e->copy_len = n > 0 ? n : 0;
+	}
 	__u32 out = COOKIE_OUT(cookie);
 	if (out >= 1 && out <= NARGS) {
 		/* The handle or pointer the call wrote back (stream, event, allocation). */

@@ -14,6 +14,7 @@
  *   bit  30      copy 48 bytes behind argument 0 at entry (launch config structs)
  *   bit  31      capture the user stack (frame pointers)
  *   bit  32      (library-load hook) stop the process until user space resumes it
+ *   bits 33..35  1 + index of a C-string argument copied (at return) into copy[]
  */
 #define COOKIE_API(c) ((c) & 0xffff)
 #define COOKIE_NSTACK(c) (((c) >> 24) & 0x3)
@@ -22,6 +23,9 @@
 #define COOKIE_DEREF0 (1ULL << 30)
 #define COOKIE_STACK (1ULL << 31)
 #define COOKIE_STOP (1ULL << 32)
+#define COOKIE_STRARG(c) (((c) >> 33) & 0x7)
+/* Records with a stack or a string are full size; others end at stack[]. */
+#define COOKIE_FULL(c) (((c) & COOKIE_STACK) || COOKIE_STRARG(c))
 
 #define NARGS 9   /* rdi rsi rdx rcx r8 r9 + up to 3 stack words */
 #define NEXT 6    /* 48 bytes copied from behind argument 0 */

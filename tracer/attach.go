@@ -46,13 +46,16 @@ func (p *probeSet) add(off, cookie uint64, name string) {
 	p.names = append(p.names, name)
 }
 
-// Attach puts entry (and where needed return) probes on every hooked API of
-// lib, scoped to pid. A symbol the library lacks is listed in Missing, not
-// an error. On failure nothing stays attached.
-func (t *Tracer) Attach(pid int, lib *Library) (*Attachment, error) {
+// Attach puts entry (and where needed return) probes on the APIs of lib
+// that want selects (all when nil), scoped to pid. A symbol the library
+// lacks is listed in Missing, not an error. On failure nothing stays attached.
+func (t *Tracer) Attach(pid int, lib *Library, want func(*event.Spec) bool) (*Attachment, error) {
 	a := &Attachment{PID: pid, Library: *lib}
 	var entry, ret probeSet
 	for _, spec := range event.Specs(lib.Layer) {
+		if want != nil && !want(spec) {
+			continue
+		}
 		for i, sym := range spec.Symbols {
 			s, ok := lib.file.LookupDynamic(sym)
 			if !ok && lib.Static {
@@ -68,7 +71,8 @@ func (t *Tracer) Attach(pid int, lib *Library) (*Attachment, error) {
 				continue
 			}
 			cookie := spec.Cookie(i)
-			if t.cfg.Stacks == StacksAll || (t.cfg.Stacks == StacksSync && spec.Return) {
+			stacks := t.cfg.Stacks == StacksAll || (t.cfg.Stacks == StacksSync && spec.Return)
+			if stacks && spec.Class != event.ClassFuncName {
 				cookie |= event.CookieStack
 			}
 			entry.add(off, cookie, sym)

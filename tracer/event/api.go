@@ -66,6 +66,9 @@ const (
 	ClassHostUnregister
 	ClassGraphLaunch
 	ClassHostFunc
+	ClassFuncName   // load-time calls that name a kernel handle (cuModuleGetFunction, ...)
+	ClassCollective // NCCL collectives and point-to-point
+	ClassGroup      // ncclGroupStart / ncclGroupEnd
 )
 
 // Spec describes one hooked API: its symbols and how the BPF side reads it.
@@ -80,6 +83,7 @@ type Spec struct {
 	Return    bool // emit at return with duration and result
 	OutArg    int  // 1 + index of an out-pointer read at return; 0 = none
 	Deref0    bool // copy 48 bytes behind argument 0 (launch config)
+	StrArg    int  // 1 + index of a C-string argument copied at entry; 0 = none
 	Sync      bool // the call itself may block the host on the GPU
 }
 
@@ -88,6 +92,7 @@ const (
 	cookieRet    = 1 << 26
 	cookieDeref0 = 1 << 30
 	CookieStack  = 1 << 31
+	cookieStrArg = 33 // bits 33..35: 1 + index of a string argument
 )
 
 // Cookie returns the attach cookie for symbol index sym of s.
@@ -99,6 +104,7 @@ func (s *Spec) Cookie(sym int) uint64 {
 	if s.Deref0 {
 		c |= cookieDeref0
 	}
+	c |= uint64(s.StrArg&7) << cookieStrArg
 	return c
 }
 
@@ -144,6 +150,54 @@ const (
 	CudaHostUnregister
 	CudaGraphLaunch
 	CudaLaunchHostFunc
+
+	// Driver API (libcuda.so.1).
+	CuLaunchKernel
+	CuLaunchKernelEx
+	CuLaunchCooperativeKernel
+	CuMemcpyHtoDAsync
+	CuMemcpyDtoHAsync
+	CuMemcpyDtoDAsync
+	CuMemcpyAsync
+	CuMemcpyHtoD
+	CuMemcpyDtoH
+	CuMemsetD8Async
+	CuMemsetD32Async
+	CuEventRecord
+	CuEventRecordWithFlags
+	CuStreamWaitEvent
+	CuEventSynchronize
+	CuEventQuery
+	CuStreamCreate
+	CuStreamCreateWithPriority
+	CuStreamDestroy
+	CuStreamSynchronize
+	CuStreamQuery
+	CuCtxSynchronize
+	CuMemAlloc
+	CuMemFree
+	CuMemAllocAsync
+	CuMemFreeAsync
+	CuMemHostAlloc
+	CuMemAllocHost
+	CuMemFreeHost
+	CuMemHostRegister
+	CuMemHostUnregister
+	CuGraphLaunch
+	CuModuleGetFunction
+	CuLibraryGetKernel
+	CuKernelGetFunction
+
+	// NCCL (libnccl.so.2).
+	NcclAllReduce
+	NcclBroadcast
+	NcclReduce
+	NcclAllGather
+	NcclReduceScatter
+	NcclSend
+	NcclRecv
+	NcclGroupStart
+	NcclGroupEnd
 	numAPIs
 )
 
@@ -183,11 +237,63 @@ var specs = [...]Spec{
 	{API: CudaHostUnregister, Name: "cudaHostUnregister", Class: ClassHostUnregister},
 	{API: CudaGraphLaunch, Name: "cudaGraphLaunch", Class: ClassGraphLaunch, Symbols: ptsz("cudaGraphLaunch")},
 	{API: CudaLaunchHostFunc, Name: "cudaLaunchHostFunc", Class: ClassHostFunc, Symbols: ptsz("cudaLaunchHostFunc")},
+
+	// cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra): bz, shmem
+	// and stream are stack arguments 1..3.
+	{API: CuLaunchKernel, Name: "cuLaunchKernel", Layer: Driver, Class: ClassLaunch, StackArgs: 3, Symbols: ptsz("cuLaunchKernel")},
+	{API: CuLaunchKernelEx, Name: "cuLaunchKernelEx", Layer: Driver, Class: ClassLaunch, Deref0: true, Symbols: ptsz("cuLaunchKernelEx")},
+	{API: CuLaunchCooperativeKernel, Name: "cuLaunchCooperativeKernel", Layer: Driver, Class: ClassLaunch, StackArgs: 3, Symbols: ptsz("cuLaunchCooperativeKernel")},
+	{API: CuMemcpyHtoDAsync, Name: "cuMemcpyHtoDAsync", Layer: Driver, Class: ClassMemcpy, Return: true, Symbols: v2ptsz("cuMemcpyHtoDAsync")},
+	{API: CuMemcpyDtoHAsync, Name: "cuMemcpyDtoHAsync", Layer: Driver, Class: ClassMemcpy, Return: true, Symbols: v2ptsz("cuMemcpyDtoHAsync")},
+	{API: CuMemcpyDtoDAsync, Name: "cuMemcpyDtoDAsync", Layer: Driver, Class: ClassMemcpy, Return: true, Symbols: v2ptsz("cuMemcpyDtoDAsync")},
+	{API: CuMemcpyAsync, Name: "cuMemcpyAsync", Layer: Driver, Class: ClassMemcpy, Return: true, Symbols: ptsz("cuMemcpyAsync")},
+	{API: CuMemcpyHtoD, Name: "cuMemcpyHtoD", Layer: Driver, Class: ClassMemcpy, Return: true, Sync: true, Symbols: []string{"cuMemcpyHtoD_v2"}},
+	{API: CuMemcpyDtoH, Name: "cuMemcpyDtoH", Layer: Driver, Class: ClassMemcpy, Return: true, Sync: true, Symbols: []string{"cuMemcpyDtoH_v2"}},
+	{API: CuMemsetD8Async, Name: "cuMemsetD8Async", Layer: Driver, Class: ClassMemset, Symbols: ptsz("cuMemsetD8Async")},
+	{API: CuMemsetD32Async, Name: "cuMemsetD32Async", Layer: Driver, Class: ClassMemset, Symbols: ptsz("cuMemsetD32Async")},
+	{API: CuEventRecord, Name: "cuEventRecord", Layer: Driver, Class: ClassEventRecord, Symbols: ptsz("cuEventRecord")},
+	{API: CuEventRecordWithFlags, Name: "cuEventRecordWithFlags", Layer: Driver, Class: ClassEventRecord, Symbols: ptsz("cuEventRecordWithFlags")},
+	{API: CuStreamWaitEvent, Name: "cuStreamWaitEvent", Layer: Driver, Class: ClassStreamWaitEvent, Symbols: ptsz("cuStreamWaitEvent")},
+	{API: CuEventSynchronize, Name: "cuEventSynchronize", Layer: Driver, Class: ClassEventSync, Return: true, Sync: true},
+	{API: CuEventQuery, Name: "cuEventQuery", Layer: Driver, Class: ClassEventQuery, Return: true},
+	{API: CuStreamCreate, Name: "cuStreamCreate", Layer: Driver, Class: ClassStreamCreate, Return: true, OutArg: 1},
+	{API: CuStreamCreateWithPriority, Name: "cuStreamCreateWithPriority", Layer: Driver, Class: ClassStreamCreate, Return: true, OutArg: 1},
+	{API: CuStreamDestroy, Name: "cuStreamDestroy", Layer: Driver, Class: ClassStreamDestroy, Symbols: []string{"cuStreamDestroy_v2"}},
+	{API: CuStreamSynchronize, Name: "cuStreamSynchronize", Layer: Driver, Class: ClassStreamSync, Return: true, Sync: true, Symbols: ptsz("cuStreamSynchronize")},
+	{API: CuStreamQuery, Name: "cuStreamQuery", Layer: Driver, Class: ClassStreamQuery, Return: true, Symbols: ptsz("cuStreamQuery")},
+	{API: CuCtxSynchronize, Name: "cuCtxSynchronize", Layer: Driver, Class: ClassDeviceSync, Return: true, Sync: true},
+	{API: CuMemAlloc, Name: "cuMemAlloc", Layer: Driver, Class: ClassMalloc, Return: true, OutArg: 1, Symbols: []string{"cuMemAlloc_v2"}},
+	{API: CuMemFree, Name: "cuMemFree", Layer: Driver, Class: ClassFree, Return: true, Sync: true, Symbols: []string{"cuMemFree_v2"}},
+	{API: CuMemAllocAsync, Name: "cuMemAllocAsync", Layer: Driver, Class: ClassMalloc, Return: true, OutArg: 1, Symbols: ptsz("cuMemAllocAsync")},
+	{API: CuMemFreeAsync, Name: "cuMemFreeAsync", Layer: Driver, Class: ClassFree, Symbols: ptsz("cuMemFreeAsync")},
+	{API: CuMemHostAlloc, Name: "cuMemHostAlloc", Layer: Driver, Class: ClassHostAlloc, Return: true, OutArg: 1},
+	{API: CuMemAllocHost, Name: "cuMemAllocHost", Layer: Driver, Class: ClassHostAlloc, Return: true, OutArg: 1, Symbols: []string{"cuMemAllocHost_v2"}},
+	{API: CuMemFreeHost, Name: "cuMemFreeHost", Layer: Driver, Class: ClassHostFree, Return: true},
+	{API: CuMemHostRegister, Name: "cuMemHostRegister", Layer: Driver, Class: ClassHostRegister, Return: true, Symbols: []string{"cuMemHostRegister_v2"}},
+	{API: CuMemHostUnregister, Name: "cuMemHostUnregister", Layer: Driver, Class: ClassHostUnregister},
+	{API: CuGraphLaunch, Name: "cuGraphLaunch", Layer: Driver, Class: ClassGraphLaunch, Symbols: ptsz("cuGraphLaunch")},
+	{API: CuModuleGetFunction, Name: "cuModuleGetFunction", Layer: Driver, Class: ClassFuncName, Return: true, OutArg: 1, StrArg: 3},
+	{API: CuLibraryGetKernel, Name: "cuLibraryGetKernel", Layer: Driver, Class: ClassFuncName, Return: true, OutArg: 1, StrArg: 3},
+	{API: CuKernelGetFunction, Name: "cuKernelGetFunction", Layer: Driver, Class: ClassFuncName, Return: true, OutArg: 1},
+
+	// NCCL: nccl* are weak aliases of pnccl*; one probe serves both.
+	{API: NcclAllReduce, Name: "ncclAllReduce", Layer: NCCL, Class: ClassCollective, StackArgs: 1},
+	{API: NcclBroadcast, Name: "ncclBroadcast", Layer: NCCL, Class: ClassCollective, StackArgs: 1},
+	{API: NcclReduce, Name: "ncclReduce", Layer: NCCL, Class: ClassCollective, StackArgs: 2},
+	{API: NcclAllGather, Name: "ncclAllGather", Layer: NCCL, Class: ClassCollective},
+	{API: NcclReduceScatter, Name: "ncclReduceScatter", Layer: NCCL, Class: ClassCollective, StackArgs: 1},
+	{API: NcclSend, Name: "ncclSend", Layer: NCCL, Class: ClassCollective},
+	{API: NcclRecv, Name: "ncclRecv", Layer: NCCL, Class: ClassCollective},
+	{API: NcclGroupStart, Name: "ncclGroupStart", Layer: NCCL, Class: ClassGroup},
+	{API: NcclGroupEnd, Name: "ncclGroupEnd", Layer: NCCL, Class: ClassGroup},
 }
 
 // The per-thread-default-stream builds export each stream call twice.
 func ptsz(name string) []string { return []string{name, name + "_ptsz"} }
 func ptds(name string) []string { return []string{name, name + "_ptds"} }
+
+// The driver's copies exist as name_v2 (the real symbol) and name_v2_ptsz.
+func v2ptsz(name string) []string { return []string{name + "_v2", name + "_v2_ptsz"} }
 
 func init() {
 	for i := range specs {

@@ -45,8 +45,28 @@ type Args struct {
 	Event     uint64
 	Flags     uint32
 	Priority  int32
-	Ptr       uint64 // allocation, pinned range, graph exec
+	Ptr       uint64 // allocation, pinned range, graph exec; the handle a load-time call names
 	Size      uint64
+	// NCCL
+	Comm     uint64
+	Count    uint64
+	DataType uint8
+	RedOp    uint8
+	Peer     int32 // root (broadcast, reduce) or peer (send, recv); -1 = none
+}
+
+// ncclTypeSize is sizeof(ncclDataType_t) per NCCL's enum: int8, uint8,
+// int32, uint32, int64, uint64, float16, float32, float64, bfloat16, fp8e4m3, fp8e5m2.
+var ncclTypeSize = [...]uint64{1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1}
+
+// NCCLTypeName names ncclDataType_t values.
+var NCCLTypeName = [...]string{"int8", "uint8", "int32", "uint32", "int64", "uint64", "float16", "float32", "float64", "bfloat16", "fp8e4m3", "fp8e5m2"}
+
+func ncclBytes(count, typ uint64) uint64 {
+	if typ < uint64(len(ncclTypeSize)) {
+		return count * ncclTypeSize[typ]
+	}
+	return count
 }
 
 func dim3(xy, z uint64) Dim3 { return Dim3{X: uint32(xy), Y: uint32(xy >> 32), Z: uint32(z)} }
@@ -120,5 +140,112 @@ func (e *Event) Decode(a *Args) {
 		a.Ptr, a.Stream, a.HasStream = r[0], r[1], true
 	case CudaLaunchHostFunc:
 		a.Stream, a.HasStream, a.Func = r[0], true, r[1]
+
+	case CuLaunchKernel, CuLaunchCooperativeKernel:
+		a.Func = r[0]
+		a.Grid = Dim3{X: uint32(r[1]), Y: uint32(r[2]), Z: uint32(r[3])}
+		a.Block = Dim3{X: uint32(r[4]), Y: uint32(r[5]), Z: uint32(r[6])}
+		a.SharedMem, a.Stream, a.HasStream = uint64(uint32(r[7])), r[8], true
+	case CuLaunchKernelEx:
+		// CUlaunchConfig {gridDimX,Y,Z, blockDimX,Y,Z, sharedMemBytes; hStream at 32; ...}
+		x := &e.Ext
+		a.Func = r[1]
+		a.Grid = Dim3{X: uint32(x[0]), Y: uint32(x[0] >> 32), Z: uint32(x[1])}
+		a.Block = Dim3{X: uint32(x[1] >> 32), Y: uint32(x[2]), Z: uint32(x[2] >> 32)}
+		a.SharedMem, a.Stream, a.HasStream = uint64(uint32(x[3])), x[4], true
+	case CuMemcpyHtoDAsync, CuMemcpyDtoHAsync, CuMemcpyDtoDAsync, CuMemcpyAsync:
+		a.Dst, a.Src, a.Bytes, a.Stream, a.HasStream = r[0], r[1], r[2], r[3], true
+		a.Kind = driverCopyKind(e.API())
+	case CuMemcpyHtoD, CuMemcpyDtoH:
+		a.Dst, a.Src, a.Bytes = r[0], r[1], r[2]
+		a.Kind = driverCopyKind(e.API())
+	case CuMemsetD8Async:
+		a.Dst, a.Bytes, a.Stream, a.HasStream = r[0], r[2], r[3], true
+	case CuMemsetD32Async:
+		a.Dst, a.Bytes, a.Stream, a.HasStream = r[0], 4*r[2], r[3], true
+	case CuEventRecord:
+		a.Event, a.Stream, a.HasStream = r[0], r[1], true
+	case CuEventRecordWithFlags:
+		a.Event, a.Stream, a.HasStream, a.Flags = r[0], r[1], true, uint32(r[2])
+	case CuStreamWaitEvent:
+		a.Stream, a.HasStream, a.Event, a.Flags = r[0], true, r[1], uint32(r[2])
+	case CuEventSynchronize, CuEventQuery:
+		a.Event = r[0]
+	case CuStreamCreate:
+		a.Ptr, a.Stream, a.HasStream, a.Flags = r[0], e.Out, true, uint32(r[1])
+	case CuStreamCreateWithPriority:
+		a.Ptr, a.Stream, a.HasStream, a.Flags, a.Priority = r[0], e.Out, true, uint32(r[1]), int32(r[2])
+	case CuStreamDestroy, CuStreamSynchronize, CuStreamQuery:
+		a.Stream, a.HasStream = r[0], true
+	case CuMemAlloc:
+		a.Ptr, a.Size = e.Out, r[1]
+	case CuMemAllocAsync:
+		a.Ptr, a.Size, a.Stream, a.HasStream = e.Out, r[1], r[2], true
+	case CuMemFree, CuMemFreeHost, CuMemHostUnregister:
+		a.Ptr = r[0]
+	case CuMemFreeAsync:
+		a.Ptr, a.Stream, a.HasStream = r[0], r[1], true
+	case CuMemHostAlloc:
+		a.Ptr, a.Size, a.Flags = e.Out, r[1], uint32(r[2])
+	case CuMemAllocHost:
+		a.Ptr, a.Size = e.Out, r[1]
+	case CuMemHostRegister:
+		a.Ptr, a.Size, a.Flags = r[0], r[1], uint32(r[2])
+	case CuGraphLaunch:
+		a.Ptr, a.Stream, a.HasStream = r[0], r[1], true
+	case CuModuleGetFunction, CuLibraryGetKernel:
+		a.Ptr = e.Out // the new CUfunction / CUkernel; its name is in e.Copy
+	case CuKernelGetFunction:
+		a.Ptr, a.Func = e.Out, r[1] // CUfunction of kernel r[1]
+
+	case NcclAllReduce, NcclReduceScatter:
+		// (send, recv, count, type, op, comm, stream)
+		a.Src, a.Dst, a.Count, a.DataType, a.RedOp, a.Comm = r[0], r[1], r[2], uint8(r[3]), uint8(r[4]), r[5]
+		a.Stream, a.HasStream, a.Peer = r[6], true, -1
+		a.Bytes = ncclBytes(r[2], r[3])
+	case NcclBroadcast:
+		// (send, recv, count, type, root, comm, stream)
+		a.Src, a.Dst, a.Count, a.DataType, a.Peer, a.Comm = r[0], r[1], r[2], uint8(r[3]), int32(r[4]), r[5]
+		a.Stream, a.HasStream = r[6], true
+		a.Bytes = ncclBytes(r[2], r[3])
+	case NcclReduce:
+		// (send, recv, count, type, op, root, comm, stream)
+		a.Src, a.Dst, a.Count, a.DataType, a.RedOp, a.Peer = r[0], r[1], r[2], uint8(r[3]), uint8(r[4]), int32(r[5])
+		a.Comm, a.Stream, a.HasStream = r[6], r[7], true
+		a.Bytes = ncclBytes(r[2], r[3])
+	case NcclAllGather:
+		// (send, recv, sendcount, type, comm, stream)
+		a.Src, a.Dst, a.Count, a.DataType, a.Comm, a.Stream, a.HasStream = r[0], r[1], r[2], uint8(r[3]), r[4], r[5], true
+		a.Peer = -1
+		a.Bytes = ncclBytes(r[2], r[3])
+	case NcclSend, NcclRecv:
+		// (buf, count, type, peer, comm, stream)
+		a.Src, a.Count, a.DataType, a.Peer, a.Comm, a.Stream, a.HasStream = r[0], r[1], uint8(r[2]), int32(r[3]), r[4], r[5], true
+		a.Bytes = ncclBytes(r[1], r[2])
 	}
+}
+
+func driverCopyKind(a API) MemcpyKind {
+	switch a {
+	case CuMemcpyHtoDAsync, CuMemcpyHtoD:
+		return HostToDevice
+	case CuMemcpyDtoHAsync, CuMemcpyDtoH:
+		return DeviceToHost
+	case CuMemcpyDtoDAsync:
+		return DeviceToDevice
+	}
+	return DefaultKind
+}
+
+// String returns the C string a load-time call named (cuModuleGetFunction's
+// kernel name), copied by the BPF side into the record.
+func (e *Event) String() string {
+	b := e.Copy
+	for i, c := range b {
+		if c == 0 {
+			b = b[:i]
+			break
+		}
+	}
+	return string(b)
 }

@@ -90,6 +90,7 @@ type procState struct {
 	device     ranges
 	polls      map[pollKey]pollState
 	lastLegacy uint64
+	funcNames  map[uint64]string // CUfunction/CUkernel handle → kernel name, from load-time calls
 }
 
 // New returns an empty model.
@@ -140,7 +141,7 @@ func (m *Model) proc(pid uint32) *procState {
 		p.Info = m.opts.ProcessInfo(pid)
 	}
 	ps := &procState{p: p, byHandle: map[uint64]int{}, perThread: map[uint32]int{},
-		events: map[uint64]eventPos{}, polls: map[pollKey]pollState{}}
+		events: map[uint64]eventPos{}, polls: map[pollKey]pollState{}, funcNames: map[uint64]string{}}
 	// Stream 0 always exists: the legacy default stream.
 	ps.newStream(&Stream{Kind: StreamLegacy})
 	m.procs[pid] = ps
@@ -317,6 +318,21 @@ func (m *Model) Handle(ev *event.Event) {
 		}
 	case event.ClassHostUnregister:
 		p.PinnedBytes -= min(p.PinnedBytes, ps.pinned.removeAt(a.Ptr))
+	case event.ClassFuncName:
+		if ok && a.Ptr != 0 {
+			name := ps.funcNames[a.Func] // cuKernelGetFunction: the kernel's name
+			if spec.API != event.CuKernelGetFunction {
+				name = ev.String()
+			}
+			if name != "" {
+				ps.funcNames[a.Ptr] = name
+			}
+		}
+	case event.ClassCollective:
+		st := &p.Streams[call.Stream].Stats
+		st.Collectives++
+		st.CommBytes += a.Bytes
+		m.enqueue(ps, idx, GPUOp{Kind: OpCollective, Bytes: a.Bytes})
 	}
 }
 
@@ -368,8 +384,10 @@ func (m *Model) kernelName(ps *procState, addr uint64) {
 	if _, ok := ps.p.Kernels[addr]; ok {
 		return
 	}
-	name := ""
-	if m.opts.KernelName != nil {
+	// A driver launch names a CUfunction handle that a load-time call named;
+	// a runtime launch names the host stub, an ELF symbol.
+	name, ok := ps.funcNames[addr]
+	if !ok && m.opts.KernelName != nil {
 		name = m.opts.KernelName(ps.p.PID, addr)
 	}
 	ps.p.Kernels[addr] = name
@@ -384,7 +402,7 @@ func (m *Model) enqueue(ps *procState, idx int, op GPUOp) int {
 		sid = 0
 	}
 	m.corr++
-	op.Stream, op.Call, op.Correlation, op.Enqueued = sid, idx, m.corr, call.Start
+	op.Stream, op.Call, op.Correlation, op.Enqueued, op.API = sid, idx, m.corr, call.Start, call.API
 	op.Start, op.End = call.Start, call.Start
 	opIdx := len(p.GPUOps)
 	p.GPUOps = append(p.GPUOps, op)

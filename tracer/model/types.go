@@ -52,9 +52,11 @@ func (s *Stream) Label() string {
 }
 
 // Blocking reports whether the legacy default stream synchronizes with it.
-// Pre-existing streams are assumed blocking (the CUDA default).
+// Pre-existing streams are assumed blocking (the CUDA default); so is a
+// per-thread default stream, which is not a non-blocking stream and
+// synchronizes with the legacy one when both are used.
 func (s *Stream) Blocking() bool {
-	return s.Kind != StreamPerThread && !s.NonBlocking
+	return !s.NonBlocking
 }
 
 // StreamStats are per-stream totals for summaries and metrics.
@@ -71,6 +73,8 @@ type StreamStats struct {
 	BytesPinned   uint64
 	Syncs         int64  // host-blocking synchronizations on this stream
 	SyncBlockedNs uint64 // host time blocked in them
+	Collectives   int64  // NCCL operations enqueued
+	CommBytes     uint64 // their payload bytes
 }
 
 // OpKind is the kind of inferred GPU activity.
@@ -82,12 +86,13 @@ const (
 	OpMemset
 	OpGraph
 	OpHostFunc
+	OpCollective // an NCCL collective or send/recv on its (comm) stream
 )
 
 // Category is the Chrome-trace category of the GPU slice.
 func (k OpKind) Category() string {
 	switch k {
-	case OpKernel, OpGraph:
+	case OpKernel, OpGraph, OpCollective:
 		return "kernel"
 	case OpMemcpy:
 		return "gpu_memcpy"
@@ -194,10 +199,12 @@ type GPUOp struct {
 	Stream      int
 	Call        int // index into Process.Calls
 	Correlation uint64
-	Enqueued    uint64 // host time of the enqueue call
-	Start, End  uint64 // inferred
-	Bounded     bool   // End is bounded by an observed completion (sync, ready query)
-	Func        uint64 // kernel stub or host function address
+	Enqueued    uint64    // host time of the enqueue call
+	Start, End  uint64    // inferred
+	Bounded     bool      // End is bounded by an observed completion (sync, ready query)
+	After       int32     // index of the op this one waits for (cudaStreamWaitEvent), -1 = none
+	Func        uint64    // kernel stub, CUfunction handle or host function address
+	API         event.API // the call that enqueued it (names collectives)
 	Bytes       uint64
 	CopyKind    event.MemcpyKind
 	Pageable    bool

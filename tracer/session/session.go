@@ -73,7 +73,9 @@ type Outcome struct {
 
 type target struct {
 	pid       int
-	attached  map[string]*tracer.Attachment // by library key
+	attached  map[string]*tracer.Attachment // by library key and layer
+	policy    map[string]policy             // what each attachment hooks
+	layers    uint8                         // bit per event.Layer seen in the process
 	loader    *tracer.Attachment
 	stopOnLd  bool
 	mapsHash  uint64
@@ -372,7 +374,7 @@ func (s *Session) handleRecord(raw []byte) {
 	}
 	s.model.Handle(&ev)
 	if s.rec != nil {
-		if ev.HasStack && len(ev.Copy) > 0 {
+		if event.CookieHasStack(ev.Cookie) && len(ev.Copy) > 0 {
 			// The stack copy served its purpose (unwinding, done above while
 			// the process lives): keep recordings small without it.
 			ev.Copy = nil
@@ -403,7 +405,7 @@ func (s *Session) attachProcess(pid int, stopOnLoad, required bool) error {
 	s.mu.Lock()
 	t := s.targets[pid]
 	if t == nil {
-		t = &target{pid: pid, attached: map[string]*tracer.Attachment{}, stopOnLd: stopOnLoad}
+		t = &target{pid: pid, attached: map[string]*tracer.Attachment{}, policy: map[string]policy{}, stopOnLd: stopOnLoad}
 		s.targets[pid] = t
 	}
 	s.mu.Unlock()
@@ -418,12 +420,25 @@ func (s *Session) attachProcess(pid int, stopOnLoad, required bool) error {
 	if len(d.Libraries) == 0 && required && !s.cfg.WaitForCUDA && len(s.cfg.Command) == 0 {
 		return d.NoCUDAError()
 	}
+	// Which layer hooks what depends on every layer the process maps.
+	for _, lib := range d.Libraries {
+		t.layers |= 1 << lib.Layer
+	}
 	for i := range d.Libraries {
 		lib := &d.Libraries[i]
-		if _, ok := t.attached[lib.Key()+lib.Layer.String()]; ok {
-			continue
+		key := lib.Key() + lib.Layer.String()
+		pol := policyFor(lib.Layer, t.layers)
+		if old, ok := t.attached[key]; ok {
+			if t.policy[key] == pol {
+				continue
+			}
+			// A layer appeared (cudart loads libcuda lazily): hook anew.
+			old.Close()
+			s.mu.Lock()
+			delete(t.attached, key)
+			s.mu.Unlock()
 		}
-		a, err := s.tr.Attach(pid, lib)
+		a, err := s.tr.Attach(pid, lib, pol.want)
 		if err != nil {
 			if errors.Is(err, tracer.ErrNoProcess) {
 				t.exited = true
@@ -433,7 +448,8 @@ func (s *Session) attachProcess(pid int, stopOnLoad, required bool) error {
 		}
 		s.log.Info("attached", "pid", pid, "library", lib.Path, "layer", lib.Layer.String(), "symbols", len(a.Hooked), "missing", len(a.Missing))
 		s.mu.Lock()
-		t.attached[lib.Key()+lib.Layer.String()] = a
+		t.attached[key] = a
+		t.policy[key] = pol
 		s.mu.Unlock()
 	}
 	t.mapsHash = mapsHash(pid)

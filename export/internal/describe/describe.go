@@ -90,3 +90,41 @@ func Drops(d model.Drops) string {
 	fmt.Fprintf(&b, "); argument read faults: %d; symbols not attached: %d", d.ReadFaults, d.AttachFailures)
 	return b.String()
 }
+
+// PyStack names the Python frames of c's stack, innermost first ("file:line
+// function"), or nil when none were captured.
+func PyStack(p *model.Process, c *model.Call) []string {
+	if c.PyStack < 0 || int(c.PyStack) >= len(p.PyStacks) {
+		return nil
+	}
+	keys := p.PyStacks[c.PyStack]
+	out := make([]string, 0, len(keys))
+	for _, k := range keys {
+		name := p.PyFrames[k]
+		if name == "" {
+			name = fmt.Sprintf("<python code 0x%x>", k.Code)
+		}
+		out = append(out, name)
+	}
+	return out
+}
+
+// NativeStack names the frames of c's native stack that lie outside the
+// probed function, innermost first, at most max.
+func NativeStack(p *model.Process, c *model.Call, max int) []string {
+	if c.Stack < 0 || int(c.Stack) >= len(p.Stacks) {
+		return nil
+	}
+	var out []string
+	for _, addr := range p.Stacks[c.Stack] {
+		f := Frame(p, addr)
+		if len(out) == 0 && isSelf(f, c) {
+			continue
+		}
+		out = append(out, f)
+		if len(out) == max {
+			break
+		}
+	}
+	return out
+}

@@ -1,0 +1,182 @@
+/*
+ * Python frames of the calling thread, read from a CPython 3.9–3.13 target
+ * at a uprobe without stopping or changing it.
+ *
+ * User space (symbolize/python) finds the interpreter of a process, fills a
+ * struct py_config with the layout of that exact version and puts it into
+ * py_configs under the process's tgid. walk_python then
+ *
+ *   1. finds the calling thread's PyThreadState in the main interpreter's
+ *      thread list (_PyRuntime.interpreters.head->threads.head, ->next, ...),
+ *   2. follows its current frame and the frames' back links, and
+ *   3. stores (code object, instruction) pairs, innermost first, into the
+ *      event: e->py[2i] is the PyCodeObject *, e->py[2i+1] the instruction:
+ *      f_lasti (a C int, zero-extended) for 3.9/3.10, the frame's
+ *      prev_instr (3.11/3.12) or instr_ptr (3.13) pointer otherwise.
+ *
+ * User space turns a pair into "file:line function" by reading the code
+ * object later (python.Interpreter.Frame). Nothing is written to the target
+ * and nothing is counted here; a read that faults ends the walk with what
+ * was collected so far.
+ *
+ * Needs: <linux/bpf.h>, <bpf/bpf_helpers.h> and cudatap.h (struct event,
+ * MAX_PY, EV_PY_TRUNCATED) included before this file. Uses CO-RE for one
+ * kernel field (task_struct->thread.fsbase, x86-64), so the kernel must
+ * have BTF (/sys/kernel/btf/vmlinux).
+ */
+#ifndef CUDATAP_PYTHON_H
+#define CUDATAP_PYTHON_H
+
+#include <bpf/bpf_core_read.h>
+
+#define NO_OFFSET 0xffffffff
+
+/*
+ * Per-process interpreter layout, filled by user space (symbolize/python:
+ * Config, whose MarshalBinary gives exactly these 64 bytes). All offsets
+ * are byte offsets into the named CPython structure.
+ */
+struct py_config {
+	__u64 runtime_addr;            /* address of _PyRuntime in the target */
+	__u32 version;                 /* PY_VERSION_HEX >> 16, e.g. 0x030c */
+	__u32 off_runtime_interp_head; /* _PyRuntimeState.interpreters.head */
+	__u32 off_interp_threads_head; /* PyInterpreterState.threads.head (tstate_head before 3.11) */
+	__u32 off_tstate_next;         /* PyThreadState.next */
+	__u32 off_tstate_native_tid;   /* PyThreadState.native_thread_id (3.11+, the tid in the
+	                                * target's pid namespace); NO_OFFSET before 3.11 */
+	__u32 off_tstate_frame;        /* ->frame (3.9/3.10), ->cframe (3.11/3.12), ->current_frame (3.13) */
+	__u32 off_cframe_current;      /* _PyCFrame.current_frame (3.11/3.12); NO_OFFSET otherwise */
+	__u32 off_frame_back;          /* PyFrameObject.f_back / _PyInterpreterFrame.previous */
+	__u32 off_frame_code;          /* f_code / f_executable */
+	__u32 off_frame_instr;         /* f_lasti (int) or prev_instr / instr_ptr (pointer) */
+	__u32 off_frame_owner;         /* _PyInterpreterFrame.owner (char), 3.12+: frames owned by
+	                                * the C stack (3) are skipped; NO_OFFSET otherwise */
+	__u32 instr_is_ptr;            /* 1: off_frame_instr is a pointer; 0: a C int */
+	__u32 off_tstate_thread_id;    /* PyThreadState.thread_id (pthread_self() of the thread);
+	                                * NO_OFFSET to match native_thread_id instead */
+};
+
+/* How the calling thread is recognised:
+ *  - off_tstate_thread_id set (user space sets it for every version):
+ *    thread_id == the task's x86-64 fs base, which is what glibc and musl
+ *    return from pthread_self(). Independent of pid namespaces.
+ *  - else native_thread_id == tid, the host tid the caller passes: right
+ *    only for targets in the initial pid namespace. */
+
+#define PY_OWNED_BY_CSTACK 3
+#define PY_MAX_THREADS 128           /* PyThreadStates looked at per walk */
+#define PY_MAX_WALK (MAX_PY * 2 + 16) /* frames looked at, C-stack shims included */
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32); /* tgid */
+	__type(value, struct py_config);
+} py_configs SEC(".maps");
+
+/* Just the kernel fields we read; CO-RE matches them by name against the
+ * kernel's BTF (the ___py suffix is ignored there). */
+struct thread_struct___py {
+	unsigned long fsbase;
+} __attribute__((preserve_access_index));
+
+struct task_struct___py {
+	struct thread_struct___py thread;
+} __attribute__((preserve_access_index));
+
+/* The calling thread's PyThreadState, or 0. */
+static __always_inline __u64 py_find_tstate(const struct py_config *c, __u32 tid)
+{
+	__u64 want = tid;
+	__u32 id_off = c->off_tstate_native_tid;
+	if (c->off_tstate_thread_id != NO_OFFSET) {
+		struct task_struct___py *task = (void *)bpf_get_current_task();
+		want = BPF_CORE_READ(task, thread.fsbase);
+		id_off = c->off_tstate_thread_id;
+	}
+	if (id_off == NO_OFFSET || want == 0)
+		return 0;
+
+	__u64 interp = 0, ts = 0;
+	if (bpf_probe_read_user(&interp, sizeof(interp), (void *)(c->runtime_addr + c->off_runtime_interp_head)) || !interp)
+		return 0;
+	if (bpf_probe_read_user(&ts, sizeof(ts), (void *)(interp + c->off_interp_threads_head)))
+		return 0;
+	for (int i = 0; i < PY_MAX_THREADS; i++) {
+		if (!ts)
+			return 0;
+		/* thread_id and native_thread_id are both unsigned long. */
+		__u64 id = 0;
+		if (bpf_probe_read_user(&id, sizeof(id), (void *)(ts + id_off)))
+			return 0;
+		if (id == want)
+			return ts;
+		if (bpf_probe_read_user(&ts, sizeof(ts), (void *)(ts + c->off_tstate_next)))
+			return 0;
+	}
+	return 0;
+}
+
+/*
+ * Fill e->npy and e->py[] with the calling thread's Python frames,
+ * innermost first, and set EV_PY_TRUNCATED in e->flags when frames beyond
+ * MAX_PY (or beyond PY_MAX_WALK looked at) were left out. tgid and tid are
+ * the host ids (bpf_get_current_pid_tgid). e->npy is 0 when the process has
+ * no py_configs entry or the thread has no Python frames.
+ */
+static __always_inline void walk_python(struct event *e, __u32 tgid, __u32 tid)
+{
+	e->npy = 0;
+	const struct py_config *c = bpf_map_lookup_elem(&py_configs, &tgid);
+	if (!c)
+		return;
+	__u64 ts = py_find_tstate(c, tid);
+	if (!ts)
+		return;
+
+	__u64 f = 0;
+	if (bpf_probe_read_user(&f, sizeof(f), (void *)(ts + c->off_tstate_frame)))
+		return;
+	if (c->off_cframe_current != NO_OFFSET && f) {
+		if (bpf_probe_read_user(&f, sizeof(f), (void *)(f + c->off_cframe_current)))
+			return;
+	}
+
+	__u32 n = 0;
+	for (int i = 0; i < PY_MAX_WALK; i++) {
+		if (!f)
+			break;
+		__u8 owner = 0;
+		if (c->off_frame_owner != NO_OFFSET &&
+		    bpf_probe_read_user(&owner, sizeof(owner), (void *)(f + c->off_frame_owner)))
+			break;
+		if (owner != PY_OWNED_BY_CSTACK) {
+			if (n >= MAX_PY) {
+				e->flags |= EV_PY_TRUNCATED;
+				break;
+			}
+			__u64 code = 0, instr = 0;
+			if (bpf_probe_read_user(&code, sizeof(code), (void *)(f + c->off_frame_code)))
+				break;
+			if (c->instr_is_ptr) {
+				if (bpf_probe_read_user(&instr, sizeof(instr), (void *)(f + c->off_frame_instr)))
+					break;
+			} else {
+				__u32 lasti = 0;
+				if (bpf_probe_read_user(&lasti, sizeof(lasti), (void *)(f + c->off_frame_instr)))
+					break;
+				instr = lasti;
+			}
+			e->py[2 * n] = code;
+			e->py[2 * n + 1] = instr;
+			n++;
+		}
+		if (bpf_probe_read_user(&f, sizeof(f), (void *)(f + c->off_frame_back)))
+			break;
+		if (i == PY_MAX_WALK - 1 && f)
+			e->flags |= EV_PY_TRUNCATED;
+	}
+	e->npy = n;
+}
+
+#endif

@@ -1,0 +1,88 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/cudatap/cudatap/export/syncs"
+	"github.com/cudatap/cudatap/tracer"
+	"github.com/cudatap/cudatap/tracer/model"
+	"github.com/cudatap/cudatap/tracer/recording"
+	"github.com/cudatap/cudatap/tracer/session"
+)
+
+type syncsOptions struct {
+	pids     []int
+	duration time.Duration
+	json     bool
+	top      int
+}
+
+func newSyncsCmd(g *globalOptions) *cobra.Command {
+	o := &syncsOptions{}
+	cmd := &cobra.Command{
+		Use:   "syncs [FILE.cudatap | -p PID [-d DURATION] | -- COMMAND...]",
+		Short: "List where the host waited for the GPU: sync sites by blocked time, with Python and native lines and a fix hint",
+		Example: `  cudatap syncs run.cudatap
+  sudo cudatap syncs -p 4123 -d 20s
+  sudo cudatap syncs --json -- python3 train.py`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			res, err := syncsResult(cmd, g, o, args)
+			if err != nil {
+				return err
+			}
+			sites := syncs.Sites(res)
+			if o.json {
+				return syncs.WriteJSON(cmd.OutOrStdout(), res, sites)
+			}
+			return syncs.WriteText(cmd.OutOrStdout(), res, sites, o.top)
+		},
+	}
+	f := cmd.Flags()
+	f.IntSliceVarP(&o.pids, "pid", "p", nil, "trace these running processes (repeatable or comma-separated)")
+	f.DurationVarP(&o.duration, "duration", "d", 0, "when tracing live: stop after this long")
+	f.BoolVar(&o.json, "json", false, "write JSON instead of a table")
+	f.IntVar(&o.top, "top", 20, "show at most this many sites in the table")
+	return cmd
+}
+
+func syncsResult(cmd *cobra.Command, g *globalOptions, o *syncsOptions, args []string) (*model.Result, error) {
+	dash := cmd.ArgsLenAtDash()
+	if len(o.pids) == 0 && dash < 0 {
+		if len(args) != 1 {
+			return nil, errors.New("give a .cudatap recording, -p PID, or a command after --")
+		}
+		f, err := os.Open(args[0])
+		if err != nil {
+			return nil, fmt.Errorf("open recording: %w", err)
+		}
+		defer f.Close()
+		res, _, err := recording.Load(f, nil)
+		if errors.Is(err, recording.ErrTruncated) && res != nil {
+			fmt.Fprintf(cmd.ErrOrStderr(), "cudatap: warning: %s: %v\n", args[0], err)
+			err = nil
+		}
+		return res, err
+	}
+	var command []string
+	if dash >= 0 {
+		command = args[dash:]
+	}
+	stderr := cmd.ErrOrStderr()
+	status := newStatusLine(stderr)
+	out, err := session.Run(cmd.Context(), session.Config{
+		PIDs: o.pids, Command: command, Duration: o.duration, Stacks: tracer.StacksSync,
+		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Logger: g.logger(),
+		OnAttached: func(n int) { fmt.Fprintf(stderr, "attached to %d process(es)\n", n) },
+		OnStatus:   status.update,
+	})
+	status.clear()
+	if err != nil {
+		return nil, err
+	}
+	return out.Result, nil
+}

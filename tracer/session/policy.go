@@ -1,0 +1,45 @@
+package session
+
+import "github.com/cudatap/cudatap/tracer/event"
+
+// policy says which APIs of one layer are hooked in a process, given the
+// layers it maps. The rule keeps every launch at one uprobe hit and every
+// call counted once:
+//
+//   - Launches are hooked in the driver whenever libcuda is mapped: every
+//     runtime launch enters cuLaunchKernel, and Triton, cuBLAS/cuDNN
+//     internals and torch.compile launch there directly. Kernel names come
+//     from the load-time calls (cuModuleGetFunction, cuLibraryGetKernel,
+//     cuKernelGetFunction).
+//   - Every other call is hooked in the runtime when the process has one
+//     (the API the program wrote, with its semantics), else in the driver.
+//   - NCCL is always hooked.
+type policy uint8
+
+const (
+	policyAll        policy = iota // every API of the layer
+	policyNoLaunch                 // runtime with a driver underneath: launches are the driver's
+	policyLaunchOnly               // driver under a runtime: launches and kernel naming only
+)
+
+func policyFor(layer event.Layer, layers uint8) policy {
+	hasRuntime := layers&(1<<event.Runtime) != 0
+	hasDriver := layers&(1<<event.Driver) != 0
+	switch {
+	case layer == event.Runtime && hasDriver:
+		return policyNoLaunch
+	case layer == event.Driver && hasRuntime:
+		return policyLaunchOnly
+	}
+	return policyAll
+}
+
+func (p policy) want(s *event.Spec) bool {
+	switch p {
+	case policyNoLaunch:
+		return s.Class != event.ClassLaunch
+	case policyLaunchOnly:
+		return s.Class == event.ClassLaunch || s.Class == event.ClassFuncName
+	}
+	return true
+}
