@@ -15,6 +15,7 @@
 #include <linux/ptrace.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
+#include <stdbool.h>
 
 #include "cudatap.h"
 
@@ -114,14 +115,15 @@ static __always_inline __u32 read_args(struct pt_regs *ctx, __u64 cookie, __u64 
 	return flags;
 }
 
-static __always_inline struct event *reserve(__u64 cookie)
+/*
+ * Records with a stack or a string (full) are much bigger than the others
+ * (small). Each size gets its own inlined copy of the emit code, with `full`
+ * a compile-time constant: the verifier then knows, on every path that
+ * writes the big fields, that the reservation is big.
+ */
+static __always_inline struct event *reserve(const bool full)
 {
-	struct event *e;
-	/* Stack-less records are much smaller; both sizes are constants. */
-	if (COOKIE_FULL(cookie))
-		e = bpf_ringbuf_reserve(&events, sizeof(struct event), 0);
-	else
-		e = bpf_ringbuf_reserve(&events, __builtin_offsetof(struct event, stack), 0);
+	struct event *e = bpf_ringbuf_reserve(&events, full ? sizeof(struct event) : __builtin_offsetof(struct event, stack), 0);
 	if (!e)
 		count(STAT_RINGBUF_FULL);
 	return e;
@@ -141,30 +143,53 @@ static __always_inline void fill_common(struct event *e, __u64 cookie, __u64 pid
 }
 
 /*
- * The stack of a blocking call: a frame-pointer walk (enough for code built
- * with frame pointers), plus the registers and a copy of the top of the user
- * stack so that user space can unwind code built without them (CPython,
- * PyTorch) with .eh_frame.
+ * The big fields. A stack: a frame-pointer walk (enough for code built with
+ * frame pointers), plus the registers and a copy of the top of the user stack
+ * so that user space can unwind code built without them (CPython, PyTorch)
+ * with .eh_frame. Or a string: a kernel name passed to a load-time call.
  */
-static __always_inline void fill_stack(struct pt_regs *ctx, struct event *e, __u64 cookie)
+static __always_inline void fill_full(struct pt_regs *ctx, struct event *e, __u64 cookie)
 {
-	if (!(cookie & COOKIE_STACK))
+	e->rip = e->rsp = e->rbp = 0;
+	e->npy = 0;
+	e->copy_len = 0;
+	if (COOKIE_STRARG(cookie)) {
+		long n = bpf_probe_read_user_str(e->copy, 4096, (void *)e->args[(COOKIE_STRARG(cookie) - 1) & 7]);
+		e->copy_len = n > 0 ? n : 0;
 		return;
+	}
 	long n = bpf_get_stack(ctx, e->stack, sizeof(e->stack), BPF_F_USER_STACK);
 	if (n > 0)
 		e->nstack = n / 8;
 	e->rip = PT_REGS_IP(ctx);
 	e->rsp = PT_REGS_SP(ctx);
 	e->rbp = ctx->rbp;
-	e->npy = 0;
 	/* A thread's stack may end less than STACK_COPY above rsp. */
 	void *sp = (void *)e->rsp;
 	if (bpf_probe_read_user(e->copy, STACK_COPY, sp) == 0)
 		e->copy_len = STACK_COPY;
 	else if (bpf_probe_read_user(e->copy, STACK_COPY / 4, sp) == 0)
 		e->copy_len = STACK_COPY / 4;
-	else
-		e->copy_len = 0;
+}
+
+static __always_inline int emit_entry(struct pt_regs *ctx, __u64 cookie, __u64 pid_tgid, __u64 now, const bool full)
+{
+	struct event *e = reserve(full);
+	if (!e)
+		return 0;
+	fill_common(e, cookie, pid_tgid);
+	e->start_ns = now;
+	e->end_ns = 0;
+	e->ret = 0;
+	e->out = 0;
+	e->args[6] = e->args[7] = e->args[8] = 0;
+	__builtin_memset(e->ext, 0, sizeof(e->ext));
+	e->flags = read_args(ctx, cookie, e->args, e->ext);
+	if (full)
+		fill_full(ctx, e, cookie);
+	bpf_ringbuf_submit(e, wakeup_flags());
+	count(STAT_SUBMITTED);
+	return 0;
 }
 
 static __always_inline int on_entry(struct pt_regs *ctx)
@@ -187,19 +212,40 @@ static __always_inline int on_entry(struct pt_regs *ctx)
 			count(STAT_INFLIGHT_FULL);
 		return 0;
 	}
+	if (COOKIE_FULL(cookie))
+		return emit_entry(ctx, cookie, pid_tgid, now, true);
+	return emit_entry(ctx, cookie, pid_tgid, now, false);
+}
 
-	struct event *e = reserve(cookie);
-	if (!e)
+static __always_inline int emit_return(struct pt_regs *ctx, struct inflight *in, struct inflight_key *key,
+				       __u64 cookie, __u64 pid_tgid, __u64 now, const bool full)
+{
+	struct event *e = reserve(full);
+	if (!e) {
+		bpf_map_delete_elem(&inflight, key);
 		return 0;
+	}
 	fill_common(e, cookie, pid_tgid);
-	e->start_ns = now;
-	e->end_ns = 0;
-	e->ret = 0;
+	e->start_ns = in->start_ns;
+	e->end_ns = now;
+	e->ret = PT_REGS_RC(ctx);
+	e->flags = in->flags | EV_HAS_RET;
+	__builtin_memcpy(e->args, in->args, sizeof(e->args));
+	__builtin_memcpy(e->ext, in->ext, sizeof(e->ext));
+	bpf_map_delete_elem(&inflight, key);
+
 	e->out = 0;
-	e->args[6] = e->args[7] = e->args[8] = 0;
-	__builtin_memset(e->ext, 0, sizeof(e->ext));
-	e->flags = read_args(ctx, cookie, e->args, e->ext);
-	fill_stack(ctx, e, cookie);
+	__u32 out = COOKIE_OUT(cookie);
+	if (out >= 1 && out <= NARGS) {
+		/* The handle or pointer the call wrote back (stream, event, allocation). */
+		__u64 ptr = e->args[(out - 1) & 7];
+		if (e->ret == 0 && bpf_probe_read_user(&e->out, sizeof(e->out), (void *)ptr) < 0) {
+			e->flags |= EV_OUT_FAULT;
+			count(STAT_READ_FAULT);
+		}
+	}
+	if (full)
+		fill_full(ctx, e, cookie);
 	bpf_ringbuf_submit(e, wakeup_flags());
 	count(STAT_SUBMITTED);
 	return 0;
@@ -217,42 +263,9 @@ static __always_inline int on_return(struct pt_regs *ctx)
 		count(STAT_ORPHAN_RETURN);
 		return 0;
 	}
-	struct event *e = reserve(cookie);
-	if (!e) {
-		bpf_map_delete_elem(&inflight, &key);
-		return 0;
-	}
-	fill_common(e, cookie, pid_tgid);
-	e->start_ns = in->start_ns;
-	e->end_ns = now;
-	e->ret = PT_REGS_RC(ctx);
-	e->flags = in->flags | EV_HAS_RET;
-	__builtin_memcpy(e->args, in->args, sizeof(e->args));
-	__builtin_memcpy(e->ext, in->ext, sizeof(e->ext));
-	bpf_map_delete_elem(&inflight, &key);
-
-	e->out = 0;
-	if (COOKIE_STRARG(cookie)) {
-		/* A kernel name passed to a load-time call: valid at return too. */
-		e->nstack = 0;
-		e->rip = e->rsp = e->rbp = 0;
-		e->npy = 0;
-		long n = bpf_probe_read_user_str(e->copy, 4096, (void *)e->args[(COOKIE_STRARG(cookie) - 1) & 7]);
-		e->copy_len = n > 0 ? n : 0;
-	}
-	__u32 out = COOKIE_OUT(cookie);
-	if (out >= 1 && out <= NARGS) {
-		/* The handle or pointer the call wrote back (stream, event, allocation). */
-		__u64 ptr = e->args[(out - 1) & 7];
-		if (e->ret == 0 && bpf_probe_read_user(&e->out, sizeof(e->out), (void *)ptr) < 0) {
-			e->flags |= EV_OUT_FAULT;
-			count(STAT_READ_FAULT);
-		}
-	}
-	fill_stack(ctx, e, cookie);
-	bpf_ringbuf_submit(e, wakeup_flags());
-	count(STAT_SUBMITTED);
-	return 0;
+	if (COOKIE_FULL(cookie))
+		return emit_return(ctx, in, &key, cookie, pid_tgid, now, true);
+	return emit_return(ctx, in, &key, cookie, pid_tgid, now, false);
 }
 
 /*
