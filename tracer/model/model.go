@@ -1,6 +1,7 @@
 package model
 
 import (
+	"math/bits"
 	"slices"
 
 	"github.com/cudatap/cudatap/tracer/event"
@@ -76,6 +77,7 @@ type streamState struct {
 	gpuClock    uint64 // inferred end of the last laid-out op
 	lastOp      int
 	lastEnqueue uint64
+	waitAfter   int32 // op a cudaStreamWaitEvent made the next op wait for, -1 = none
 }
 
 func (s *streamState) pending() []int32 { return s.queue[s.head:] }
@@ -102,8 +104,11 @@ func New(opts Options) *Model {
 // library-load hook's), so that Received stays comparable to Submitted.
 func (m *Model) Auxiliary() { m.drops.Received++ }
 
-// DecodeError counts a record that could not be decoded.
-func (m *Model) DecodeError() { m.drops.DecodeErrors++ }
+// DecodeError counts a record that was received but could not be decoded.
+func (m *Model) DecodeError() {
+	m.drops.Received++
+	m.drops.DecodeErrors++
+}
 
 // SetKernelStats records the BPF side's counters (they are cumulative, so
 // the last call wins).
@@ -155,7 +160,7 @@ func (m *Model) AddProcess(pid uint32) { m.proc(pid) }
 func (ps *procState) newStream(s *Stream) int {
 	s.ID = len(ps.p.Streams)
 	ps.p.Streams = append(ps.p.Streams, s)
-	ps.st = append(ps.st, &streamState{lastOp: -1})
+	ps.st = append(ps.st, &streamState{lastOp: -1, waitAfter: -1})
 	return s.ID
 }
 
@@ -263,7 +268,13 @@ func (m *Model) Handle(ev *event.Event) {
 		if pos, found := ps.events[a.Event]; found {
 			p.Deps = append(p.Deps, Dependency{Event: a.Event, RecordCall: pos.call, WaitCall: idx,
 				FromStream: pos.stream, ToStream: int(call.Stream)})
+			if pos.op >= 0 {
+				ps.st[call.Stream].waitAfter = int32(pos.op)
+			}
 		}
+	case event.ClassEventCreate, event.ClassEventDestroy:
+		// A new or destroyed event has no recorded position (handles are reused).
+		delete(ps.events, a.Event)
 	case event.ClassEventSync:
 		m.eventSync(ps, idx, a.Event)
 	case event.ClassStreamSync:
@@ -404,6 +415,7 @@ func (m *Model) enqueue(ps *procState, idx int, op GPUOp) int {
 	m.corr++
 	op.Stream, op.Call, op.Correlation, op.Enqueued, op.API = sid, idx, m.corr, call.Start, call.API
 	op.Start, op.End = call.Start, call.Start
+	op.After, ps.st[sid].waitAfter = ps.st[sid].waitAfter, -1
 	opIdx := len(p.GPUOps)
 	p.GPUOps = append(p.GPUOps, op)
 	call.GPUOp, call.Correlation = int32(opIdx), m.corr
@@ -481,6 +493,9 @@ func (m *Model) memcpy(ps *procState, idx int, spec *event.Spec, ev *event.Event
 	}
 	// The host returned only once the stream had drained up to this copy.
 	m.boundStream(ps, sid, op, call.End)
+	if sid == 0 {
+		m.boundBlocking(ps, call.End) // the legacy stream waited for them first
+	}
 }
 
 func (m *Model) memset(ps *procState, idx int, spec *event.Spec, ev *event.Event) {
@@ -496,6 +511,9 @@ func (m *Model) memset(ps *procState, idx int, spec *event.Spec, ev *event.Event
 	if spec.Sync {
 		m.addSync(ps, idx, SyncMemset, sid, queued)
 		m.boundStream(ps, sid, op, call.End)
+		if sid == 0 {
+			m.boundBlocking(ps, call.End)
+		}
 	}
 }
 
@@ -628,7 +646,9 @@ func (m *Model) boundBlocking(ps *procState, t uint64) {
 
 // boundStream lays out the pending ops of a stream up to op upto (all when
 // -1), knowing they completed by t. Without kernel timings the busy interval
-// is split evenly between them, never starting an op before its enqueue.
+// is split evenly between them, never starting an op before its enqueue nor
+// before the op it waits for (cudaStreamWaitEvent) ended; that op completed
+// by t too, so it is bounded first.
 func (m *Model) boundStream(ps *procState, sid int, upto int, t uint64) {
 	st := ps.st[sid]
 	pend := st.pending()
@@ -648,7 +668,14 @@ func (m *Model) boundStream(ps *procState, sid int, upto int, t uint64) {
 	for k, i := range pend[:n] {
 		op := &ops[i]
 		op.Start = max(prev, op.Enqueued)
-		share := begin + (t-begin)*uint64(k+1)/uint64(n)
+		if op.After >= 0 {
+			dep := &ops[op.After]
+			if !dep.Bounded {
+				m.boundStream(ps, dep.Stream, int(op.After), t)
+			}
+			op.Start = max(op.Start, dep.End)
+		}
+		share := begin + mulDiv(t-begin, uint64(k+1), uint64(n))
 		op.End = max(op.Start, share)
 		op.Bounded = true
 		prev = op.End
@@ -660,19 +687,35 @@ func (m *Model) boundStream(ps *procState, sid int, upto int, t uint64) {
 	}
 }
 
+// mulDiv returns a*b/c without overflowing; b <= c.
+func mulDiv(a, b, c uint64) uint64 {
+	hi, lo := bits.Mul64(a, b)
+	q, _ := bits.Div64(hi, lo, c)
+	return q
+}
+
 // Finish lays out the work no synchronization bounded and returns the
 // result. The model must not be used afterwards.
 func (m *Model) Finish() *Result {
 	r := &Result{Drops: m.drops, Start: m.start, End: m.end}
 	for _, ps := range m.procs {
-		for _, st := range ps.st {
-			prev := st.gpuClock
-			for _, i := range st.pending() {
-				op := &ps.p.GPUOps[i]
-				op.Start = max(prev, op.Enqueued)
-				op.End = op.Start
-				prev = op.End
+		// In enqueue order, so that an op waited for is laid out first.
+		prev := make([]uint64, len(ps.st))
+		for sid, st := range ps.st {
+			prev[sid] = st.gpuClock
+		}
+		ops := ps.p.GPUOps
+		for i := range ops {
+			op := &ops[i]
+			if op.Bounded {
+				continue
 			}
+			op.Start = max(prev[op.Stream], op.Enqueued)
+			if op.After >= 0 {
+				op.Start = max(op.Start, ops[op.After].End)
+			}
+			op.End = op.Start
+			prev[op.Stream] = op.End
 		}
 		r.Processes = append(r.Processes, ps.p)
 	}
