@@ -57,6 +57,19 @@ struct {
 	__type(value, struct inflight);
 } inflight SEC(".maps");
 
+/*
+ * Kernel names for launches the driver sees, when the load-time calls that
+ * named their CUfunction happened before cudatap attached: for a while after
+ * attaching, the runtime's launch leaves its host stub (an ELF symbol) here
+ * and the driver launch it makes underneath picks it up.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, __u64);
+} pending_stub SEC(".maps");
+
 /* Scratch space for building an inflight entry (too big for the BPF stack). */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -185,6 +198,14 @@ static __always_inline int emit_entry(struct pt_regs *ctx, __u64 cookie, __u64 p
 	e->args[6] = e->args[7] = e->args[8] = 0;
 	__builtin_memset(e->ext, 0, sizeof(e->ext));
 	e->flags = read_args(ctx, cookie, e->args, e->ext);
+	if (cookie & COOKIE_TAKE_STUB) {
+		__u32 tid = (__u32)pid_tgid;
+		__u64 *stub = bpf_map_lookup_elem(&pending_stub, &tid);
+		if (stub) {
+			e->out = *stub;
+			bpf_map_delete_elem(&pending_stub, &tid);
+		}
+	}
 	if (full)
 		fill_full(ctx, e, cookie);
 	bpf_ringbuf_submit(e, wakeup_flags());
@@ -197,6 +218,16 @@ static __always_inline int on_entry(struct pt_regs *ctx)
 	__u64 cookie = bpf_get_attach_cookie(ctx);
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u64 now = bpf_ktime_get_ns();
+
+	if (cookie & COOKIE_PAIR) {
+		__u32 tid = (__u32)pid_tgid;
+		/* Read both: the verifier rejects a computed offset into ctx. */
+		__u64 a1 = PT_REGS_PARM1(ctx), a2 = PT_REGS_PARM2(ctx);
+		asm volatile("" : "+r"(a1), "+r"(a2));
+		__u64 stub = COOKIE_STRARG(cookie) == 2 ? a2 : a1;
+		bpf_map_update_elem(&pending_stub, &tid, &stub, BPF_ANY);
+		return 0;
+	}
 
 	if (cookie & COOKIE_RET) {
 		__u32 zero = 0;

@@ -14,7 +14,11 @@
  *   bit  30      copy 48 bytes behind argument 0 at entry (launch config structs)
  *   bit  31      capture the user stack (frame pointers)
  *   bit  32      (library-load hook) stop the process until user space resumes it
- *   bits 33..35  1 + index of a C-string argument copied (at return) into copy[]
+ *   bits 33..35  1 + index of a C-string argument copied (at return) into copy[],
+ *                or, with bit 36, of the kernel stub argument to remember
+ *   bit  36      (runtime launch, pairing) remember the stub for the thread's
+ *                next driver launch and emit nothing
+ *   bit  37      (driver launch) take the stub a runtime launch left, into out
  */
 #define COOKIE_API(c) ((c) & 0xffff)
 #define COOKIE_NSTACK(c) (((c) >> 24) & 0x3)
@@ -24,8 +28,10 @@
 #define COOKIE_STACK (1ULL << 31)
 #define COOKIE_STOP (1ULL << 32)
 #define COOKIE_STRARG(c) (((c) >> 33) & 0x7)
+#define COOKIE_PAIR (1ULL << 36)
+#define COOKIE_TAKE_STUB (1ULL << 37)
 /* Records with a stack or a string are full size; others end at stack[]. */
-#define COOKIE_FULL(c) (((c) & COOKIE_STACK) || COOKIE_STRARG(c))
+#define COOKIE_FULL(c) (((c) & COOKIE_STACK) || (COOKIE_STRARG(c) && !((c) & COOKIE_PAIR)))
 
 #define NARGS 9   /* rdi rsi rdx rcx r8 r9 + up to 3 stack words */
 #define NEXT 6    /* 48 bytes copied from behind argument 0 */

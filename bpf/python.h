@@ -54,6 +54,7 @@ struct py_config {
 	__u32 instr_is_ptr;            /* 1: off_frame_instr is a pointer; 0: a C int */
 	__u32 off_tstate_thread_id;    /* PyThreadState.thread_id (pthread_self() of the thread);
 	                                * NO_OFFSET to match native_thread_id instead */
+	__u32 _pad;
 };
 
 /* How the calling thread is recognised:

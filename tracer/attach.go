@@ -98,6 +98,42 @@ func (t *Tracer) Attach(pid int, lib *Library, want func(*event.Spec) bool) (*At
 	return a, nil
 }
 
+// AttachPairing hooks the runtime's launch symbols of lib so that each one
+// hands its kernel stub to the driver launch it makes underneath. These
+// probes emit nothing; they only name CUfunctions that were created before
+// cudatap attached. Close the attachment once the names are learned: each
+// probe costs a second trap per launch.
+func (t *Tracer) AttachPairing(pid int, lib *Library) (*Attachment, error) {
+	a := &Attachment{PID: pid, Library: *lib}
+	var set probeSet
+	for _, spec := range event.Specs(event.Runtime) {
+		if spec.Class != event.ClassLaunch {
+			continue
+		}
+		for _, sym := range spec.Symbols {
+			s, ok := lib.file.LookupDynamic(sym)
+			if !ok && lib.Static {
+				s, ok = lib.file.Lookup(sym)
+			}
+			if !ok {
+				continue
+			}
+			if off, ok := lib.file.FileOffset(s.Value); ok {
+				set.add(off, spec.PairCookie(), sym)
+			}
+		}
+	}
+	if len(set.addrs) == 0 {
+		return nil, fmt.Errorf("%s exports no launch symbol", lib.Path)
+	}
+	if err := t.attachSet(a, lib.OpenPath, pid, &set, t.progs.entry, false); err != nil {
+		a.Close()
+		return nil, err
+	}
+	a.Hooked = set.names
+	return a, nil
+}
+
 // AttachLoader hooks the dynamic linker's _dl_debug_state so that libraries
 // loaded later (dlopen, lazy CUDA init) are found at once. With stop, the
 // process stops at each load until Resume.

@@ -71,6 +71,7 @@ const (
 const (
 	cudatapMapEvents           = "events"
 	cudatapMapInflight         = "inflight"
+	cudatapMapPendingStub      = "pending_stub"
 	cudatapMapScratch          = "scratch"
 	cudatapMapStats            = "stats"
 	cudatapProgCudaEntry       = "cuda_entry"
@@ -138,10 +139,11 @@ type cudatapProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type cudatapMapSpecs struct {
-	Events   *ebpf.MapSpec `ebpf:"events"`
-	Inflight *ebpf.MapSpec `ebpf:"inflight"`
-	Scratch  *ebpf.MapSpec `ebpf:"scratch"`
-	Stats    *ebpf.MapSpec `ebpf:"stats"`
+	Events      *ebpf.MapSpec `ebpf:"events"`
+	Inflight    *ebpf.MapSpec `ebpf:"inflight"`
+	PendingStub *ebpf.MapSpec `ebpf:"pending_stub"`
+	Scratch     *ebpf.MapSpec `ebpf:"scratch"`
+	Stats       *ebpf.MapSpec `ebpf:"stats"`
 }
 
 // cudatapVariableSpecs contains global variables before they are loaded into the kernel.
@@ -173,16 +175,18 @@ func (o *cudatapObjects) Close() error {
 //
 // It can be passed to loadCudatapObjects or ebpf.CollectionSpec.LoadAndAssign.
 type cudatapMaps struct {
-	Events   *ebpf.Map `ebpf:"events"`
-	Inflight *ebpf.Map `ebpf:"inflight"`
-	Scratch  *ebpf.Map `ebpf:"scratch"`
-	Stats    *ebpf.Map `ebpf:"stats"`
+	Events      *ebpf.Map `ebpf:"events"`
+	Inflight    *ebpf.Map `ebpf:"inflight"`
+	PendingStub *ebpf.Map `ebpf:"pending_stub"`
+	Scratch     *ebpf.Map `ebpf:"scratch"`
+	Stats       *ebpf.Map `ebpf:"stats"`
 }
 
 func (m *cudatapMaps) Close() error {
 	return _CudatapClose(
 		m.Events,
 		m.Inflight,
+		m.PendingStub,
 		m.Scratch,
 		m.Stats,
 	)

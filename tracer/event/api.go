@@ -84,6 +84,7 @@ type Spec struct {
 	OutArg    int  // 1 + index of an out-pointer read at return; 0 = none
 	Deref0    bool // copy 48 bytes behind argument 0 (launch config)
 	StrArg    int  // 1 + index of a C-string argument copied at entry; 0 = none
+	StubArg   int  // launches: index of the kernel (stub or CUfunction) argument
 	Sync      bool // the call itself may block the host on the GPU
 }
 
@@ -93,7 +94,16 @@ const (
 	cookieDeref0 = 1 << 30
 	CookieStack  = 1 << 31
 	cookieStrArg = 33 // bits 33..35: 1 + index of a string argument
+	// CookiePair makes a runtime launch probe only remember its kernel stub
+	// (argument StubArg) for the driver launch underneath; it emits nothing.
+	CookiePair     = 1 << 36
+	cookieTakeStub = 1 << 37
 )
+
+// PairCookie is the cookie of a runtime launch symbol in pairing mode.
+func (s *Spec) PairCookie() uint64 {
+	return uint64(s.API) | CookiePair | uint64(s.StubArg+1)<<cookieStrArg
+}
 
 // Cookie returns the attach cookie for symbol index sym of s.
 func (s *Spec) Cookie(sym int) uint64 {
@@ -105,6 +115,9 @@ func (s *Spec) Cookie(sym int) uint64 {
 		c |= cookieDeref0
 	}
 	c |= uint64(s.StrArg&7) << cookieStrArg
+	if s.Layer == Driver && s.Class == ClassLaunch {
+		c |= cookieTakeStub
+	}
 	return c
 }
 
@@ -207,7 +220,7 @@ var specs = [...]Spec{
 	{API: CudaStreamCreateWithPriority, Name: "cudaStreamCreateWithPriority", Class: ClassStreamCreate, Return: true, OutArg: 1},
 	{API: CudaStreamDestroy, Name: "cudaStreamDestroy", Class: ClassStreamDestroy},
 	{API: CudaLaunchKernel, Name: "cudaLaunchKernel", Class: ClassLaunch, StackArgs: 2, Symbols: ptsz("cudaLaunchKernel")},
-	{API: CudaLaunchKernelExC, Name: "cudaLaunchKernelExC", Class: ClassLaunch, Deref0: true, Symbols: ptsz("cudaLaunchKernelExC")},
+	{API: CudaLaunchKernelExC, Name: "cudaLaunchKernelExC", Class: ClassLaunch, Deref0: true, StubArg: 1, Symbols: ptsz("cudaLaunchKernelExC")},
 	{API: CudaLaunchCooperativeKernel, Name: "cudaLaunchCooperativeKernel", Class: ClassLaunch, StackArgs: 2, Symbols: ptsz("cudaLaunchCooperativeKernel")},
 	{API: CudaMemcpy, Name: "cudaMemcpy", Class: ClassMemcpy, Return: true, Sync: true, Symbols: ptds("cudaMemcpy")},
 	{API: CudaMemcpyAsync, Name: "cudaMemcpyAsync", Class: ClassMemcpy, Return: true, Symbols: ptsz("cudaMemcpyAsync")},
@@ -241,7 +254,7 @@ var specs = [...]Spec{
 	// cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra): bz, shmem
 	// and stream are stack arguments 1..3.
 	{API: CuLaunchKernel, Name: "cuLaunchKernel", Layer: Driver, Class: ClassLaunch, StackArgs: 3, Symbols: ptsz("cuLaunchKernel")},
-	{API: CuLaunchKernelEx, Name: "cuLaunchKernelEx", Layer: Driver, Class: ClassLaunch, Deref0: true, Symbols: ptsz("cuLaunchKernelEx")},
+	{API: CuLaunchKernelEx, Name: "cuLaunchKernelEx", Layer: Driver, Class: ClassLaunch, Deref0: true, StubArg: 1, Symbols: ptsz("cuLaunchKernelEx")},
 	{API: CuLaunchCooperativeKernel, Name: "cuLaunchCooperativeKernel", Layer: Driver, Class: ClassLaunch, StackArgs: 3, Symbols: ptsz("cuLaunchCooperativeKernel")},
 	{API: CuMemcpyHtoDAsync, Name: "cuMemcpyHtoDAsync", Layer: Driver, Class: ClassMemcpy, Return: true, Symbols: v2ptsz("cuMemcpyHtoDAsync")},
 	{API: CuMemcpyDtoHAsync, Name: "cuMemcpyDtoHAsync", Layer: Driver, Class: ClassMemcpy, Return: true, Symbols: v2ptsz("cuMemcpyDtoHAsync")},

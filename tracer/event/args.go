@@ -219,8 +219,13 @@ func (e *Event) Decode(a *Args) {
 		a.Peer = -1
 		a.Bytes = ncclBytes(r[2], r[3])
 	case NcclSend, NcclRecv:
-		// (buf, count, type, peer, comm, stream)
-		a.Src, a.Count, a.DataType, a.Peer, a.Comm, a.Stream, a.HasStream = r[0], r[1], uint8(r[2]), int32(r[3]), r[4], r[5], true
+		// (buf, count, type, peer, comm, stream): send reads buf, recv writes it.
+		a.Count, a.DataType, a.Peer, a.Comm, a.Stream, a.HasStream = r[1], uint8(r[2]), int32(r[3]), r[4], r[5], true
+		if e.API() == NcclSend {
+			a.Src = r[0]
+		} else {
+			a.Dst = r[0]
+		}
 		a.Bytes = ncclBytes(r[1], r[2])
 	}
 }

@@ -93,6 +93,7 @@ type procState struct {
 	polls      map[pollKey]pollState
 	lastLegacy uint64
 	funcNames  map[uint64]string // CUfunction/CUkernel handle → kernel name, from load-time calls
+	stubTried  map[uint64]bool   // host stubs already symbolized
 }
 
 // New returns an empty model.
@@ -146,7 +147,8 @@ func (m *Model) proc(pid uint32) *procState {
 		p.Info = m.opts.ProcessInfo(pid)
 	}
 	ps := &procState{p: p, byHandle: map[uint64]int{}, perThread: map[uint32]int{},
-		events: map[uint64]eventPos{}, polls: map[pollKey]pollState{}, funcNames: map[uint64]string{}}
+		events: map[uint64]eventPos{}, polls: map[pollKey]pollState{}, funcNames: map[uint64]string{},
+		stubTried: map[uint64]bool{}}
 	// Stream 0 always exists: the legacy default stream.
 	ps.newStream(&Stream{Kind: StreamLegacy})
 	m.procs[pid] = ps
@@ -249,6 +251,9 @@ func (m *Model) Handle(ev *event.Event) {
 			delete(ps.byHandle, a.Stream)
 		}
 	case event.ClassLaunch:
+		if spec.Layer == event.Driver && ev.Out != 0 {
+			m.learnStub(ps, a.Func, ev.Out)
+		}
 		p.Streams[call.Stream].Stats.Launches++
 		m.kernelName(ps, a.Func)
 		m.enqueue(ps, idx, GPUOp{Kind: OpKernel, Func: a.Func})
@@ -389,6 +394,23 @@ func (m *Model) addPyStack(ev *event.Event) int32 {
 	}
 	p.PyStacks = append(p.PyStacks, st)
 	return int32(len(p.PyStacks) - 1)
+}
+
+// learnStub names a CUfunction from the runtime host stub that launched it
+// (see tracer.AttachPairing): the stub's ELF symbol is the kernel's name.
+func (m *Model) learnStub(ps *procState, f, stub uint64) {
+	if name := ps.funcNames[f]; name != "" || ps.stubTried[stub] {
+		return
+	}
+	ps.stubTried[stub] = true
+	name := ""
+	if m.opts.KernelName != nil {
+		name = m.opts.KernelName(ps.p.PID, stub)
+	}
+	if name != "" {
+		ps.funcNames[f] = name
+		ps.p.Kernels[f] = name
+	}
 }
 
 func (m *Model) kernelName(ps *procState, addr uint64) {

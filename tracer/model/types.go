@@ -294,16 +294,19 @@ type Drops struct {
 	Received       uint64 // records read by user space
 	RingbufFull    uint64 // lost: ring buffer full
 	InflightFull   uint64 // lost: no room to remember a call's entry
-	OrphanReturns  uint64 // lost: return seen without its entry
+	OrphanReturns  uint64 // return seen without its entry: the call began before the probes were live
 	ReadFaults     uint64 // kept, but an argument could not be read
 	DecodeErrors   uint64 // lost: malformed record
 	UnknownAPI     uint64 // lost: cookie names no known API
 	AttachFailures uint64 // symbols that could not be hooked
 }
 
-// Lost is the number of calls that happened but are missing from the model.
+// Lost is the number of calls that happened while traced but are missing
+// from the model. Orphan returns are not among them: their calls began
+// before the probes were attached (or, rarely, their entry was evicted),
+// and every output shows them separately.
 func (d Drops) Lost() uint64 {
-	return d.RingbufFull + d.InflightFull + d.OrphanReturns + d.DecodeErrors + d.UnknownAPI
+	return d.RingbufFull + d.InflightFull + d.DecodeErrors + d.UnknownAPI
 }
 
 // Result is the finished model of a recording.

@@ -40,6 +40,10 @@ type Config struct {
 	Stdin           io.Reader // for the launched command
 	Stdout, Stderr  io.Writer
 	Logger          *slog.Logger
+	// NameWindow is how long, after attaching to a running process, runtime
+	// launches are also probed to name kernels loaded before cudatap came
+	// (two traps per launch meanwhile). 0 = 5 s; negative = never.
+	NameWindow time.Duration
 	// OnAttached is called once, when probes are live in every target.
 	OnAttached func(processes int)
 	// OnStatus is called about once a second while recording.
@@ -75,6 +79,8 @@ type target struct {
 	pid       int
 	attached  map[string]*tracer.Attachment // by library key and layer
 	policy    map[string]policy             // what each attachment hooks
+	pairing   *tracer.Attachment            // runtime launch probes naming old CUfunctions
+	pairUntil time.Time
 	layers    uint8                         // bit per event.Layer seen in the process
 	loader    *tracer.Attachment
 	stopOnLd  bool
@@ -207,27 +213,70 @@ func (s *Session) modelOptions() model.Options {
 	}
 }
 
-// symbolizeAddr resolves an address of a live process; it refreshes the
-// process's mappings once when the address falls outside every known one
-// (a library loaded since the last look).
-func (s *Session) symbolizeAddr(pid uint32, addr uint64) symbolize.Frame {
+// prepareStack cuts a frame-pointer walk at the first address outside every
+// executable mapping: code built without frame pointers sends the walk into
+// data, and what follows is noise.
+func (s *Session) prepareStack(ev *event.Event) {
+	p := s.symProcess(ev.PID)
+	if p == nil {
+		return
+	}
+	maps := p.Mappings()
+	n := 0
+	refreshed := false
+	for n < ev.NStack {
+		if executable(maps, ev.Stack[n]) {
+			n++
+			continue
+		}
+		if refreshed || p.Refresh() != nil {
+			break
+		}
+		// A library loaded since the last look may hold the frame.
+		refreshed, maps = true, p.Mappings()
+	}
+	ev.NStack = n
+}
+
+func executable(maps []symbolize.Mapping, addr uint64) bool {
+	for i := range maps {
+		if maps[i].Contains(addr) {
+			return maps[i].Exec()
+		}
+	}
+	return false
+}
+
+// symProcess returns the symbolizer of a live target, nil if unknown.
+func (s *Session) symProcess(pid uint32) *symbolize.Process {
 	s.mu.Lock()
 	t := s.targets[int(pid)]
 	s.mu.Unlock()
 	if t == nil {
-		return symbolize.Frame{Addr: addr}
+		return nil
 	}
 	if t.symbolize == nil {
 		p, err := symbolize.NewProcess(int(pid), s.cache)
 		if err != nil {
-			return symbolize.Frame{Addr: addr}
+			return nil
 		}
 		t.symbolize = p
 	}
-	f := t.symbolize.Symbolize(addr)
+	return t.symbolize
+}
+
+// symbolizeAddr resolves an address of a live process; it refreshes the
+// process's mappings once when the address falls outside every known one
+// (a library loaded since the last look).
+func (s *Session) symbolizeAddr(pid uint32, addr uint64) symbolize.Frame {
+	p := s.symProcess(pid)
+	if p == nil {
+		return symbolize.Frame{Addr: addr}
+	}
+	f := p.Symbolize(addr)
 	if f.Raw == "" && f.Object == "" {
-		if t.symbolize.Refresh() == nil {
-			f = t.symbolize.Symbolize(addr)
+		if p.Refresh() == nil {
+			f = p.Symbolize(addr)
 		}
 	}
 	return f
@@ -294,7 +343,8 @@ loop:
 			}
 		case pid := <-s.rescan:
 			s.handleRescan(pid)
-		case <-liveness.C:
+		case now := <-liveness.C:
+			s.endPairings(now)
 			for _, pid := range s.livePIDs() {
 				if child != nil && pid == child.pid {
 					continue // reaped by its own waiter
@@ -371,6 +421,9 @@ func (s *Session) handleRecord(raw []byte) {
 			}
 		}
 		return
+	}
+	if ev.NStack > 0 {
+		s.prepareStack(&ev)
 	}
 	s.model.Handle(&ev)
 	if s.rec != nil {
@@ -452,8 +505,47 @@ func (s *Session) attachProcess(pid int, stopOnLoad, required bool) error {
 		t.policy[key] = pol
 		s.mu.Unlock()
 	}
+	if !stopOnLoad && t.pairing == nil && t.pairUntil.IsZero() && s.cfg.NameWindow >= 0 &&
+		t.layers&(1<<event.Runtime) != 0 && t.layers&(1<<event.Driver) != 0 {
+		s.startPairing(t, d)
+	}
 	t.mapsHash = mapsHash(pid)
 	return nil
+}
+
+// startPairing probes the runtime's launches for a while so that driver
+// launches of kernels loaded before cudatap attached get their names.
+func (s *Session) startPairing(t *target, d *tracer.Discovery) {
+	window := s.cfg.NameWindow
+	if window == 0 {
+		window = 5 * time.Second
+	}
+	for i := range d.Libraries {
+		if d.Libraries[i].Layer != event.Runtime {
+			continue
+		}
+		a, err := s.tr.AttachPairing(t.pid, &d.Libraries[i])
+		if err != nil {
+			s.log.Warn("cannot name kernels loaded before attaching", "pid", t.pid, "err", err)
+			return
+		}
+		s.mu.Lock()
+		t.pairing, t.pairUntil = a, time.Now().Add(window)
+		s.mu.Unlock()
+		return
+	}
+}
+
+// endPairings closes pairing probes whose window is over.
+func (s *Session) endPairings(now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, t := range s.targets {
+		if t.pairing != nil && now.After(t.pairUntil) {
+			t.pairing.Close()
+			t.pairing = nil
+		}
+	}
 }
 
 // handleRescan reacts to the dynamic linker hook.
@@ -516,12 +608,7 @@ func (s *Session) markExited(pid int) {
 	if t := s.targets[pid]; t != nil && !t.exited {
 		t.exited = true
 		// The probes die with the process's memory; release the links now.
-		for _, a := range t.attached {
-			a.Close()
-		}
-		if t.loader != nil {
-			t.loader.Close()
-		}
+		t.closeProbes()
 	}
 }
 
@@ -533,12 +620,20 @@ func (s *Session) closeAll() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, t := range s.targets {
-		for _, a := range t.attached {
-			a.Close()
-		}
-		if t.loader != nil {
-			t.loader.Close()
-		}
+		t.closeProbes()
+	}
+}
+
+func (t *target) closeProbes() {
+	for _, a := range t.attached {
+		a.Close()
+	}
+	if t.loader != nil {
+		t.loader.Close()
+	}
+	if t.pairing != nil {
+		t.pairing.Close()
+		t.pairing = nil
 	}
 }
 

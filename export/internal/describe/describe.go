@@ -80,14 +80,15 @@ func isIdent(b byte) bool {
 // zero: a trace that silently lost calls would answer questions wrongly.
 func Drops(d model.Drops) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "dropped events: %d (ring buffer full %d, entry table full %d, orphan returns %d, decode errors %d",
-		d.Lost(), d.RingbufFull, d.InflightFull, d.OrphanReturns, d.DecodeErrors)
+	fmt.Fprintf(&b, "dropped events: %d (ring buffer full %d, entry table full %d, decode errors %d",
+		d.Lost(), d.RingbufFull, d.InflightFull, d.DecodeErrors)
 	// Only a corrupt or newer recording names unknown APIs; shown when it
 	// happens so that the parts always add up to the total.
 	if d.UnknownAPI != 0 {
 		fmt.Fprintf(&b, ", unknown API %d", d.UnknownAPI)
 	}
-	fmt.Fprintf(&b, "); argument read faults: %d; symbols not attached: %d", d.ReadFaults, d.AttachFailures)
+	fmt.Fprintf(&b, "); calls begun before attaching (return only): %d; argument read faults: %d; symbols not attached: %d",
+		d.OrphanReturns, d.ReadFaults, d.AttachFailures)
 	return b.String()
 }
 

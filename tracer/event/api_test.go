@@ -1,0 +1,291 @@
+package event
+
+import (
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// outPointerArg is, for every API that returns a handle or an address
+// through a pointer argument, that argument's index (CUDA_API.md).
+var outPointerArg = map[API]int{
+	CudaStreamCreate:             0, // cudaStream_t *pStream
+	CudaStreamCreateWithFlags:    0,
+	CudaStreamCreateWithPriority: 0,
+	CudaEventCreate:              0, // cudaEvent_t *event
+	CudaEventCreateWithFlags:     0,
+	CudaMalloc:                   0, // void **devPtr
+	CudaMallocAsync:              0,
+	CudaHostAlloc:                0, // void **pHost
+	CudaMallocHost:               0,
+}
+
+// stackArgs is the number of arguments each API passes on the stack
+// (x86-64 System V: six integer registers; a dim3 by value takes two).
+var stackArgs = map[API]int{
+	CudaLaunchKernel:            2, // sharedMem, stream
+	CudaLaunchCooperativeKernel: 2,
+	CudaMemcpy2D:                1, // kind
+	CudaMemcpy2DAsync:           2, // kind, stream
+}
+
+func TestSpecTable(t *testing.T) {
+	if int(numAPIs)-1 != len(specs) {
+		t.Fatalf("%d API ids, %d specs", numAPIs-1, len(specs))
+	}
+	names := map[string]API{}
+	symbols := map[string]API{}
+	for i := range specs {
+		s := &specs[i]
+		if s.API != API(i+1) {
+			t.Errorf("specs[%d] is %v (id %d), want id %d", i, s.Name, s.API, i+1)
+		}
+		if Lookup(s.API) != s {
+			t.Errorf("Lookup(%d) does not return %s's spec", s.API, s.Name)
+		}
+		if s.API.String() != s.Name {
+			t.Errorf("API(%d).String() = %q, want %q", s.API, s.API.String(), s.Name)
+		}
+		if prev, dup := names[s.Name]; dup {
+			t.Errorf("name %s used by ids %d and %d", s.Name, prev, s.API)
+		}
+		names[s.Name] = s.API
+		if s.Layer != Runtime {
+			t.Errorf("%s: layer %v, want runtime", s.Name, s.Layer)
+		}
+		if !strings.HasPrefix(s.Name, "cuda") {
+			t.Errorf("%s: runtime API name without cuda prefix", s.Name)
+		}
+		if len(s.Symbols) == 0 || len(s.Symbols) > 256 {
+			t.Errorf("%s: %d symbols, want 1..256 (8 cookie bits)", s.Name, len(s.Symbols))
+		}
+		if s.Symbols[0] != s.Name {
+			t.Errorf("%s: first symbol %q, want the plain name", s.Name, s.Symbols[0])
+		}
+		for j, sym := range s.Symbols {
+			if prev, dup := symbols[sym]; dup {
+				t.Errorf("symbol %s hooked for both %v and %v", sym, prev, s.API)
+			}
+			symbols[sym] = s.API
+			if s.Symbol(j) != sym {
+				t.Errorf("%s.Symbol(%d) = %q, want %q", s.Name, j, s.Symbol(j), sym)
+			}
+			if j > 0 && sym != s.Name+"_ptsz" && sym != s.Name+"_ptds" {
+				t.Errorf("%s: unexpected variant %q", s.Name, sym)
+			}
+			// PerThreadDefault exactly for the _ptsz/_ptds variants.
+			wantPT := strings.HasSuffix(sym, "_ptsz") || strings.HasSuffix(sym, "_ptds")
+			if s.PerThreadDefault(j) != wantPT {
+				t.Errorf("%s.PerThreadDefault(%d) [%s] = %v, want %v", s.Name, j, sym, s.PerThreadDefault(j), wantPT)
+			}
+		}
+		// Out-of-range symbol indices fall back to the plain name.
+		if s.Symbol(len(s.Symbols)) != s.Name || s.Symbol(-1) != s.Name || s.PerThreadDefault(len(s.Symbols)) {
+			t.Errorf("%s: out-of-range symbol index not answered by the plain name", s.Name)
+		}
+		if s.StackArgs < 0 || s.StackArgs > 3 {
+			t.Errorf("%s: StackArgs %d outside 0..3 (2 cookie bits, 3 stack words in args[])", s.Name, s.StackArgs)
+		}
+		if s.StackArgs != stackArgs[s.API] {
+			t.Errorf("%s: StackArgs %d, want %d", s.Name, s.StackArgs, stackArgs[s.API])
+		}
+		// An out pointer is read at return, so only return-probed APIs may have one,
+		// and it must be the pointer argument the call writes through.
+		want, hasOut := outPointerArg[s.API]
+		switch {
+		case s.OutArg != 0 && !s.Return:
+			t.Errorf("%s: OutArg %d without Return: the out pointer is read at return", s.Name, s.OutArg)
+		case s.OutArg != 0 && !hasOut:
+			t.Errorf("%s: OutArg %d, but the API has no out-pointer argument", s.Name, s.OutArg)
+		case hasOut && s.OutArg != want+1:
+			t.Errorf("%s: OutArg %d, want %d (argument %d is the out pointer)", s.Name, s.OutArg, want+1, want)
+		}
+		if s.OutArg < 0 || s.OutArg > 6 {
+			t.Errorf("%s: OutArg %d outside the register arguments", s.Name, s.OutArg)
+		}
+		// A call that may block needs its duration: it must be return-probed.
+		if s.Sync && !s.Return {
+			t.Errorf("%s: Sync without Return", s.Name)
+		}
+		// Deref0 only for the launch config struct.
+		if s.Deref0 != (s.API == CudaLaunchKernelExC) {
+			t.Errorf("%s: Deref0 = %v", s.Name, s.Deref0)
+		}
+	}
+	// The calls that block and the queries need their return value or duration.
+	for _, api := range []API{CudaMemcpy, CudaMemcpy2D, CudaMemset, CudaEventSynchronize, CudaStreamSynchronize,
+		CudaDeviceSynchronize, CudaFree, CudaEventQuery, CudaStreamQuery, CudaMemcpyAsync, CudaMemcpy2DAsync,
+		CudaHostRegister} {
+		if !Lookup(api).Return {
+			t.Errorf("%v is not return-probed", api)
+		}
+	}
+	for _, api := range []API{CudaMemcpy, CudaMemcpy2D, CudaMemset, CudaEventSynchronize, CudaStreamSynchronize,
+		CudaDeviceSynchronize, CudaFree} {
+		if !Lookup(api).Sync {
+			t.Errorf("%v is not marked Sync", api)
+		}
+	}
+	// Hot calls must stay entry-only: a uretprobe doubles their cost.
+	for _, api := range []API{CudaLaunchKernel, CudaLaunchKernelExC, CudaEventRecord, CudaStreamWaitEvent, CudaMemsetAsync} {
+		if Lookup(api).Return {
+			t.Errorf("hot call %v is return-probed", api)
+		}
+	}
+	// Synchronous calls have _ptds variants, stream calls _ptsz.
+	for sym, variant := range map[string]string{"cudaMemcpy": "cudaMemcpy_ptds", "cudaMemset": "cudaMemset_ptds",
+		"cudaLaunchKernel": "cudaLaunchKernel_ptsz", "cudaStreamSynchronize": "cudaStreamSynchronize_ptsz",
+		"cudaMemcpyAsync": "cudaMemcpyAsync_ptsz", "cudaEventRecord": "cudaEventRecord_ptsz"} {
+		api := symbols[sym]
+		if symbols[variant] != api || api == 0 {
+			t.Errorf("%s is not a variant of %s", variant, sym)
+		}
+	}
+}
+
+func TestLookup(t *testing.T) {
+	for _, a := range []API{0, numAPIs, numAPIs + 1, LibraryLoad, 0xffff} {
+		if Lookup(a) != nil {
+			t.Errorf("Lookup(%d) = %v, want nil", a, Lookup(a).Name)
+		}
+	}
+	if got := API(999).String(); got != "api#999" {
+		t.Errorf("API(999).String() = %q", got)
+	}
+	if got := Specs(Runtime); len(got) != len(specs) || got[0].API != CudaStreamCreate || got[len(got)-1].API != numAPIs-1 {
+		t.Errorf("Specs(Runtime) = %d specs", len(got))
+	} else {
+		for i, s := range got {
+			if s != &specs[i] {
+				t.Errorf("Specs(Runtime)[%d] is not specs[%d]", i, i)
+			}
+		}
+	}
+	if n := len(Specs(Driver)) + len(Specs(NCCL)); n != 0 {
+		t.Errorf("%d driver/NCCL specs in a runtime-only table", n)
+	}
+}
+
+func TestLayer(t *testing.T) {
+	tests := []struct {
+		l                   Layer
+		name, cat, probeSym string
+	}{
+		{Runtime, "runtime", "cuda_runtime", "cudaLaunchKernel"},
+		{Driver, "driver", "cuda_driver", "cuLaunchKernel"},
+		{NCCL, "nccl", "nccl", "ncclAllReduce"},
+		{0, "unknown", "cuda_runtime", ""},
+		{9, "unknown", "cuda_runtime", ""},
+	}
+	for _, tc := range tests {
+		if tc.l.String() != tc.name || tc.l.Category() != tc.cat || tc.l.ProbeSymbol() != tc.probeSym {
+			t.Errorf("Layer %d: %q %q %q, want %q %q %q", tc.l, tc.l.String(), tc.l.Category(), tc.l.ProbeSymbol(),
+				tc.name, tc.cat, tc.probeSym)
+		}
+	}
+}
+
+func TestCookie(t *testing.T) {
+	for i := range specs {
+		s := &specs[i]
+		for sym := range s.Symbols {
+			c := s.Cookie(sym)
+			if CookieAPI(c) != s.API || CookieSymbol(c) != sym || CookieHasStack(c) {
+				t.Errorf("%s/%d: cookie %#x decodes to api %d sym %d stack %v", s.Name, sym, c,
+					CookieAPI(c), CookieSymbol(c), CookieHasStack(c))
+			}
+			// The BPF side's view (bpf/cudatap.h).
+			if got := int(c>>24) & 3; got != s.StackArgs {
+				t.Errorf("%s: COOKIE_NSTACK = %d, want %d", s.Name, got, s.StackArgs)
+			}
+			if got := c&(1<<26) != 0; got != s.Return {
+				t.Errorf("%s: COOKIE_RET = %v, want %v", s.Name, got, s.Return)
+			}
+			if got := int(c>>27) & 7; got != s.OutArg {
+				t.Errorf("%s: COOKIE_OUT = %d, want %d", s.Name, got, s.OutArg)
+			}
+			if got := c&(1<<30) != 0; got != s.Deref0 {
+				t.Errorf("%s: COOKIE_DEREF0 = %v, want %v", s.Name, got, s.Deref0)
+			}
+			if c>>31 != 0 {
+				t.Errorf("%s: cookie %#x sets stack/stop bits", s.Name, c)
+			}
+			// The tracer ORs in the stack bit; nothing else moves.
+			cs := c | CookieStack
+			if CookieAPI(cs) != s.API || CookieSymbol(cs) != sym || !CookieHasStack(cs) {
+				t.Errorf("%s/%d: stack cookie %#x decodes to api %d sym %d", s.Name, sym, cs, CookieAPI(cs), CookieSymbol(cs))
+			}
+		}
+	}
+	// Hand-built cookies: every field at its extreme.
+	s := Spec{API: 0xffff, StackArgs: 3, Return: true, OutArg: 7, Deref0: true}
+	if c := s.Cookie(255); c != 0xffff|0xff<<16|3<<24|1<<26|7<<27|1<<30 {
+		t.Errorf("cookie with every field set = %#x", c)
+	}
+	// Out-of-range fields are masked, never bleed into neighbours.
+	s = Spec{API: 5, StackArgs: 4 /* masked to 0 */, OutArg: 8 /* masked to 0 */}
+	if c := s.Cookie(256 + 3); c != 5|3<<16 {
+		t.Errorf("masked cookie = %#x, want %#x", c, 5|3<<16)
+	}
+	if CookieStop != 1<<32 || CookieStack != 1<<31 {
+		t.Errorf("CookieStop %#x CookieStack %#x", uint64(CookieStop), uint64(CookieStack))
+	}
+	if CookieAPI(uint64(LibraryLoad)|CookieStop) != LibraryLoad {
+		t.Error("stop bit changes the library-load cookie's API")
+	}
+}
+
+// TestCookieMatchesBPFHeader reads the bit layout from bpf/cudatap.h, which
+// the BPF programs compile against.
+func TestCookieMatchesBPFHeader(t *testing.T) {
+	src, err := os.ReadFile("../../bpf/cudatap.h")
+	if err != nil {
+		t.Skipf("bpf header: %v", err)
+	}
+	defs := map[string]string{}
+	for _, m := range regexp.MustCompile(`(?m)^#define\s+(\w+)(\([^)]*\))?\s+(.+)$`).FindAllStringSubmatch(string(src), -1) {
+		defs[m[1]] = strings.TrimSpace(m[3])
+	}
+	bit := func(name string) uint64 {
+		m := regexp.MustCompile(`^\(1ULL << (\d+)\)$`).FindStringSubmatch(defs[name])
+		if m == nil {
+			t.Fatalf("%s = %q, not a (1ULL << n) bit", name, defs[name])
+		}
+		n, _ := strconv.Atoi(m[1])
+		return 1 << n
+	}
+	if got := bit("COOKIE_RET"); got != cookieRet {
+		t.Errorf("COOKIE_RET %#x, Go %#x", got, cookieRet)
+	}
+	if got := bit("COOKIE_DEREF0"); got != cookieDeref0 {
+		t.Errorf("COOKIE_DEREF0 %#x, Go %#x", got, cookieDeref0)
+	}
+	if got := bit("COOKIE_STACK"); got != CookieStack {
+		t.Errorf("COOKIE_STACK %#x, Go %#x", got, uint64(CookieStack))
+	}
+	if got := bit("COOKIE_STOP"); got != CookieStop {
+		t.Errorf("COOKIE_STOP %#x, Go %#x", got, uint64(CookieStop))
+	}
+	for name, want := range map[string]string{
+		"COOKIE_API":        "((c) & 0xffff)",
+		"COOKIE_NSTACK":     "(((c) >> 24) & 0x3)",
+		"COOKIE_OUT":        "(((c) >> 27) & 0x7)",
+		"NARGS":             strconv.Itoa(NArgs),
+		"NEXT":              strconv.Itoa(NExt),
+		"MAX_STACK":         strconv.Itoa(MaxStack),
+		"EV_STACKARG_FAULT": "0x" + strconv.FormatUint(FlagStackArgFault, 16),
+		"EV_DEREF_FAULT":    "0x" + strconv.FormatUint(FlagDerefFault, 16),
+		"EV_OUT_FAULT":      "0x" + strconv.FormatUint(FlagOutFault, 16),
+		"EV_HAS_RET":        "0x" + strconv.FormatUint(FlagHasRet, 16),
+	} {
+		got := defs[name]
+		if i := strings.Index(got, "/*"); i >= 0 {
+			got = strings.TrimSpace(got[:i])
+		}
+		if got != want {
+			t.Errorf("bpf/cudatap.h: %s = %q, Go expects %q", name, got, want)
+		}
+	}
+}

@@ -1,0 +1,483 @@
+package recording
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"reflect"
+	"runtime"
+	"testing"
+
+	"github.com/cudatap/cudatap/tracer/event"
+	"github.com/cudatap/cudatap/tracer/model"
+)
+
+// live mimics a recording session: names are written when the model first
+// asks for them, records after the model handled them, records that do not
+// decode are counted and not written, the stack copy is dropped once used.
+type live struct {
+	w   *Writer
+	m   *model.Model
+	out bytes.Buffer
+	enc []byte
+}
+
+var (
+	liveProcs = map[uint32]model.ProcessInfo{
+		100: {Comm: "python3", Cmdline: "python3 train.py --epochs 1", NSPID: 7, Container: "0123456789abcdef0123",
+			PodUID: "pod-1", Libraries: []string{"/usr/lib/libcuda.so.1", "/venv/lib/libcudart.so.13"}},
+		200: {Comm: "bench"},
+		300: {Comm: "idle", Libraries: []string{}}, // attached, never calls CUDA
+	}
+	liveThreads = map[[2]uint32]string{{100, 100}: "python3", {100, 101}: "pt_autograd_0", {200, 200}: ""}
+	liveSyms    = map[uint64]string{
+		0x401000: "_Z6kernelPfi", 0x402000: "_Z4gemmv",
+		0x7f00_0000_1000: "cudaLaunchKernel (libcudart.so.13)", 0x7f00_0000_2000: "forward (libtorch_cuda.so)",
+		0x7f00_0000_3000: "",
+	}
+)
+
+func newLive(t testing.TB) *live {
+	l := &live{}
+	w, err := NewWriter(&l.out, NewHeader("cudatap-test", -1_700_000_000_000_000_000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.w = w
+	l.m = model.New(model.Options{
+		ProcessInfo: func(pid uint32) model.ProcessInfo { w.Process(pid, liveProcs[pid]); return liveProcs[pid] },
+		ThreadName: func(pid, tid uint32) string {
+			n := liveThreads[[2]uint32{pid, tid}]
+			w.Thread(pid, tid, n)
+			return n
+		},
+		KernelName: func(pid uint32, addr uint64) string { w.Kernel(pid, addr, liveSyms[addr]); return liveSyms[addr] },
+		FrameName:  func(pid uint32, addr uint64) string { w.Frame(pid, addr, liveSyms[addr]); return liveSyms[addr] },
+		PyFrameName: func(pid uint32, code, instr uint64) string {
+			n := fmt.Sprintf("train.py:%d step", instr)
+			w.PyFrame(pid, code, instr, n)
+			return n
+		},
+	})
+	return l
+}
+
+func (l *live) raw(b []byte) {
+	var ev event.Event
+	if err := event.Decode(b, &ev); err != nil {
+		l.m.DecodeError()
+		return
+	}
+	if ev.API() == event.LibraryLoad {
+		l.m.Auxiliary()
+		l.w.Event(b)
+		return
+	}
+	l.m.Handle(&ev)
+	if event.CookieHasStack(ev.Cookie) && len(ev.Copy) > 0 {
+		ev.Copy = nil
+		l.enc = event.Encode(l.enc[:0], &ev)
+		l.w.Event(l.enc)
+	} else {
+		l.w.Event(b)
+	}
+}
+
+func (l *live) ev(e event.Event) { l.raw(event.Encode(nil, &e)) }
+
+// mk builds a call of api at start; return-probed calls last dur.
+func mk(api event.API, pid, tid uint32, start, dur uint64, args ...uint64) event.Event {
+	s := event.Lookup(api)
+	e := event.Event{Cookie: s.Cookie(0), PID: pid, TID: tid, Start: start}
+	copy(e.Args[:], args)
+	if s.Return {
+		e.End, e.Flags = start+dur, event.FlagHasRet
+	}
+	return e
+}
+
+func withStack(e event.Event, pcs ...uint64) event.Event {
+	e.Cookie |= event.CookieStack
+	e.HasStack = true
+	e.NStack = copy(e.Stack[:], pcs)
+	e.Regs = event.Regs{RIP: pcs[0], RSP: 0x7ffc_0000_0000, RBP: 0x7ffc_0000_0040}
+	e.Copy = bytes.Repeat([]byte{0x5a}, 256)
+	return e
+}
+
+const ms = 1_000_000
+
+// liveSession records a small but complete session and returns its model
+// result and the file.
+func liveSession(t testing.TB) (*model.Result, []byte) {
+	l := newLive(t)
+	l.m.AddProcess(300)
+	aux := event.Event{Cookie: uint64(event.LibraryLoad) | event.CookieStop, PID: 100, TID: 100, Start: 1}
+	l.ev(aux)
+
+	e := mk(event.CudaStreamCreateWithFlags, 100, 100, 1*ms, 10_000, 0x7ffd0000, 1)
+	e.Out = 0xa0
+	l.ev(e)
+	e = withStack(mk(event.CudaLaunchKernel, 100, 100, 2*ms, 0, 0x401000, 1|1<<32, 1, 256|1<<32, 1, 0, 0, 0xa0),
+		0x7f00_0000_1000, 0x7f00_0000_2000)
+	e.NPy = 2
+	e.Py[0], e.Py[1] = [2]uint64{0xc0de, 42}, [2]uint64{0xc0df, 7}
+	l.ev(e)
+	// A driver kernel named at load time, then launched through its handle.
+	e = mk(event.CuModuleGetFunction, 100, 100, 3*ms, 5000, 0x7ffd1000, 0x6000, 0x7ffd2000)
+	e.Out, e.HasStack, e.Copy = 0x55f000, true, []byte("_Z3addPfS_i\x00")
+	l.ev(e)
+	l.ev(mk(event.CuLaunchKernel, 100, 100, 4*ms, 0, 0x55f000, 8, 1, 1, 128, 1, 1, 0, 0xa0))
+	e = withStack(mk(event.CudaMemcpyAsync, 100, 100, 5*ms, 2*ms, 0x5555_0000_0000, 0x7f10_0000_0000, 4096, 2, 0xa0),
+		0x7f00_0000_3000, 0x7f00_0000_2000)
+	e.NPy = 1
+	e.Py[0] = [2]uint64{0xc0de, 43}
+	l.ev(e)
+	l.ev(mk(event.CudaEventRecord, 100, 100, 8*ms, 0, 0xe1, 0xa0))
+	l.ev(mk(event.CudaStreamWaitEvent, 100, 101, 9*ms, 0, 0x2, 0xe1, 0))
+	l.ev(mk(event.CudaLaunchKernel, 100, 101, 10*ms, 0, 0x402000, 1|1<<32, 1, 1|1<<32, 1, 0, 0, 0x2))
+	l.ev(mk(event.CudaStreamSynchronize, 100, 100, 11*ms, 3*ms, 0xa0))
+	unknown := mk(event.CudaLaunchKernel, 100, 100, 15*ms, 0)
+	unknown.Cookie = 0x7777
+	l.ev(unknown)
+	l.raw(make([]byte, 10)) // does not decode
+
+	l.ev(func() event.Event {
+		e := mk(event.CudaMalloc, 200, 200, 1*ms, 20_000, 0x7ffd3000, 1<<20)
+		e.Out = 0x7f20_0000_0000
+		return e
+	}())
+	l.ev(mk(event.CudaLaunchKernel, 200, 200, 2*ms, 0, 0x401000, 1|1<<32, 1, 1|1<<32, 1, 0, 0, 0))
+	l.ev(mk(event.CudaDeviceSynchronize, 200, 200, 3*ms, ms))
+	l.ev(mk(event.CudaFree, 200, 200, 5*ms, 100_000, 0x7f20_0000_0000))
+
+	l.w.Counter(Counter{Name: "gpu_util", PID: -1, TS: 2 * ms, Values: map[string]float64{"gpu0": 97.5, "gpu1": 0}})
+	l.w.Counter(Counter{Name: "gpu_mem", PID: 100, TS: 3 * ms, Values: map[string]float64{"used_bytes": 1 << 33}})
+
+	l.m.SetKernelStats(20, 1, 2, 3, 4)
+	l.m.SetAttachFailures(5)
+	res := l.m.Finish()
+	res.WallOffsetNs = -1_700_000_000_000_000_000
+	l.w.Drops(res.Drops)
+	if err := l.w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if l.w.Size() != int64(l.out.Len()) {
+		t.Errorf("Writer.Size() = %d, wrote %d bytes", l.w.Size(), l.out.Len())
+	}
+	return res, l.out.Bytes()
+}
+
+func TestRoundTrip(t *testing.T) {
+	want, file := liveSession(t)
+	var ticks []int64
+	got, rp, err := Load(bytes.NewReader(file), func(n int64) { ticks = append(ticks, n) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("replayed model differs from the live one")
+		if !reflect.DeepEqual(got.Drops, want.Drops) {
+			t.Errorf("drops\n got %+v\nwant %+v", got.Drops, want.Drops)
+		}
+		for i := range min(len(got.Processes), len(want.Processes)) {
+			g, w := got.Processes[i], want.Processes[i]
+			gv, wv := reflect.ValueOf(*g), reflect.ValueOf(*w)
+			for f := 0; f < gv.NumField(); f++ {
+				if !reflect.DeepEqual(gv.Field(f).Interface(), wv.Field(f).Interface()) {
+					t.Errorf("pid %d: %s\n got %+v\nwant %+v", w.PID, gv.Type().Field(f).Name, gv.Field(f).Interface(), wv.Field(f).Interface())
+				}
+			}
+		}
+		if len(got.Processes) != len(want.Processes) {
+			t.Errorf("%d processes, want %d", len(got.Processes), len(want.Processes))
+		}
+	}
+	// Spot checks, so that a model that drops everything cannot pass.
+	if len(want.Processes) != 3 || len(want.Processes[0].Calls) != 10 || len(want.Processes[1].Calls) != 4 {
+		t.Fatalf("live session: %d processes", len(want.Processes))
+	}
+	p := got.Processes[0]
+	if p.Info.Comm != "python3" || p.Threads[101] != "pt_autograd_0" || p.Kernels[0x401000] != "_Z6kernelPfi" ||
+		p.Kernels[0x55f000] != "_Z3addPfS_i" || p.Frames[0x7f00_0000_2000] != "forward (libtorch_cuda.so)" ||
+		p.PyFrames[model.PyKey{Code: 0xc0de, Instr: 43}] != "train.py:43 step" || len(p.Stacks) != 2 || len(p.PyStacks) != 2 {
+		t.Errorf("names not replayed: %+v %v %v %v %v", p.Info, p.Threads, p.Kernels, p.Frames, p.PyFrames)
+	}
+	if p := got.Processes[2]; p.PID != 300 || p.Info.Comm != "idle" || len(p.Calls) != 0 {
+		t.Errorf("process without calls: %+v", p)
+	}
+	wantDrops := model.Drops{Submitted: 20, Received: 18, RingbufFull: 1, InflightFull: 2, OrphanReturns: 3, ReadFaults: 4,
+		DecodeErrors: 1, UnknownAPI: 1, AttachFailures: 5}
+	if got.Drops != wantDrops {
+		t.Errorf("drops %+v, want %+v", got.Drops, wantDrops)
+	}
+	if got.WallOffsetNs != -1_700_000_000_000_000_000 || rp.Header.WallOffsetNs != got.WallOffsetNs {
+		t.Errorf("wall offset %d", got.WallOffsetNs)
+	}
+	wantHdr := NewHeader("cudatap-test", -1_700_000_000_000_000_000)
+	if !reflect.DeepEqual(rp.Header, wantHdr) {
+		t.Errorf("header\n got %+v\nwant %+v", rp.Header, wantHdr)
+	}
+	wantCounters := []Counter{
+		{Name: "gpu_util", PID: -1, TS: 2 * ms, Values: map[string]float64{"gpu0": 97.5, "gpu1": 0}},
+		{Name: "gpu_mem", PID: 100, TS: 3 * ms, Values: map[string]float64{"used_bytes": 1 << 33}},
+	}
+	if !reflect.DeepEqual(rp.Counters, wantCounters) {
+		t.Errorf("counters %+v", rp.Counters)
+	}
+	if rp.Drops == nil || *rp.Drops != want.Drops {
+		t.Errorf("recorded drops %+v, want %+v", rp.Drops, want.Drops)
+	}
+	recs := parseRecords(t, file)
+	if rp.Records != uint64(len(recs)-1) {
+		t.Errorf("Records = %d, want %d", rp.Records, len(recs)-1)
+	}
+	if len(ticks) == 0 || ticks[len(ticks)-1] != int64(len(file)) {
+		t.Errorf("progress %v, want it to end at %d", ticks, len(file))
+	}
+	// The stack copies are not kept; the load-time call's name is.
+	for _, r := range recs {
+		if r.typ == recEvent && r.len > event.CopyOffset+64 {
+			t.Errorf("event record of %d bytes kept its stack copy", r.len)
+		}
+	}
+}
+
+type rec struct {
+	typ      byte
+	len, end int // payload length, offset after the record
+}
+
+// parseRecords walks the file independently of Read.
+func parseRecords(t testing.TB, b []byte) []rec {
+	hlen := int(binary.LittleEndian.Uint32(b[12:]))
+	off := 16 + hlen
+	var out []rec
+	for off < len(b) {
+		typ := b[off]
+		n, k := binary.Uvarint(b[off+1:])
+		if k <= 0 {
+			t.Fatalf("bad varint at %d", off)
+		}
+		off += 1 + k + int(n)
+		out = append(out, rec{typ, int(n), off})
+	}
+	if off != len(b) || len(out) == 0 || out[len(out)-1].typ != recEnd {
+		t.Fatalf("file does not end with an end record")
+	}
+	return out
+}
+
+// TestTruncated cuts the recording at every byte: Read never panics, says
+// ErrFormat or ErrTruncated, and delivers everything before the cut.
+func TestTruncated(t *testing.T) {
+	_, file := liveSession(t)
+	recs := parseRecords(t, file)
+	hdrEnd := 16 + int(binary.LittleEndian.Uint32(file[12:]))
+	for cut := 0; cut <= len(file); cut++ {
+		m := model.New(model.Options{})
+		rp, err := Read(bytes.NewReader(file[:cut]), m, NewNames(), nil)
+		switch {
+		case cut == len(file):
+			if err != nil {
+				t.Fatalf("whole file: %v", err)
+			}
+		case cut < 16:
+			if !errors.Is(err, ErrFormat) || rp != nil {
+				t.Fatalf("cut at %d (prelude): %v, replay %v", cut, err, rp != nil)
+			}
+		case cut < hdrEnd:
+			if !errors.Is(err, ErrTruncated) || rp != nil {
+				t.Fatalf("cut at %d (header): %v", cut, err)
+			}
+		default:
+			if !errors.Is(err, ErrTruncated) || rp == nil {
+				t.Fatalf("cut at %d: %v, replay %v", cut, err, rp != nil)
+			}
+		}
+		if cut < hdrEnd {
+			continue
+		}
+		// Complete records before the cut.
+		var whole, events uint64
+		var drops bool
+		for _, r := range recs {
+			if r.end > cut || r.typ == recEnd {
+				break
+			}
+			whole++
+			if r.typ == recEvent {
+				events++
+			}
+			drops = drops || r.typ == recDrops
+		}
+		if rp.Records != whole {
+			t.Fatalf("cut at %d: %d records delivered, want %d", cut, rp.Records, whole)
+		}
+		if got := m.Drops().Received; got != events {
+			t.Fatalf("cut at %d: model received %d events, want %d", cut, got, events)
+		}
+		if (rp.Drops != nil) != drops {
+			t.Fatalf("cut at %d: drops record delivered %v, want %v", cut, rp.Drops != nil, drops)
+		}
+		// Load gives the partial result with the error.
+		res, _, lerr := Load(bytes.NewReader(file[:cut]), nil)
+		if res == nil || !errors.Is(lerr, ErrTruncated) && cut != len(file) {
+			t.Fatalf("Load cut at %d: result %v, %v", cut, res != nil, lerr)
+		}
+	}
+}
+
+func validPrelude(hdr []byte) []byte {
+	b := append([]byte("CUDATAP\n"), 1, 0, 0, 0)
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(hdr)))
+	return append(b, hdr...)
+}
+
+func TestGarbage(t *testing.T) {
+	hdr := []byte(`{"version":1,"tool":"x","apis":[]}`)
+	good := validPrelude(hdr)
+	tests := []struct {
+		name string
+		b    []byte
+		want error
+	}{
+		{"empty", nil, ErrFormat},
+		{"text", []byte("hello, this is not a recording at all\n"), ErrFormat},
+		{"wrong magic", append([]byte("CUDATAQ\n"), good[8:]...), ErrFormat},
+		{"wrong version", append(append([]byte("CUDATAP\n"), 2, 0, 0, 0), good[12:]...), ErrFormat},
+		{"version 0", append(append([]byte("CUDATAP\n"), 0, 0, 0, 0), good[12:]...), ErrFormat},
+		{"huge header length", append(append([]byte("CUDATAP\n"), 1, 0, 0, 0), 0xff, 0xff, 0xff, 0xff), ErrFormat},
+		{"header not JSON", validPrelude([]byte("{not json")), ErrFormat},
+		{"header of the wrong JSON type", validPrelude([]byte(`[1,2,3]`)), ErrFormat},
+		{"unknown record type", append(bytes.Clone(good), 9, 0), ErrFormat},
+		{"huge record length", binary.AppendUvarint(append(bytes.Clone(good), recEvent), 1<<40), ErrFormat},
+		{"record length overflowing a varint", append(append(bytes.Clone(good), recEvent), bytes.Repeat([]byte{0xff}, 11)...), ErrFormat},
+		{"short name record", append(append(bytes.Clone(good), recThread, 4), 1, 2, 3, 4), ErrFormat},
+		{"short Python frame record", append(append(bytes.Clone(good), recPyFrame, 12), make([]byte, 12)...), ErrFormat},
+		{"drops not JSON", append(append(bytes.Clone(good), recDrops, 3), "{{{"...), ErrFormat},
+		{"counter not JSON", append(append(bytes.Clone(good), recCounter, 2), "[]"...), ErrFormat},
+		{"no end record", bytes.Clone(good), ErrTruncated},
+		{"record length past the end", binary.AppendUvarint(append(bytes.Clone(good), recEvent), 1000), ErrTruncated},
+		{"varint cut", append(append(bytes.Clone(good), recEvent), 0x80), ErrTruncated},
+	}
+	for _, tc := range tests {
+		_, err := Read(bytes.NewReader(tc.b), model.New(model.Options{}), NewNames(), nil)
+		if !errors.Is(err, tc.want) {
+			t.Errorf("%s: err = %v, want %v", tc.name, err, tc.want)
+		}
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := 0; i < 200; i++ {
+		b := make([]byte, rng.IntN(4096))
+		for j := range b {
+			b[j] = byte(rng.Uint32())
+		}
+		if _, err := Read(bytes.NewReader(b), model.New(model.Options{}), NewNames(), nil); !errors.Is(err, ErrFormat) {
+			t.Fatalf("random bytes %d: err = %v, want ErrFormat", i, err)
+		}
+		// Random records after a valid header: never a panic, always one of the two errors.
+		g := append(bytes.Clone(good), b...)
+		if _, err := Read(bytes.NewReader(g), model.New(model.Options{}), NewNames(), nil); err != nil &&
+			!errors.Is(err, ErrFormat) && !errors.Is(err, ErrTruncated) {
+			t.Fatalf("random records %d: err = %v", i, err)
+		}
+	}
+}
+
+// TestNoHugeAllocation: lengths that the data does not back cost no more
+// memory than the data.
+func TestNoHugeAllocation(t *testing.T) {
+	hdr := []byte(`{"version":1}`)
+	good := validPrelude(hdr)
+	for _, tc := range []struct {
+		name string
+		b    []byte
+	}{
+		{"header claims the maximum", append(append([]byte("CUDATAP\n"), 1, 0, 0, 0), binary.LittleEndian.AppendUint32(nil, maxRecord)...)},
+		{"record claims the maximum", binary.AppendUvarint(append(bytes.Clone(good), recEvent), maxRecord)},
+		{"record claims just over", binary.AppendUvarint(append(bytes.Clone(good), recEvent), maxRecord+1)},
+	} {
+		b := append(tc.b, make([]byte, 100)...)
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		_, err := Read(bytes.NewReader(b), model.New(model.Options{}), NewNames(), nil)
+		runtime.ReadMemStats(&after)
+		if err == nil {
+			t.Errorf("%s: no error", tc.name)
+		}
+		// The 1 MiB read buffer and change.
+		if n := after.TotalAlloc - before.TotalAlloc; n > 3<<20 {
+			t.Errorf("%s: allocated %d bytes for a %d-byte file", tc.name, n, len(b))
+		}
+	}
+}
+
+// TestReadRecordTypes checks each record type lands where it belongs.
+func TestReadRecordTypes(t *testing.T) {
+	var buf bytes.Buffer
+	w, err := NewWriter(&buf, NewHeader("t", 5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Process(7, model.ProcessInfo{Comm: "a.out", Libraries: []string{"/x/libcudart.so.13"}})
+	w.Thread(7, 8, "worker")
+	w.Kernel(7, 0x1000, "_Z1kv")
+	w.Frame(7, 0x2000, "main (a.out)")
+	w.PyFrame(7, 0xc0de, 12, "x.py:3 f")
+	e := mk(event.CudaLaunchKernel, 7, 8, 100, 0, 0x1000)
+	w.Event(event.Encode(nil, &e))
+	w.Event([]byte{1, 2, 3}) // a record that does not decode
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	names := NewNames()
+	m := model.New(names.Options())
+	rp, err := Read(bytes.NewReader(buf.Bytes()), m, names, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rp.Records != 7 || rp.Drops != nil || len(rp.Counters) != 0 {
+		t.Errorf("replay %+v", rp)
+	}
+	o := names.Options()
+	if info := o.ProcessInfo(7); info.Comm != "a.out" || len(info.Libraries) != 1 {
+		t.Errorf("process info %+v", info)
+	}
+	if o.ThreadName(7, 8) != "worker" || o.KernelName(7, 0x1000) != "_Z1kv" || o.FrameName(7, 0x2000) != "main (a.out)" ||
+		o.PyFrameName(7, 0xc0de, 12) != "x.py:3 f" {
+		t.Error("names not read back")
+	}
+	if o.ThreadName(8, 8) != "" || o.KernelName(7, 0x1001) != "" || o.ProcessInfo(8).Comm != "" {
+		t.Error("names answered for unknown keys")
+	}
+	d := m.Drops()
+	if d.Received != 2 || d.DecodeErrors != 1 || m.Calls() != 1 {
+		t.Errorf("drops %+v, %d calls", d, m.Calls())
+	}
+	res := m.Finish()
+	if p := res.Processes[0]; p.Kernels[0x1000] != "_Z1kv" || p.Threads[8] != "worker" || p.Info.Comm != "a.out" {
+		t.Errorf("model did not use the names: %+v", p)
+	}
+}
+
+func TestWriterError(t *testing.T) {
+	w, err := NewWriter(failWriter{}, NewHeader("t", 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := make([]byte, 2<<20) // larger than the buffer: reaches the failing writer
+	w.Event(big)
+	w.Event([]byte{1})
+	if err := w.Close(); err == nil {
+		t.Error("Close after a failed write returned nil")
+	}
+}
+
+type failWriter struct{}
+
+func (failWriter) Write([]byte) (int, error) { return 0, io.ErrClosedPipe }
