@@ -143,41 +143,38 @@ static __always_inline void walk_python(struct event *e, __u32 tgid, __u32 tid)
 			return;
 	}
 
-	__u32 n = 0;
+	/*
+	 * The count lives in e->npy and is re-read (volatile) each time: the
+	 * verifier then sees an unknown value bounded by the check below,
+	 * instead of one exact count per path, and the loop's states prune.
+	 */
+	volatile __u32 *npy = &e->npy;
 	for (int i = 0; i < PY_MAX_WALK; i++) {
 		if (!f)
 			break;
-		__u8 owner = 0;
+		__u64 v = 0;
 		if (c->off_frame_owner != NO_OFFSET &&
-		    bpf_probe_read_user(&owner, sizeof(owner), (void *)(f + c->off_frame_owner)))
+		    bpf_probe_read_user(&v, 1, (void *)(f + c->off_frame_owner)))
 			break;
-		if (owner != PY_OWNED_BY_CSTACK) {
-			if (n >= MAX_PY) {
+		if (v != PY_OWNED_BY_CSTACK) {
+			__u32 k = *npy;
+			if (k >= MAX_PY) {
 				e->flags |= EV_PY_TRUNCATED;
 				break;
 			}
-			__u64 code = 0, instr = 0;
-			if (bpf_probe_read_user(&code, sizeof(code), (void *)(f + c->off_frame_code)))
+			if (bpf_probe_read_user(&e->py[2 * k], 8, (void *)(f + c->off_frame_code)))
 				break;
-			if (c->instr_is_ptr) {
-				if (bpf_probe_read_user(&instr, sizeof(instr), (void *)(f + c->off_frame_instr)))
-					break;
-			} else {
-				__u32 lasti = 0;
-				if (bpf_probe_read_user(&lasti, sizeof(lasti), (void *)(f + c->off_frame_instr)))
-					break;
-				instr = lasti;
-			}
-			e->py[2 * n] = code;
-			e->py[2 * n + 1] = instr;
-			n++;
+			/* f_lasti is a C int: read it into the low half, zero-extended. */
+			e->py[2 * k + 1] = 0;
+			if (bpf_probe_read_user(&e->py[2 * k + 1], c->instr_is_ptr ? 8 : 4, (void *)(f + c->off_frame_instr)))
+				break;
+			*npy = k + 1;
 		}
 		if (bpf_probe_read_user(&f, sizeof(f), (void *)(f + c->off_frame_back)))
 			break;
 		if (i == PY_MAX_WALK - 1 && f)
 			e->flags |= EV_PY_TRUNCATED;
 	}
-	e->npy = n;
 }
 
 #endif

@@ -1,0 +1,55 @@
+package python
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"golang.org/x/sys/unix"
+)
+
+// mem reads another process's memory with process_vm_readv: no ptrace
+// stop, no write, and a fault is an error instead of a signal.
+type mem struct{ pid int }
+
+// read fills b from the target's address addr.
+func (m mem) read(addr uint64, b []byte) error {
+	for len(b) > 0 {
+		local := []unix.Iovec{{Base: &b[0]}}
+		local[0].SetLen(len(b))
+		remote := []unix.RemoteIovec{{Base: uintptr(addr), Len: len(b)}}
+		n, err := unix.ProcessVMReadv(m.pid, local, remote, 0)
+		if err != nil {
+			return fmt.Errorf("read %d bytes at %#x in process %d: %w", len(b), addr, m.pid, err)
+		}
+		if n <= 0 {
+			return fmt.Errorf("read %d bytes at %#x in process %d: %w", len(b), addr, m.pid, unix.EFAULT)
+		}
+		b = b[n:]
+		addr += uint64(n)
+	}
+	return nil
+}
+
+func (m mem) u64(addr uint64) (uint64, error) {
+	var b [8]byte
+	if err := m.read(addr, b[:]); err != nil {
+		return 0, err
+	}
+	return binary.LittleEndian.Uint64(b[:]), nil
+}
+
+func (m mem) u32(addr uint64) (uint32, error) {
+	var b [4]byte
+	if err := m.read(addr, b[:]); err != nil {
+		return 0, err
+	}
+	return binary.LittleEndian.Uint32(b[:]), nil
+}
+
+func (m mem) u8(addr uint64) (uint8, error) {
+	var b [1]byte
+	if err := m.read(addr, b[:]); err != nil {
+		return 0, err
+	}
+	return b[0], nil
+}
