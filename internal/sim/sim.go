@@ -1,15 +1,23 @@
-// Package sim builds a simulated CUDA runtime and workloads that drive it, so
-// cudatap can be tested end to end on machines without a GPU.
+// Package sim builds a simulated CUDA runtime, driver and NCCL, and workloads
+// that drive them, so cudatap can be tested end to end on machines without a
+// GPU.
 //
+// The driver (csrc/cuda_driver_sim.c, libcuda.so.1) exports the real driver
+// entry points with the real prototypes, unversioned like the real library,
+// on top of a modeled GPU: every stream has a clock, operations take modeled
+// time (a kernel takes 1 µs per block of its grid), and synchronizing calls
+// block the host until the model says the work is done, as real CUDA does.
 // The runtime (csrc/cudart_sim.c) exports the real libcudart.so.13 entry
-// points with the real prototypes and symbol versions
-// (cudaLaunchKernel@@libcudart.so.13) on top of a modeled GPU: every stream
-// has a clock, operations take modeled time (a kernel takes 1 µs per block of
-// its grid), and synchronizing calls block the host until the model says the
-// work is done, as real CUDA does.
+// points with the real symbol versions (cudaLaunchKernel@@libcudart.so.13)
+// as a thin layer that dlopen()s libcuda.so.1 at first use, as real cudart
+// does, and makes exactly one driver call underneath each call that reaches
+// the GPU (cudaLaunchKernel enters cuLaunchKernel once). NCCL
+// (csrc/nccl_sim.c, libnccl.so.2) defines pncclX with ncclX weak aliases, as
+// real NCCL does, and enqueues its collectives on the same modeled GPU.
 //
-// The workload (csrc/workload.c) and pysync.py print one JSON line with the
-// exact number of calls they made to each entry point; ParseReport reads it.
+// The workloads (csrc/workload.c) and pysync.py print one JSON line with the
+// exact number of calls they made to each entry point, and the driver calls
+// the runtime made underneath; ParseReport reads it.
 package sim
 
 import (
@@ -30,6 +38,7 @@ import (
 // directory that does not use cgo.
 //
 //go:embed csrc/cuda_sim.h csrc/cudart_sim.c csrc/workload.c csrc/libcudart.map csrc/pysync.py
+//go:embed csrc/cuda_driver_sim.h csrc/cuda_driver_sim.c csrc/nccl_sim.h csrc/nccl_sim.c
 var sources embed.FS
 
 const (
@@ -37,6 +46,10 @@ const (
 	RuntimeSoname = "libcudart.so.13"
 	// HashedRuntimeName is how auditwheel-repaired wheels vendor a library.
 	HashedRuntimeName = "libcudart-3f2a9c1b.so.13"
+	// DriverSoname is the soname (and file name) of the driver.
+	DriverSoname = "libcuda.so.1"
+	// NCCLSoname is the soname (and file name) of NCCL.
+	NCCLSoname = "libnccl.so.2"
 )
 
 // ErrNoCompiler is what Compile returns when there is no C compiler.
@@ -45,6 +58,11 @@ var ErrNoCompiler = errors.New("cudatap needs a C compiler (cc) to build the sim
 // KernelStubs are the workload's kernel host stubs, the symbols a tracer
 // should resolve the func argument of its launches to.
 var KernelStubs = []string{"sim_gemm_kernel", "sim_relu_kernel", "sim_reduce_kernel"}
+
+// DriverKernels are the kernel names the driver scenarios look up with
+// cuModuleGetFunction and cuLibraryGetKernel, the names a tracer should give
+// their cuLaunchKernel and cuLaunchKernelEx launches.
+var DriverKernels = []string{"triton_matmul_kernel", "triton_softmax_kernel"}
 
 // Build is the set of files Compile produced; every path is absolute.
 type Build struct {
@@ -62,6 +80,21 @@ type Build struct {
 	// HashedRuntime is Runtime vendored as a wheel would: named and
 	// sonamed HashedRuntimeName, still versioned libcudart.so.13.
 	HashedRuntime string
+	// Driver is the simulated libcuda.so.1 (mode 0644), unversioned. Every
+	// runtime above (Runtime, HashedRuntime, the one in StaticWorkload)
+	// dlopen()s it from its own directory at its first call that needs the
+	// driver, so it shows up in a process late.
+	Driver string
+	// NCCL is the simulated libnccl.so.2 (mode 0644); it links Driver.
+	NCCL string
+	// DriverWorkload links Driver only (rpath $ORIGIN) and adds the
+	// scenarios driver and driver-all, which run with no runtime in the
+	// process, and mixed; for mixed and the runtime scenarios it dlopen()s
+	// Runtime from its directory after the go-ahead.
+	DriverWorkload string
+	// NCCLWorkload links Runtime and NCCL (rpath $ORIGIN) and adds the
+	// scenario nccl.
+	NCCLWorkload string
 	// PySync is the ctypes driver: python3 PySync RUNTIME [ITERS] [--wait-stdin].
 	PySync string
 }
@@ -90,6 +123,10 @@ func Compile(dir string) (*Build, error) {
 		StaticWorkload: filepath.Join(dir, "workload-static"),
 		DlopenWorkload: filepath.Join(dir, "workload-dlopen"),
 		HashedRuntime:  filepath.Join(dir, HashedRuntimeName),
+		Driver:         filepath.Join(dir, DriverSoname),
+		NCCL:           filepath.Join(dir, NCCLSoname),
+		DriverWorkload: filepath.Join(dir, "workload-driver"),
+		NCCLWorkload:   filepath.Join(dir, "workload-nccl"),
 		PySync:         filepath.Join(dir, "pysync.py"),
 	}
 
@@ -104,35 +141,61 @@ func Compile(dir string) (*Build, error) {
 	link := func(out string, args ...string) func() error {
 		return func() error { return run(cc, dir, slices.Concat([]string{"-o", out}, args)) }
 	}
-	sharedLib := func(out string) func() error {
-		return link(out, "-shared", "-Wl,-soname,"+filepath.Base(out), "-Wl,--version-script=libcudart.map", "cudart_sim.o")
+	runtimeLib := func(out string) func() error {
+		return link(out, "-shared", "-Wl,-soname,"+filepath.Base(out), "-Wl,--version-script=libcudart.map", "cudart_sim.o", "-ldl")
+	}
+	// Executables and NCCL find their libraries next to themselves and
+	// need each one named even where the linker defaults to --as-needed.
+	local := func(libs ...string) []string {
+		args := []string{"-L" + dir, "-Wl,-rpath,$ORIGIN", "-Wl,-rpath-link," + dir, "-Wl,--no-as-needed"}
+		for _, lib := range libs {
+			args = append(args, "-l:"+lib)
+		}
+		return append(args, "-Wl,--as-needed", "-ldl")
 	}
 	steps := [][]func() error{
 		{
-			compile("cudart_sim.o", "-fPIC", "cudart_sim.c"),
+			compile("cuda_driver_sim.o", "-fPIC", "cuda_driver_sim.c"),
+			// A runtime copied elsewhere still finds this build's driver.
+			compile("cudart_sim.o", "-fPIC", "-DSIM_DRIVER_DIR="+cString(dir), "cudart_sim.c"),
+			compile("nccl_sim.o", "-fPIC", "nccl_sim.c"),
 			compile("workload.o", "workload.c"),
 			compile("workload-dlopen.o", "-DSIM_DLOPEN", "workload.c"),
+			compile("workload-driver.o", "-DSIM_DRIVER", "workload.c"),
+			compile("workload-nccl.o", "-DSIM_NCCL", "workload.c"),
 		},
 		{
-			sharedLib(b.Runtime),
-			sharedLib(b.HashedRuntime),
+			// No version script: the real libcuda's symbols are unversioned.
+			link(b.Driver, "-shared", "-Wl,-soname,"+DriverSoname, "cuda_driver_sim.o"),
+			runtimeLib(b.Runtime),
+			runtimeLib(b.HashedRuntime),
 			// No -rdynamic: the runtime's symbols stay out of .dynsym.
-			link(b.StaticWorkload, "workload.o", "cudart_sim.o"),
+			link(b.StaticWorkload, "workload.o", "cudart_sim.o", "-ldl"),
 			link(b.DlopenWorkload, "workload-dlopen.o", "-ldl"),
 		},
-		{link(b.Workload, "workload.o", "-L"+dir, "-l:"+RuntimeSoname, "-Wl,-rpath,$ORIGIN")},
+		{
+			link(b.NCCL, slices.Concat([]string{"-shared", "-Wl,-soname," + NCCLSoname, "nccl_sim.o"}, local(DriverSoname))...),
+			link(b.Workload, slices.Concat([]string{"workload.o"}, local(RuntimeSoname))...),
+			link(b.DriverWorkload, slices.Concat([]string{"workload-driver.o"}, local(DriverSoname))...),
+		},
+		{link(b.NCCLWorkload, slices.Concat([]string{"workload-nccl.o"}, local(RuntimeSoname, NCCLSoname))...)},
 	}
 	for _, step := range steps {
 		if err := parallel(step...); err != nil {
 			return nil, err
 		}
 	}
-	for _, lib := range []string{b.Runtime, b.HashedRuntime} {
+	for _, lib := range []string{b.Runtime, b.HashedRuntime, b.Driver, b.NCCL} {
 		if err := os.Chmod(lib, 0o644); err != nil {
 			return nil, err
 		}
 	}
 	return b, nil
+}
+
+// cString quotes s as a C string literal.
+func cString(s string) string {
+	return `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`).Replace(s) + `"`
 }
 
 // compiler returns the C compiler command: $CC (which may carry flags) or cc.
@@ -188,9 +251,15 @@ func parallel(fns ...func() error) error {
 // Report is the JSON line the workload and pysync.py print at the end.
 type Report struct {
 	PID int `json:"pid"`
-	// Calls counts the calls made to each entry point; a _ptsz/_ptds call
-	// counts under its own symbol name. Entry points never called are absent.
+	// Calls counts the calls the program itself made to each entry point,
+	// runtime, driver and NCCL alike; a _ptsz/_ptds call counts under its own
+	// symbol name. Entry points never called are absent.
 	Calls map[string]int `json:"calls"`
+	// Internal counts the driver calls the runtime made underneath the
+	// program's runtime calls (cuLaunchKernel under cudaLaunchKernel, cuInit
+	// at the runtime's first use of the driver): calls a tracer that hooks
+	// libcuda sees but must not count as the program's own.
+	Internal map[string]int `json:"internal,omitempty"`
 	// Lines (pysync.py only) maps a Python function to the line of the call
 	// in it that a tracer should name.
 	Lines map[string]int `json:"lines,omitempty"`

@@ -34,6 +34,29 @@ var required = []string{
 	"cudaMemcpy_ptds", "cudaMemset_ptds", "cudaMemcpy2D_ptds",
 }
 
+// The driver entry points the tracer hooks, which the driver must export.
+var requiredDriver = []string{
+	"cuInit", "cuLaunchKernel", "cuLaunchKernel_ptsz", "cuLaunchKernelEx", "cuLaunchKernelEx_ptsz",
+	"cuLaunchCooperativeKernel", "cuLaunchCooperativeKernel_ptsz",
+	"cuMemcpyHtoDAsync_v2", "cuMemcpyDtoHAsync_v2", "cuMemcpyDtoDAsync_v2", "cuMemcpyAsync",
+	"cuMemcpyHtoDAsync_v2_ptsz", "cuMemcpyDtoHAsync_v2_ptsz", "cuMemcpyDtoDAsync_v2_ptsz", "cuMemcpyAsync_ptsz",
+	"cuMemcpyHtoD_v2", "cuMemcpyDtoH_v2", "cuMemsetD8Async", "cuMemsetD32Async", "cuMemsetD8Async_ptsz",
+	"cuMemsetD32Async_ptsz", "cuEventCreate", "cuEventRecord", "cuEventRecordWithFlags", "cuEventRecord_ptsz",
+	"cuEventRecordWithFlags_ptsz", "cuStreamWaitEvent", "cuStreamWaitEvent_ptsz", "cuEventSynchronize",
+	"cuEventQuery", "cuStreamCreate", "cuStreamCreateWithPriority", "cuStreamDestroy_v2",
+	"cuStreamSynchronize", "cuStreamSynchronize_ptsz", "cuStreamQuery", "cuStreamQuery_ptsz",
+	"cuCtxSynchronize", "cuMemAlloc_v2", "cuMemFree_v2", "cuMemAllocAsync", "cuMemAllocAsync_ptsz",
+	"cuMemFreeAsync", "cuMemFreeAsync_ptsz", "cuMemHostAlloc", "cuMemAllocHost_v2", "cuMemFreeHost",
+	"cuMemHostRegister_v2", "cuMemHostUnregister", "cuGraphLaunch", "cuGraphLaunch_ptsz",
+	"cuModuleLoadData", "cuModuleGetFunction", "cuLibraryLoadData", "cuLibraryGetKernel", "cuKernelGetFunction",
+}
+
+// The NCCL entry points, each exported as ncclX and pncclX.
+var ncclEntries = []string{
+	"ncclGetUniqueId", "ncclCommInitRank", "ncclCommDestroy", "ncclAllReduce", "ncclBroadcast", "ncclReduce",
+	"ncclAllGather", "ncclReduceScatter", "ncclSend", "ncclRecv", "ncclGroupStart", "ncclGroupEnd",
+}
+
 var (
 	buildOnce sync.Once
 	shared    *Build
@@ -117,11 +140,45 @@ func basicCalls(iters, k int) map[string]int {
 	}
 }
 
+// basicInternal is the driver calls the runtime makes underneath scenario
+// basic: one per runtime call that reaches the GPU, and cuInit once.
+func basicInternal(iters, k int) map[string]int {
+	return map[string]int{
+		"cuInit":                     1,
+		"cuStreamCreate":             k - 1,
+		"cuStreamCreateWithPriority": 1,
+		"cuStreamDestroy_v2":         k,
+		"cuLaunchKernel":             iters * (k + 1),
+		"cuMemcpyHtoDAsync_v2":       iters,
+		"cuMemcpyDtoHAsync_v2":       iters,
+		"cuEventRecordWithFlags":     iters,
+		"cuStreamWaitEvent":          iters,
+		"cuMemsetD8Async":            iters,
+		"cuStreamSynchronize":        iters / 10,
+		"cuMemAlloc_v2":              1 + iters/10,
+		"cuMemFree_v2":               1 + iters/10,
+		"cuMemHostAlloc":             1,
+		"cuMemFreeHost":              1,
+		"cuEventCreate":              1,
+		"cuEventDestroy_v2":          1,
+		"cuCtxSynchronize":           1,
+	}
+}
+
+func sum(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
 func TestScenarios(t *testing.T) {
 	b := build(t)
 	t.Run("basic", func(t *testing.T) {
 		r := runReport(t, b.Workload, "--iters", "20", "--streams", "3")
 		assertCalls(t, "basic", r.Calls, basicCalls(20, 3))
+		assertCalls(t, "basic internal", r.Internal, basicInternal(20, 3))
 	})
 	t.Run("launches", func(t *testing.T) {
 		r := runReport(t, b.Workload, "--scenario", "launches", "--iters", "600")
@@ -155,6 +212,151 @@ func TestScenarios(t *testing.T) {
 		if n := r.Calls["cudaEventQuery"]; n < 2 {
 			t.Errorf("cudaEventQuery polled %d times, want at least 2 (pending, then ready)", n)
 		}
+		// Every runtime call but the three device ones makes exactly one
+		// driver call; the runtime initializes the driver once.
+		want := sum(r.Calls) - r.Calls["cudaGetDevice"] - r.Calls["cudaSetDevice"] - r.Calls["cudaGetLastError"]
+		if got := sum(r.Internal) - r.Internal["cuInit"]; got != want || r.Internal["cuInit"] != 1 {
+			t.Errorf("%d runtime calls made %d driver calls (cuInit %d), want one each\n%v", want, got, r.Internal["cuInit"], r.Internal)
+		}
+		for rt, drv := range map[string]string{
+			"cudaLaunchKernel":                 "cuLaunchKernel",
+			"cudaLaunchKernel_ptsz":            "cuLaunchKernel_ptsz",
+			"cudaLaunchKernelExC":              "cuLaunchKernelEx",
+			"cudaLaunchKernelExC_ptsz":         "cuLaunchKernelEx_ptsz",
+			"cudaLaunchCooperativeKernel":      "cuLaunchCooperativeKernel",
+			"cudaLaunchCooperativeKernel_ptsz": "cuLaunchCooperativeKernel_ptsz",
+			"cudaGraphLaunch":                  "cuGraphLaunch",
+			"cudaEventQuery":                   "cuEventQuery",
+			"cudaDeviceSynchronize":            "cuCtxSynchronize",
+		} {
+			if r.Internal[drv] != r.Calls[rt] {
+				t.Errorf("%d %s calls entered %s %d times", r.Calls[rt], rt, drv, r.Internal[drv])
+			}
+		}
+	})
+}
+
+// TestDriverScenarios runs the scenarios that call the driver directly.
+func TestDriverScenarios(t *testing.T) {
+	b := build(t)
+	t.Run("driver", func(t *testing.T) {
+		r := runReport(t, b.DriverWorkload, "--scenario", "driver", "--iters", "20")
+		assertCalls(t, "driver", r.Calls, map[string]int{
+			"cuInit":               1,
+			"cuModuleLoadData":     1,
+			"cuModuleGetFunction":  1,
+			"cuLibraryLoadData":    1,
+			"cuLibraryGetKernel":   1,
+			"cuKernelGetFunction":  1,
+			"cuStreamCreate":       2,
+			"cuMemAlloc_v2":        1,
+			"cuMemHostAlloc":       1,
+			"cuEventCreate":        1,
+			"cuLaunchKernel":       20,
+			"cuLaunchKernelEx":     20,
+			"cuMemcpyHtoDAsync_v2": 20,
+			"cuEventRecord":        20,
+			"cuStreamWaitEvent":    20,
+			"cuMemcpyDtoHAsync_v2": 20,
+			"cuStreamSynchronize":  2,
+			"cuCtxSynchronize":     1,
+			"cuEventDestroy_v2":    1,
+			"cuMemFreeHost":        1,
+			"cuMemFree_v2":         1,
+			"cuStreamDestroy_v2":   2,
+		})
+		assertCalls(t, "driver internal", r.Internal, map[string]int{})
+	})
+	t.Run("driver-all", func(t *testing.T) {
+		r := runReport(t, b.DriverWorkload, "--scenario", "driver-all")
+		exported := driverExports(t, b.Driver)
+		if got := slices.Sorted(maps.Keys(r.Calls)); !slices.Equal(got, exported) {
+			t.Errorf("scenario driver-all called\n%v\nthe driver exports\n%v", got, exported)
+		}
+		assertCalls(t, "driver-all internal", r.Internal, map[string]int{})
+	})
+	t.Run("mixed", func(t *testing.T) {
+		r := runReport(t, b.DriverWorkload, "--scenario", "mixed", "--iters", "7")
+		assertCalls(t, "mixed", r.Calls, map[string]int{
+			"cudaStreamCreateWithFlags": 1,
+			"cudaMalloc":                1,
+			"cudaLaunchKernel":          7,
+			"cudaMemcpyAsync":           7,
+			"cudaStreamSynchronize":     1,
+			"cuModuleLoadData":          1,
+			"cuModuleGetFunction":       1,
+			"cuLaunchKernel":            7,
+			"cuMemcpyDtoHAsync_v2":      7,
+			"cuStreamSynchronize":       1,
+			"cudaDeviceSynchronize":     1,
+			"cudaFree":                  1,
+			"cudaStreamDestroy":         1,
+		})
+		// The same driver symbols, called by the runtime: counted apart.
+		assertCalls(t, "mixed internal", r.Internal, map[string]int{
+			"cuInit":               1,
+			"cuStreamCreate":       1,
+			"cuMemAlloc_v2":        1,
+			"cuLaunchKernel":       7,
+			"cuMemcpyDtoHAsync_v2": 7,
+			"cuStreamSynchronize":  1,
+			"cuCtxSynchronize":     1,
+			"cuMemFree_v2":         1,
+			"cuStreamDestroy_v2":   1,
+		})
+	})
+	t.Run("nccl", func(t *testing.T) {
+		r := runReport(t, b.NCCLWorkload, "--scenario", "nccl", "--iters", "5")
+		assertCalls(t, "nccl", r.Calls, map[string]int{
+			"ncclGetUniqueId":           1,
+			"ncclCommInitRank":          1,
+			"cudaStreamCreateWithFlags": 2,
+			"cudaEventCreateWithFlags":  2,
+			"cudaMalloc":                2,
+			"cudaLaunchKernel":          15,
+			"cudaEventRecord":           10,
+			"cudaStreamWaitEvent":       10,
+			"ncclAllReduce":             5,
+			"cudaStreamSynchronize":     2,
+			"ncclGroupStart":            1,
+			"ncclBroadcast":             1,
+			"ncclReduce":                1,
+			"ncclAllGather":             1,
+			"ncclReduceScatter":         1,
+			"ncclSend":                  1,
+			"ncclRecv":                  1,
+			"cudaStreamQuery":           1,
+			"ncclGroupEnd":              1,
+			"cudaDeviceSynchronize":     1,
+			"cudaFree":                  2,
+			"cudaEventDestroy":          2,
+			"cudaStreamDestroy":         2,
+			"ncclCommDestroy":           1,
+		})
+		// NCCL enqueues through the driver's model, not its API.
+		assertCalls(t, "nccl internal", r.Internal, map[string]int{
+			"cuInit":                 1,
+			"cuStreamCreate":         2,
+			"cuEventCreate":          2,
+			"cuMemAlloc_v2":          2,
+			"cuLaunchKernel":         15,
+			"cuEventRecordWithFlags": 10,
+			"cuStreamWaitEvent":      10,
+			"cuStreamSynchronize":    2,
+			"cuStreamQuery":          1,
+			"cuCtxSynchronize":       1,
+			"cuMemFree_v2":           2,
+			"cuEventDestroy_v2":      2,
+			"cuStreamDestroy_v2":     2,
+		})
+	})
+	t.Run("unavailable", func(t *testing.T) {
+		// Each build runs only the scenarios it links the libraries for.
+		for _, c := range [][]string{{b.Workload, "driver"}, {b.Workload, "nccl"}, {b.NCCLWorkload, "mixed"}} {
+			if err := exec.Command(c[0], "--scenario", c[1]).Run(); err == nil {
+				t.Errorf("%s ran scenario %s", filepath.Base(c[0]), c[1])
+			}
+		}
 	})
 }
 
@@ -176,15 +378,40 @@ func TestTiming(t *testing.T) {
 // names): the same scenario makes the same calls.
 func TestBuilds(t *testing.T) {
 	b := build(t)
-	want := basicCalls(10, 2)
-	assertCalls(t, "static", runReport(t, b.StaticWorkload).Calls, want)
+	want, internal := basicCalls(10, 2), basicInternal(10, 2)
+	// The static runtime dlopen()s libcuda.so.1 from the executable's
+	// directory, as real static cudart loads the driver.
+	r := runReport(t, b.StaticWorkload)
+	assertCalls(t, "static", r.Calls, want)
+	assertCalls(t, "static internal", r.Internal, internal)
 	for _, lib := range []string{b.Runtime, b.HashedRuntime} {
 		r := runReport(t, b.DlopenWorkload, "--sleep-ms", "5", "--dlopen", lib)
 		assertCalls(t, "dlopen "+filepath.Base(lib), r.Calls, want)
+		assertCalls(t, "dlopen "+filepath.Base(lib)+" internal", r.Internal, internal)
 	}
 	if err := exec.Command(b.DlopenWorkload).Run(); err == nil {
 		t.Error("the dlopen build ran without --dlopen")
 	}
+}
+
+// TestRuntimeCopiedElsewhere runs the workload and runtime from a directory
+// without the driver: the runtime falls back to the build's driver, as a
+// real runtime finds the system's libcuda.so.1.
+func TestRuntimeCopiedElsewhere(t *testing.T) {
+	b := build(t)
+	dir := t.TempDir()
+	for _, path := range []string{b.Workload, b.Runtime} {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, filepath.Base(path)), data, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := runReport(t, filepath.Join(dir, "workload"), "--iters", "10")
+	assertCalls(t, "copied", r.Calls, basicCalls(10, 2))
+	assertCalls(t, "copied internal", r.Internal, basicInternal(10, 2))
 }
 
 func TestWaitStdin(t *testing.T) {
@@ -206,6 +433,15 @@ func TestWaitStdin(t *testing.T) {
 	if want := fmt.Sprintf("ready %d\n", cmd.Process.Pid); err != nil || line != want {
 		t.Fatalf("first line %q (%v), want %q", line, err, want)
 	}
+	// The runtime loads the driver at its first call, not at startup.
+	maps, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", cmd.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(maps), RuntimeSoname) || strings.Contains(string(maps), DriverSoname) {
+		t.Errorf("before the first CUDA call the workload maps %s: %v, %s: %v; want only the runtime",
+			RuntimeSoname, strings.Contains(string(maps), RuntimeSoname), DriverSoname, strings.Contains(string(maps), DriverSoname))
+	}
 	fmt.Fprintln(stdin, "go")
 	rest, _ := out.ReadString(0)
 	if err := cmd.Wait(); err != nil {
@@ -215,7 +451,7 @@ func TestWaitStdin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.PID != cmd.Process.Pid || r.Calls["cudaLaunchKernel"] != 3 {
+	if r.PID != cmd.Process.Pid || r.Calls["cudaLaunchKernel"] != 3 || r.Internal["cuLaunchKernel"] != 3 {
 		t.Errorf("report %+v", r)
 	}
 }
@@ -276,6 +512,188 @@ func runtimeExports(t *testing.T, path string) []string {
 	}
 	slices.Sort(names)
 	return names
+}
+
+// driverExports returns the cu* entry points the driver exports, checking
+// each is an unversioned global function at an address of its own.
+func driverExports(t *testing.T, path string) []string {
+	t.Helper()
+	syms, err := openELF(t, path).DynamicSymbols()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	byAddr := map[uint64]string{}
+	for _, s := range syms {
+		if !strings.HasPrefix(s.Name, "cu") || s.Section == elf.SHN_UNDEF {
+			continue
+		}
+		if elf.ST_TYPE(s.Info) != elf.STT_FUNC || elf.ST_BIND(s.Info) != elf.STB_GLOBAL {
+			t.Errorf("%s: not a global function", s.Name)
+		}
+		if s.Version != "" || s.Library != "" {
+			t.Errorf("%s: versioned %q, want unversioned like the real libcuda", s.Name, s.Version)
+		}
+		if other, ok := byAddr[s.Value]; ok {
+			t.Errorf("%s and %s share address %#x", s.Name, other, s.Value)
+		}
+		byAddr[s.Value] = s.Name
+		names = append(names, s.Name)
+	}
+	slices.Sort(names)
+	return names
+}
+
+func TestDriverSymbols(t *testing.T) {
+	b := build(t)
+	exported := driverExports(t, b.Driver)
+	for _, name := range requiredDriver {
+		if _, ok := slices.BinarySearch(exported, name); !ok {
+			t.Errorf("the driver does not export %s", name)
+		}
+	}
+	drv := openELF(t, b.Driver)
+	if got := dynString(t, drv, elf.DT_SONAME); !slices.Equal(got, []string{DriverSoname}) {
+		t.Errorf("driver soname %v, want %s", got, DriverSoname)
+	}
+	ds := dynsym(t, drv)
+	for _, helper := range []string{"sim_function_for_stub", "sim_enqueue", "sim_driver_calls"} {
+		if !ds[helper] {
+			t.Errorf("the driver does not export its private helper %s", helper)
+		}
+	}
+	for _, lib := range []string{b.Driver, b.NCCL} {
+		if fi, err := os.Stat(lib); err != nil || fi.Mode().Perm() != 0o644 {
+			t.Errorf("%s: mode %v (%v), want 0644", lib, fi.Mode().Perm(), err)
+		}
+	}
+
+	// The runtime loads the driver itself (dlopen); programs that call the
+	// driver link it.
+	for _, path := range []string{b.Runtime, b.HashedRuntime, b.Workload, b.StaticWorkload} {
+		if libs, _ := openELF(t, path).ImportedLibraries(); slices.Contains(libs, DriverSoname) {
+			t.Errorf("%s links %s; the runtime should dlopen it", filepath.Base(path), DriverSoname)
+		}
+	}
+	if libs, _ := openELF(t, b.DriverWorkload).ImportedLibraries(); slices.Contains(libs, RuntimeSoname) {
+		t.Errorf("workload-driver links %s: its driver scenarios must run without a runtime", RuntimeSoname)
+	}
+	for path, want := range map[string][]string{
+		b.DriverWorkload: {DriverSoname},
+		b.NCCLWorkload:   {RuntimeSoname, NCCLSoname},
+		b.NCCL:           {DriverSoname},
+	} {
+		f := openELF(t, path)
+		libs, _ := f.ImportedLibraries()
+		for _, lib := range want {
+			if !slices.Contains(libs, lib) {
+				t.Errorf("%s needs %v, want %s", filepath.Base(path), libs, lib)
+			}
+		}
+		if got := dynString(t, f, elf.DT_RUNPATH); !slices.Equal(got, []string{"$ORIGIN"}) {
+			t.Errorf("%s runpath %v, want $ORIGIN", filepath.Base(path), got)
+		}
+	}
+	st := symtab(t, openELF(t, b.DriverWorkload))
+	for _, stub := range KernelStubs {
+		if !st[stub] {
+			t.Errorf("workload-driver: no kernel stub %s in .symtab", stub)
+		}
+	}
+}
+
+// TestNCCLSymbols checks NCCL's exports: as in real NCCL, ncclX is a weak
+// alias of the global pncclX.
+func TestNCCLSymbols(t *testing.T) {
+	b := build(t)
+	f := openELF(t, b.NCCL)
+	if got := dynString(t, f, elf.DT_SONAME); !slices.Equal(got, []string{NCCLSoname}) {
+		t.Errorf("NCCL soname %v, want %s", got, NCCLSoname)
+	}
+	syms, err := f.DynamicSymbols()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defined := map[string]elf.Symbol{}
+	for _, s := range syms {
+		if s.Section != elf.SHN_UNDEF {
+			defined[s.Name] = s
+		}
+	}
+	addrs := map[uint64]string{}
+	for _, name := range ncclEntries {
+		weak, ok1 := defined[name]
+		strong, ok2 := defined["p"+name]
+		if !ok1 || !ok2 {
+			t.Errorf("%s exported %v, p%s exported %v", name, ok1, name, ok2)
+			continue
+		}
+		if weak.Value != strong.Value {
+			t.Errorf("%s at %#x, p%s at %#x: want one address", name, weak.Value, name, strong.Value)
+		}
+		if elf.ST_BIND(weak.Info) != elf.STB_WEAK || elf.ST_TYPE(weak.Info) != elf.STT_FUNC {
+			t.Errorf("%s: bind %v type %v, want a weak function", name, elf.ST_BIND(weak.Info), elf.ST_TYPE(weak.Info))
+		}
+		if elf.ST_BIND(strong.Info) != elf.STB_GLOBAL || elf.ST_TYPE(strong.Info) != elf.STT_FUNC {
+			t.Errorf("p%s: bind %v type %v, want a global function", name, elf.ST_BIND(strong.Info), elf.ST_TYPE(strong.Info))
+		}
+		if other, ok := addrs[weak.Value]; ok {
+			t.Errorf("%s and %s share address %#x", name, other, weak.Value)
+		}
+		addrs[weak.Value] = name
+	}
+}
+
+// TestProbeableEntries checks that no exported function of the libraries
+// begins with an instruction the kernel refuses to put a uprobe on (x86-64: a
+// LOCK or ES/CS/SS/DS segment prefix, as an inlined atomic counter makes).
+func TestProbeableEntries(t *testing.T) {
+	b := build(t)
+	for _, path := range []string{b.Runtime, b.Driver, b.NCCL} {
+		f := openELF(t, path)
+		if f.Machine != elf.EM_X86_64 {
+			t.Skipf("%v: the check knows x86-64 prefixes only", f.Machine)
+		}
+		syms, err := f.DynamicSymbols()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range syms {
+			if s.Section == elf.SHN_UNDEF || elf.ST_TYPE(s.Info) != elf.STT_FUNC {
+				continue
+			}
+			code := entryBytes(t, f, s.Value)
+		prefixes:
+			for _, c := range code {
+				switch {
+				case c == 0xf0 || c == 0x26 || c == 0x2e || c == 0x36 || c == 0x3e:
+					t.Errorf("%s: %s begins with prefix %#x: uprobes refuse it", filepath.Base(path), s.Name, c)
+					break prefixes
+				case c == 0x66 || c == 0x67 || c == 0xf2 || c == 0xf3 || c == 0x64 || c == 0x65 || c&0xf0 == 0x40:
+					continue // other prefixes and REX
+				default:
+					break prefixes
+				}
+			}
+		}
+	}
+}
+
+// entryBytes returns up to 16 bytes of code at addr.
+func entryBytes(t *testing.T, f *elf.File, addr uint64) []byte {
+	t.Helper()
+	for _, sec := range f.Sections {
+		if sec.Type == elf.SHT_PROGBITS && sec.Flags&elf.SHF_EXECINSTR != 0 && addr >= sec.Addr && addr < sec.Addr+sec.Size {
+			data, err := sec.Data()
+			if err != nil {
+				t.Fatal(err)
+			}
+			off := addr - sec.Addr
+			return data[off:min(off+16, uint64(len(data)))]
+		}
+	}
+	t.Fatalf("no code at %#x", addr)
+	return nil
 }
 
 func symtab(t *testing.T, f *elf.File) map[string]bool {
@@ -391,6 +809,16 @@ func TestPySync(t *testing.T) {
 		"cudaLaunchKernel":      5,
 		"cudaDeviceSynchronize": 5,
 		"cudaFree":              1,
+	})
+	assertCalls(t, "pysync internal", r.Internal, map[string]int{
+		"cuInit":               1,
+		"cuMemAlloc_v2":        1,
+		"cuMemcpyDtoHAsync_v2": 5,
+		"cuMemcpyHtoDAsync_v2": 5,
+		"cuStreamSynchronize":  5,
+		"cuLaunchKernel":       5,
+		"cuCtxSynchronize":     5,
+		"cuMemFree_v2":         1,
 	})
 	src, err := os.ReadFile(b.PySync)
 	if err != nil {

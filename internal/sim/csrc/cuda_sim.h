@@ -21,6 +21,7 @@ enum {
 	cudaErrorInvalidConfiguration = 9,
 	cudaErrorInvalidPitchValue = 12,
 	cudaErrorInvalidMemcpyDirection = 21,
+	cudaErrorInsufficientDriver = 35,
 	cudaErrorInvalidDeviceFunction = 98,
 	cudaErrorInvalidDevice = 101,
 	cudaErrorInvalidResourceHandle = 400,

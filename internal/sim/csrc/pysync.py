@@ -7,8 +7,10 @@ block on the GPU.
 
 Each CUDA call is made directly from the function whose line the tracer
 should report (no Python wrapper frame in between). At the end it prints one
-JSON line: {"pid": ..., "calls": {name: count}, "lines": {function: line}},
-where lines gives, for each function, the line of its interesting call.
+JSON line: {"pid": ..., "calls": {name: count}, "internal": {name: count},
+"lines": {function: line}}, where internal counts the driver calls the
+runtime made underneath and lines gives, for each function, the line of its
+interesting call.
 """
 import ctypes
 import inspect
@@ -84,6 +86,26 @@ def main():
     device_sync()
 
 
+def driver_internal():
+    """The driver calls the runtime made underneath: libcuda's own counters
+    (the script calls no driver function itself)."""
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1", mode=os.RTLD_NOLOAD | os.RTLD_NOW)
+    except OSError:
+        return {}
+    calls = cuda.sim_driver_calls
+    calls.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_ulong)]
+    calls.restype = ctypes.c_char_p
+    counts, n, i = {}, ctypes.c_ulong(), 0
+    while True:
+        name = calls(i, ctypes.byref(n))
+        if name is None:
+            return counts
+        if n.value:
+            counts[name.decode()] = n.value
+        i += 1
+
+
 def line_of(func, needle):
     """The line number of the first source line of func containing needle."""
     src, first = inspect.getsourcelines(func)
@@ -111,4 +133,5 @@ if __name__ == "__main__":
         "pageable_copy": line_of(pageable_copy, "LIB.cudaMemcpyAsync("),
         "device_sync": line_of(device_sync, "LIB.cudaDeviceSynchronize("),
     }
-    print(json.dumps({"pid": os.getpid(), "calls": CALLS, "lines": lines}, separators=(",", ":")), flush=True)
+    report = {"pid": os.getpid(), "calls": CALLS, "internal": driver_internal(), "lines": lines}
+    print(json.dumps(report, separators=(",", ":")), flush=True)

@@ -1,10 +1,10 @@
 /*
- * workload.c: drives the simulated libcudart like a CUDA application, then
- * prints one JSON line with the exact number of calls it made to each entry
- * point, for tests to compare a tracer's counts against.
+ * workload.c: drives the simulated CUDA runtime, driver and NCCL like a CUDA
+ * application, then prints one JSON line with the exact number of calls it
+ * made to each entry point, for tests to compare a tracer's counts against.
  *
  *   workload [--iters N] [--streams K] [--wait-stdin] [--wait-file PATH]
- *            [--sleep-ms MS] [--scenario basic|launches|ptsz|timing|all]
+ *            [--sleep-ms MS] [--scenario NAME]
  *            [--dlopen PATH]   (required by, and only in, the -DSIM_DLOPEN build)
  *
  * --iters: iterations (launches: kernel launches), default 10. --streams:
@@ -12,16 +12,34 @@
  * call the workload waits for the go-ahead: with --wait-stdin it prints
  * "ready <pid>" and reads one line; with --wait-file it polls every 1 ms
  * until PATH exists; then it sleeps --sleep-ms. The scenarios are described
- * at their functions.
+ * at their functions: basic (the default), launches, ptsz, timing and all in
+ * every build; driver, driver-all and mixed in the -DSIM_DRIVER build; nccl
+ * in the -DSIM_NCCL build.
  *
- * Built three ways: linked against libcudart.so.13, with cudart_sim.c compiled
- * in (symbols in .symtab only), and with -DSIM_DLOPEN, where the runtime is
- * dlopen()ed from --dlopen PATH after the go-ahead and the sleep, to test
- * late loading.
+ * Built five ways: linked against libcudart.so.13 (workload); with
+ * cudart_sim.c compiled in, symbols in .symtab only (workload-static); with
+ * -DSIM_DLOPEN, where the runtime is dlopen()ed from --dlopen PATH after the
+ * go-ahead and the sleep, to test late loading (workload-dlopen); with
+ * -DSIM_DRIVER, linked against libcuda.so.1 only (workload-driver): its
+ * driver scenarios run in a process without a runtime, like a program written
+ * against the driver API, and its other scenarios (mixed among them)
+ * dlopen() the libcudart.so.13 beside the executable after the go-ahead;
+ * with -DSIM_NCCL, linked against libcudart.so.13 and libnccl.so.2
+ * (workload-nccl). The runtime loads libcuda.so.1 itself at its first call
+ * that needs the driver.
+ *
+ * The report: {"pid":P,"calls":{SYMBOL:N,...},"internal":{SYMBOL:N,...}}.
+ * calls counts the workload's own calls, runtime, driver and NCCL, under the
+ * exact symbol called; internal counts the driver calls made underneath by
+ * the runtime (libcuda's own counters, less the workload's direct calls).
+ * Symbols with no calls are left out.
  */
 #define _GNU_SOURCE
 #include "cuda_sim.h"
+#include "cuda_driver_sim.h"
+#include "nccl_sim.h"
 
+#include <dlfcn.h>
 #include <getopt.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -30,9 +48,6 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-#ifdef SIM_DLOPEN
-#include <dlfcn.h>
-#endif
 
 /* Every entry point of the simulated runtime. */
 #define API_LIST(X)                                                                                \
@@ -53,27 +68,42 @@
 	X(cudaGraphLaunch) X(cudaGraphLaunch_ptsz) X(cudaLaunchHostFunc)                           \
 	X(cudaLaunchHostFunc_ptsz) X(cudaGetDevice) X(cudaSetDevice) X(cudaGetLastError)
 
+/* Every entry point the workload may call: runtime, driver, NCCL. */
+#define ALL_API_LIST(X) API_LIST(X) DRIVER_API_LIST(X) NCCL_API_LIST(X)
+
 enum api {
 #define X(name) API_##name,
-	API_LIST(X)
+	ALL_API_LIST(X)
 #undef X
 	API_COUNT
 };
 
 static const char *const api_names[API_COUNT] = {
 #define X(name) #name,
-	API_LIST(X)
+	ALL_API_LIST(X)
 #undef X
 };
 
 static unsigned long api_calls[API_COUNT];
 
-#ifdef SIM_DLOPEN
+#if defined(SIM_DLOPEN) || defined(SIM_DRIVER)
+/* The runtime is dlopen()ed: calls go through api, where the driver build
+ * also puts the driver's functions it links. */
+#define RUNTIME_DLOPEN 1
+#define PTR(name) __typeof__(name) *name;
+#define LINKED(name) .name = name,
 static struct {
-#define X(name) __typeof__(name) *name;
-	API_LIST(X)
-#undef X
-} api;
+	API_LIST(PTR)
+#ifdef SIM_DRIVER
+	DRIVER_API_LIST(PTR)
+#endif
+} api
+#ifdef SIM_DRIVER
+	= { DRIVER_API_LIST(LINKED) }
+#endif
+;
+#undef PTR
+#undef LINKED
 #define CUDA(fn) api.fn
 #else
 #define CUDA(fn) fn
@@ -81,7 +111,7 @@ static struct {
 
 /* Counts one call of fn, then makes it; evaluates to its status. */
 #define CALL(fn, ...) (__atomic_fetch_add(&api_calls[API_##fn], 1, __ATOMIC_RELAXED), CUDA(fn)(__VA_ARGS__))
-/* A call that must succeed. */
+/* A call that must succeed (runtime, driver and NCCL all return 0). */
 #define CK(fn, ...) check(#fn, CALL(fn, __VA_ARGS__))
 
 #define KiB 1024
@@ -94,9 +124,9 @@ static void die(const char *msg)
 	exit(1);
 }
 
-static void check(const char *fn, cudaError_t err)
+static void check(const char *fn, int err)
 {
-	if (err != cudaSuccess) {
+	if (err != 0) {
 		fprintf(stderr, "workload: %s returned %d\n", fn, err);
 		exit(1);
 	}
@@ -490,15 +520,358 @@ static void scenario_all(const struct options *o)
 	free(pageable);
 }
 
+#ifdef SIM_DRIVER
+/*
+ * Driver-API workloads, like Triton: kernels come from modules and libraries
+ * loaded with the driver, looked up by name, and launched with cuLaunchKernel
+ * and cuLaunchKernelEx. The image is never read.
+ */
+static const char fake_image[] = "\x7f" "ELF simulated cubin";
+
+#define DEVPTR(p) ((CUdeviceptr)(uintptr_t)(p))
+
+/*
+ * driver: only the driver API. cuInit; TRITON_MATMUL from cuModuleLoadData +
+ * cuModuleGetFunction; TRITON_SOFTMAX from cuLibraryLoadData +
+ * cuLibraryGetKernel + cuKernelGetFunction; a blocking stream s0 and a
+ * non-blocking stream s1 from cuStreamCreate. Per iteration: matmul with
+ * cuLaunchKernel (grid {20,1,1}, block {128,1,1}, no shared memory) on s0,
+ * softmax with cuLaunchKernelEx (grid {4,1,1}, block {256,1,1}, 1024 bytes of
+ * shared memory) on s1, a 1 MiB H2D copy from pinned memory (cuMemHostAlloc)
+ * on s0, an event edge s0 -> s1 (cuEventRecord + cuStreamWaitEvent), a 4 KiB
+ * D2H copy into pageable memory on s1 (host blocking); every 10th iteration
+ * cuStreamSynchronize(s0). cuCtxSynchronize at the end.
+ */
+#define TRITON_MATMUL "triton_matmul_kernel"
+#define TRITON_SOFTMAX "triton_softmax_kernel"
+
+static void scenario_driver(const struct options *o)
+{
+	CUmodule mod;
+	CUlibrary lib;
+	CUkernel kern;
+	CUfunction matmul, softmax;
+	CK(cuInit, 0);
+	CK(cuModuleLoadData, &mod, fake_image);
+	CK(cuModuleGetFunction, &matmul, mod, TRITON_MATMUL);
+	CK(cuLibraryLoadData, &lib, fake_image, NULL, NULL, 0, NULL, NULL, 0);
+	CK(cuLibraryGetKernel, &kern, lib, TRITON_SOFTMAX);
+	CK(cuKernelGetFunction, &softmax, kern);
+
+	CUstream s0, s1;
+	CUdeviceptr dev;
+	void *pinned;
+	char *pageable = xmalloc(4 * KiB);
+	CUevent ev;
+	CK(cuStreamCreate, &s0, CU_STREAM_DEFAULT);
+	CK(cuStreamCreate, &s1, CU_STREAM_NON_BLOCKING);
+	CK(cuMemAlloc_v2, &dev, MiB);
+	CK(cuMemHostAlloc, &pinned, MiB, 0);
+	CK(cuEventCreate, &ev, CU_EVENT_DISABLE_TIMING);
+
+	for (long it = 1; it <= o->iters; it++) {
+		CK(cuLaunchKernel, matmul, 20, 1, 1, 128, 1, 1, 0, s0, gemm_args, NULL);
+		CUlaunchConfig cfg = { 4, 1, 1, 256, 1, 1, 1024, s1, NULL, 0 };
+		CK(cuLaunchKernelEx, &cfg, softmax, relu_args, NULL);
+		CK(cuMemcpyHtoDAsync_v2, dev, pinned, MiB, s0);
+		CK(cuEventRecord, ev, s0);
+		CK(cuStreamWaitEvent, s1, ev, 0);
+		CK(cuMemcpyDtoHAsync_v2, pageable, dev, 4 * KiB, s1);
+		if (it % 10 == 0)
+			CK(cuStreamSynchronize, s0);
+	}
+	CK(cuCtxSynchronize);
+
+	CK(cuEventDestroy_v2, ev);
+	CK(cuMemFreeHost, pinned);
+	CK(cuMemFree_v2, dev);
+	CK(cuStreamDestroy_v2, s1);
+	CK(cuStreamDestroy_v2, s0);
+	free(pageable);
+}
+
+/*
+ * mixed: both layers, like Triton kernels inside a PyTorch process (here
+ * the runtime is dlopen()ed after the driver is mapped). A non-blocking stream and 1 MiB of device memory from the runtime; N
+ * iterations of a gemm cudaLaunchKernel (grid {20,1,1}, block {256,1,1}) and
+ * a 4 KiB pageable cudaMemcpyAsync D2H on it, then cudaStreamSynchronize;
+ * then TRITON_MATMUL through cuModuleLoadData + cuModuleGetFunction and N
+ * iterations of cuLaunchKernel (grid {20,1,1}, block {128,1,1}) and a 4 KiB
+ * cuMemcpyDtoHAsync_v2 on the same stream, then cuStreamSynchronize; then
+ * cudaDeviceSynchronize and teardown through the runtime.
+ */
+static void scenario_mixed(const struct options *o)
+{
+	cudaStream_t s;
+	void *dev;
+	char *pageable = xmalloc(4 * KiB);
+	CK(cudaStreamCreateWithFlags, &s, cudaStreamNonBlocking);
+	CK(cudaMalloc, &dev, MiB);
+	dim3 grid = { 20, 1, 1 }, block = { 256, 1, 1 };
+	for (long it = 1; it <= o->iters; it++) {
+		CK(cudaLaunchKernel, GEMM, grid, block, gemm_args, 0, s);
+		CK(cudaMemcpyAsync, pageable, dev, 4 * KiB, cudaMemcpyDeviceToHost, s);
+	}
+	CK(cudaStreamSynchronize, s);
+
+	CUmodule mod;
+	CUfunction matmul;
+	CK(cuModuleLoadData, &mod, fake_image);
+	CK(cuModuleGetFunction, &matmul, mod, TRITON_MATMUL);
+	for (long it = 1; it <= o->iters; it++) {
+		CK(cuLaunchKernel, matmul, 20, 1, 1, 128, 1, 1, 0, s, gemm_args, NULL);
+		CK(cuMemcpyDtoHAsync_v2, pageable, DEVPTR(dev), 4 * KiB, s);
+	}
+	CK(cuStreamSynchronize, s);
+
+	CK(cudaDeviceSynchronize);
+	CK(cudaFree, dev);
+	CK(cudaStreamDestroy, s);
+	free(pageable);
+}
+
+/*
+ * driver-all: every driver entry point at least once, with the constants of
+ * scenario all: launches of grid {7,3,2}, block {128,2,1}, ALL_SMEM bytes of
+ * shared memory; copies and sets of ALL_BYTES (cuMemsetD32Async:
+ * ALL_BYTES / 4 words of ALL_VALUE32); 2D copies of ALL_HEIGHT rows of
+ * ALL_WIDTH bytes at pitch ALL_PITCH; graph handle ALL_GRAPH; stream priority
+ * -1. Also checks that function lookups return stable handles.
+ */
+#define ALL_VALUE32 0x5a5a5a5aU
+
+static CUDA_MEMCPY2D copy2d(CUmemorytype dt, void *dst, CUmemorytype st, const void *src)
+{
+	return (CUDA_MEMCPY2D){
+		.srcMemoryType = st, .srcHost = src, .srcDevice = DEVPTR(src), .srcPitch = ALL_PITCH,
+		.dstMemoryType = dt, .dstHost = dst, .dstDevice = DEVPTR(dst), .dstPitch = ALL_PITCH,
+		.WidthInBytes = ALL_WIDTH, .Height = ALL_HEIGHT,
+	};
+}
+
+static void scenario_driver_all(const struct options *o)
+{
+	(void)o;
+	CK(cuInit, 0);
+	CUmodule mod;
+	CUlibrary lib;
+	CUkernel kern, kern2;
+	CUfunction matmul, matmul2, softmax, softmax2;
+	CK(cuModuleLoadData, &mod, fake_image);
+	CK(cuModuleGetFunction, &matmul, mod, TRITON_MATMUL);
+	CK(cuModuleGetFunction, &matmul2, mod, TRITON_MATMUL);
+	expect(matmul == matmul2, "cuModuleGetFunction returned two handles for one name");
+	CK(cuLibraryLoadData, &lib, fake_image, NULL, NULL, 0, NULL, NULL, 0);
+	CK(cuLibraryGetKernel, &kern, lib, TRITON_SOFTMAX);
+	CK(cuLibraryGetKernel, &kern2, lib, TRITON_SOFTMAX);
+	CK(cuKernelGetFunction, &softmax, kern);
+	CK(cuKernelGetFunction, &softmax2, kern2);
+	expect(kern == kern2 && softmax == softmax2, "cuLibraryGetKernel returned two handles for one name");
+	expect((void *)softmax != (void *)kern && softmax != matmul, "function handles are not distinct");
+
+	CUstream sb, snb, sp;
+	CUevent e1, e2;
+	CK(cuStreamCreate, &sb, CU_STREAM_DEFAULT);
+	CK(cuStreamCreate, &snb, CU_STREAM_NON_BLOCKING);
+	CK(cuStreamCreateWithPriority, &sp, CU_STREAM_NON_BLOCKING, -1);
+	CK(cuEventCreate, &e1, CU_EVENT_DEFAULT);
+	CK(cuEventCreate, &e2, CU_EVENT_DISABLE_TIMING);
+
+	CUdeviceptr d1, d2, d3;
+	void *pinned, *pinned2;
+	char *pageable = xmalloc(ALL_BYTES);
+	char *registered = aligned_alloc(4 * KiB, ALL_BYTES);
+	if (!registered)
+		die("out of memory");
+	CK(cuMemAlloc_v2, &d1, ALL_BYTES);
+	CK(cuMemAllocAsync, &d2, ALL_BYTES, snb);
+	CK(cuMemAllocAsync_ptsz, &d3, ALL_BYTES, NULL);
+	CK(cuMemHostAlloc, &pinned, ALL_BYTES, CU_MEMHOSTALLOC_PORTABLE);
+	CK(cuMemAllocHost_v2, &pinned2, ALL_BYTES);
+	CK(cuMemHostRegister_v2, registered, ALL_BYTES, 0);
+
+	/* Launches. */
+	CUlaunchConfig cfg = { 7, 3, 2, 128, 2, 1, ALL_SMEM, snb, NULL, 0 };
+	CK(cuLaunchKernel, matmul, 7, 3, 2, 128, 2, 1, ALL_SMEM, sb, gemm_args, NULL);
+	CK(cuLaunchKernel_ptsz, matmul, 7, 3, 2, 128, 2, 1, ALL_SMEM, NULL, gemm_args, NULL);
+	CK(cuLaunchKernelEx, &cfg, softmax, relu_args, NULL);
+	cfg.hStream = NULL;
+	CK(cuLaunchKernelEx_ptsz, &cfg, softmax, relu_args, NULL);
+	CK(cuLaunchCooperativeKernel, matmul, 7, 3, 2, 128, 2, 1, ALL_SMEM, sp, reduce_args);
+	CK(cuLaunchCooperativeKernel_ptsz, matmul, 7, 3, 2, 128, 2, 1, ALL_SMEM, NULL, reduce_args);
+	CK(cuGraphLaunch, (CUgraphExec)ALL_GRAPH, sb);
+	CK(cuGraphLaunch_ptsz, (CUgraphExec)ALL_GRAPH, NULL);
+	CK(cuLaunchHostFunc, sb, count_hostfn, &hostfn_runs);
+	CK(cuLaunchHostFunc_ptsz, NULL, count_hostfn, &hostfn_runs);
+
+	/* Synchronous copies. */
+	memset(pinned, 0x11, ALL_BYTES);
+	CK(cuMemcpy, DEVPTR(pinned2), DEVPTR(pinned), ALL_BYTES);
+	expect(memcmp(pinned, pinned2, ALL_BYTES) == 0, "host-to-host cuMemcpy did not copy");
+	CK(cuMemcpy_ptds, d1, DEVPTR(pinned), ALL_BYTES);
+	CK(cuMemcpyHtoD_v2, d1, pageable, ALL_BYTES);
+	CK(cuMemcpyHtoD_v2_ptds, d1, pageable, ALL_BYTES);
+	CK(cuMemcpyDtoH_v2, pageable, d1, ALL_BYTES);
+	CK(cuMemcpyDtoH_v2_ptds, pageable, d1, ALL_BYTES);
+	CK(cuMemcpyDtoD_v2, d2, d1, ALL_BYTES);
+	CK(cuMemcpyDtoD_v2_ptds, d2, d1, ALL_BYTES);
+	/* Async copies: pinned, registered (both non-blocking) and device. */
+	CK(cuMemcpyAsync, d1, DEVPTR(pinned), ALL_BYTES, snb);
+	CK(cuMemcpyAsync_ptsz, DEVPTR(registered), d1, ALL_BYTES, NULL);
+	CK(cuMemcpyHtoDAsync_v2, d1, pinned, ALL_BYTES, snb);
+	CK(cuMemcpyHtoDAsync_v2_ptsz, d1, registered, ALL_BYTES, NULL);
+	CK(cuMemcpyDtoHAsync_v2, pinned, d1, ALL_BYTES, snb);
+	CK(cuMemcpyDtoHAsync_v2_ptsz, registered, d1, ALL_BYTES, NULL);
+	CK(cuMemcpyDtoDAsync_v2, d2, d1, ALL_BYTES, snb);
+	CK(cuMemcpyDtoDAsync_v2_ptsz, d3, d1, ALL_BYTES, NULL);
+	/* 2D copies. */
+	CUDA_MEMCPY2D c = copy2d(CU_MEMORYTYPE_DEVICE, (void *)(uintptr_t)d2, CU_MEMORYTYPE_HOST, pageable);
+	CK(cuMemcpy2D_v2, &c);
+	c = copy2d(CU_MEMORYTYPE_HOST, pageable, CU_MEMORYTYPE_DEVICE, (void *)(uintptr_t)d2);
+	CK(cuMemcpy2D_v2_ptds, &c);
+	c = copy2d(CU_MEMORYTYPE_DEVICE, (void *)(uintptr_t)d2, CU_MEMORYTYPE_HOST, pinned);
+	CK(cuMemcpy2DAsync_v2, &c, sb);
+	c = copy2d(CU_MEMORYTYPE_UNIFIED, pinned, CU_MEMORYTYPE_UNIFIED, (void *)(uintptr_t)d2);
+	CK(cuMemcpy2DAsync_v2_ptsz, &c, NULL);
+	/* Sets. */
+	CK(cuMemsetD8_v2, d1, ALL_VALUE, ALL_BYTES);
+	CK(cuMemsetD8_v2_ptds, d1, ALL_VALUE, ALL_BYTES);
+	CK(cuMemsetD8Async, d2, ALL_VALUE, ALL_BYTES, snb);
+	CK(cuMemsetD8Async_ptsz, d3, ALL_VALUE, ALL_BYTES, NULL);
+	CK(cuMemsetD32Async, d2, ALL_VALUE32, ALL_BYTES / 4, snb);
+	CK(cuMemsetD32Async_ptsz, d3, ALL_VALUE32, ALL_BYTES / 4, NULL);
+
+	/* Events and dependency edges. */
+	CK(cuEventRecord, e1, sb);
+	CK(cuStreamWaitEvent, snb, e1, 0);
+	CK(cuEventRecord_ptsz, e1, NULL);
+	CK(cuStreamWaitEvent_ptsz, NULL, e1, 0);
+	CK(cuEventRecordWithFlags, e2, snb, CU_EVENT_RECORD_EXTERNAL);
+	CK(cuEventRecordWithFlags_ptsz, e2, NULL, 0);
+	CK(cuEventSynchronize, e2);
+
+	/* Poll a 20 ms kernel to completion. */
+	CK(cuLaunchKernel, matmul, 20000, 1, 1, 128, 2, 1, 0, sp, gemm_args, NULL);
+	CK(cuEventRecord, e2, sp);
+	expect(CALL(cuEventQuery, e2) == CUDA_ERROR_NOT_READY, "event ready during a 20 ms kernel");
+	CUresult q;
+	while ((q = CALL(cuEventQuery, e2)) == CUDA_ERROR_NOT_READY)
+		sleep_ns(MS);
+	check("cuEventQuery", q);
+	CK(cuStreamQuery, sp);
+	q = CALL(cuStreamQuery_ptsz, NULL);
+	expect(q == CUDA_SUCCESS || q == CUDA_ERROR_NOT_READY, "cuStreamQuery_ptsz failed");
+	CK(cuStreamSynchronize, sb);
+	CK(cuStreamSynchronize_ptsz, NULL);
+
+	/* Teardown. */
+	CK(cuMemFreeAsync, d2, snb);
+	CK(cuMemFreeAsync_ptsz, d3, NULL);
+	CK(cuCtxSynchronize);
+	expect(__atomic_load_n(&hostfn_runs, __ATOMIC_RELAXED) == 2, "host functions did not run by cuCtxSynchronize");
+	CK(cuMemHostUnregister, registered);
+	CK(cuMemFreeHost, pinned2);
+	CK(cuMemFreeHost, pinned);
+	CK(cuMemFree_v2, d1);
+	CK(cuEventDestroy_v2, e2);
+	CK(cuEventDestroy_v2, e1);
+	CK(cuStreamDestroy_v2, sp);
+	CK(cuStreamDestroy_v2, snb);
+	CK(cuStreamDestroy_v2, sb);
+	free(registered);
+	free(pageable);
+}
+#endif /* SIM_DRIVER */
+
+#ifdef SIM_NCCL
+/*
+ * nccl: a data-parallel training loop on one rank. A communicator of one
+ * rank; a non-blocking compute stream and a non-blocking comm stream (runtime
+ * API). Per iteration: forward and backward kernels (gemm, reduce; grid
+ * {20,1,1}, block {256,1,1}) on the compute stream, an event edge compute ->
+ * comm, ncclAllReduce of NCCL_GRAD_COUNT floats (25 MiB, ncclSum) in place on
+ * the comm stream, an event edge comm -> compute, an optimizer kernel (relu)
+ * on the compute stream. Then once, between ncclGroupStart and ncclGroupEnd,
+ * on the comm stream: ncclBroadcast (root 0), ncclReduce (ncclSum, root 0),
+ * ncclAllGather, ncclReduceScatter (ncclSum), ncclSend and ncclRecv (peer 0),
+ * each of NCCL_COUNT floats; then cudaStreamSynchronize(comm) and
+ * cudaDeviceSynchronize. Checks that the all-reduces took their modeled time
+ * and that grouped work waits for ncclGroupEnd.
+ */
+#define NCCL_GRAD_COUNT 6553600 /* 25 MiB of float */
+#define NCCL_COUNT (256 * 1024) /* 1 MiB of float */
+#define ALLREDUCE_NS (5000 + (int64_t)NCCL_GRAD_COUNT * 4 / 20)
+
+static void scenario_nccl(const struct options *o)
+{
+	ncclUniqueId id;
+	ncclComm_t comm;
+	CK(ncclGetUniqueId, &id);
+	CK(ncclCommInitRank, &comm, 1, id, 0);
+
+	cudaStream_t compute, comm_stream;
+	cudaEvent_t grads_ready, grads_reduced;
+	void *grad, *buf;
+	CK(cudaStreamCreateWithFlags, &compute, cudaStreamNonBlocking);
+	CK(cudaStreamCreateWithFlags, &comm_stream, cudaStreamNonBlocking);
+	CK(cudaEventCreateWithFlags, &grads_ready, cudaEventDisableTiming);
+	CK(cudaEventCreateWithFlags, &grads_reduced, cudaEventDisableTiming);
+	CK(cudaMalloc, &grad, (size_t)NCCL_GRAD_COUNT * sizeof(float));
+	CK(cudaMalloc, &buf, 2 * NCCL_COUNT * sizeof(float));
+	float *buf2 = (float *)buf + NCCL_COUNT;
+
+	dim3 grid = { 20, 1, 1 }, block = { 256, 1, 1 };
+	int64_t t0 = now_ns();
+	for (long it = 1; it <= o->iters; it++) {
+		CK(cudaLaunchKernel, GEMM, grid, block, gemm_args, 0, compute);
+		CK(cudaLaunchKernel, REDUCE, grid, block, reduce_args, 0, compute);
+		CK(cudaEventRecord, grads_ready, compute);
+		CK(cudaStreamWaitEvent, comm_stream, grads_ready, 0);
+		CK(ncclAllReduce, grad, grad, NCCL_GRAD_COUNT, ncclFloat, ncclSum, comm, comm_stream);
+		CK(cudaEventRecord, grads_reduced, comm_stream);
+		CK(cudaStreamWaitEvent, compute, grads_reduced, 0);
+		CK(cudaLaunchKernel, RELU, grid, block, relu_args, 0, compute);
+	}
+	CK(cudaStreamSynchronize, comm_stream);
+	expect(now_ns() - t0 >= o->iters * ALLREDUCE_NS, "the all-reduces ended before their modeled time");
+
+	CK(ncclGroupStart);
+	CK(ncclBroadcast, buf, buf, NCCL_COUNT, ncclFloat, 0, comm, comm_stream);
+	CK(ncclReduce, buf, buf, NCCL_COUNT, ncclFloat, ncclSum, 0, comm, comm_stream);
+	CK(ncclAllGather, buf, buf2, NCCL_COUNT, ncclFloat, comm, comm_stream);
+	CK(ncclReduceScatter, buf2, buf, NCCL_COUNT, ncclFloat, ncclSum, comm, comm_stream);
+	CK(ncclSend, buf, NCCL_COUNT, ncclFloat, 0, comm, comm_stream);
+	CK(ncclRecv, buf2, NCCL_COUNT, ncclFloat, 0, comm, comm_stream);
+	expect(CALL(cudaStreamQuery, comm_stream) == cudaSuccess, "grouped NCCL work was enqueued before ncclGroupEnd");
+	CK(ncclGroupEnd);
+	CK(cudaStreamSynchronize, comm_stream);
+	CK(cudaDeviceSynchronize);
+
+	CK(cudaFree, buf);
+	CK(cudaFree, grad);
+	CK(cudaEventDestroy, grads_reduced);
+	CK(cudaEventDestroy, grads_ready);
+	CK(cudaStreamDestroy, comm_stream);
+	CK(cudaStreamDestroy, compute);
+	CK(ncclCommDestroy, comm);
+}
+#endif /* SIM_NCCL */
+
 static const struct {
 	const char *name;
 	void (*run)(const struct options *);
 } scenarios[] = {
 	{ "basic", scenario_basic },   { "launches", scenario_launches }, { "ptsz", scenario_ptsz },
 	{ "timing", scenario_timing }, { "all", scenario_all },
+#ifdef SIM_DRIVER
+	{ "driver", scenario_driver }, { "driver-all", scenario_driver_all }, { "mixed", scenario_mixed },
+#endif
+#ifdef SIM_NCCL
+	{ "nccl", scenario_nccl },
+#endif
 };
 
-#ifdef SIM_DLOPEN
+#ifdef RUNTIME_DLOPEN
 static void load_runtime(const char *path)
 {
 	void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
@@ -516,10 +889,27 @@ static void load_runtime(const char *path)
 }
 #endif
 
+#ifdef SIM_DRIVER
+/* The driver build's runtime: libcudart.so.13 beside the executable. */
+static void load_runtime_beside(void)
+{
+	char path[4096];
+	ssize_t n = readlink("/proc/self/exe", path, sizeof path - sizeof "libcudart.so.13");
+	char *slash = n > 0 ? memrchr(path, '/', n) : NULL;
+	if (!slash)
+		die("cannot find the executable's directory");
+	strcpy(slash + 1, "libcudart.so.13");
+	load_runtime(path);
+}
+#endif
+
 __attribute__((noreturn)) static void usage(void)
 {
 	fprintf(stderr, "usage: workload [--iters N] [--streams K] [--wait-stdin] [--wait-file PATH]\n"
-			"                [--sleep-ms MS] [--scenario basic|launches|ptsz|timing|all]%s\n",
+			"                [--sleep-ms MS] [--scenario ");
+	for (size_t i = 0; i < sizeof scenarios / sizeof scenarios[0]; i++)
+		fprintf(stderr, "%s%s", i ? "|" : "", scenarios[i].name);
+	fprintf(stderr, "]%s\n",
 #ifdef SIM_DLOPEN
 		" --dlopen PATH"
 #else
@@ -584,6 +974,38 @@ static struct options parse(int argc, char **argv)
 	return o;
 }
 
+/* The index of the workload's counter for a symbol, or -1. */
+static int api_index(const char *name)
+{
+	for (int i = 0; i < API_COUNT; i++)
+		if (strcmp(api_names[i], name) == 0)
+			return i;
+	return -1;
+}
+
+/* Prints "internal":{...}: the driver calls nobody in the workload made
+ * directly, from libcuda's own counters (when the runtime loaded it). */
+static void print_internal(void)
+{
+	printf(",\"internal\":{");
+	void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+	__typeof__(sim_driver_calls) *calls = h ? (__typeof__(sim_driver_calls) *)dlsym(h, "sim_driver_calls") : NULL;
+	const char *sep = "", *name;
+	unsigned long n;
+	for (int i = 0; calls && (name = calls(i, &n)); i++) {
+		int own = api_index(name);
+		if (own >= 0)
+			n -= api_calls[own];
+		if (n) {
+			printf("%s\"%s\":%lu", sep, name, n);
+			sep = ",";
+		}
+	}
+	if (h)
+		dlclose(h);
+	printf("}");
+}
+
 static void print_report(void)
 {
 	printf("{\"pid\":%d,\"calls\":{", (int)getpid());
@@ -594,7 +1016,9 @@ static void print_report(void)
 			sep = ",";
 		}
 	}
-	printf("}}\n");
+	printf("}");
+	print_internal();
+	printf("}\n");
 	fflush(stdout);
 }
 
@@ -616,6 +1040,11 @@ int main(int argc, char **argv)
 	sleep_ns(o.sleep_ms * MS);
 #ifdef SIM_DLOPEN
 	load_runtime(o.dlopen_path);
+#endif
+#ifdef SIM_DRIVER
+	/* Only the driver scenarios run without a runtime in the process. */
+	if (o.scenario != scenario_driver && o.scenario != scenario_driver_all)
+		load_runtime_beside();
 #endif
 
 	o.scenario(&o);

@@ -1,0 +1,1286 @@
+/*
+ * cuda_driver_sim.c: a simulated CUDA driver, libcuda.so.1, that exports the
+ * real driver entry points (names, prototypes; unversioned symbols, like the
+ * real library) on top of a modeled GPU. The simulated runtime (cudart_sim.c)
+ * is a thin layer that dlopen()s this library and calls it, as real cudart
+ * does, and the simulated NCCL (nccl_sim.c) enqueues its collectives here, so
+ * all three layers share one GPU.
+ *
+ * The modeled GPU: under one mutex, every stream keeps a clock, the
+ * CLOCK_MONOTONIC time (ns) at which the last operation enqueued on it
+ * completes. Enqueuing an operation of duration d starts it at
+ * max(now, stream clock, implicit dependencies) and moves the clock to
+ * start + d. The legacy default stream (handle 0 / CU_STREAM_LEGACY) waits for
+ * every blocking stream and every blocking stream waits for it; non-blocking
+ * streams are independent. Synchronizing calls sleep until the relevant clock.
+ * Device memory is a range of fake addresses that is never dereferenced.
+ *
+ * Every exported function is its own noinline entry point (a tracer probes the
+ * first instruction); none calls another exported function, so one API call
+ * fires exactly one probe. Shared logic lives in static helpers. Each entry
+ * point counts its calls, which sim_driver_calls reports, so a workload can
+ * tell the calls it made from those its runtime made underneath.
+ */
+#define _GNU_SOURCE
+#include "cuda_driver_sim.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* Every entry point is its own function. GCC's noipa also keeps entry points
+ * with identical bodies from being folded into one address by identical-code
+ * folding. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define API __attribute__((noinline, noipa, used, visibility("default")))
+#else
+#define API __attribute__((noinline, used, visibility("default")))
+#endif
+#define PRIVATE __attribute__((visibility("default")))
+
+/* Modeled costs in ns: workloads choose kernel durations through the grid. */
+#define KERNEL_NS_PER_BLOCK 1000
+#define MEMCPY_BASE_NS 2000
+#define MEMCPY_BYTES_PER_NS 10 /* 10 GB/s */
+#define MEMSET_BASE_NS 1000
+#define MEMSET_BYTES_PER_NS 100
+#define GRAPH_NS 50000
+#define HOSTFN_NS 1000
+
+#define DEVICE_BASE ((uintptr_t)0x7e0000000000ULL)
+#define DEVICE_ALIGN 256
+#define PAGE_SIZE 4096
+
+/* ---- call counters ---- */
+
+enum driver_api {
+#define X(name) DRV_##name,
+	DRIVER_API_LIST(X)
+#undef X
+	DRV_COUNT
+};
+
+static const char *const driver_api_names[DRV_COUNT] = {
+#define X(name) #name,
+	DRIVER_API_LIST(X)
+#undef X
+};
+
+static unsigned long driver_api_calls[DRV_COUNT];
+
+/* A function, not an inline atomic: an entry point must not begin with a
+ * LOCK-prefixed instruction, where the kernel refuses uprobes (ENOTSUPP). */
+static __attribute__((noinline)) void count_call(enum driver_api i)
+{
+	__atomic_fetch_add(&driver_api_calls[i], 1, __ATOMIC_RELAXED);
+}
+
+#define COUNT(fn) count_call(DRV_##fn)
+
+PRIVATE const char *sim_driver_calls(int i, unsigned long *calls)
+{
+	if (i < 0 || i >= DRV_COUNT)
+		return NULL;
+	if (calls)
+		*calls = __atomic_load_n(&driver_api_calls[i], __ATOMIC_RELAXED);
+	return driver_api_names[i];
+}
+
+/* ---- the model's state ---- */
+
+struct CUstream_st {
+	int64_t clock;  /* completion time of the last enqueued operation */
+	unsigned flags; /* CU_STREAM_NON_BLOCKING or not */
+	struct CUstream_st *prev, *next; /* live-stream list, for implicit syncs */
+};
+
+struct CUevent_st {
+	int64_t time; /* completion time of the recorded work; 0 = never recorded */
+};
+
+/* A page-locked host range: made by cuMemHostAlloc/cuMemAllocHost (owned, so
+ * cuMemFreeHost frees it) or by cuMemHostRegister (not owned). */
+struct pinned_range {
+	uintptr_t start;
+	size_t len;
+	int owned;
+};
+
+/* A cuLaunchHostFunc callback that has not returned yet. */
+struct hostfn {
+	CUhostFn fn;
+	void *data;
+	int64_t start, end; /* its slot on the modeled stream */
+	struct hostfn *next;
+};
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t hostfn_returned = PTHREAD_COND_INITIALIZER;
+
+/* Everything below is guarded by mu. */
+static struct CUstream_st legacy_stream;
+static struct CUstream_st *streams; /* created and per-thread streams */
+static int64_t retired_clock; /* latest clock of a destroyed stream */
+static uintptr_t device_next = DEVICE_BASE;
+static struct pinned_range *pinned;
+static size_t npinned, cap_pinned;
+static struct hostfn *hostfns;
+
+static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+static int64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void sleep_until(int64_t t)
+{
+	struct timespec ts = { .tv_sec = t / 1000000000, .tv_nsec = t % 1000000000 };
+	while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+		;
+}
+
+/* ---- streams ---- */
+
+static struct CUstream_st *stream_new(unsigned flags)
+{
+	struct CUstream_st *s = calloc(1, sizeof *s);
+	if (!s)
+		return NULL;
+	s->flags = flags & CU_STREAM_NON_BLOCKING;
+	pthread_mutex_lock(&mu);
+	s->next = streams;
+	if (streams)
+		streams->prev = s;
+	streams = s;
+	pthread_mutex_unlock(&mu);
+	return s;
+}
+
+/* Destroying a stream does not wait for its work (as in CUDA); its clock is
+ * kept so cuCtxSynchronize still waits for that work. */
+static void stream_retire(struct CUstream_st *s)
+{
+	pthread_mutex_lock(&mu);
+	if (s->prev)
+		s->prev->next = s->next;
+	else
+		streams = s->next;
+	if (s->next)
+		s->next->prev = s->prev;
+	retired_clock = max64(retired_clock, s->clock);
+	pthread_mutex_unlock(&mu);
+	free(s);
+}
+
+/* The per-thread default stream (CU_STREAM_PER_THREAD, or 0 in _ptsz/_ptds
+ * calls): a blocking stream created on the thread's first use and retired at
+ * thread exit. */
+static __thread struct CUstream_st *thread_stream;
+static pthread_key_t thread_stream_key;
+static pthread_once_t thread_stream_once = PTHREAD_ONCE_INIT;
+
+static void thread_stream_exit(void *s)
+{
+	stream_retire(s);
+	thread_stream = NULL;
+}
+
+static void thread_stream_key_init(void)
+{
+	if (pthread_key_create(&thread_stream_key, thread_stream_exit))
+		abort();
+}
+
+static struct CUstream_st *per_thread_stream(void)
+{
+	if (!thread_stream) {
+		pthread_once(&thread_stream_once, thread_stream_key_init);
+		thread_stream = stream_new(CU_STREAM_DEFAULT);
+		if (!thread_stream)
+			abort(); /* no stream to return: the caller has nowhere to report it */
+		pthread_setspecific(thread_stream_key, thread_stream);
+	}
+	return thread_stream;
+}
+
+/* Maps a stream handle to its model; ptsz: the call is a _ptsz/_ptds form, in
+ * which handle 0 names the per-thread default stream. */
+static struct CUstream_st *stream_of(CUstream h, int ptsz)
+{
+	if (h == NULL)
+		return ptsz ? per_thread_stream() : &legacy_stream;
+	if (h == CU_STREAM_LEGACY)
+		return &legacy_stream;
+	if (h == CU_STREAM_PER_THREAD)
+		return per_thread_stream();
+	return h;
+}
+
+static int is_special_stream(CUstream h)
+{
+	return h == NULL || h == CU_STREAM_LEGACY || h == CU_STREAM_PER_THREAD;
+}
+
+/* Enqueues an operation of dur ns on s, with mu held; returns its end time. */
+static int64_t enqueue_locked(struct CUstream_st *s, int64_t dur)
+{
+	int64_t start = max64(now_ns(), s->clock);
+	if (s == &legacy_stream) {
+		for (struct CUstream_st *b = streams; b; b = b->next)
+			if (!(b->flags & CU_STREAM_NON_BLOCKING))
+				start = max64(start, b->clock);
+	} else if (!(s->flags & CU_STREAM_NON_BLOCKING)) {
+		start = max64(start, legacy_stream.clock);
+	}
+	s->clock = start + dur;
+	return s->clock;
+}
+
+static int64_t enqueue(struct CUstream_st *s, int64_t dur)
+{
+	pthread_mutex_lock(&mu);
+	int64_t end = enqueue_locked(s, dur);
+	pthread_mutex_unlock(&mu);
+	return end;
+}
+
+PRIVATE CUresult sim_enqueue(CUstream hStream, long long duration_ns)
+{
+	enqueue(stream_of(hStream, 0), duration_ns > 0 ? duration_ns : 0);
+	return CUDA_SUCCESS;
+}
+
+/* ---- host callbacks and host-side waiting ---- */
+
+/* Whether a callback due by time t has not returned yet (mu held). */
+static int hostfn_pending_locked(int64_t t)
+{
+	for (struct hostfn *h = hostfns; h; h = h->next)
+		if (h->end <= t)
+			return 1;
+	return 0;
+}
+
+/* Blocks the host until the modeled GPU reaches time t, including host
+ * callbacks scheduled to finish by then. */
+static void host_wait(int64_t t)
+{
+	sleep_until(t);
+	pthread_mutex_lock(&mu);
+	while (hostfn_pending_locked(t))
+		pthread_cond_wait(&hostfn_returned, &mu);
+	pthread_mutex_unlock(&mu);
+}
+
+static void hostfn_unlink_locked(struct hostfn *h)
+{
+	for (struct hostfn **pp = &hostfns; *pp; pp = &(*pp)->next) {
+		if (*pp == h) {
+			*pp = h->next;
+			return;
+		}
+	}
+}
+
+/* CUDA runs host functions on an internal thread once the stream reaches
+ * them; so does the model, at the operation's start. Unlike CUDA, a callback
+ * that outlasts its HOSTFN_NS slot does not delay later work on the stream,
+ * but synchronizing calls still wait for it to return. */
+static void *hostfn_thread(void *arg)
+{
+	struct hostfn *h = arg;
+	sleep_until(h->start);
+	h->fn(h->data);
+	pthread_mutex_lock(&mu);
+	hostfn_unlink_locked(h);
+	pthread_cond_broadcast(&hostfn_returned);
+	pthread_mutex_unlock(&mu);
+	free(h);
+	return NULL;
+}
+
+static CUresult launch_host_func(struct CUstream_st *s, CUhostFn fn, void *data)
+{
+	if (!fn)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct hostfn *h = malloc(sizeof *h);
+	if (!h)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	h->fn = fn;
+	h->data = data;
+	pthread_mutex_lock(&mu);
+	h->end = enqueue_locked(s, HOSTFN_NS);
+	h->start = h->end - HOSTFN_NS;
+	h->next = hostfns;
+	hostfns = h;
+	pthread_mutex_unlock(&mu);
+
+	pthread_attr_t attr;
+	pthread_t tid;
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	int err = pthread_create(&tid, &attr, hostfn_thread, h);
+	pthread_attr_destroy(&attr);
+	if (err) {
+		pthread_mutex_lock(&mu);
+		hostfn_unlink_locked(h);
+		pthread_mutex_unlock(&mu);
+		free(h);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	return CUDA_SUCCESS;
+}
+
+/* Latest completion time over every stream, destroyed ones included. */
+static int64_t device_clock(void)
+{
+	pthread_mutex_lock(&mu);
+	int64_t t = max64(legacy_stream.clock, retired_clock);
+	for (struct CUstream_st *s = streams; s; s = s->next)
+		t = max64(t, s->clock);
+	pthread_mutex_unlock(&mu);
+	return t;
+}
+
+static void device_wait(void)
+{
+	host_wait(device_clock());
+	pthread_mutex_lock(&mu);
+	while (hostfns)
+		pthread_cond_wait(&hostfn_returned, &mu);
+	pthread_mutex_unlock(&mu);
+}
+
+/* ---- memory ---- */
+
+static int is_device_locked(uintptr_t p)
+{
+	return p >= DEVICE_BASE && p < device_next;
+}
+
+/* The pinned range containing p, or NULL (mu held). */
+static struct pinned_range *pinned_find_locked(uintptr_t p)
+{
+	for (size_t i = 0; i < npinned; i++)
+		if (p - pinned[i].start < pinned[i].len)
+			return &pinned[i];
+	return NULL;
+}
+
+static CUresult pinned_add_locked(void *p, size_t len, int owned)
+{
+	for (size_t i = 0; i < npinned; i++)
+		if ((uintptr_t)p < pinned[i].start + pinned[i].len && pinned[i].start < (uintptr_t)p + len)
+			return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+	if (npinned == cap_pinned) {
+		size_t cap = cap_pinned ? 2 * cap_pinned : 16;
+		struct pinned_range *grown = realloc(pinned, cap * sizeof *grown);
+		if (!grown)
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		pinned = grown;
+		cap_pinned = cap;
+	}
+	pinned[npinned++] = (struct pinned_range){ (uintptr_t)p, len, owned };
+	return CUDA_SUCCESS;
+}
+
+/* Removes the range starting exactly at p with the given ownership; returns
+ * whether there was one (mu held). */
+static int pinned_remove_locked(const void *p, int owned)
+{
+	for (size_t i = 0; i < npinned; i++) {
+		if (pinned[i].start == (uintptr_t)p && pinned[i].owned == owned) {
+			pinned[i] = pinned[--npinned];
+			return 1;
+		}
+	}
+	return 0;
+}
+
+/* Size 0 gives address 0, as cudaMalloc does. */
+static CUresult device_alloc(CUdeviceptr *p, size_t size)
+{
+	if (!p)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (size == 0) {
+		*p = 0;
+		return CUDA_SUCCESS;
+	}
+	pthread_mutex_lock(&mu);
+	*p = device_next;
+	device_next += (size + DEVICE_ALIGN - 1) / DEVICE_ALIGN * DEVICE_ALIGN;
+	pthread_mutex_unlock(&mu);
+	return CUDA_SUCCESS;
+}
+
+static CUresult host_alloc(void **p, size_t size)
+{
+	if (!p)
+		return CUDA_ERROR_INVALID_VALUE;
+	size_t len = size ? (size + PAGE_SIZE - 1) / PAGE_SIZE * PAGE_SIZE : PAGE_SIZE;
+	void *m = aligned_alloc(PAGE_SIZE, len);
+	if (!m)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	pthread_mutex_lock(&mu);
+	CUresult err = pinned_add_locked(m, len, 1);
+	pthread_mutex_unlock(&mu);
+	if (err) {
+		free(m);
+		return err;
+	}
+	*p = m;
+	return CUDA_SUCCESS;
+}
+
+/* cuMemFreeHost synchronizes the device: in-flight copies may still be
+ * reading the pages. */
+static CUresult host_free(void *p)
+{
+	if (!p)
+		return CUDA_SUCCESS;
+	device_wait();
+	pthread_mutex_lock(&mu);
+	int found = pinned_remove_locked(p, 1);
+	pthread_mutex_unlock(&mu);
+	if (!found)
+		return CUDA_ERROR_INVALID_VALUE;
+	free(p);
+	return CUDA_SUCCESS;
+}
+
+static CUresult host_register(void *p, size_t size)
+{
+	if (!p || !size)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&mu);
+	CUresult err = pinned_add_locked(p, size, 0);
+	pthread_mutex_unlock(&mu);
+	return err;
+}
+
+static CUresult host_unregister(void *p)
+{
+	pthread_mutex_lock(&mu);
+	int found = pinned_remove_locked(p, 0);
+	pthread_mutex_unlock(&mu);
+	return found ? CUDA_SUCCESS : CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+}
+
+/* ---- copies and sets ---- */
+
+/* Where each side of a copy lives: host or device memory. UNIFIED sides are
+ * resolved by address (mu held). */
+static int on_device_locked(CUmemorytype t, uintptr_t p)
+{
+	return t == CU_MEMORYTYPE_UNIFIED ? is_device_locked(p) : t == CU_MEMORYTYPE_DEVICE;
+}
+
+/* A (2D) copy of height rows of width bytes on s, between memories of types
+ * dt and st (host, device or unified). sync: the API call is synchronous. An
+ * async copy whose host side is pageable is synchronous for the host too, as
+ * in CUDA (it goes through a staging buffer). */
+static CUresult copy(CUmemorytype dt, uintptr_t dst, size_t dpitch, CUmemorytype st, uintptr_t src,
+		     size_t spitch, size_t width, size_t height, struct CUstream_st *s, int sync)
+{
+	if (dt < CU_MEMORYTYPE_HOST || dt > CU_MEMORYTYPE_UNIFIED || dt == CU_MEMORYTYPE_ARRAY ||
+	    st < CU_MEMORYTYPE_HOST || st > CU_MEMORYTYPE_UNIFIED || st == CU_MEMORYTYPE_ARRAY)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (width > dpitch || width > spitch)
+		return CUDA_ERROR_INVALID_VALUE;
+	if ((!dst || !src) && width && height)
+		return CUDA_ERROR_INVALID_VALUE;
+
+	pthread_mutex_lock(&mu);
+	int dst_dev = on_device_locked(dt, dst), src_dev = on_device_locked(st, src);
+	int pageable = (!src_dev && !pinned_find_locked(src)) || (!dst_dev && !pinned_find_locked(dst));
+	int64_t end = enqueue_locked(s, MEMCPY_BASE_NS + (int64_t)(width * height / MEMCPY_BYTES_PER_NS));
+	pthread_mutex_unlock(&mu);
+
+	if (sync || pageable)
+		host_wait(end);
+
+	/* Host memory is real: write what a copy would leave there. Device memory
+	 * holds nothing, so reads from it come back as zeros. */
+	if (dst_dev)
+		return CUDA_SUCCESS;
+	for (size_t row = 0; row < height; row++) {
+		char *d = (char *)dst + row * dpitch;
+		if (src_dev)
+			memset(d, 0, width);
+		else
+			memmove(d, (const char *)src + row * spitch, width);
+	}
+	return CUDA_SUCCESS;
+}
+
+/* A 1D copy: a 2D copy of one row. */
+static CUresult copy1(CUmemorytype dt, uintptr_t dst, CUmemorytype st, uintptr_t src, size_t n,
+		      struct CUstream_st *s, int sync)
+{
+	return copy(dt, dst, n, st, src, n, n, 1, s, sync);
+}
+
+static CUresult copy2d(const CUDA_MEMCPY2D *c, struct CUstream_st *s, int sync)
+{
+	if (!c)
+		return CUDA_ERROR_INVALID_VALUE;
+	uintptr_t src = c->srcMemoryType == CU_MEMORYTYPE_HOST ? (uintptr_t)c->srcHost : (uintptr_t)c->srcDevice;
+	uintptr_t dst = c->dstMemoryType == CU_MEMORYTYPE_HOST ? (uintptr_t)c->dstHost : (uintptr_t)c->dstDevice;
+	src += c->srcY * c->srcPitch + c->srcXInBytes;
+	dst += c->dstY * c->dstPitch + c->dstXInBytes;
+	return copy(c->dstMemoryType, dst, c->dstPitch, c->srcMemoryType, src, c->srcPitch, c->WidthInBytes,
+		    c->Height, s, sync);
+}
+
+static CUresult set(size_t bytes, struct CUstream_st *s, int sync)
+{
+	int64_t end = enqueue(s, MEMSET_BASE_NS + (int64_t)(bytes / MEMSET_BYTES_PER_NS));
+	if (sync)
+		host_wait(end);
+	return CUDA_SUCCESS;
+}
+
+/* ---- launches ---- */
+
+static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+		       unsigned bz, struct CUstream_st *s)
+{
+	if (!f)
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (!gx || !gy || !gz || !bx || !by || !bz)
+		return CUDA_ERROR_INVALID_VALUE;
+	enqueue(s, (int64_t)gx * gy * gz * KERNEL_NS_PER_BLOCK);
+	return CUDA_SUCCESS;
+}
+
+static CUresult launch_ex(const CUlaunchConfig *c, CUfunction f, int ptsz)
+{
+	if (!c)
+		return CUDA_ERROR_INVALID_VALUE;
+	return launch(f, c->gridDimX, c->gridDimY, c->gridDimZ, c->blockDimX, c->blockDimY, c->blockDimZ,
+		      stream_of(c->hStream, ptsz));
+}
+
+static CUresult graph_launch(CUgraphExec graph, struct CUstream_st *s)
+{
+	if (!graph)
+		return CUDA_ERROR_INVALID_HANDLE;
+	enqueue(s, GRAPH_NS);
+	return CUDA_SUCCESS;
+}
+
+/* ---- events ---- */
+
+static CUresult event_create(CUevent *e)
+{
+	if (!e)
+		return CUDA_ERROR_INVALID_VALUE;
+	*e = calloc(1, sizeof **e);
+	return *e ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+/* Recording is a zero-length operation, so it inherits the stream's implicit
+ * dependencies (an event on the legacy stream covers the blocking streams). */
+static CUresult event_record(CUevent e, struct CUstream_st *s)
+{
+	if (!e)
+		return CUDA_ERROR_INVALID_HANDLE;
+	pthread_mutex_lock(&mu);
+	e->time = enqueue_locked(s, 0);
+	pthread_mutex_unlock(&mu);
+	return CUDA_SUCCESS;
+}
+
+static CUresult stream_wait_event(struct CUstream_st *s, CUevent e)
+{
+	if (!e)
+		return CUDA_ERROR_INVALID_HANDLE;
+	pthread_mutex_lock(&mu);
+	s->clock = max64(s->clock, e->time);
+	pthread_mutex_unlock(&mu);
+	return CUDA_SUCCESS;
+}
+
+/* Ready once the GPU passed t and the host callbacks due by t returned. */
+static CUresult query(int64_t t)
+{
+	pthread_mutex_lock(&mu);
+	int busy = now_ns() < t || hostfn_pending_locked(t);
+	pthread_mutex_unlock(&mu);
+	return busy ? CUDA_ERROR_NOT_READY : CUDA_SUCCESS;
+}
+
+static int64_t stream_clock(struct CUstream_st *s)
+{
+	pthread_mutex_lock(&mu);
+	int64_t t = s->clock;
+	pthread_mutex_unlock(&mu);
+	return t;
+}
+
+static int64_t event_time(CUevent e)
+{
+	pthread_mutex_lock(&mu);
+	int64_t t = e->time;
+	pthread_mutex_unlock(&mu);
+	return t;
+}
+
+/* ---- modules, libraries, kernels, functions ---- */
+
+/* Handles live until exit: the model never unloads code. */
+struct CUmod_st {
+	int unused;
+};
+
+struct CUlib_st {
+	int unused;
+};
+
+/* A function: looked up by name in a module or library, or standing for a
+ * runtime host stub. */
+struct CUfunc_st {
+	const void *owner; /* module, library, or the stub */
+	char *name;        /* NULL for a stub */
+	struct CUfunc_st *next;
+};
+
+struct CUkern_st {
+	CUlibrary lib;
+	char *name;
+	struct CUfunc_st *func; /* what cuKernelGetFunction returns */
+	struct CUkern_st *next;
+};
+
+static pthread_mutex_t handles_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct CUfunc_st *functions; /* guarded by handles_mu */
+static struct CUkern_st *kernels;   /* guarded by handles_mu */
+
+/* The function of owner named name (NULL: the stub owner), made on first
+ * use, so repeated lookups return the same handle (handles_mu held). */
+static struct CUfunc_st *function_locked(const void *owner, const char *name)
+{
+	for (struct CUfunc_st *f = functions; f; f = f->next)
+		if (f->owner == owner && (f->name == name || (f->name && name && strcmp(f->name, name) == 0)))
+			return f;
+	struct CUfunc_st *f = calloc(1, sizeof *f);
+	if (!f)
+		return NULL;
+	if (name && !(f->name = strdup(name))) {
+		free(f);
+		return NULL;
+	}
+	f->owner = owner;
+	f->next = functions;
+	functions = f;
+	return f;
+}
+
+PRIVATE CUfunction sim_function_for_stub(const void *stub)
+{
+	if (!stub)
+		return NULL;
+	pthread_mutex_lock(&handles_mu);
+	struct CUfunc_st *f = function_locked(stub, NULL);
+	pthread_mutex_unlock(&handles_mu);
+	return f;
+}
+
+static CUresult module_get_function(CUfunction *hfunc, CUmodule hmod, const char *name)
+{
+	if (!hfunc || !name)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!hmod)
+		return CUDA_ERROR_INVALID_HANDLE;
+	pthread_mutex_lock(&handles_mu);
+	*hfunc = function_locked(hmod, name);
+	pthread_mutex_unlock(&handles_mu);
+	return *hfunc ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+static CUresult library_get_kernel(CUkernel *pKernel, CUlibrary lib, const char *name)
+{
+	if (!pKernel || !name)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!lib)
+		return CUDA_ERROR_INVALID_HANDLE;
+	CUresult err = CUDA_SUCCESS;
+	pthread_mutex_lock(&handles_mu);
+	struct CUkern_st *k;
+	for (k = kernels; k; k = k->next)
+		if (k->lib == lib && strcmp(k->name, name) == 0)
+			break;
+	if (!k) {
+		/* The kernel's function is a handle of its own, as in CUDA. */
+		k = calloc(1, sizeof *k);
+		if (k && (k->name = strdup(name)) && (k->func = function_locked(lib, name))) {
+			k->lib = lib;
+			k->next = kernels;
+			kernels = k;
+		} else {
+			if (k)
+				free(k->name);
+			free(k);
+			k = NULL;
+			err = CUDA_ERROR_OUT_OF_MEMORY;
+		}
+	}
+	pthread_mutex_unlock(&handles_mu);
+	*pKernel = k;
+	return err;
+}
+
+/* ---- exported API: initialization and code loading ---- */
+
+API CUresult cuInit(unsigned int Flags)
+{
+	COUNT(cuInit);
+	return Flags == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+/* The image is not read: every module holds every kernel name. */
+API CUresult cuModuleLoadData(CUmodule *module, const void *image)
+{
+	COUNT(cuModuleLoadData);
+	if (!module || !image)
+		return CUDA_ERROR_INVALID_VALUE;
+	*module = calloc(1, sizeof **module);
+	return *module ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+API CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name)
+{
+	COUNT(cuModuleGetFunction);
+	return module_get_function(hfunc, hmod, name);
+}
+
+API CUresult cuLibraryLoadData(CUlibrary *library, const void *code, CUjit_option *jitOptions,
+			       void **jitOptionsValues, unsigned int numJitOptions, CUlibraryOption *libraryOptions,
+			       void **libraryOptionValues, unsigned int numLibraryOptions)
+{
+	COUNT(cuLibraryLoadData);
+	(void)jitOptions;
+	(void)jitOptionsValues;
+	(void)numJitOptions;
+	(void)libraryOptions;
+	(void)libraryOptionValues;
+	(void)numLibraryOptions;
+	if (!library || !code)
+		return CUDA_ERROR_INVALID_VALUE;
+	*library = calloc(1, sizeof **library);
+	return *library ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+API CUresult cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, const char *name)
+{
+	COUNT(cuLibraryGetKernel);
+	return library_get_kernel(pKernel, library, name);
+}
+
+API CUresult cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
+{
+	COUNT(cuKernelGetFunction);
+	if (!pFunc)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!kernel)
+		return CUDA_ERROR_INVALID_HANDLE;
+	*pFunc = kernel->func;
+	return CUDA_SUCCESS;
+}
+
+/* ---- exported API: streams ---- */
+
+/* Priorities do not change the model: streams never compete for the GPU. */
+static CUresult stream_create(CUstream *p, unsigned flags)
+{
+	if (!p)
+		return CUDA_ERROR_INVALID_VALUE;
+	*p = stream_new(flags);
+	return *p ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+API CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
+{
+	COUNT(cuStreamCreate);
+	return stream_create(phStream, Flags);
+}
+
+API CUresult cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags, int priority)
+{
+	COUNT(cuStreamCreateWithPriority);
+	(void)priority;
+	return stream_create(phStream, flags);
+}
+
+API CUresult cuStreamDestroy_v2(CUstream hStream)
+{
+	COUNT(cuStreamDestroy_v2);
+	if (is_special_stream(hStream))
+		return CUDA_ERROR_INVALID_HANDLE;
+	stream_retire(hStream);
+	return CUDA_SUCCESS;
+}
+
+API CUresult cuStreamSynchronize(CUstream hStream)
+{
+	COUNT(cuStreamSynchronize);
+	host_wait(stream_clock(stream_of(hStream, 0)));
+	return CUDA_SUCCESS;
+}
+
+API CUresult cuStreamSynchronize_ptsz(CUstream hStream)
+{
+	COUNT(cuStreamSynchronize_ptsz);
+	host_wait(stream_clock(stream_of(hStream, 1)));
+	return CUDA_SUCCESS;
+}
+
+API CUresult cuStreamQuery(CUstream hStream)
+{
+	COUNT(cuStreamQuery);
+	return query(stream_clock(stream_of(hStream, 0)));
+}
+
+API CUresult cuStreamQuery_ptsz(CUstream hStream)
+{
+	COUNT(cuStreamQuery_ptsz);
+	return query(stream_clock(stream_of(hStream, 1)));
+}
+
+API CUresult cuCtxSynchronize(void)
+{
+	COUNT(cuCtxSynchronize);
+	device_wait();
+	return CUDA_SUCCESS;
+}
+
+/* ---- exported API: launches ---- */
+
+API CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
+			    unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
+			    unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra)
+{
+	COUNT(cuLaunchKernel);
+	(void)sharedMemBytes;
+	(void)kernelParams;
+	(void)extra;
+	return launch(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, stream_of(hStream, 0));
+}
+
+API CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
+				 unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
+				 unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra)
+{
+	COUNT(cuLaunchKernel_ptsz);
+	(void)sharedMemBytes;
+	(void)kernelParams;
+	(void)extra;
+	return launch(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, stream_of(hStream, 1));
+}
+
+API CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra)
+{
+	COUNT(cuLaunchKernelEx);
+	(void)kernelParams;
+	(void)extra;
+	return launch_ex(config, f, 0);
+}
+
+API CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra)
+{
+	COUNT(cuLaunchKernelEx_ptsz);
+	(void)kernelParams;
+	(void)extra;
+	return launch_ex(config, f, 1);
+}
+
+API CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+				       unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
+				       unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
+				       void **kernelParams)
+{
+	COUNT(cuLaunchCooperativeKernel);
+	(void)sharedMemBytes;
+	(void)kernelParams;
+	return launch(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, stream_of(hStream, 0));
+}
+
+API CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+					    unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
+					    unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
+					    void **kernelParams)
+{
+	COUNT(cuLaunchCooperativeKernel_ptsz);
+	(void)sharedMemBytes;
+	(void)kernelParams;
+	return launch(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, stream_of(hStream, 1));
+}
+
+API CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
+{
+	COUNT(cuGraphLaunch);
+	return graph_launch(hGraphExec, stream_of(hStream, 0));
+}
+
+API CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)
+{
+	COUNT(cuGraphLaunch_ptsz);
+	return graph_launch(hGraphExec, stream_of(hStream, 1));
+}
+
+API CUresult cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userData)
+{
+	COUNT(cuLaunchHostFunc);
+	return launch_host_func(stream_of(hStream, 0), fn, userData);
+}
+
+API CUresult cuLaunchHostFunc_ptsz(CUstream hStream, CUhostFn fn, void *userData)
+{
+	COUNT(cuLaunchHostFunc_ptsz);
+	return launch_host_func(stream_of(hStream, 1), fn, userData);
+}
+
+/* ---- exported API: copies and sets ---- */
+
+#define H CU_MEMORYTYPE_HOST
+#define D CU_MEMORYTYPE_DEVICE
+#define U CU_MEMORYTYPE_UNIFIED
+
+API CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
+{
+	COUNT(cuMemcpy);
+	return copy1(U, dst, U, src, ByteCount, &legacy_stream, 1);
+}
+
+API CUresult cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
+{
+	COUNT(cuMemcpy_ptds);
+	return copy1(U, dst, U, src, ByteCount, per_thread_stream(), 1);
+}
+
+API CUresult cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
+{
+	COUNT(cuMemcpyHtoD_v2);
+	return copy1(D, dstDevice, H, (uintptr_t)srcHost, ByteCount, &legacy_stream, 1);
+}
+
+API CUresult cuMemcpyHtoD_v2_ptds(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
+{
+	COUNT(cuMemcpyHtoD_v2_ptds);
+	return copy1(D, dstDevice, H, (uintptr_t)srcHost, ByteCount, per_thread_stream(), 1);
+}
+
+API CUresult cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
+{
+	COUNT(cuMemcpyDtoH_v2);
+	return copy1(H, (uintptr_t)dstHost, D, srcDevice, ByteCount, &legacy_stream, 1);
+}
+
+API CUresult cuMemcpyDtoH_v2_ptds(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
+{
+	COUNT(cuMemcpyDtoH_v2_ptds);
+	return copy1(H, (uintptr_t)dstHost, D, srcDevice, ByteCount, per_thread_stream(), 1);
+}
+
+API CUresult cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
+{
+	COUNT(cuMemcpyDtoD_v2);
+	return copy1(D, dstDevice, D, srcDevice, ByteCount, &legacy_stream, 1);
+}
+
+API CUresult cuMemcpyDtoD_v2_ptds(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
+{
+	COUNT(cuMemcpyDtoD_v2_ptds);
+	return copy1(D, dstDevice, D, srcDevice, ByteCount, per_thread_stream(), 1);
+}
+
+API CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream)
+{
+	COUNT(cuMemcpyAsync);
+	return copy1(U, dst, U, src, ByteCount, stream_of(hStream, 0), 0);
+}
+
+API CUresult cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream)
+{
+	COUNT(cuMemcpyAsync_ptsz);
+	return copy1(U, dst, U, src, ByteCount, stream_of(hStream, 1), 0);
+}
+
+API CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream)
+{
+	COUNT(cuMemcpyHtoDAsync_v2);
+	return copy1(D, dstDevice, H, (uintptr_t)srcHost, ByteCount, stream_of(hStream, 0), 0);
+}
+
+API CUresult cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount,
+				       CUstream hStream)
+{
+	COUNT(cuMemcpyHtoDAsync_v2_ptsz);
+	return copy1(D, dstDevice, H, (uintptr_t)srcHost, ByteCount, stream_of(hStream, 1), 0);
+}
+
+API CUresult cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
+{
+	COUNT(cuMemcpyDtoHAsync_v2);
+	return copy1(H, (uintptr_t)dstHost, D, srcDevice, ByteCount, stream_of(hStream, 0), 0);
+}
+
+API CUresult cuMemcpyDtoHAsync_v2_ptsz(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
+{
+	COUNT(cuMemcpyDtoHAsync_v2_ptsz);
+	return copy1(H, (uintptr_t)dstHost, D, srcDevice, ByteCount, stream_of(hStream, 1), 0);
+}
+
+API CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
+{
+	COUNT(cuMemcpyDtoDAsync_v2);
+	return copy1(D, dstDevice, D, srcDevice, ByteCount, stream_of(hStream, 0), 0);
+}
+
+API CUresult cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount,
+				       CUstream hStream)
+{
+	COUNT(cuMemcpyDtoDAsync_v2_ptsz);
+	return copy1(D, dstDevice, D, srcDevice, ByteCount, stream_of(hStream, 1), 0);
+}
+
+API CUresult cuMemcpy2D_v2(const CUDA_MEMCPY2D *pCopy)
+{
+	COUNT(cuMemcpy2D_v2);
+	return copy2d(pCopy, &legacy_stream, 1);
+}
+
+API CUresult cuMemcpy2D_v2_ptds(const CUDA_MEMCPY2D *pCopy)
+{
+	COUNT(cuMemcpy2D_v2_ptds);
+	return copy2d(pCopy, per_thread_stream(), 1);
+}
+
+API CUresult cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D *pCopy, CUstream hStream)
+{
+	COUNT(cuMemcpy2DAsync_v2);
+	return copy2d(pCopy, stream_of(hStream, 0), 0);
+}
+
+API CUresult cuMemcpy2DAsync_v2_ptsz(const CUDA_MEMCPY2D *pCopy, CUstream hStream)
+{
+	COUNT(cuMemcpy2DAsync_v2_ptsz);
+	return copy2d(pCopy, stream_of(hStream, 1), 0);
+}
+
+#undef H
+#undef D
+#undef U
+
+/* Device memory holds nothing, so a set only takes modeled time. The
+ * synchronous forms block the host, as cudaMemset does. */
+API CUresult cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N)
+{
+	COUNT(cuMemsetD8_v2);
+	(void)dstDevice;
+	(void)uc;
+	return set(N, &legacy_stream, 1);
+}
+
+API CUresult cuMemsetD8_v2_ptds(CUdeviceptr dstDevice, unsigned char uc, size_t N)
+{
+	COUNT(cuMemsetD8_v2_ptds);
+	(void)dstDevice;
+	(void)uc;
+	return set(N, per_thread_stream(), 1);
+}
+
+API CUresult cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream)
+{
+	COUNT(cuMemsetD8Async);
+	(void)dstDevice;
+	(void)uc;
+	return set(N, stream_of(hStream, 0), 0);
+}
+
+API CUresult cuMemsetD8Async_ptsz(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream)
+{
+	COUNT(cuMemsetD8Async_ptsz);
+	(void)dstDevice;
+	(void)uc;
+	return set(N, stream_of(hStream, 1), 0);
+}
+
+/* N counts 32-bit words. */
+API CUresult cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream)
+{
+	COUNT(cuMemsetD32Async);
+	(void)dstDevice;
+	(void)ui;
+	return set(4 * N, stream_of(hStream, 0), 0);
+}
+
+API CUresult cuMemsetD32Async_ptsz(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream)
+{
+	COUNT(cuMemsetD32Async_ptsz);
+	(void)dstDevice;
+	(void)ui;
+	return set(4 * N, stream_of(hStream, 1), 0);
+}
+
+/* ---- exported API: events ---- */
+
+/* Flags (timing, blocking sync) do not change the model. */
+API CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags)
+{
+	COUNT(cuEventCreate);
+	(void)Flags;
+	return event_create(phEvent);
+}
+
+API CUresult cuEventDestroy_v2(CUevent hEvent)
+{
+	COUNT(cuEventDestroy_v2);
+	if (!hEvent)
+		return CUDA_ERROR_INVALID_HANDLE;
+	free(hEvent);
+	return CUDA_SUCCESS;
+}
+
+API CUresult cuEventRecord(CUevent hEvent, CUstream hStream)
+{
+	COUNT(cuEventRecord);
+	return event_record(hEvent, stream_of(hStream, 0));
+}
+
+API CUresult cuEventRecord_ptsz(CUevent hEvent, CUstream hStream)
+{
+	COUNT(cuEventRecord_ptsz);
+	return event_record(hEvent, stream_of(hStream, 1));
+}
+
+API CUresult cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int flags)
+{
+	COUNT(cuEventRecordWithFlags);
+	(void)flags;
+	return event_record(hEvent, stream_of(hStream, 0));
+}
+
+API CUresult cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hStream, unsigned int flags)
+{
+	COUNT(cuEventRecordWithFlags_ptsz);
+	(void)flags;
+	return event_record(hEvent, stream_of(hStream, 1));
+}
+
+API CUresult cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags)
+{
+	COUNT(cuStreamWaitEvent);
+	(void)Flags;
+	return stream_wait_event(stream_of(hStream, 0), hEvent);
+}
+
+API CUresult cuStreamWaitEvent_ptsz(CUstream hStream, CUevent hEvent, unsigned int Flags)
+{
+	COUNT(cuStreamWaitEvent_ptsz);
+	(void)Flags;
+	return stream_wait_event(stream_of(hStream, 1), hEvent);
+}
+
+API CUresult cuEventSynchronize(CUevent hEvent)
+{
+	COUNT(cuEventSynchronize);
+	if (!hEvent)
+		return CUDA_ERROR_INVALID_HANDLE;
+	host_wait(event_time(hEvent));
+	return CUDA_SUCCESS;
+}
+
+API CUresult cuEventQuery(CUevent hEvent)
+{
+	COUNT(cuEventQuery);
+	if (!hEvent)
+		return CUDA_ERROR_INVALID_HANDLE;
+	return query(event_time(hEvent));
+}
+
+/* ---- exported API: memory ---- */
+
+API CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
+{
+	COUNT(cuMemAlloc_v2);
+	return device_alloc(dptr, bytesize);
+}
+
+/* cuMemFree synchronizes the device, as in CUDA. Addresses are never reused. */
+API CUresult cuMemFree_v2(CUdeviceptr dptr)
+{
+	COUNT(cuMemFree_v2);
+	(void)dptr;
+	device_wait();
+	return CUDA_SUCCESS;
+}
+
+/* Stream-ordered allocation: no synchronization. */
+API CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
+{
+	COUNT(cuMemAllocAsync);
+	(void)hStream;
+	return device_alloc(dptr, bytesize);
+}
+
+API CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
+{
+	COUNT(cuMemAllocAsync_ptsz);
+	(void)hStream;
+	return device_alloc(dptr, bytesize);
+}
+
+API CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
+{
+	COUNT(cuMemFreeAsync);
+	(void)dptr;
+	(void)hStream;
+	return CUDA_SUCCESS;
+}
+
+API CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
+{
+	COUNT(cuMemFreeAsync_ptsz);
+	(void)dptr;
+	(void)hStream;
+	return CUDA_SUCCESS;
+}
+
+API CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
+{
+	COUNT(cuMemHostAlloc);
+	(void)Flags;
+	return host_alloc(pp, bytesize);
+}
+
+API CUresult cuMemAllocHost_v2(void **pp, size_t bytesize)
+{
+	COUNT(cuMemAllocHost_v2);
+	return host_alloc(pp, bytesize);
+}
+
+API CUresult cuMemFreeHost(void *p)
+{
+	COUNT(cuMemFreeHost);
+	return host_free(p);
+}
+
+API CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags)
+{
+	COUNT(cuMemHostRegister_v2);
+	(void)Flags;
+	return host_register(p, bytesize);
+}
+
+API CUresult cuMemHostUnregister(void *p)
+{
+	COUNT(cuMemHostUnregister);
+	return host_unregister(p);
+}
