@@ -62,7 +62,12 @@ struct py_config {
  *    thread_id == the task's x86-64 fs base, which is what glibc and musl
  *    return from pthread_self(). Independent of pid namespaces.
  *  - else native_thread_id == tid, the host tid the caller passes: right
- *    only for targets in the initial pid namespace. */
+ *    only for targets in the initial pid namespace.
+ * There is no tid -> PyThreadState cache: C threads that call into Python
+ * through PyGILState_Ensure/Release get a new thread state each time (the
+ * old one is freed), so a cached pointer could be stale; the list costs two
+ * reads per thread state. The whole walk verifies in about 18k instructions
+ * (kernel 6.18, clang-19 -mcpu=v1) and uses 16 bytes of BPF stack. */
 
 #define PY_OWNED_BY_CSTACK 3
 #define PY_MAX_THREADS 128           /* PyThreadStates looked at per walk */

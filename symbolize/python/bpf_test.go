@@ -49,6 +49,9 @@ func bpfClang() string {
 // compileWalkBPF compiles testdata/walk.bpf.c once per test binary.
 func compileWalkBPF(t *testing.T) string {
 	t.Helper()
+	if obj := os.Getenv("CUDATAP_TEST_BPF_OBJ"); obj != "" { // prebuilt (machines without clang)
+		return obj
+	}
 	cc := bpfClang()
 	if cc == "" {
 		t.Skip("no clang to compile BPF")
@@ -196,13 +199,10 @@ func libcPath(t *testing.T, pid int) string {
 	return ""
 }
 
-func TestBPFWalk(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to load BPF and attach uprobes")
-	}
-	pys := supportedPythons(t)
-	obj := compileWalkBPF(t)
-	spec, err := ebpf.LoadCollectionSpec(obj)
+// loadWalkBPF loads the test program; the verifier must accept it.
+func loadWalkBPF(t *testing.T) (*ebpf.Collection, *ringbuf.Reader, eventLayout) {
+	t.Helper()
+	spec, err := ebpf.LoadCollectionSpec(compileWalkBPF(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,12 +215,21 @@ func TestBPFWalk(t *testing.T) {
 		}
 		t.Fatal(err)
 	}
-	defer coll.Close()
+	t.Cleanup(coll.Close)
 	rd, err := ringbuf.NewReader(coll.Maps["events"])
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer rd.Close()
+	t.Cleanup(func() { rd.Close() })
+	return coll, rd, el
+}
+
+func TestBPFWalk(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to load BPF and attach uprobes")
+	}
+	pys := supportedPythons(t)
+	coll, rd, el := loadWalkBPF(t)
 	configs := coll.Maps["py_configs"]
 
 	for _, p := range pys {

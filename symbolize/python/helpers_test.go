@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -40,13 +41,22 @@ func findPythons() []pyInstall {
 	}
 	m, _ := filepath.Glob("/usr/bin/python3.*")
 	exes = append(exes, m...)
+	var extra []string
 	if env := os.Getenv("CUDATAP_TEST_PYTHONS"); env != "" {
-		exes = append(exes, strings.Split(env, ":")...)
+		extra = strings.Split(env, ":")
+		exes = append(exes, extra...)
 	}
 	seen := map[string]bool{}
 	var out []pyInstall
 	for _, exe := range exes {
 		sm := exeName.FindStringSubmatch(filepath.Base(exe))
+		if sm == nil && slices.Contains(extra, exe) {
+			// Named python3 or so: ask it.
+			v, err := exec.Command(exe, "-c", "import sys; print(sys.version_info[1])").Output()
+			if err == nil {
+				sm = []string{"", strings.TrimSpace(string(v))}
+			}
+		}
 		if sm == nil {
 			continue
 		}
@@ -105,7 +115,12 @@ type target struct {
 
 func startTarget(t testing.TB, exe string) *target {
 	t.Helper()
-	script, err := filepath.Abs("testdata/target.py")
+	return startTargetScript(t, exe, "testdata/target.py")
+}
+
+func startTargetScript(t testing.TB, exe, path string) *target {
+	t.Helper()
+	script, err := filepath.Abs(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +203,7 @@ func (tg *target) expect(prefix string) string {
 			tg.t.Fatalf("waiting for %q from the target: %v", prefix, r.err)
 		}
 		return r.line
-	case <-time.After(20 * time.Second):
+	case <-time.After(60 * time.Second):
 		tg.t.Fatalf("timed out waiting for %q from the target", prefix)
 	}
 	return ""
