@@ -53,3 +53,49 @@ func TestRealCallCost(t *testing.T) {
 		t.Logf("%-30s %10v  %v", c.name, time.Since(t0)/n, r)
 	}
 }
+
+// TestRealTimestamps logs how NVML's sample timestamps relate to the host
+// wall clock at the moment of the call (skipped without NVML).
+func TestRealTimestamps(t *testing.T) {
+	lib := gonvml.New()
+	if ret := lib.Init(); ret != gonvml.SUCCESS {
+		t.Skipf("no NVML: %v", ret)
+	}
+	defer lib.Shutdown()
+	n, _ := lib.DeviceGetCount()
+	for i := 0; i < n; i++ {
+		d, _ := lib.DeviceGetHandleByIndex(i)
+		var maxLead int64 = -1 << 62
+		for k := 0; k < 60; k++ {
+			w0 := time.Now().UnixMicro()
+			_, buf, ret := d.GetSamples(gonvml.GPU_UTILIZATION_SAMPLES, 0)
+			w1 := time.Now().UnixMicro()
+			pbuf, pret := d.GetProcessUtilization(0)
+			fv := []gonvml.FieldValue{{FieldId: gonvml.FI_DEV_PCIE_COUNT_TX_BYTES}}
+			d.GetFieldValues(fv)
+			w2 := time.Now().UnixMicro()
+			if ret != gonvml.SUCCESS || len(buf) == 0 {
+				t.Logf("GPU %d call %d: %v", i, k, ret)
+				continue
+			}
+			last := buf[len(buf)-1].TimeStamp
+			var maxTS uint64
+			for _, b := range buf {
+				maxTS = max(maxTS, b.TimeStamp)
+			}
+			var pmax uint64
+			for _, p := range pbuf {
+				pmax = max(pmax, p.TimeStamp)
+			}
+			lead := int64(maxTS) - w1
+			maxLead = max(maxLead, lead)
+			if k%6 == 0 || lead > 0 {
+				t.Logf("GPU %d call %2d: %3d entries, first %d last %d (max %d), newest-w0 %+d µs newest-w1 %+d µs, step %d µs; proc %d entries (%v) newest-w1 %+d µs; field ts-w2 %+d µs",
+					i, k, len(buf), buf[0].TimeStamp, last, maxTS, int64(maxTS)-w0, lead, int64(last)-int64(buf[max(0, len(buf)-2)].TimeStamp),
+					len(pbuf), pret, int64(pmax)-w1, fv[0].Timestamp-w2)
+			}
+			time.Sleep(23 * time.Millisecond)
+		}
+		t.Logf("GPU %d: max lead of a sample over the call's return %+d µs", i, maxLead)
+	}
+}

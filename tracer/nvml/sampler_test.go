@@ -22,6 +22,9 @@ const gib = 1 << 30
 func newSampler(t testing.TB, srv *nvmlmock.Server, opts nvml.Options) *nvml.Sampler {
 	t.Helper()
 	opts.Lib = srv
+	if opts.BufferInterval == 0 {
+		opts.BufferInterval = time.Nanosecond // drain at every poll
+	}
 	if opts.Clock == nil {
 		opts.Clock = srv.Clock()
 	}
@@ -91,8 +94,8 @@ func TestPollFields(t *testing.T) {
 	if g.GPUUtil != 87 || g.MemUtil != 45 {
 		t.Errorf("util %v/%v, want 87/45", g.GPUUtil, g.MemUtil)
 	}
-	if len(g.Util) != 6 { // 1 s of a 1/6 s sample period
-		t.Errorf("%d buffered utilization points, want 6", len(g.Util))
+	if len(g.Util) != 5 { // 1 s of a 200 ms sample period
+		t.Errorf("%d buffered utilization points, want 5", len(g.Util))
 	}
 	if g.MemUsed != 60*gib || g.MemTotal != 143771<<20 {
 		t.Errorf("memory %d / %d", g.MemUsed, g.MemTotal)
@@ -166,6 +169,42 @@ func TestSampleBufferDedupe(t *testing.T) {
 	}
 	if g.Util[0].GPUUtil != 90 || g.Util[1].MemUtil != 60 {
 		t.Errorf("points %+v", g.Util)
+	}
+}
+
+// By default the sample buffers are drained every 500 ms, not at every
+// 100 ms poll: between drains the last values carry, and no buffered
+// entry is lost.
+func TestBufferInterval(t *testing.T) {
+	srv := nvmlmock.NewH200(1)
+	d := srv.Devices[0]
+	d.Procs = []nvmlmock.Proc{{PID: 5, MemUsed: gib, SMUtil: 50}}
+	srv.Advance(time.Second) // a second of history in the buffers
+	s := newSampler(t, srv, nvml.Options{BufferInterval: -1})
+	var points []uint64
+	var drains []int
+	for i := 0; i < 30; i++ {
+		d.Set(func(d *nvmlmock.Device) { d.GPUUtil = uint32(i) })
+		srv.Advance(100 * time.Millisecond)
+		samples, _ := poll(t, s)
+		g := samples[0]
+		if len(g.Util) > 0 {
+			drains = append(drains, i)
+		}
+		for _, p := range g.Util {
+			points = append(points, p.TS)
+		}
+		if math.IsNaN(g.GPUUtil) || g.Processes[0].SMUtil != 50 {
+			t.Errorf("poll %d: util %v, processes %+v", i, g.GPUUtil, g.Processes)
+		}
+	}
+	if !slices.Equal(drains, []int{0, 5, 10, 15, 20, 25}) {
+		t.Errorf("drained at polls %v, want every 5th", drains)
+	}
+	// from 1 s before New to the last drain 2.6 s after it, one entry each
+	// 200 ms: 18 entries, each once, in order
+	if len(points) != 18 || !slices.IsSorted(points) {
+		t.Errorf("%d points: %v", len(points), points)
 	}
 }
 
@@ -554,15 +593,21 @@ func TestRunAndClose(t *testing.T) {
 // events) against the mock: NVML's own time per call is not included. The
 // "real" case polls the machine's GPUs (skipped without NVML).
 func BenchmarkPoll(b *testing.B) {
-	b.Run("real", func(b *testing.B) {
-		s := realSampler(b)
-		b.ReportAllocs()
-		for i := 0; i < b.N; i++ {
-			if _, _, err := s.Poll(); err != nil {
-				b.Fatal(err)
+	// real/light: the polls between buffer drains; real/drain: a poll that
+	// also drains the three sample buffers of every GPU.
+	for name, every := range map[string]time.Duration{"real/light": time.Hour, "real/drain": time.Nanosecond} {
+		b.Run(name, func(b *testing.B) {
+			s := realSampler(b, nvml.Options{Interval: time.Nanosecond, BufferInterval: every})
+			s.Poll() // the first poll always drains
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if _, _, err := s.Poll(); err != nil {
+					b.Fatal(err)
+				}
 			}
-		}
-	})
+		})
+	}
 	for _, n := range []int{1, 8} {
 		b.Run(fmt.Sprintf("%dxH200", n), func(b *testing.B) {
 			srv := nvmlmock.NewH200(n)
