@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 
 	"github.com/cudatap/cudatap/tracer/event"
 	"github.com/cudatap/cudatap/tracer/model"
@@ -222,8 +223,8 @@ func Read(r io.Reader, m *model.Model, names *Names, progress func(int64)) (*Rep
 	if hlen > maxRecord {
 		return nil, fmt.Errorf("%w: header of %d bytes", ErrFormat, hlen)
 	}
-	hdr := make([]byte, hlen)
-	if _, err := io.ReadFull(br, hdr); err != nil {
+	hdr, err := readN(br, nil, int(hlen))
+	if err != nil {
 		return nil, fmt.Errorf("%w: header cut short", ErrTruncated)
 	}
 	rp := &Replay{}
@@ -242,14 +243,13 @@ func Read(r io.Reader, m *model.Model, names *Names, progress func(int64)) (*Rep
 			return rp, fmt.Errorf("%w after %d records", ErrTruncated, rp.Records)
 		}
 		n, err := binary.ReadUvarint(br)
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return rp, fmt.Errorf("%w after %d records: record length cut short", ErrTruncated, rp.Records)
+		}
 		if err != nil || n > maxRecord {
-			return rp, fmt.Errorf("%w after %d records: bad record length", ErrTruncated, rp.Records)
+			return rp, fmt.Errorf("%w: bad record length after %d records", ErrFormat, rp.Records)
 		}
-		if cap(buf) < int(n) {
-			buf = make([]byte, n)
-		}
-		buf = buf[:n]
-		if _, err := io.ReadFull(br, buf); err != nil {
+		if buf, err = readN(br, buf, int(n)); err != nil {
 			return rp, fmt.Errorf("%w after %d records", ErrTruncated, rp.Records)
 		}
 		consumed += int64(1+uvarintLen(n)) + int64(n)
@@ -270,7 +270,13 @@ func Read(r io.Reader, m *model.Model, names *Names, progress func(int64)) (*Rep
 			if len(buf) < 12 {
 				return rp, fmt.Errorf("%w: short name record", ErrFormat)
 			}
-			names.add(typ, binary.LittleEndian.Uint32(buf), binary.LittleEndian.Uint64(buf[4:]), string(buf[12:]))
+			pid := binary.LittleEndian.Uint32(buf)
+			names.add(typ, pid, binary.LittleEndian.Uint64(buf[4:]), string(buf[12:]))
+			if typ == recProcess {
+				// The recorder names a process when it first sees it, which
+				// for an attached process that never calls CUDA is all it sees.
+				m.AddProcess(pid)
+			}
 		case recPyFrame:
 			if len(buf) < 20 {
 				return rp, fmt.Errorf("%w: short Python frame record", ErrFormat)
@@ -300,6 +306,28 @@ func Read(r io.Reader, m *model.Model, names *Names, progress func(int64)) (*Rep
 	}
 }
 
+// readN reads n bytes into buf, reusing it when it is big enough and else
+// growing it only as the data arrives: a corrupt length cannot make the
+// reader allocate much more than the file holds.
+func readN(r io.Reader, buf []byte, n int) ([]byte, error) {
+	if n <= cap(buf) {
+		buf = buf[:n]
+		_, err := io.ReadFull(r, buf)
+		return buf, err
+	}
+	buf = buf[:0]
+	for len(buf) < n {
+		chunk := min(n-len(buf), max(len(buf), 64<<10))
+		buf = slices.Grow(buf, chunk)
+		k, err := io.ReadFull(r, buf[len(buf):len(buf)+chunk])
+		buf = buf[:len(buf)+k]
+		if err != nil {
+			return buf, err
+		}
+	}
+	return buf, nil
+}
+
 func uvarintLen(n uint64) int {
 	var b [binary.MaxVarintLen64]byte
 	return binary.PutUvarint(b[:], n)
@@ -321,5 +349,11 @@ func Load(r io.Reader, progress func(int64)) (*model.Result, *Replay, error) {
 	}
 	res := m.Finish()
 	res.WallOffsetNs = rp.Header.WallOffsetNs
+	// Records the recorder could not decode were counted but not written.
+	if d := rp.Drops; d != nil && d.DecodeErrors > res.Drops.DecodeErrors {
+		missing := d.DecodeErrors - res.Drops.DecodeErrors
+		res.Drops.DecodeErrors += missing
+		res.Drops.Received += missing
+	}
 	return res, rp, err
 }

@@ -1,6 +1,7 @@
 package recording
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/binary"
 	"errors"
@@ -197,7 +198,7 @@ func TestRoundTrip(t *testing.T) {
 		}
 	}
 	// Spot checks, so that a model that drops everything cannot pass.
-	if len(want.Processes) != 3 || len(want.Processes[0].Calls) != 10 || len(want.Processes[1].Calls) != 4 {
+	if len(want.Processes) != 3 || len(want.Processes[0].Calls) != 9 || len(want.Processes[1].Calls) != 4 {
 		t.Fatalf("live session: %d processes", len(want.Processes))
 	}
 	p := got.Processes[0]
@@ -209,7 +210,7 @@ func TestRoundTrip(t *testing.T) {
 	if p := got.Processes[2]; p.PID != 300 || p.Info.Comm != "idle" || len(p.Calls) != 0 {
 		t.Errorf("process without calls: %+v", p)
 	}
-	wantDrops := model.Drops{Submitted: 20, Received: 18, RingbufFull: 1, InflightFull: 2, OrphanReturns: 3, ReadFaults: 4,
+	wantDrops := model.Drops{Submitted: 20, Received: 16, RingbufFull: 1, InflightFull: 2, OrphanReturns: 3, ReadFaults: 4,
 		DecodeErrors: 1, UnknownAPI: 1, AttachFailures: 5}
 	if got.Drops != wantDrops {
 		t.Errorf("drops %+v, want %+v", got.Drops, wantDrops)
@@ -277,9 +278,13 @@ func TestTruncated(t *testing.T) {
 	_, file := liveSession(t)
 	recs := parseRecords(t, file)
 	hdrEnd := 16 + int(binary.LittleEndian.Uint32(file[12:]))
+	// Read wraps its input in a 1 MiB bufio.Reader unless it already is
+	// one: reuse one so that 2×13k reads do not allocate 26 GiB.
+	br := bufio.NewReaderSize(nil, 1<<20)
+	in := func(b []byte) *bufio.Reader { br.Reset(bytes.NewReader(b)); return br }
 	for cut := 0; cut <= len(file); cut++ {
 		m := model.New(model.Options{})
-		rp, err := Read(bytes.NewReader(file[:cut]), m, NewNames(), nil)
+		rp, err := Read(in(file[:cut]), m, NewNames(), nil)
 		switch {
 		case cut == len(file):
 			if err != nil {
@@ -324,7 +329,7 @@ func TestTruncated(t *testing.T) {
 			t.Fatalf("cut at %d: drops record delivered %v, want %v", cut, rp.Drops != nil, drops)
 		}
 		// Load gives the partial result with the error.
-		res, _, lerr := Load(bytes.NewReader(file[:cut]), nil)
+		res, _, lerr := Load(in(file[:cut]), nil)
 		if res == nil || !errors.Is(lerr, ErrTruncated) && cut != len(file) {
 			t.Fatalf("Load cut at %d: result %v, %v", cut, res != nil, lerr)
 		}

@@ -1,0 +1,68 @@
+package recording
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"testing"
+
+	"github.com/cudatap/cudatap/tracer/event"
+	"github.com/cudatap/cudatap/tracer/model"
+)
+
+func FuzzRead(f *testing.F) {
+	_, file := liveSession(f)
+	f.Add(file)
+	f.Add(file[:len(file)/2])
+	f.Add(file[:100])
+	// A small recording with a small header: the fuzzer mutates records, not JSON.
+	var buf bytes.Buffer
+	w, _ := NewWriter(&buf, Header{Version: Version})
+	w.Process(1, model.ProcessInfo{Comm: "x"})
+	w.Thread(1, 1, "t")
+	for i, e := range []event.Event{
+		mk(event.CudaStreamCreate, 1, 1, 10, 5, 0x7ffd0000),
+		mk(event.CudaLaunchKernel, 1, 1, 20, 0, 0x401000, 1, 1, 1, 1, 0, 0, 0xa0),
+		mk(event.CudaStreamWaitEvent, 1, 1, 25, 0, 0xa0, 0xe1),
+		mk(event.CudaMemcpyAsync, 1, 1, 30, 100_000, 0x10, 0x20, 8, 2, 0xa0),
+		mk(event.CudaStreamQuery, 1, 1, 40, 5, 0xa0),
+		mk(event.CudaStreamSynchronize, 1, 1, 50, 100_000, 0xa0),
+	} {
+		e.Out = uint64(0xa0 * (i + 1))
+		w.Event(event.Encode(nil, &e))
+	}
+	w.Counter(Counter{Name: "c", Values: map[string]float64{"v": 1}})
+	w.Drops(model.Drops{Submitted: 6, Received: 6})
+	w.Close()
+	f.Add(buf.Bytes())
+	f.Add([]byte("CUDATAP\n\x01\x00\x00\x00\x02\x00\x00\x00{}"))
+	f.Add([]byte("CUDATAP\n\x01\x00\x00\x00\x02\x00\x00\x00{}\x01\xff\xff\xff\xff\x0f"))
+	f.Add([]byte{})
+
+	br := bufio.NewReaderSize(nil, 1<<20)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		br.Reset(bytes.NewReader(b))
+		names := NewNames()
+		m := model.New(names.Options())
+		rp, err := Read(br, m, names, nil)
+		if err != nil && !errors.Is(err, ErrFormat) && !errors.Is(err, ErrTruncated) {
+			t.Fatalf("error %v is neither ErrFormat nor ErrTruncated", err)
+		}
+		if err == nil && rp == nil {
+			t.Fatal("no error and no replay")
+		}
+		res := m.Finish()
+		for _, p := range res.Processes {
+			for i, op := range p.GPUOps {
+				if op.End < op.Start || op.Call < 0 || op.Call >= len(p.Calls) || op.After >= int32(i) {
+					t.Fatalf("op %d: %+v", i, op)
+				}
+			}
+		}
+		br.Reset(bytes.NewReader(b))
+		res2, rp2, err2 := Load(br, nil)
+		if (err == nil) != (err2 == nil) || (rp == nil) != (rp2 == nil) || (rp2 != nil && res2 == nil) {
+			t.Fatalf("Read: %v, Load: %v", err, err2)
+		}
+	})
+}
