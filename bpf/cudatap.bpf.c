@@ -58,17 +58,30 @@ struct {
 } inflight SEC(".maps");
 
 /*
- * Kernel names for launches the driver sees, when the load-time calls that
- * named their CUfunction happened before cudatap attached: for a while after
- * attaching, the runtime's launch leaves its host stub (an ELF symbol) here
- * and the driver launch it makes underneath picks it up.
+ * Runtime launches and the driver launches they make underneath. The driver
+ * sees every launch (Triton, cuBLAS and torch.compile launch there directly),
+ * so it is the layer that counts them. A runtime launch probe, where one is
+ * attached, leaves its kernel stub (an ELF symbol: the kernel's name) for the
+ * driver launch that follows on the same thread, and emits the launch itself
+ * only until the process's driver launches are known to be hooked; the
+ * driver probe then stays silent for that one launch. No launch is lost or
+ * counted twice while libcuda gets hooked after libcudart.
  */
+#define STUB_EMITTED (1ULL << 63)
+
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 16384);
-	__type(key, __u32);
-	__type(value, __u64);
+	__type(key, __u32);   /* tid */
+	__type(value, __u64); /* stub | STUB_EMITTED */
 } pending_stub SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 8192);
+	__type(key, __u32);  /* tgid */
+	__type(value, __u8);
+} driver_live SEC(".maps");
 
 /* Scratch space for building an inflight entry (too big for the BPF stack). */
 struct {
@@ -185,7 +198,7 @@ static __always_inline void fill_full(struct pt_regs *ctx, struct event *e, __u6
 		e->copy_len = STACK_COPY / 4;
 }
 
-static __always_inline int emit_entry(struct pt_regs *ctx, __u64 cookie, __u64 pid_tgid, __u64 now, const bool full)
+static __always_inline int emit_entry(struct pt_regs *ctx, __u64 cookie, __u64 pid_tgid, __u64 now, __u64 stub, const bool full)
 {
 	struct event *e = reserve(full);
 	if (!e)
@@ -194,18 +207,10 @@ static __always_inline int emit_entry(struct pt_regs *ctx, __u64 cookie, __u64 p
 	e->start_ns = now;
 	e->end_ns = 0;
 	e->ret = 0;
-	e->out = 0;
+	e->out = stub;
 	e->args[6] = e->args[7] = e->args[8] = 0;
 	__builtin_memset(e->ext, 0, sizeof(e->ext));
 	e->flags = read_args(ctx, cookie, e->args, e->ext);
-	if (cookie & COOKIE_TAKE_STUB) {
-		__u32 tid = (__u32)pid_tgid;
-		__u64 *stub = bpf_map_lookup_elem(&pending_stub, &tid);
-		if (stub) {
-			e->out = *stub;
-			bpf_map_delete_elem(&pending_stub, &tid);
-		}
-	}
 	if (full)
 		fill_full(ctx, e, cookie);
 	bpf_ringbuf_submit(e, wakeup_flags());
@@ -218,16 +223,6 @@ static __always_inline int on_entry(struct pt_regs *ctx)
 	__u64 cookie = bpf_get_attach_cookie(ctx);
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u64 now = bpf_ktime_get_ns();
-
-	if (cookie & COOKIE_PAIR) {
-		__u32 tid = (__u32)pid_tgid;
-		/* Read both: the verifier rejects a computed offset into ctx. */
-		__u64 a1 = PT_REGS_PARM1(ctx), a2 = PT_REGS_PARM2(ctx);
-		asm volatile("" : "+r"(a1), "+r"(a2));
-		__u64 stub = COOKIE_STRARG(cookie) == 2 ? a2 : a1;
-		bpf_map_update_elem(&pending_stub, &tid, &stub, BPF_ANY);
-		return 0;
-	}
 
 	if (cookie & COOKIE_RET) {
 		__u32 zero = 0;
@@ -243,9 +238,41 @@ static __always_inline int on_entry(struct pt_regs *ctx)
 			count(STAT_INFLIGHT_FULL);
 		return 0;
 	}
+
+	__u64 stub = 0;
+	if (cookie & COOKIE_PAIR) {
+		__u32 tid = (__u32)pid_tgid, tgid = pid_tgid >> 32;
+		/* Read both: the verifier rejects a computed offset into ctx. */
+		__u64 a1 = PT_REGS_PARM1(ctx), a2 = PT_REGS_PARM2(ctx);
+		asm volatile("" : "+r"(a1), "+r"(a2));
+		__u64 v = COOKIE_STRARG(cookie) == 2 ? a2 : a1;
+		bool live = bpf_map_lookup_elem(&driver_live, &tgid) != NULL;
+		if (!live)
+			v |= STUB_EMITTED;
+		bpf_map_update_elem(&pending_stub, &tid, &v, BPF_ANY);
+		if (live)
+			return 0;
+	}
+	if (cookie & COOKIE_TAKE_STUB) {
+		__u32 tid = (__u32)pid_tgid, tgid = pid_tgid >> 32;
+		if (!bpf_map_lookup_elem(&driver_live, &tgid)) {
+			__u8 one = 1;
+			bpf_map_update_elem(&driver_live, &tgid, &one, BPF_ANY);
+		}
+		__u64 *p = bpf_map_lookup_elem(&pending_stub, &tid);
+		if (p) {
+			__u64 v = *p;
+			bpf_map_delete_elem(&pending_stub, &tid);
+			if (v & STUB_EMITTED) {
+				count(STAT_NESTED);
+				return 0;
+			}
+			stub = v;
+		}
+	}
 	if (COOKIE_FULL(cookie))
-		return emit_entry(ctx, cookie, pid_tgid, now, true);
-	return emit_entry(ctx, cookie, pid_tgid, now, false);
+		return emit_entry(ctx, cookie, pid_tgid, now, stub, true);
+	return emit_entry(ctx, cookie, pid_tgid, now, stub, false);
 }
 
 static __always_inline int emit_return(struct pt_regs *ctx, struct inflight *in, struct inflight_key *key,

@@ -16,9 +16,10 @@
  *   bit  32      (library-load hook) stop the process until user space resumes it
  *   bits 33..35  1 + index of a C-string argument copied (at return) into copy[],
  *                or, with bit 36, of the kernel stub argument to remember
- *   bit  36      (runtime launch, pairing) remember the stub for the thread's
- *                next driver launch and emit nothing
- *   bit  37      (driver launch) take the stub a runtime launch left, into out
+ *   bit  36      (runtime launch) hand the kernel stub to the driver launch
+ *                underneath; emit only while the driver's launches are not hooked
+ *   bit  37      (driver launch) take the stub a runtime launch left, into out;
+ *                stay silent if that runtime launch was already emitted
  */
 #define COOKIE_API(c) ((c) & 0xffff)
 #define COOKIE_NSTACK(c) (((c) >> 24) & 0x3)
@@ -78,6 +79,7 @@ enum stat {
 	STAT_INFLIGHT_FULL,  /* no room to save an entry: its event is lost */
 	STAT_ORPHAN_RETURN,  /* return without a saved entry: event lost */
 	STAT_READ_FAULT,     /* a user-memory read failed: event kept, field zero */
+	STAT_NESTED,         /* a launch seen by both layers, counted once (not a loss) */
 	STAT_MAX,
 };
 

@@ -98,28 +98,34 @@ func (t *Tracer) Attach(pid int, lib *Library, want func(*event.Spec) bool) (*At
 	return a, nil
 }
 
-// AttachPairing hooks the runtime's launch symbols of lib so that each one
-// hands its kernel stub to the driver launch it makes underneath. These
-// probes emit nothing; they only name CUfunctions that were created before
-// cudatap attached. Close the attachment once the names are learned: each
-// probe costs a second trap per launch.
-func (t *Tracer) AttachPairing(pid int, lib *Library) (*Attachment, error) {
+// AttachRuntimeLaunches hooks the runtime's launch symbols of lib. Each
+// probe hands its kernel stub to the driver launch it makes underneath (so
+// that CUfunctions created before cudatap attached get names) and emits the
+// launch itself only while the process's driver launches are not hooked
+// (libcudart loads libcuda lazily). Close it once the driver is hooked and
+// the names are learned: it costs a second trap per launch.
+func (t *Tracer) AttachRuntimeLaunches(pid int, lib *Library) (*Attachment, error) {
 	a := &Attachment{PID: pid, Library: *lib}
 	var set probeSet
 	for _, spec := range event.Specs(event.Runtime) {
 		if spec.Class != event.ClassLaunch {
 			continue
 		}
-		for _, sym := range spec.Symbols {
+		for i, sym := range spec.Symbols {
 			s, ok := lib.file.LookupDynamic(sym)
 			if !ok && lib.Static {
 				s, ok = lib.file.Lookup(sym)
 			}
 			if !ok {
+				a.Missing = append(a.Missing, sym)
 				continue
 			}
 			if off, ok := lib.file.FileOffset(s.Value); ok {
-				set.add(off, spec.PairCookie(), sym)
+				cookie := spec.PairCookie(i)
+				if t.cfg.Stacks == StacksAll {
+					cookie |= event.CookieStack
+				}
+				set.add(off, cookie, sym)
 			}
 		}
 	}

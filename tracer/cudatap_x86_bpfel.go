@@ -62,13 +62,15 @@ const (
 	cudatapStatSTAT_INFLIGHT_FULL cudatapStat = 2
 	cudatapStatSTAT_ORPHAN_RETURN cudatapStat = 3
 	cudatapStatSTAT_READ_FAULT    cudatapStat = 4
-	cudatapStatSTAT_MAX           cudatapStat = 5
+	cudatapStatSTAT_NESTED        cudatapStat = 5
+	cudatapStatSTAT_MAX           cudatapStat = 6
 )
 
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	cudatapMapDriverLive       = "driver_live"
 	cudatapMapEvents           = "events"
 	cudatapMapInflight         = "inflight"
 	cudatapMapPendingStub      = "pending_stub"
@@ -139,6 +141,7 @@ type cudatapProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type cudatapMapSpecs struct {
+	DriverLive  *ebpf.MapSpec `ebpf:"driver_live"`
 	Events      *ebpf.MapSpec `ebpf:"events"`
 	Inflight    *ebpf.MapSpec `ebpf:"inflight"`
 	PendingStub *ebpf.MapSpec `ebpf:"pending_stub"`
@@ -175,6 +178,7 @@ func (o *cudatapObjects) Close() error {
 //
 // It can be passed to loadCudatapObjects or ebpf.CollectionSpec.LoadAndAssign.
 type cudatapMaps struct {
+	DriverLive  *ebpf.Map `ebpf:"driver_live"`
 	Events      *ebpf.Map `ebpf:"events"`
 	Inflight    *ebpf.Map `ebpf:"inflight"`
 	PendingStub *ebpf.Map `ebpf:"pending_stub"`
@@ -184,6 +188,7 @@ type cudatapMaps struct {
 
 func (m *cudatapMaps) Close() error {
 	return _CudatapClose(
+		m.DriverLive,
 		m.Events,
 		m.Inflight,
 		m.PendingStub,

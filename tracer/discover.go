@@ -37,6 +37,7 @@ type Discovery struct {
 	Libraries []Library
 	Searched  int      // file-backed executable mappings examined
 	Names     []string // their paths, for error messages
+	Plain     []string // Keys of the examined files that hold no hooked layer
 	LdSo      *Library // the dynamic linker, for the library-load hook
 }
 
@@ -44,7 +45,11 @@ type Discovery struct {
 // not by file name, so that pip wheels, vendored copies with hashed names,
 // deleted files and executables with a statically linked runtime are found.
 // Files are opened through /proc/PID so paths in other mount namespaces work.
-func Discover(pid int, cache *symbolize.Cache) (*Discovery, error) {
+//
+// skip, if not nil, names files ("dev:inode") already known to hold no
+// hooked layer; they are not opened again (watch mode looks at every
+// process on the host).
+func Discover(pid int, cache *symbolize.Cache, skip func(key string) bool) (*Discovery, error) {
 	maps, err := symbolize.ReadMaps(pid)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
@@ -61,11 +66,17 @@ func Discover(pid int, cache *symbolize.Cache) (*Discovery, error) {
 		}
 		d.Searched++
 		d.Names = append(d.Names, obj.Path)
+		key := fmt.Sprintf("%s:%d", obj.Dev, obj.Inode)
+		if skip != nil && skip(key) {
+			continue
+		}
 		path := obj.OpenPath(pid)
 		f, err := cache.Open(path)
 		if err != nil {
+			d.Plain = append(d.Plain, key)
 			continue // not ELF, or unreadable: not a CUDA library we can hook
 		}
+		found := len(d.Libraries)
 		base := filepath.Base(obj.Path)
 		if strings.HasPrefix(base, "ld-linux") || strings.HasPrefix(base, "ld64.so") {
 			if _, ok := f.LookupDynamic("_dl_debug_state"); ok {
@@ -89,6 +100,10 @@ func Discover(pid int, cache *symbolize.Cache) (*Discovery, error) {
 			}
 			d.Libraries = append(d.Libraries, Library{Layer: layer, Path: obj.Path, OpenPath: path,
 				Dev: obj.Dev, Inode: obj.Inode, Static: static, file: f})
+		}
+		if len(d.Libraries) == found && !strings.HasPrefix(base, "ld-linux") && !strings.HasPrefix(base, "ld64.so") {
+			d.Plain = append(d.Plain, key)
+			f.Close() // keep its index, not its descriptor: watch mode sees every file on the host
 		}
 	}
 	return d, nil

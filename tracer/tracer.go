@@ -40,6 +40,7 @@ type Stats struct {
 	InflightFull  uint64
 	OrphanReturns uint64
 	ReadFaults    uint64
+	Nested        uint64 // launches both layers saw, counted once
 }
 
 // programs is the set of programs one kernel variant uses.
@@ -125,7 +126,7 @@ func (t *Tracer) UprobeMulti() bool { return t.multi }
 // Stats reads the per-CPU counters.
 func (t *Tracer) Stats() (Stats, error) {
 	var s Stats
-	fields := []*uint64{&s.Submitted, &s.RingbufFull, &s.InflightFull, &s.OrphanReturns, &s.ReadFaults}
+	fields := []*uint64{&s.Submitted, &s.RingbufFull, &s.InflightFull, &s.OrphanReturns, &s.ReadFaults, &s.Nested}
 	for i, f := range fields {
 		var perCPU []uint64
 		if err := t.maps.Stats.Lookup(uint32(i), &perCPU); err != nil {

@@ -71,7 +71,7 @@ func runDoctor(w io.Writer, o *doctorOptions) error {
 	cache := symbolize.NewCache(128)
 	for _, pid := range o.pids {
 		fmt.Fprintf(w, "\nprocess %d:\n", pid)
-		d, err := tracer.Discover(pid, cache)
+		d, err := tracer.Discover(pid, cache, nil)
 		if err != nil {
 			check(false, "discover", err.Error())
 			continue

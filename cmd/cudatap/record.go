@@ -16,6 +16,8 @@ import (
 
 type recordOptions struct {
 	pids        []int
+	all         bool
+	container   string
 	duration    time.Duration
 	outputs     []string
 	format      string
@@ -37,6 +39,8 @@ func newRecordCmd(g *globalOptions) *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.IntSliceVarP(&o.pids, "pid", "p", nil, "process to trace (repeatable or comma-separated)")
+	f.BoolVar(&o.all, "all", false, "trace every process on the host that maps CUDA, now or later")
+	f.StringVar(&o.container, "container", "", "trace every process of this container (id or prefix, or cgroup name), now or later")
 	f.DurationVarP(&o.duration, "duration", "d", 0, "stop after this long (default: until Ctrl-C or every target exits)")
 	f.StringArrayVarP(&o.outputs, "output", "o", nil, "output file; the extension picks the format: .json/.json.gz Chrome trace, .pb.gz pprof, .cudatap raw recording (repeatable)")
 	f.StringVar(&o.format, "format", "", "force the format of every -o: chrome, pprof or cudatap")
@@ -59,8 +63,8 @@ func parseStacks(s string) (tracer.StackMode, error) {
 }
 
 func runRecord(cmd *cobra.Command, g *globalOptions, o *recordOptions, command []string) error {
-	if len(o.pids) == 0 && len(command) == 0 {
-		return fmt.Errorf("nothing to trace: give -p PID (a running process) or a command after -- (see cudatap record --help)")
+	if len(o.pids) == 0 && len(command) == 0 && !o.all && o.container == "" {
+		return fmt.Errorf("nothing to trace: give -p PID (a running process), --container ID, --all, or a command after -- (see cudatap record --help)")
 	}
 	if len(command) > 0 && cmd.ArgsLenAtDash() != 0 {
 		return fmt.Errorf("unexpected arguments %q: put the command to launch after --", command)
@@ -88,7 +92,7 @@ func runRecord(cmd *cobra.Command, g *globalOptions, o *recordOptions, command [
 	stderr := cmd.ErrOrStderr()
 	status := newStatusLine(stderr)
 	cfg := session.Config{
-		PIDs: o.pids, Command: command, Duration: o.duration, Stacks: stacks,
+		PIDs: o.pids, Command: command, All: o.all, Container: o.container, Duration: o.duration, Stacks: stacks,
 		RingBufferBytes: o.ringBuffer, WaitForCUDA: o.waitForCUDA,
 		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Logger: g.logger(),
 		OnAttached: func(n int) { fmt.Fprintf(stderr, "attached to %d process(es)\n", n) },

@@ -94,15 +94,17 @@ const (
 	cookieDeref0 = 1 << 30
 	CookieStack  = 1 << 31
 	cookieStrArg = 33 // bits 33..35: 1 + index of a string argument
-	// CookiePair makes a runtime launch probe only remember its kernel stub
-	// (argument StubArg) for the driver launch underneath; it emits nothing.
+	// CookiePair makes a runtime launch probe hand its kernel stub (argument
+	// StubArg) to the driver launch underneath, and emit the launch only
+	// while the process's driver launches are not hooked (see the BPF side).
 	CookiePair     = 1 << 36
 	cookieTakeStub = 1 << 37
 )
 
-// PairCookie is the cookie of a runtime launch symbol in pairing mode.
-func (s *Spec) PairCookie() uint64 {
-	return uint64(s.API) | CookiePair | uint64(s.StubArg+1)<<cookieStrArg
+// PairCookie is the cookie of runtime launch symbol sym when the driver
+// counts launches.
+func (s *Spec) PairCookie(sym int) uint64 {
+	return s.Cookie(sym) | CookiePair | uint64(s.StubArg+1)<<cookieStrArg
 }
 
 // Cookie returns the attach cookie for symbol index sym of s.

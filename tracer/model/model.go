@@ -50,7 +50,6 @@ type Model struct {
 	start uint64
 	end   uint64
 	corr  uint64
-	args  event.Args
 }
 
 type eventPos struct {
@@ -120,6 +119,10 @@ func (m *Model) SetKernelStats(submitted, ringbufFull, inflightFull, orphans, re
 	m.drops.OrphanReturns = orphans
 	m.drops.ReadFaults = readFaults
 }
+
+// SetNested records how many launches both layers saw and the BPF side
+// counted once.
+func (m *Model) SetNested(n uint64) { m.drops.Nested = n }
 
 // SetAttachFailures records how many symbols could not be hooked.
 func (m *Model) SetAttachFailures(n uint64) { m.drops.AttachFailures = n }
@@ -215,26 +218,27 @@ func (m *Model) Handle(ev *event.Event) {
 		p.Threads[ev.TID] = name
 	}
 
-	a := &m.args
-	ev.Decode(a)
-	c := Call{
+	// The call is built in place: it is big, and this is the hot path.
+	idx := len(p.Calls)
+	p.Calls = grow(p.Calls)
+	call := &p.Calls[idx]
+	*call = Call{
 		Start: ev.Start, End: end, TID: ev.TID, API: spec.API, Symbol: uint8(ev.SymbolIndex()),
-		Stream: -1, Ret: ev.Ret, HasRet: ev.HasReturn(), Args: *a, GPUOp: -1, Sync: -1, Stack: -1, PyStack: -1,
+		Stream: -1, Ret: ev.Ret, HasRet: ev.HasReturn(), GPUOp: -1, Sync: -1, Stack: -1, PyStack: -1,
 		ReadFault: ev.Flags&(event.FlagStackArgFault|event.FlagDerefFault|event.FlagOutFault) != 0,
 	}
-	ok := !c.HasRet || c.Ret == 0
+	a := &call.Args
+	ev.Decode(a)
+	ok := !call.HasRet || call.Ret == 0
 	if a.HasStream && spec.Class != event.ClassStreamCreate {
-		c.Stream = int32(ps.streamID(a.Stream, spec.PerThreadDefault(ev.SymbolIndex()), ev.TID, ev.Start))
+		call.Stream = int32(ps.streamID(a.Stream, spec.PerThreadDefault(ev.SymbolIndex()), ev.TID, ev.Start))
 	}
 	if ev.NStack > 0 {
-		c.Stack = m.addStack(ev)
+		call.Stack = m.addStack(ev)
 	}
 	if ev.NPy > 0 {
-		c.PyStack = m.addPyStack(ev)
+		call.PyStack = m.addPyStack(ev)
 	}
-	idx := len(p.Calls)
-	p.Calls = append(p.Calls, c)
-	call := &p.Calls[idx]
 
 	switch spec.Class {
 	case event.ClassStreamCreate:
@@ -352,6 +356,15 @@ func (m *Model) Handle(ev *event.Event) {
 	}
 }
 
+// grow extends s by one element, doubling its capacity when full: append
+// grows a big slice by 1.25×, which copies every call about four times.
+func grow[E any](s []E) []E {
+	if len(s) == cap(s) {
+		s = slices.Grow(s, max(len(s), 64))
+	}
+	return s[:len(s)+1]
+}
+
 // boundTime is when the work a sync waited for was known to be complete: its
 // return if it really blocked, else its start.
 func boundTime(c *Call) uint64 {
@@ -439,7 +452,8 @@ func (m *Model) enqueue(ps *procState, idx int, op GPUOp) int {
 	op.Start, op.End = call.Start, call.Start
 	op.After, ps.st[sid].waitAfter = ps.st[sid].waitAfter, -1
 	opIdx := len(p.GPUOps)
-	p.GPUOps = append(p.GPUOps, op)
+	p.GPUOps = grow(p.GPUOps)
+	p.GPUOps[opIdx] = op
 	call.GPUOp, call.Correlation = int32(opIdx), m.corr
 
 	if sid == 0 {

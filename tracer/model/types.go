@@ -299,6 +299,7 @@ type Drops struct {
 	DecodeErrors   uint64 // lost: malformed record
 	UnknownAPI     uint64 // lost: cookie names no known API
 	AttachFailures uint64 // symbols that could not be hooked
+	Nested         uint64 // launches both the runtime and the driver probe saw, counted once (not a loss)
 }
 
 // Lost is the number of calls that happened while traced but are missing

@@ -126,7 +126,7 @@ func attachEmpty(tb testing.TB, pid int) func() {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	d, err := tracer.Discover(pid, symbolize.NewCache(16))
+	d, err := tracer.Discover(pid, symbolize.NewCache(16), nil)
 	if err != nil || len(d.Libraries) == 0 {
 		tb.Fatalf("discover: %v", err)
 	}
@@ -173,3 +173,43 @@ func attachCudatap(tb testing.TB, pid int) func() {
 type discard struct{}
 
 func (discard) Write(p []byte) (int, error) { return len(p), nil }
+
+// BenchmarkAttachLatency measures the time from the start of a recording to
+// live probes in an already running CUDA process (discovery, symbol lookup,
+// uprobe_multi links, BPF already loaded excluded).
+func BenchmarkAttachLatency(b *testing.B) {
+	testutil.RequireRoot(b)
+	s := testutil.Sim(b)
+	cmd := exec.Command(s.Workload, "--wait-stdin")
+	stdin, _ := cmd.StdinPipe()
+	pr, pw, _ := os.Pipe()
+	cmd.Stdout = pw
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	pw.Close()
+	defer func() { stdin.Close(); cmd.Process.Kill(); cmd.Wait() }()
+	buf := make([]byte, 32)
+	pr.Read(buf)
+	tr, err := tracer.New(tracer.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer tr.Close()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		cache := symbolize.NewCache(64) // cold: every library read again
+		d, err := tracer.Discover(cmd.Process.Pid, cache, nil)
+		if err != nil || len(d.Libraries) == 0 {
+			b.Fatalf("discover: %v", err)
+		}
+		a, err := tr.Attach(cmd.Process.Pid, &d.Libraries[0], nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		a.Close()
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N)/1000, "ms/attach")
+}

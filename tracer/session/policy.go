@@ -6,11 +6,13 @@ import "github.com/cudatap/cudatap/tracer/event"
 // layers it maps. The rule keeps every launch at one uprobe hit and every
 // call counted once:
 //
-//   - Launches are hooked in the driver whenever libcuda is mapped: every
-//     runtime launch enters cuLaunchKernel, and Triton, cuBLAS/cuDNN
-//     internals and torch.compile launch there directly. Kernel names come
-//     from the load-time calls (cuModuleGetFunction, cuLibraryGetKernel,
-//     cuKernelGetFunction).
+//   - Launches are counted in the driver: every runtime launch enters
+//     cuLaunchKernel, and Triton, cuBLAS/cuDNN internals and torch.compile
+//     launch there directly. Kernel names come from the load-time calls
+//     (cuModuleGetFunction, cuLibraryGetKernel, cuKernelGetFunction). The
+//     runtime's launch symbols get a separate, temporary attachment (see
+//     Session.runtimeLaunches) that counts launches until libcuda is hooked
+//     and names kernels loaded before cudatap attached.
 //   - Every other call is hooked in the runtime when the process has one
 //     (the API the program wrote, with its semantics), else in the driver.
 //   - NCCL is always hooked.
@@ -24,9 +26,8 @@ const (
 
 func policyFor(layer event.Layer, layers uint8) policy {
 	hasRuntime := layers&(1<<event.Runtime) != 0
-	hasDriver := layers&(1<<event.Driver) != 0
 	switch {
-	case layer == event.Runtime && hasDriver:
+	case layer == event.Runtime:
 		return policyNoLaunch
 	case layer == event.Driver && hasRuntime:
 		return policyLaunchOnly

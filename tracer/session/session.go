@@ -32,6 +32,8 @@ import (
 type Config struct {
 	PIDs            []int
 	Command         []string // launch this command and trace it from its first instruction
+	All             bool     // every process on the host that maps CUDA, now or later
+	Container       string   // every process of this container (id prefix or cgroup name), now or later
 	Duration        time.Duration
 	Stacks          tracer.StackMode
 	RingBufferBytes int
@@ -79,8 +81,11 @@ type target struct {
 	pid       int
 	attached  map[string]*tracer.Attachment // by library key and layer
 	policy    map[string]policy             // what each attachment hooks
-	pairing   *tracer.Attachment            // runtime launch probes naming old CUfunctions
-	pairUntil time.Time
+	// The runtime's launch probes: they count launches until libcuda is
+	// hooked and name CUfunctions created before cudatap attached.
+	rtLaunch      *tracer.Attachment
+	rtLaunchUntil time.Time // when to close rtLaunch; zero = not scheduled
+	rtLaunchDone  bool
 	layers    uint8                         // bit per event.Layer seen in the process
 	loader    *tracer.Attachment
 	stopOnLd  bool
@@ -104,12 +109,19 @@ type Session struct {
 	targets map[int]*target
 	rescan  chan int
 	encBuf  []byte // re-encoded records (reader goroutine only)
+
+	// Watch mode (control loop only).
+	loaders    map[string]*tracer.Attachment // host-wide dynamic-linker hooks, by file
+	seenMaps   map[int]uint64                // maps hash of processes looked at
+	plain      map[string]bool               // files ("dev:inode") that hold no CUDA layer
+	newTargets int
+	finished   []Attached // targets forgotten after they exited
 }
 
 // Run records until ctx is done, the duration passes, or every target exits.
 func Run(ctx context.Context, cfg Config) (*Outcome, error) {
-	if len(cfg.PIDs) == 0 && len(cfg.Command) == 0 {
-		return nil, errors.New("nothing to trace: give -p PID or a command after --")
+	if len(cfg.PIDs) == 0 && len(cfg.Command) == 0 && !cfg.All && cfg.Container == "" {
+		return nil, errors.New("nothing to trace: give -p PID, --container ID, --all, or a command after --")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -133,7 +145,8 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 	defer tr.Close()
 
 	s := &Session{cfg: cfg, log: cfg.Logger, tr: tr, cache: symbolize.NewCache(512),
-		targets: map[int]*target{}, rescan: make(chan int, 256)}
+		targets: map[int]*target{}, rescan: make(chan int, 1024),
+		loaders: map[string]*tracer.Attachment{}, seenMaps: map[int]uint64{}, plain: map[string]bool{}}
 	if cfg.Recording != nil {
 		s.rec, err = recording.NewWriter(cfg.Recording, recordingHeader(cfg))
 		if err != nil {
@@ -299,6 +312,9 @@ func (s *Session) run(ctx context.Context) (*Outcome, error) {
 			return nil, err
 		}
 	}
+	if s.watching() {
+		s.discoverAll()
+	}
 	// Processes that make no call while traced still appear in every output.
 	for _, pid := range s.livePIDs() {
 		s.model.AddProcess(uint32(pid))
@@ -343,6 +359,9 @@ loop:
 			}
 		case pid := <-s.rescan:
 			s.handleRescan(pid)
+			if s.watching() {
+				s.consider(pid)
+			}
 		case now := <-liveness.C:
 			s.endPairings(now)
 			for _, pid := range s.livePIDs() {
@@ -353,11 +372,14 @@ loop:
 					s.markExited(pid)
 				}
 			}
-			if s.allExited() {
+			if s.allExited() && !s.watching() {
 				break loop
 			}
 		case now := <-status.C:
 			s.sweep()
+			if s.watching() {
+				s.discoverAll()
+			}
 			if s.cfg.OnStatus != nil {
 				ev := s.events.Load()
 				dt := now.Sub(lastStatus).Seconds()
@@ -374,12 +396,14 @@ loop:
 
 	// Stop: detach first so nothing new arrives, then drain what is queued.
 	s.closeAll()
+	s.closeLoaders()
 	s.tr.Drain()
 	if err := <-readerDone; err != nil {
 		return nil, err
 	}
 	if st, err := s.tr.Stats(); err == nil {
 		s.model.SetKernelStats(st.Submitted, st.RingbufFull, st.InflightFull, st.OrphanReturns, st.ReadFaults)
+		s.model.SetNested(st.Nested)
 	}
 	if child != nil {
 		out.ExitCode = child.stop()
@@ -451,7 +475,7 @@ func (s *Session) lostNow() uint64 {
 // attachProcess discovers and hooks the CUDA libraries of pid. With
 // required, a process without CUDA is an error (unless WaitForCUDA).
 func (s *Session) attachProcess(pid int, stopOnLoad, required bool) error {
-	d, err := tracer.Discover(pid, s.cache)
+	d, err := tracer.Discover(pid, s.cache, nil)
 	if err != nil {
 		return err
 	}
@@ -505,45 +529,64 @@ func (s *Session) attachProcess(pid int, stopOnLoad, required bool) error {
 		t.policy[key] = pol
 		s.mu.Unlock()
 	}
-	if !stopOnLoad && t.pairing == nil && t.pairUntil.IsZero() && s.cfg.NameWindow >= 0 &&
-		t.layers&(1<<event.Runtime) != 0 && t.layers&(1<<event.Driver) != 0 {
-		s.startPairing(t, d)
-	}
+	s.runtimeLaunches(t, d, stopOnLoad)
 	t.mapsHash = mapsHash(pid)
 	return nil
 }
 
-// startPairing probes the runtime's launches for a while so that driver
-// launches of kernels loaded before cudatap attached get their names.
-func (s *Session) startPairing(t *target, d *tracer.Discovery) {
+// runtimeLaunches manages the runtime's launch probes of a target (see
+// tracer.AttachRuntimeLaunches). They are attached while the process has a
+// runtime and no hooked driver (launches are counted there meanwhile), and
+// after attaching to a running process for NameWindow (kernel names). Once
+// the driver is hooked they go: at once in a process cudatap launched (it is
+// stopped at the library load, and every kernel load is seen), after the
+// window otherwise.
+func (s *Session) runtimeLaunches(t *target, d *tracer.Discovery, launched bool) {
+	hasRT := t.layers&(1<<event.Runtime) != 0
+	hasDrv := t.layers&(1<<event.Driver) != 0
 	window := s.cfg.NameWindow
 	if window == 0 {
 		window = 5 * time.Second
 	}
-	for i := range d.Libraries {
-		if d.Libraries[i].Layer != event.Runtime {
-			continue
+	if hasRT && t.rtLaunch == nil && !t.rtLaunchDone && (!hasDrv || (!launched && window > 0)) {
+		for i := range d.Libraries {
+			if d.Libraries[i].Layer != event.Runtime {
+				continue
+			}
+			a, err := s.tr.AttachRuntimeLaunches(t.pid, &d.Libraries[i])
+			if err != nil {
+				s.log.Warn("cannot probe runtime launches", "pid", t.pid, "err", err)
+				break
+			}
+			s.mu.Lock()
+			t.rtLaunch = a
+			s.mu.Unlock()
+			break
 		}
-		a, err := s.tr.AttachPairing(t.pid, &d.Libraries[i])
-		if err != nil {
-			s.log.Warn("cannot name kernels loaded before attaching", "pid", t.pid, "err", err)
-			return
-		}
+	}
+	if t.rtLaunch == nil || !hasDrv || !t.rtLaunchUntil.IsZero() {
+		return
+	}
+	if launched || window < 0 {
 		s.mu.Lock()
-		t.pairing, t.pairUntil = a, time.Now().Add(window)
+		t.rtLaunch.Close()
+		t.rtLaunch, t.rtLaunchDone = nil, true
 		s.mu.Unlock()
 		return
 	}
+	s.mu.Lock()
+	t.rtLaunchUntil = time.Now().Add(window)
+	s.mu.Unlock()
 }
 
-// endPairings closes pairing probes whose window is over.
+// endPairings closes runtime launch probes whose naming window is over.
 func (s *Session) endPairings(now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, t := range s.targets {
-		if t.pairing != nil && now.After(t.pairUntil) {
-			t.pairing.Close()
-			t.pairing = nil
+		if t.rtLaunch != nil && !t.rtLaunchUntil.IsZero() && now.After(t.rtLaunchUntil) {
+			t.rtLaunch.Close()
+			t.rtLaunch, t.rtLaunchDone = nil, true
 		}
 	}
 }
@@ -624,6 +667,18 @@ func (s *Session) closeAll() {
 	}
 }
 
+func (t *target) summary() Attached {
+	at := Attached{PID: t.pid}
+	for _, a := range t.attached {
+		at.Libraries = append(at.Libraries, a.Library)
+		at.Hooked += len(a.Hooked)
+		at.Missing = append(at.Missing, a.Missing...)
+	}
+	sort.Slice(at.Libraries, func(i, j int) bool { return at.Libraries[i].Path < at.Libraries[j].Path })
+	sort.Strings(at.Missing)
+	return at
+}
+
 func (t *target) closeProbes() {
 	for _, a := range t.attached {
 		a.Close()
@@ -631,24 +686,16 @@ func (t *target) closeProbes() {
 	if t.loader != nil {
 		t.loader.Close()
 	}
-	if t.pairing != nil {
-		t.pairing.Close()
-		t.pairing = nil
+	if t.rtLaunch != nil {
+		t.rtLaunch.Close()
+		t.rtLaunch = nil
 	}
 }
 
 func (s *Session) attachedSummary() []Attached {
-	var out []Attached
-	for pid, t := range s.targets {
-		at := Attached{PID: pid}
-		for _, a := range t.attached {
-			at.Libraries = append(at.Libraries, a.Library)
-			at.Hooked += len(a.Hooked)
-			at.Missing = append(at.Missing, a.Missing...)
-		}
-		sort.Slice(at.Libraries, func(i, j int) bool { return at.Libraries[i].Path < at.Libraries[j].Path })
-		sort.Strings(at.Missing)
-		out = append(out, at)
+	out := append([]Attached(nil), s.finished...)
+	for _, t := range s.targets {
+		out = append(out, t.summary())
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].PID < out[j].PID })
 	return out

@@ -137,6 +137,10 @@ cudaError_t cudaLaunchHostFunc_ptsz(cudaStream_t stream, cudaHostFn_t fn, void *
 cudaError_t cudaGetDevice(int *device);
 cudaError_t cudaSetDevice(int device);
 cudaError_t cudaGetLastError(void);
+/* What nvcc-generated code calls at startup for every kernel: the host stub
+ * and the kernel's (mangled) name. */
+void __cudaRegisterFunction(void **fatCubinHandle, const char *hostFun, char *deviceFun, const char *deviceName,
+			    int thread_limit, void *tid, void *bid, void *bDim, void *gDim, int *wSize);
 
 #ifdef __cplusplus
 }

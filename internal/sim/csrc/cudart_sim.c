@@ -132,6 +132,18 @@ static int driver(void)
 
 /* ---- launches ---- */
 
+/* Kernels registered by __cudaRegisterFunction, and their CUfunctions once
+ * launched. */
+struct registered {
+	const void *stub;
+	char *name;
+	CUfunction func;
+	struct registered *next;
+};
+static pthread_mutex_t kernels_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct registered *registered; /* guarded by kernels_mu */
+static CUlibrary library;             /* guarded by kernels_mu */
+
 /* Checks what the runtime checks before it reaches the driver. */
 static cudaError_t launch_check(const void *func, dim3 grid, dim3 block)
 {
@@ -146,7 +158,39 @@ static cudaError_t launch_check(const void *func, dim3 grid, dim3 block)
  * the simulated driver keeps that map. */
 static CUfunction function_of(const void *func)
 {
-	return drv.sim_function_for_stub(func);
+	/* Like real cudart with lazy loading: a registered kernel becomes a
+	 * CUfunction on its first launch through cuLibraryGetKernel (by name)
+	 * and cuKernelGetFunction; unregistered stubs get an anonymous handle. */
+	pthread_mutex_lock(&kernels_mu);
+	struct registered *r = registered;
+	while (r && r->stub != func)
+		r = r->next;
+	if (r && !r->func && driver()) {
+		if (!library)
+			drv.cuLibraryLoadData(&library, "sim fatbin", NULL, NULL, 0, NULL, NULL, 0);
+		CUkernel k;
+		if (library && drv.cuLibraryGetKernel(&k, library, r->name) == CUDA_SUCCESS)
+			drv.cuKernelGetFunction(&r->func, k);
+	}
+	CUfunction f = r && r->func ? r->func : NULL;
+	pthread_mutex_unlock(&kernels_mu);
+	return f ? f : drv.sim_function_for_stub(func);
+}
+
+API void __cudaRegisterFunction(void **fatCubinHandle, const char *hostFun, char *deviceFun, const char *deviceName,
+				int thread_limit, void *tid, void *bid, void *bDim, void *gDim, int *wSize)
+{
+	(void)fatCubinHandle, (void)deviceName, (void)thread_limit, (void)tid, (void)bid, (void)bDim, (void)gDim, (void)wSize;
+	struct registered *r = calloc(1, sizeof *r);
+	if (!r || !hostFun || !deviceFun || !(r->name = strdup(deviceFun))) {
+		free(r);
+		return;
+	}
+	r->stub = hostFun;
+	pthread_mutex_lock(&kernels_mu);
+	r->next = registered;
+	registered = r;
+	pthread_mutex_unlock(&kernels_mu);
 }
 
 static CUlaunchConfig driver_config(const cudaLaunchConfig_t *c)

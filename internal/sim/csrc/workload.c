@@ -66,7 +66,8 @@
 	X(cudaMallocAsync_ptsz) X(cudaFreeAsync) X(cudaFreeAsync_ptsz) X(cudaHostAlloc)            \
 	X(cudaMallocHost) X(cudaFreeHost) X(cudaHostRegister) X(cudaHostUnregister)                \
 	X(cudaGraphLaunch) X(cudaGraphLaunch_ptsz) X(cudaLaunchHostFunc)                           \
-	X(cudaLaunchHostFunc_ptsz) X(cudaGetDevice) X(cudaSetDevice) X(cudaGetLastError)
+	X(cudaLaunchHostFunc_ptsz) X(cudaGetDevice) X(cudaSetDevice) X(cudaGetLastError)          \
+	X(__cudaRegisterFunction)
 
 /* Every entry point the workload may call: runtime, driver, NCCL. */
 #define ALL_API_LIST(X) API_LIST(X) DRIVER_API_LIST(X) NCCL_API_LIST(X)
@@ -871,6 +872,18 @@ static const struct {
 #endif
 };
 
+/* What nvcc's generated code does at startup: tell the runtime each kernel's
+ * host stub and name (here the C name; real ones are mangled C++). */
+static void register_kernels(void)
+{
+	CALL(__cudaRegisterFunction, NULL, (const char *)sim_gemm_kernel, "sim_gemm_kernel", "sim_gemm_kernel", -1, NULL,
+	     NULL, NULL, NULL, NULL);
+	CALL(__cudaRegisterFunction, NULL, (const char *)sim_relu_kernel, "sim_relu_kernel", "sim_relu_kernel", -1, NULL,
+	     NULL, NULL, NULL, NULL);
+	CALL(__cudaRegisterFunction, NULL, (const char *)sim_reduce_kernel, "sim_reduce_kernel", "sim_reduce_kernel", -1,
+	     NULL, NULL, NULL, NULL, NULL);
+}
+
 #ifdef RUNTIME_DLOPEN
 static void load_runtime(const char *path)
 {
@@ -1043,8 +1056,12 @@ int main(int argc, char **argv)
 #endif
 #ifdef SIM_DRIVER
 	/* Only the driver scenarios run without a runtime in the process. */
-	if (o.scenario != scenario_driver && o.scenario != scenario_driver_all)
+	if (o.scenario != scenario_driver && o.scenario != scenario_driver_all) {
 		load_runtime_beside();
+		register_kernels();
+	}
+#else
+	register_kernels();
 #endif
 
 	o.scenario(&o);

@@ -1,0 +1,171 @@
+package session
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/cudatap/cudatap/tracer"
+)
+
+// Watch mode (--all, --container): targets are found, not given. Every
+// process that matches is hooked once it maps a CUDA library: at start, on
+// a library load seen by a host-wide hook on each dynamic linker, and by a
+// once-a-second sweep of /proc as a backstop (static executables).
+
+func (s *Session) watching() bool { return s.cfg.All || s.cfg.Container != "" }
+
+// matches reports whether pid belongs to the watched set.
+func (s *Session) matches(pid int) bool {
+	if pid == os.Getpid() {
+		return false
+	}
+	if s.cfg.Container == "" {
+		return true
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	if err != nil {
+		return false
+	}
+	return CgroupMatches(string(b), s.cfg.Container)
+}
+
+// CgroupMatches reports whether a /proc/PID/cgroup text belongs to the
+// container: by container id prefix, or else by a cgroup path component.
+func CgroupMatches(cgroup, container string) bool {
+	if id, _ := ContainerFromCgroup(cgroup); id != "" && strings.HasPrefix(id, container) {
+		return true
+	}
+	for _, line := range strings.Split(cgroup, "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		for _, seg := range strings.Split(parts[2], "/") {
+			if seg == container || strings.TrimSuffix(seg, ".scope") == container {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// maxPlain bounds the set of files known to hold no CUDA.
+const maxPlain = 1 << 16
+
+// procPIDs lists the numeric entries of /proc.
+func procPIDs() []int {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var pids []int
+	for _, e := range ents {
+		if pid, err := strconv.Atoi(e.Name()); err == nil {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// discoverAll hooks every matching process that maps CUDA now and watches
+// library loads in all of them.
+func (s *Session) discoverAll() {
+	pids := procPIDs()
+	live := make(map[int]bool, len(pids))
+	for _, pid := range pids {
+		live[pid] = true
+		s.consider(pid)
+	}
+	// Keep state bounded: forget processes that are gone.
+	for pid := range s.seenMaps {
+		if !live[pid] {
+			delete(s.seenMaps, pid)
+		}
+	}
+	s.forgetExited(live)
+}
+
+// consider looks at a process not traced yet: watch its dynamic linker,
+// and hook it if it maps CUDA.
+func (s *Session) consider(pid int) {
+	s.mu.Lock()
+	t := s.targets[pid]
+	s.mu.Unlock()
+	if t != nil && !t.exited {
+		return
+	}
+	if !s.matches(pid) {
+		return
+	}
+	h := mapsHash(pid)
+	if h == 0 || s.seenMaps[pid] == h {
+		return // gone, or unchanged since we last looked
+	}
+	s.seenMaps[pid] = h
+	d, err := tracer.Discover(pid, s.cache, func(key string) bool { return s.plain[key] })
+	if err != nil {
+		return
+	}
+	for _, key := range d.Plain {
+		if len(s.plain) < maxPlain {
+			s.plain[key] = true
+		}
+	}
+	if d.LdSo != nil {
+		s.watchLoader(d.LdSo)
+	}
+	if len(d.Libraries) == 0 {
+		return
+	}
+	if t != nil && t.exited {
+		// PID reuse: a new process under an old number.
+		s.mu.Lock()
+		delete(s.targets, pid)
+		s.mu.Unlock()
+	}
+	if err := s.attachProcess(pid, false, false); err != nil {
+		s.log.Warn("cannot trace", "pid", pid, "err", err)
+		return
+	}
+	s.newTargets++
+}
+
+// watchLoader hooks a dynamic linker host-wide (once per file): every
+// library load in every process using it reaches the rescan channel.
+func (s *Session) watchLoader(ldso *tracer.Library) {
+	key := ldso.Key()
+	if _, ok := s.loaders[key]; ok {
+		return
+	}
+	a, err := s.tr.AttachLoader(0, ldso, false)
+	if err != nil {
+		s.log.Warn("cannot watch library loads; relying on the /proc sweep", "loader", ldso.Path, "err", err)
+		s.loaders[key] = nil
+		return
+	}
+	s.loaders[key] = a
+}
+
+func (s *Session) closeLoaders() {
+	for _, a := range s.loaders {
+		if a != nil {
+			a.Close()
+		}
+	}
+}
+
+
+// forgetExited drops exited targets that are no longer in /proc; their
+// calls stay in the model.
+func (s *Session) forgetExited(live map[int]bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for pid, t := range s.targets {
+		if t.exited && !live[pid] {
+			s.finished = append(s.finished, t.summary())
+			delete(s.targets, pid)
+		}
+	}
+}
