@@ -18,6 +18,7 @@
 #include <stdbool.h>
 
 #include "cudatap.h"
+#include "python.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -190,6 +191,8 @@ static __always_inline void fill_full(struct pt_regs *ctx, struct event *e, __u6
 	e->rip = PT_REGS_IP(ctx);
 	e->rsp = PT_REGS_SP(ctx);
 	e->rbp = ctx->rbp;
+	/* The Python line that led here, when the process runs CPython. */
+	walk_python(e, e->pid, e->tid);
 	/* A thread's stack may end less than STACK_COPY above rsp. */
 	void *sp = (void *)e->rsp;
 	if (bpf_probe_read_user(e->copy, STACK_COPY, sp) == 0)
@@ -213,7 +216,9 @@ static __always_inline int emit_entry(struct pt_regs *ctx, __u64 cookie, __u64 p
 	e->flags = read_args(ctx, cookie, e->args, e->ext);
 	if (full)
 		fill_full(ctx, e, cookie);
-	bpf_ringbuf_submit(e, wakeup_flags());
+	/* Stacks are resolved (Python code objects read, frames symbolized)
+	 * while the process lives: hand them over at once. They are rare. */
+	bpf_ringbuf_submit(e, full ? BPF_RB_FORCE_WAKEUP : wakeup_flags());
 	count(STAT_SUBMITTED);
 	return 0;
 }
@@ -304,7 +309,9 @@ static __always_inline int emit_return(struct pt_regs *ctx, struct inflight *in,
 	}
 	if (full)
 		fill_full(ctx, e, cookie);
-	bpf_ringbuf_submit(e, wakeup_flags());
+	/* Stacks are resolved (Python code objects read, frames symbolized)
+	 * while the process lives: hand them over at once. They are rare. */
+	bpf_ringbuf_submit(e, full ? BPF_RB_FORCE_WAKEUP : wakeup_flags());
 	count(STAT_SUBMITTED);
 	return 0;
 }

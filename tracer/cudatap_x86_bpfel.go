@@ -54,6 +54,25 @@ type cudatapInflightKey struct {
 	Api uint32
 }
 
+type cudatapPyConfig struct {
+	_                    structs.HostLayout
+	RuntimeAddr          uint64
+	Version              uint32
+	OffRuntimeInterpHead uint32
+	OffInterpThreadsHead uint32
+	OffTstateNext        uint32
+	OffTstateNativeTid   uint32
+	OffTstateFrame       uint32
+	OffCframeCurrent     uint32
+	OffFrameBack         uint32
+	OffFrameCode         uint32
+	OffFrameInstr        uint32
+	OffFrameOwner        uint32
+	InstrIsPtr           uint32
+	OffTstateThreadId    uint32
+	Pad                  uint32
+}
+
 type cudatapStat uint32
 
 const (
@@ -74,6 +93,7 @@ const (
 	cudatapMapEvents           = "events"
 	cudatapMapInflight         = "inflight"
 	cudatapMapPendingStub      = "pending_stub"
+	cudatapMapPyConfigs        = "py_configs"
 	cudatapMapScratch          = "scratch"
 	cudatapMapStats            = "stats"
 	cudatapProgCudaEntry       = "cuda_entry"
@@ -145,6 +165,7 @@ type cudatapMapSpecs struct {
 	Events      *ebpf.MapSpec `ebpf:"events"`
 	Inflight    *ebpf.MapSpec `ebpf:"inflight"`
 	PendingStub *ebpf.MapSpec `ebpf:"pending_stub"`
+	PyConfigs   *ebpf.MapSpec `ebpf:"py_configs"`
 	Scratch     *ebpf.MapSpec `ebpf:"scratch"`
 	Stats       *ebpf.MapSpec `ebpf:"stats"`
 }
@@ -182,6 +203,7 @@ type cudatapMaps struct {
 	Events      *ebpf.Map `ebpf:"events"`
 	Inflight    *ebpf.Map `ebpf:"inflight"`
 	PendingStub *ebpf.Map `ebpf:"pending_stub"`
+	PyConfigs   *ebpf.Map `ebpf:"py_configs"`
 	Scratch     *ebpf.Map `ebpf:"scratch"`
 	Stats       *ebpf.Map `ebpf:"stats"`
 }
@@ -192,6 +214,7 @@ func (m *cudatapMaps) Close() error {
 		m.Events,
 		m.Inflight,
 		m.PendingStub,
+		m.PyConfigs,
 		m.Scratch,
 		m.Stats,
 	)

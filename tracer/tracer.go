@@ -4,6 +4,7 @@
 package tracer
 
 import (
+	"encoding"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -118,6 +119,27 @@ func New(cfg Config) (*Tracer, error) {
 		return nil, fmt.Errorf("open ring buffer: %w", err)
 	}
 	return t, nil
+}
+
+// SetPython gives the BPF side the CPython layout of a process, so that its
+// stack records carry the Python frames (see bpf/python.h). cfg must encode
+// to struct py_config.
+func (t *Tracer) SetPython(pid int, cfg encoding.BinaryMarshaler) error {
+	m := t.coll.Maps["py_configs"]
+	if m == nil {
+		return errors.New("BPF object has no py_configs map")
+	}
+	if err := m.Put(uint32(pid), cfg); err != nil {
+		return fmt.Errorf("set Python layout of process %d: %w", pid, err)
+	}
+	return nil
+}
+
+// ForgetPython removes a process's CPython layout (it exited).
+func (t *Tracer) ForgetPython(pid int) {
+	if m := t.coll.Maps["py_configs"]; m != nil {
+		m.Delete(uint32(pid))
+	}
 }
 
 // UprobeMulti reports whether attachments use uprobe_multi links.

@@ -61,5 +61,8 @@ func (g *globalOptions) logger() *slog.Logger {
 	if g.verbose {
 		level = slog.LevelInfo
 	}
+	if os.Getenv("CUDATAP_DEBUG") != "" {
+		level = slog.LevelDebug
+	}
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 }

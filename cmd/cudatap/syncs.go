@@ -20,6 +20,7 @@ type syncsOptions struct {
 	duration time.Duration
 	json     bool
 	top      int
+	wait     bool
 }
 
 func newSyncsCmd(g *globalOptions) *cobra.Command {
@@ -47,6 +48,7 @@ func newSyncsCmd(g *globalOptions) *cobra.Command {
 	f.DurationVarP(&o.duration, "duration", "d", 0, "when tracing live: stop after this long")
 	f.BoolVar(&o.json, "json", false, "write JSON instead of a table")
 	f.IntVar(&o.top, "top", 20, "show at most this many sites in the table")
+	f.BoolVar(&o.wait, "wait-for-cuda", false, "accept processes that have not loaded CUDA yet and hook it when they do")
 	return cmd
 }
 
@@ -75,7 +77,7 @@ func syncsResult(cmd *cobra.Command, g *globalOptions, o *syncsOptions, args []s
 	stderr := cmd.ErrOrStderr()
 	status := newStatusLine(stderr)
 	out, err := session.Run(cmd.Context(), session.Config{
-		PIDs: o.pids, Command: command, Duration: o.duration, Stacks: tracer.StacksSync,
+		PIDs: o.pids, Command: command, Duration: o.duration, Stacks: tracer.StacksSync, WaitForCUDA: o.wait,
 		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Logger: g.logger(),
 		OnAttached: func(n int) { fmt.Fprintf(stderr, "attached to %d process(es)\n", n) },
 		OnStatus:   status.update,

@@ -80,9 +80,11 @@ func DetectCache(pid int, c *symbolize.Cache) (*Config, *Interpreter, error) {
 			return nil, nil, err
 		}
 		in.pthreadTIDOff = pthreadTIDOffset(pid, objs, c)
-		if err := in.validate(); err != nil && !errors.Is(err, errNotStarted) {
+		err = in.validate()
+		if err != nil && !errors.Is(err, errNotStarted) {
 			return nil, nil, err
 		}
+		in.started = err == nil
 		cfg := in.cfg
 		return &cfg, in, nil
 	}

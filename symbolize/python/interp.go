@@ -35,6 +35,10 @@ type Interpreter struct {
 	// struct pthread keeps the tid, 0 if unknown.
 	pthreadTIDOff uint64
 
+	// started: the interpreter was running and its layout checked against
+	// the live process when detected.
+	started bool
+
 	mu    sync.Mutex
 	codes map[uint64]*codeInfo
 }
@@ -50,6 +54,11 @@ type codeInfo struct {
 
 // Pid returns the process id.
 func (in *Interpreter) Pid() int { return in.pid }
+
+// Started reports whether the interpreter was initialized, and its layout
+// checked against the live process, when it was detected. Detect again
+// later when it was not.
+func (in *Interpreter) Started() bool { return in.started }
 
 // Version returns the interpreter's version, e.g. "3.12.1".
 func (in *Interpreter) Version() string { return in.version }

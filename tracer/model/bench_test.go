@@ -28,7 +28,7 @@ func benchCycle() (evs []event.Event, span uint64) {
 		add(memcpyAsync(2, now, 5*us, devA, hostP, 1<<20, event.HostToDevice, copyS))
 		add(eventRecord(2, now, 0xe1, copyS))
 		add(streamWait(1, now, compute, 0xe1))
-		for k := 0; k < 14; k++ {
+		for k := 0; k < 19; k++ {
 			add(launch(1, now, compute, kernels[k%len(kernels)]))
 		}
 		add(memsetAsync(1, now, devB, 4096, compute))
@@ -62,7 +62,7 @@ func benchSetup(m *Model) {
 
 // resetEvery bounds the model's memory in long benchmarks (it keeps every
 // call); a session of that many calls is already large.
-const resetEvery = 1 << 16
+const resetEvery = 1 << 20
 
 func BenchmarkModelHandle(b *testing.B) {
 	cycle, span := benchCycle()

@@ -397,12 +397,10 @@ func (m *Model) addPyStack(ev *event.Event) int32 {
 	for i := range st {
 		k := PyKey{Code: ev.Py[i][0], Instr: ev.Py[i][1]}
 		st[i] = k
-		if _, ok := p.PyFrames[k]; !ok {
-			name := ""
-			if m.opts.PyFrameName != nil {
-				name = m.opts.PyFrameName(ev.PID, k.Code, k.Instr)
-			}
-			p.PyFrames[k] = name
+		// Unresolved names are asked again: a launched interpreter's
+		// layout is confirmed only once it runs.
+		if p.PyFrames[k] == "" && m.opts.PyFrameName != nil {
+			p.PyFrames[k] = m.opts.PyFrameName(ev.PID, k.Code, k.Instr)
 		}
 	}
 	p.PyStacks = append(p.PyStacks, st)

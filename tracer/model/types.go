@@ -155,22 +155,23 @@ func (k SyncKind) Hint() string {
 	return ""
 }
 
-// Call is one observed CUDA API call.
+// Call is one observed CUDA API call. Its fields are ordered by size: a
+// process keeps every call, and padding costs memory bandwidth.
 type Call struct {
 	Start, End  uint64 // ns, CLOCK_MONOTONIC; End == Start when only the entry was probed
-	TID         uint32
-	API         event.API
-	Symbol      uint8 // index into the API's symbol list
-	Stream      int32 // stream id, -1 when the call takes none
 	Ret         int64
-	HasRet      bool
 	Args        event.Args
 	Correlation uint64 // links the call to its GPU op; 0 = none
-	GPUOp       int32  // index into Process.GPUOps, -1 = none
-	Sync        int32  // index into Process.Syncs, -1 = none
-	Stack       int32  // index into Process.Stacks, -1 = none
-	PyStack     int32  // index into Process.PyStacks, -1 = none
-	ReadFault   bool   // some argument could not be read
+	TID         uint32
+	Stream      int32 // stream id, -1 when the call takes none
+	GPUOp       int32 // index into Process.GPUOps, -1 = none
+	Sync        int32 // index into Process.Syncs, -1 = none
+	Stack       int32 // index into Process.Stacks, -1 = none
+	PyStack     int32 // index into Process.PyStacks, -1 = none
+	API         event.API
+	Symbol      uint8 // index into the API's symbol list
+	HasRet      bool
+	ReadFault   bool // some argument could not be read
 }
 
 // Duration of the call on the host (0 when only the entry was probed).
@@ -193,20 +194,21 @@ func (c *Call) SymbolName() string {
 }
 
 // GPUOp is inferred GPU activity: when it ran is an estimate bounded by the
-// synchronizations that were observed, never a measurement.
+// synchronizations that were observed, never a measurement. Fields are
+// ordered by size, as in Call.
 type GPUOp struct {
-	Kind        OpKind
 	Stream      int
 	Call        int // index into Process.Calls
 	Correlation uint64
-	Enqueued    uint64    // host time of the enqueue call
-	Start, End  uint64    // inferred
-	Bounded     bool      // End is bounded by an observed completion (sync, ready query)
-	After       int32     // index of the op this one waits for (cudaStreamWaitEvent), -1 = none
-	Func        uint64    // kernel stub, CUfunction handle or host function address
-	API         event.API // the call that enqueued it (names collectives)
+	Enqueued    uint64 // host time of the enqueue call
+	Start, End  uint64 // inferred
+	Func        uint64 // kernel stub, CUfunction handle or host function address
 	Bytes       uint64
+	After       int32     // index of the op this one waits for (cudaStreamWaitEvent), -1 = none
+	API         event.API // the call that enqueued it (names collectives)
+	Kind        OpKind
 	CopyKind    event.MemcpyKind
+	Bounded     bool // End is bounded by an observed completion (sync, ready query)
 	Pageable    bool
 }
 

@@ -22,6 +22,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cudatap/cudatap/symbolize"
+	"github.com/cudatap/cudatap/symbolize/python"
+	"github.com/cudatap/cudatap/symbolize/unwind"
 	"github.com/cudatap/cudatap/tracer"
 	"github.com/cudatap/cudatap/tracer/event"
 	"github.com/cudatap/cudatap/tracer/model"
@@ -86,6 +88,9 @@ type target struct {
 	rtLaunch      *tracer.Attachment
 	rtLaunchUntil time.Time // when to close rtLaunch; zero = not scheduled
 	rtLaunchDone  bool
+	pyMu          sync.Mutex          // guards py and pyTried (reader goroutine and control loop)
+	py            *python.Interpreter // nil until a CPython runtime is found
+	pyTried       bool                // detection gave a final answer
 	layers    uint8                         // bit per event.Layer seen in the process
 	loader    *tracer.Attachment
 	stopOnLd  bool
@@ -109,6 +114,7 @@ type Session struct {
 	targets map[int]*target
 	rescan  chan int
 	encBuf  []byte // re-encoded records (reader goroutine only)
+	unwind  *unwind.Unwinder
 
 	// Watch mode (control loop only).
 	loaders    map[string]*tracer.Attachment // host-wide dynamic-linker hooks, by file
@@ -145,7 +151,7 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 	defer tr.Close()
 
 	s := &Session{cfg: cfg, log: cfg.Logger, tr: tr, cache: symbolize.NewCache(512),
-		targets: map[int]*target{}, rescan: make(chan int, 1024),
+		targets: map[int]*target{}, rescan: make(chan int, 1024), unwind: unwind.New(),
 		loaders: map[string]*tracer.Attachment{}, seenMaps: map[int]uint64{}, plain: map[string]bool{}}
 	if cfg.Recording != nil {
 		s.rec, err = recording.NewWriter(cfg.Recording, recordingHeader(cfg))
@@ -209,6 +215,30 @@ func (s *Session) modelOptions() model.Options {
 			}
 			return f.Raw
 		},
+		PyFrameName: func(pid uint32, code, instr uint64) string {
+			name := ""
+			s.mu.Lock()
+			t := s.targets[int(pid)]
+			s.mu.Unlock()
+			in := t.python()
+			if in != nil {
+				f, err := in.Frame(code, instr)
+				if err != nil && !in.Started() {
+					// Found before it ran: look again now that it does.
+					s.detectPython(t)
+					f, err = t.python().Frame(code, instr)
+				}
+				if err == nil {
+					name = f.String()
+				} else {
+					s.log.Debug("python frame", "pid", pid, "err", err)
+				}
+			}
+			if s.rec != nil {
+				s.rec.PyFrame(pid, code, instr, name)
+			}
+			return name
+		},
 		FrameName: func(pid uint32, addr uint64) string {
 			f := s.symbolizeAddr(pid, addr)
 			name := ""
@@ -233,6 +263,13 @@ func (s *Session) prepareStack(ev *event.Event) {
 	p := s.symProcess(ev.PID)
 	if p == nil {
 		return
+	}
+	if len(ev.Copy) > 0 {
+		// Code without frame pointers (CPython, PyTorch) ends the BPF walk
+		// early: unwind the stack copy with .eh_frame instead.
+		if pcs := s.unwind.Unwind(p, unwind.Regs(ev.Regs), ev.Copy, event.MaxStack); len(pcs) > ev.NStack {
+			ev.NStack = copy(ev.Stack[:], pcs)
+		}
 	}
 	maps := p.Mappings()
 	n := 0
@@ -446,7 +483,7 @@ func (s *Session) handleRecord(raw []byte) {
 		}
 		return
 	}
-	if ev.NStack > 0 {
+	if ev.NStack > 0 || len(ev.Copy) > 0 {
 		s.prepareStack(&ev)
 	}
 	s.model.Handle(&ev)
@@ -482,12 +519,16 @@ func (s *Session) attachProcess(pid int, stopOnLoad, required bool) error {
 	s.mu.Lock()
 	t := s.targets[pid]
 	if t == nil {
-		t = &target{pid: pid, attached: map[string]*tracer.Attachment{}, policy: map[string]policy{}, stopOnLd: stopOnLoad}
+		// A process asked for that has no CUDA yet (--wait-for-cuda) is held
+		// at each library load until what it loaded is hooked, like a
+		// launched one, so its first CUDA calls are not missed.
+		stop := stopOnLoad || (required && len(d.Libraries) == 0 && s.cfg.WaitForCUDA)
+		t = &target{pid: pid, attached: map[string]*tracer.Attachment{}, policy: map[string]policy{}, stopOnLd: stop}
 		s.targets[pid] = t
 	}
 	s.mu.Unlock()
 	if d.LdSo != nil && t.loader == nil {
-		a, err := s.tr.AttachLoader(pid, d.LdSo, stopOnLoad)
+		a, err := s.tr.AttachLoader(pid, d.LdSo, t.stopOnLd)
 		if err != nil {
 			s.log.Warn("cannot watch library loads; new CUDA libraries are found by the once-a-second sweep", "pid", pid, "err", err)
 		} else {
@@ -529,9 +570,38 @@ func (s *Session) attachProcess(pid int, stopOnLoad, required bool) error {
 		t.policy[key] = pol
 		s.mu.Unlock()
 	}
-	s.runtimeLaunches(t, d, stopOnLoad)
+	s.runtimeLaunches(t, d, t.stopOnLd)
+	s.detectPython(t)
 	t.mapsHash = mapsHash(pid)
 	return nil
+}
+
+// detectPython finds the CPython interpreter of a target and hands its
+// layout to the BPF side, so blocking calls carry their Python lines.
+func (s *Session) detectPython(t *target) {
+	t.pyMu.Lock()
+	defer t.pyMu.Unlock()
+	if t.pyTried || (t.py != nil && t.py.Started()) {
+		return
+	}
+	cfg, in, err := python.DetectCache(t.pid, s.cache)
+	switch {
+	case err == nil:
+		if err := s.tr.SetPython(t.pid, cfg); err != nil {
+			s.log.Warn("Python frames unavailable", "pid", t.pid, "err", err)
+		}
+		// An interpreter found before it started (a launched python) is
+		// looked at again once it runs: its layout is checked then.
+		t.py = in
+		if in.Started() {
+			s.log.Info("Python frames", "pid", t.pid, "python", in.Version(), "interpreter", in.Path())
+		}
+	case errors.Is(err, python.ErrNotPython):
+		// Not (yet) Python: a launched interpreter maps libpython later.
+	default:
+		t.pyTried = true
+		s.log.Warn("Python frames unavailable, native stacks only", "pid", t.pid, "err", err)
+	}
 }
 
 // runtimeLaunches manages the runtime's launch probes of a target (see
@@ -599,9 +669,11 @@ func (s *Session) handleRescan(pid int) {
 	if t == nil || t.exited {
 		return
 	}
+	start := time.Now()
 	if err := s.attachProcess(pid, t.stopOnLd, false); err != nil {
 		s.log.Warn("rescan after library load failed", "pid", pid, "err", err)
 	}
+	s.log.Debug("rescan", "pid", pid, "took", time.Since(start))
 	if t.stopOnLd {
 		syscall.Kill(pid, syscall.SIGCONT)
 	}
@@ -618,6 +690,8 @@ func (s *Session) sweep() {
 			if err := s.attachProcess(pid, t.stopOnLd, false); err != nil {
 				s.log.Debug("sweep", "pid", pid, "err", err)
 			}
+		} else if in := t.python(); in != nil && !in.Started() {
+			s.detectPython(t)
 		}
 	}
 }
@@ -650,6 +724,7 @@ func (s *Session) markExited(pid int) {
 	defer s.mu.Unlock()
 	if t := s.targets[pid]; t != nil && !t.exited {
 		t.exited = true
+		s.tr.ForgetPython(pid)
 		// The probes die with the process's memory; release the links now.
 		t.closeProbes()
 	}
@@ -665,6 +740,16 @@ func (s *Session) closeAll() {
 	for _, t := range s.targets {
 		t.closeProbes()
 	}
+}
+
+// python is the target's interpreter, nil if none was found.
+func (t *target) python() *python.Interpreter {
+	if t == nil {
+		return nil
+	}
+	t.pyMu.Lock()
+	defer t.pyMu.Unlock()
+	return t.py
 }
 
 func (t *target) summary() Attached {

@@ -282,7 +282,7 @@ func testAttach(t *testing.T, cmd *exec.Cmd, check func(*Outcome, *sim.Report)) 
 	}
 	done := make(chan result, 1)
 	go func() {
-		out, err := Run(context.Background(), Config{PIDs: []int{cmd.Process.Pid}, Stacks: tracer.StacksSync, Duration: time.Minute,
+		out, err := Run(context.Background(), Config{PIDs: []int{cmd.Process.Pid}, Stacks: tracer.StacksSync, Duration: time.Minute, WaitForCUDA: true,
 			OnAttached: func(int) { close(attached) }})
 		done <- result{out, err}
 	}()

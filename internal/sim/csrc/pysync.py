@@ -3,7 +3,7 @@
 training step, so a tracer can be checked for naming the Python lines that
 block on the GPU.
 
-    pysync.py LIBCUDART [ITERS] [--wait-stdin]
+    pysync.py LIBCUDART [ITERS] [--wait-stdin] [--linger-ms MS]
 
 Each CUDA call is made directly from the function whose line the tracer
 should report (no Python wrapper frame in between). At the end it prints one
@@ -116,9 +116,15 @@ def line_of(func, needle):
 
 
 if __name__ == "__main__":
-    args = [a for a in sys.argv[1:] if a != "--wait-stdin"]
+    linger = 0
+    argv = sys.argv[1:]
+    if "--linger-ms" in argv:
+        i = argv.index("--linger-ms")
+        linger = int(argv[i + 1])
+        del argv[i : i + 2]
+    args = [a for a in argv if a != "--wait-stdin"]
     if not 1 <= len(args) <= 2:
-        sys.exit("usage: pysync.py LIBCUDART [ITERS] [--wait-stdin]")
+        sys.exit("usage: pysync.py LIBCUDART [ITERS] [--wait-stdin] [--linger-ms MS]")
     iters = int(args[1]) if len(args) == 2 else 20
     if "--wait-stdin" in sys.argv[1:]:
         print(f"ready {os.getpid()}", flush=True)
@@ -135,3 +141,7 @@ if __name__ == "__main__":
     }
     report = {"pid": os.getpid(), "calls": CALLS, "internal": driver_internal(), "lines": lines}
     print(json.dumps(report, separators=(",", ":")), flush=True)
+    # A tracer reads code objects while the process lives: stay a moment.
+    if linger:
+        import time
+        time.sleep(linger / 1000)

@@ -1,0 +1,101 @@
+package session
+
+import (
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/cudatap/cudatap/internal/sim"
+	"github.com/cudatap/cudatap/internal/testutil"
+	"github.com/cudatap/cudatap/tracer"
+	"github.com/cudatap/cudatap/tracer/model"
+)
+
+// TestPythonLines: a CPython script drives the simulated runtime through
+// ctypes; every synchronization it makes must be named by its Python
+// file:line and function, innermost first, and carry a native stack that
+// reaches into the interpreter (CPython has no frame pointers: this needs
+// the .eh_frame unwinder).
+func TestPythonLines(t *testing.T) {
+	testutil.RequireRoot(t)
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("python3 not installed")
+	}
+	b := testutil.Sim(t)
+	for _, mode := range []string{"launch", "attach"} {
+		t.Run(mode, func(t *testing.T) {
+			var out *Outcome
+			var rep *sim.Report
+			if mode == "launch" {
+				out, rep = launch(t, tracer.StacksSync, py, b.PySync, b.Runtime, "5", "--linger-ms", "500")
+			} else {
+				cmd := exec.Command(py, b.PySync, b.Runtime, "5", "--wait-stdin", "--linger-ms", "500")
+				testAttach(t, cmd, func(o *Outcome, r *sim.Report) { out, rep = o, r })
+			}
+			p := processOf(out.Result, rep.PID)
+			if p == nil {
+				t.Fatal("the Python process was not traced")
+			}
+			// step_item's D2H copy into pageable memory blocks too, on the
+			// line before its sync.
+			want := map[model.SyncKind][]string{
+				model.SyncStream: {fmt.Sprintf("pysync.py:%d step_item", rep.Lines["step_item"])},
+				model.SyncPageableMemcpy: {fmt.Sprintf("pysync.py:%d step_item", rep.Lines["step_item"]-1),
+					fmt.Sprintf("pysync.py:%d pageable_copy", rep.Lines["pageable_copy"])},
+				model.SyncDevice: {fmt.Sprintf("pysync.py:%d device_sync", rep.Lines["device_sync"])},
+			}
+			seen := map[model.SyncKind]int{}
+			for _, s := range p.Syncs {
+				w, ok := want[s.Kind]
+				if !ok {
+					continue
+				}
+				c := &p.Calls[s.Call]
+				if c.PyStack < 0 {
+					t.Errorf("%s: no Python stack", s.Kind)
+					continue
+				}
+				frames := p.PyStacks[c.PyStack]
+				top := filepath.Base(p.PyFrames[frames[0]])
+				if !slices.Contains(w, top) {
+					t.Errorf("%s: innermost Python frame %q, want one of %q", s.Kind, top, w)
+				}
+				if outer := p.PyFrames[frames[len(frames)-1]]; !strings.HasSuffix(outer, "<module>") {
+					t.Errorf("%s: outermost Python frame %q, want <module>", s.Kind, outer)
+				}
+				if c.Stack < 0 || len(p.Stacks[c.Stack]) < 5 {
+					t.Errorf("%s: native stack too short: %v", s.Kind, c.Stack)
+				} else if !nativeReaches(p, p.Stacks[c.Stack], "ffi_call") && !nativeReaches(p, p.Stacks[c.Stack], "_PyEval_EvalFrameDefault") {
+					t.Errorf("%s: native stack does not reach ctypes or the interpreter: %v", s.Kind, names(p, p.Stacks[c.Stack]))
+				}
+				seen[s.Kind]++
+			}
+			for kind, w := range want {
+				if seen[kind] != 5*len(w) {
+					t.Errorf("%s: %d syncs with stacks, want %d", kind, seen[kind], 5*len(w))
+				}
+			}
+		})
+	}
+}
+
+func nativeReaches(p *model.Process, stack []uint64, fn string) bool {
+	for _, pc := range stack {
+		if strings.Contains(p.Frames[pc], fn) {
+			return true
+		}
+	}
+	return false
+}
+
+func names(p *model.Process, stack []uint64) []string {
+	var out []string
+	for _, pc := range stack {
+		out = append(out, p.Frames[pc])
+	}
+	return out
+}
