@@ -81,7 +81,11 @@ type Options struct {
 func Write(o Output, r *model.Result, opts Options) error {
 	switch o.Format {
 	case Chrome:
-		return chrome.WriteFile(o.Path, r, chrome.Options{Version: opts.Version, Counters: opts.Counters})
+		counters := opts.Counters
+		for _, c := range r.Counters {
+			counters = append(counters, chrome.Counter{Name: c.Name, PID: chrome.DevicePID(c.Device), TS: c.TS, Values: c.Values})
+		}
+		return chrome.WriteFile(o.Path, r, chrome.Options{Version: opts.Version, Counters: counters})
 	case Pprof:
 		return pprofout.WriteFile(o.Path, r, pprofout.Options{})
 	}

@@ -24,6 +24,7 @@ type recordOptions struct {
 	stacks      string
 	ringBuffer  int
 	waitForCUDA bool
+	nvml        time.Duration
 }
 
 func newRecordCmd(g *globalOptions) *cobra.Command {
@@ -46,6 +47,7 @@ func newRecordCmd(g *globalOptions) *cobra.Command {
 	f.StringVar(&o.format, "format", "", "force the format of every -o: chrome, pprof or cudatap")
 	f.StringVar(&o.stacks, "stacks", "sync", "capture user stacks on: none, sync (calls that may block) or all")
 	f.IntVar(&o.ringBuffer, "ring-buffer-size", 16<<20, "BPF ring buffer size in bytes (power of two)")
+	f.DurationVar(&o.nvml, "nvml-interval", 100*time.Millisecond, "GPU sampling period through NVML (negative: off)")
 	f.BoolVar(&o.waitForCUDA, "wait-for-cuda", false, "accept target processes that have not loaded CUDA yet and hook it when they do")
 	return cmd
 }
@@ -93,7 +95,7 @@ func runRecord(cmd *cobra.Command, g *globalOptions, o *recordOptions, command [
 	status := newStatusLine(stderr)
 	cfg := session.Config{
 		PIDs: o.pids, Command: command, All: o.all, Container: o.container, Duration: o.duration, Stacks: stacks,
-		RingBufferBytes: o.ringBuffer, WaitForCUDA: o.waitForCUDA,
+		RingBufferBytes: o.ringBuffer, WaitForCUDA: o.waitForCUDA, NVMLInterval: o.nvml,
 		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Logger: g.logger(),
 		OnAttached: func(n int) { fmt.Fprintf(stderr, "attached to %d process(es)\n", n) },
 		OnStatus:   status.update,

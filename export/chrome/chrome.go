@@ -42,6 +42,12 @@ type Counter struct {
 // and below 2^31, which some viewers take pids to fit in.
 const gpuPIDBase = 1_000_000_000
 
+// devicePIDBase holds the NVML counter tracks, one trace process per GPU.
+const devicePIDBase = 2_000_000_000
+
+// DevicePID is the trace pid of GPU index's counter tracks (NVML samples).
+func DevicePID(index int) int { return devicePIDBase + index }
+
 // GPUPID is the trace pid of the device track of process pid: its inferred
 // GPU activity is drawn there, one thread track per stream.
 func GPUPID(pid uint32) int { return gpuPIDBase + int(pid) }
@@ -63,8 +69,15 @@ func Write(out io.Writer, r *model.Result, opts Options) error {
 	for i, p := range r.Processes {
 		w.process(i, p)
 	}
+	named := map[int]bool{}
 	for i := range opts.Counters {
-		w.counter(&opts.Counters[i])
+		c := &opts.Counters[i]
+		if c.PID >= devicePIDBase && !named[c.PID] {
+			// Name the device's counter track once: "GPU 0 NVIDIA H200 (NVML)".
+			named[c.PID] = true
+			w.meta("process_name", c.PID, 0, c.Name+" (NVML)")
+		}
+		w.counter(c)
 	}
 	bw.WriteString("\n],")
 	w.footer(r, opts)
@@ -448,6 +461,7 @@ func (w *writer) footer(r *model.Result, opts Options) {
 	w.uint("decode_errors", d.DecodeErrors)
 	w.uint("unknown_api", d.UnknownAPI)
 	w.uint("attach_failures", d.AttachFailures)
+	w.uint("nested", d.Nested)
 	w.close()
 	w.uint("lost_events", d.Lost())
 	w.close()

@@ -37,9 +37,30 @@ func Summary(w io.Writer, r *model.Result, opts Options) error {
 		buf.WriteByte('\n')
 		process(&buf, p, top)
 	}
+	gpus(&buf, &r.GPU)
 	fmt.Fprintf(&buf, "\n%s\n", describe.Drops(r.Drops))
 	_, err := w.Write(buf.Bytes())
 	return err
+}
+
+// gpus writes what NVML saw: each device and the verdicts, or why there
+// were no samples.
+func gpus(buf *bytes.Buffer, g *model.GPUReport) {
+	buf.WriteString("\nGPUs (NVML)\n")
+	if g.Status != "" {
+		fmt.Fprintf(buf, "  not sampled: %s\n", g.Status)
+		return
+	}
+	for _, d := range g.Devices {
+		fmt.Fprintf(buf, "  %s\n", d)
+	}
+	if len(g.Verdicts) == 0 {
+		buf.WriteString("  verdicts: none (not host bound, no out-of-memory risk, no throttling, no idle holder)\n")
+	}
+	for _, v := range g.Verdicts {
+		fmt.Fprintf(buf, "  verdict: %s\n", v)
+	}
+	fmt.Fprintf(buf, "  clock: NVML samples placed on the trace clock within ±%s\n", duration(uint64(g.ClockErrorNs)))
 }
 
 // syncTotals counts syncs split by whether the program asked for them.

@@ -312,6 +312,24 @@ func (d Drops) Lost() uint64 {
 	return d.RingbufFull + d.InflightFull + d.DecodeErrors + d.UnknownAPI
 }
 
+// Counter is one sample of a device time series (NVML): utilization,
+// memory, power, clocks. TS is on the tracer's clock.
+type Counter struct {
+	Device int                `json:"device"`
+	Name   string             `json:"name"` // track name, e.g. "GPU 0 NVIDIA H200"
+	TS     uint64             `json:"ts"`
+	Values map[string]float64 `json:"values"`
+}
+
+// GPUReport is what the NVML sampler concluded, for the summary: one line
+// per device and the verdicts with the numbers behind them.
+type GPUReport struct {
+	Status       string   `json:"status"` // "" when sampled, else why not (no NVML, ...)
+	Devices      []string `json:"devices,omitempty"`
+	Verdicts     []string `json:"verdicts,omitempty"`
+	ClockErrorNs int64    `json:"clock_error_ns"` // bound of the NVML → tracer clock conversion
+}
+
 // Result is the finished model of a recording.
 type Result struct {
 	Processes []*Process // sorted by PID
@@ -320,4 +338,6 @@ type Result struct {
 	End       uint64 // last event
 	// WallOffsetNs converts the monotonic clock to Unix time: unix_ns = mono_ns + WallOffsetNs.
 	WallOffsetNs int64
+	Counters     []Counter // device samples (NVML), time ordered
+	GPU          GPUReport
 }

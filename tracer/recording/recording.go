@@ -37,6 +37,7 @@ const (
 	recDrops   = 6
 	recCounter = 7
 	recPyFrame = 8
+	recGPU     = 9
 	recEnd     = 0xff
 )
 
@@ -66,13 +67,8 @@ type APIDesc struct {
 	Symbols []string `json:"symbols"`
 }
 
-// Counter is one sample of a named time series (NVML and friends).
-type Counter struct {
-	Name   string             `json:"name"`
-	PID    int                `json:"pid"`
-	TS     uint64             `json:"ts"` // ns, CLOCK_MONOTONIC
-	Values map[string]float64 `json:"values"`
-}
+// Counter is one sample of a device time series (NVML).
+type Counter = model.Counter
 
 // NewHeader fills the fields every writer sets.
 func NewHeader(tool string, wallOffset int64) Header {
@@ -166,6 +162,12 @@ func (w *Writer) Counter(c Counter) {
 	w.record(recCounter, js)
 }
 
+// GPU records what the NVML sampler concluded.
+func (w *Writer) GPU(g model.GPUReport) {
+	js, _ := json.Marshal(g)
+	w.record(recGPU, js)
+}
+
 // Drops records the final loss counters.
 func (w *Writer) Drops(d model.Drops) {
 	js, _ := json.Marshal(d)
@@ -198,6 +200,7 @@ var ErrTruncated = errors.New("recording is truncated")
 type Replay struct {
 	Header   Header
 	Counters []Counter
+	GPU      *model.GPUReport
 	Drops    *model.Drops // nil when the recording ends before its drop record
 	Records  uint64
 }
@@ -294,6 +297,12 @@ func Read(r io.Reader, m *model.Model, names *Names, progress func(int64)) (*Rep
 				return rp, fmt.Errorf("%w: counter record: %v", ErrFormat, err)
 			}
 			rp.Counters = append(rp.Counters, c)
+		case recGPU:
+			var g model.GPUReport
+			if err := json.Unmarshal(buf, &g); err != nil {
+				return rp, fmt.Errorf("%w: GPU record: %v", ErrFormat, err)
+			}
+			rp.GPU = &g
 		case recEnd:
 			if progress != nil {
 				progress(consumed)

@@ -155,8 +155,8 @@ func liveSession(t testing.TB) (*model.Result, []byte) {
 	l.ev(mk(event.CudaDeviceSynchronize, 200, 200, 3*ms, ms))
 	l.ev(mk(event.CudaFree, 200, 200, 5*ms, 100_000, 0x7f20_0000_0000))
 
-	l.w.Counter(Counter{Name: "gpu_util", PID: -1, TS: 2 * ms, Values: map[string]float64{"gpu0": 97.5, "gpu1": 0}})
-	l.w.Counter(Counter{Name: "gpu_mem", PID: 100, TS: 3 * ms, Values: map[string]float64{"used_bytes": 1 << 33}})
+	l.w.Counter(Counter{Name: "gpu_util", Device: 0, TS: 2 * ms, Values: map[string]float64{"gpu0": 97.5, "gpu1": 0}})
+	l.w.Counter(Counter{Name: "gpu_mem", Device: 1, TS: 3 * ms, Values: map[string]float64{"used_bytes": 1 << 33}})
 
 	l.m.SetKernelStats(20, 1, 2, 3, 4)
 	l.m.SetAttachFailures(5)
@@ -223,8 +223,8 @@ func TestRoundTrip(t *testing.T) {
 		t.Errorf("header\n got %+v\nwant %+v", rp.Header, wantHdr)
 	}
 	wantCounters := []Counter{
-		{Name: "gpu_util", PID: -1, TS: 2 * ms, Values: map[string]float64{"gpu0": 97.5, "gpu1": 0}},
-		{Name: "gpu_mem", PID: 100, TS: 3 * ms, Values: map[string]float64{"used_bytes": 1 << 33}},
+		{Name: "gpu_util", Device: 0, TS: 2 * ms, Values: map[string]float64{"gpu0": 97.5, "gpu1": 0}},
+		{Name: "gpu_mem", Device: 1, TS: 3 * ms, Values: map[string]float64{"used_bytes": 1 << 33}},
 	}
 	if !reflect.DeepEqual(rp.Counters, wantCounters) {
 		t.Errorf("counters %+v", rp.Counters)

@@ -44,6 +44,8 @@ type Config struct {
 	Stdin           io.Reader // for the launched command
 	Stdout, Stderr  io.Writer
 	Logger          *slog.Logger
+	// NVMLInterval is the GPU sampling period (0 = 100 ms; negative = off).
+	NVMLInterval time.Duration
 	// NameWindow is how long, after attaching to a running process, runtime
 	// launches are also probed to name kernels loaded before cudatap came
 	// (two traps per launch meanwhile). 0 = 5 s; negative = never.
@@ -115,6 +117,7 @@ type Session struct {
 	rescan  chan int
 	encBuf  []byte // re-encoded records (reader goroutine only)
 	unwind  *unwind.Unwinder
+	gpu     *gpuSampler
 
 	// Watch mode (control loop only).
 	loaders    map[string]*tracer.Attachment // host-wide dynamic-linker hooks, by file
@@ -356,6 +359,13 @@ func (s *Session) run(ctx context.Context) (*Outcome, error) {
 	for _, pid := range s.livePIDs() {
 		s.model.AddProcess(uint32(pid))
 	}
+	s.gpu = startGPU(ctx, s.cfg.NVMLInterval)
+	if s.gpu.status != "" {
+		s.log.Warn("GPU counters omitted", "reason", s.gpu.status)
+	}
+	for _, pid := range s.livePIDs() {
+		s.gpu.markCPU(uint32(pid))
+	}
 	if s.cfg.OnAttached != nil {
 		s.cfg.OnAttached(len(s.targets))
 	}
@@ -447,11 +457,17 @@ loop:
 	}
 	res := s.model.Finish()
 	res.WallOffsetNs = WallOffset()
+	s.gpu.finish(res)
 	out.Result = res
 	s.mu.Lock()
 	out.Attached = s.attachedSummary()
 	s.mu.Unlock()
 	if s.rec != nil {
+		// The reader is done: the NVML series go in after the events.
+		for _, c := range res.Counters {
+			s.rec.Counter(c)
+		}
+		s.rec.GPU(res.GPU)
 		s.rec.Drops(res.Drops)
 		if err := s.rec.Close(); err != nil {
 			return out, err
