@@ -20,6 +20,29 @@ var outPointerArg = map[API]int{
 	CudaMallocAsync:              0,
 	CudaHostAlloc:                0, // void **pHost
 	CudaMallocHost:               0,
+	CuStreamCreate:               0, // CUstream *phStream
+	CuStreamCreateWithPriority:   0,
+	CuMemAlloc:                   0, // CUdeviceptr *dptr
+	CuMemAllocAsync:              0,
+	CuMemHostAlloc:               0, // void **pp
+	CuMemAllocHost:               0,
+	CuModuleGetFunction:          0, // CUfunction *hfunc
+	CuLibraryGetKernel:           0, // CUkernel *pKernel
+	CuKernelGetFunction:          0, // CUfunction *pFunc
+}
+
+// strArg is, for the load-time calls that name a kernel, the index of the
+// const char *name argument.
+var strArg = map[API]int{
+	CuModuleGetFunction: 2, // (CUfunction *, CUmodule, const char *name)
+	CuLibraryGetKernel:  2, // (CUkernel *, CUlibrary, const char *name)
+}
+
+// stubArg is, for launches, the index of the kernel argument (host stub or
+// CUfunction) when it is not the first.
+var stubArg = map[API]int{
+	CudaLaunchKernelExC: 1, // (config, func, args)
+	CuLaunchKernelEx:    1, // (config, f, params, extra)
 }
 
 // stackArgs is the number of arguments each API passes on the stack
@@ -29,7 +52,15 @@ var stackArgs = map[API]int{
 	CudaLaunchCooperativeKernel: 2,
 	CudaMemcpy2D:                1, // kind
 	CudaMemcpy2DAsync:           2, // kind, stream
+	CuLaunchKernel:              3, // blockDimZ, sharedMemBytes, hStream
+	CuLaunchCooperativeKernel:   3,
+	NcclAllReduce:               1, // stream
+	NcclBroadcast:               1, // stream
+	NcclReduce:                  2, // comm, stream
+	NcclReduceScatter:           1, // stream
 }
+
+var layerPrefix = map[Layer]string{Runtime: "cuda", Driver: "cu", NCCL: "nccl"}
 
 func TestSpecTable(t *testing.T) {
 	if int(numAPIs)-1 != len(specs) {
@@ -52,16 +83,16 @@ func TestSpecTable(t *testing.T) {
 			t.Errorf("name %s used by ids %d and %d", s.Name, prev, s.API)
 		}
 		names[s.Name] = s.API
-		if s.Layer != Runtime {
-			t.Errorf("%s: layer %v, want runtime", s.Name, s.Layer)
-		}
-		if !strings.HasPrefix(s.Name, "cuda") {
-			t.Errorf("%s: runtime API name without cuda prefix", s.Name)
+		prefix, ok := layerPrefix[s.Layer]
+		if !ok || !strings.HasPrefix(s.Name, prefix) || (s.Layer == Driver && strings.HasPrefix(s.Name, "cuda")) {
+			t.Errorf("%s: name does not fit layer %v", s.Name, s.Layer)
 		}
 		if len(s.Symbols) == 0 || len(s.Symbols) > 256 {
 			t.Errorf("%s: %d symbols, want 1..256 (8 cookie bits)", s.Name, len(s.Symbols))
 		}
-		if s.Symbols[0] != s.Name {
+		// The first symbol is the default build's: the plain name, or the
+		// driver's _v2 where the plain one is a legacy ABI.
+		if s.Symbols[0] != s.Name && s.Symbols[0] != s.Name+"_v2" {
 			t.Errorf("%s: first symbol %q, want the plain name", s.Name, s.Symbols[0])
 		}
 		for j, sym := range s.Symbols {
@@ -72,7 +103,9 @@ func TestSpecTable(t *testing.T) {
 			if s.Symbol(j) != sym {
 				t.Errorf("%s.Symbol(%d) = %q, want %q", s.Name, j, s.Symbol(j), sym)
 			}
-			if j > 0 && sym != s.Name+"_ptsz" && sym != s.Name+"_ptds" {
+			switch strings.TrimPrefix(sym, s.Name) {
+			case "", "_v2", "_ptsz", "_ptds", "_v2_ptsz":
+			default:
 				t.Errorf("%s: unexpected variant %q", s.Name, sym)
 			}
 			// PerThreadDefault exactly for the _ptsz/_ptds variants.
@@ -109,27 +142,42 @@ func TestSpecTable(t *testing.T) {
 		if s.Sync && !s.Return {
 			t.Errorf("%s: Sync without Return", s.Name)
 		}
-		// Deref0 only for the launch config struct.
-		if s.Deref0 != (s.API == CudaLaunchKernelExC) {
+		// Deref0 only for the launch config structs.
+		if s.Deref0 != (s.API == CudaLaunchKernelExC || s.API == CuLaunchKernelEx) {
 			t.Errorf("%s: Deref0 = %v", s.Name, s.Deref0)
+		}
+		// The kernel name argument of load-time calls, copied as a string.
+		if w, has := strArg[s.API]; (has && s.StrArg != w+1) || (!has && s.StrArg != 0) {
+			t.Errorf("%s: StrArg %d, want %d", s.Name, s.StrArg, w+1)
+		}
+		if s.StrArg != 0 && (s.StrArg-1 >= 6+s.StackArgs || s.Class != ClassFuncName) {
+			t.Errorf("%s: StrArg %d is not a copied argument of a load-time call", s.Name, s.StrArg)
+		}
+		// Launches hand their kernel argument between the layers.
+		if s.StubArg != stubArg[s.API] || (s.StubArg != 0 && s.Class != ClassLaunch) {
+			t.Errorf("%s: StubArg %d, want %d", s.Name, s.StubArg, stubArg[s.API])
 		}
 	}
 	// The calls that block and the queries need their return value or duration.
 	for _, api := range []API{CudaMemcpy, CudaMemcpy2D, CudaMemset, CudaEventSynchronize, CudaStreamSynchronize,
 		CudaDeviceSynchronize, CudaFree, CudaEventQuery, CudaStreamQuery, CudaMemcpyAsync, CudaMemcpy2DAsync,
-		CudaHostRegister} {
+		CudaHostRegister, CuMemcpyHtoD, CuMemcpyDtoH, CuEventSynchronize, CuStreamSynchronize, CuCtxSynchronize,
+		CuMemFree, CuEventQuery, CuStreamQuery, CuMemcpyHtoDAsync, CuMemcpyDtoHAsync, CuMemcpyAsync, CuMemHostRegister} {
 		if !Lookup(api).Return {
 			t.Errorf("%v is not return-probed", api)
 		}
 	}
 	for _, api := range []API{CudaMemcpy, CudaMemcpy2D, CudaMemset, CudaEventSynchronize, CudaStreamSynchronize,
-		CudaDeviceSynchronize, CudaFree} {
+		CudaDeviceSynchronize, CudaFree, CuMemcpyHtoD, CuMemcpyDtoH, CuEventSynchronize, CuStreamSynchronize,
+		CuCtxSynchronize, CuMemFree} {
 		if !Lookup(api).Sync {
 			t.Errorf("%v is not marked Sync", api)
 		}
 	}
 	// Hot calls must stay entry-only: a uretprobe doubles their cost.
-	for _, api := range []API{CudaLaunchKernel, CudaLaunchKernelExC, CudaEventRecord, CudaStreamWaitEvent, CudaMemsetAsync} {
+	for _, api := range []API{CudaLaunchKernel, CudaLaunchKernelExC, CudaEventRecord, CudaStreamWaitEvent, CudaMemsetAsync,
+		CuLaunchKernel, CuLaunchKernelEx, CuEventRecord, CuEventRecordWithFlags, CuStreamWaitEvent, CuMemsetD8Async,
+		NcclAllReduce, NcclAllGather, NcclSend, NcclRecv, NcclGroupStart} {
 		if Lookup(api).Return {
 			t.Errorf("hot call %v is return-probed", api)
 		}
@@ -137,7 +185,8 @@ func TestSpecTable(t *testing.T) {
 	// Synchronous calls have _ptds variants, stream calls _ptsz.
 	for sym, variant := range map[string]string{"cudaMemcpy": "cudaMemcpy_ptds", "cudaMemset": "cudaMemset_ptds",
 		"cudaLaunchKernel": "cudaLaunchKernel_ptsz", "cudaStreamSynchronize": "cudaStreamSynchronize_ptsz",
-		"cudaMemcpyAsync": "cudaMemcpyAsync_ptsz", "cudaEventRecord": "cudaEventRecord_ptsz"} {
+		"cudaMemcpyAsync": "cudaMemcpyAsync_ptsz", "cudaEventRecord": "cudaEventRecord_ptsz",
+		"cuLaunchKernel": "cuLaunchKernel_ptsz", "cuMemcpyDtoHAsync_v2": "cuMemcpyDtoHAsync_v2_ptsz"} {
 		api := symbols[sym]
 		if symbols[variant] != api || api == 0 {
 			t.Errorf("%s is not a variant of %s", variant, sym)
@@ -154,17 +203,31 @@ func TestLookup(t *testing.T) {
 	if got := API(999).String(); got != "api#999" {
 		t.Errorf("API(999).String() = %q", got)
 	}
-	if got := Specs(Runtime); len(got) != len(specs) || got[0].API != CudaStreamCreate || got[len(got)-1].API != numAPIs-1 {
-		t.Errorf("Specs(Runtime) = %d specs", len(got))
-	} else {
+	// Every spec is in exactly one layer's list, in id order.
+	seen := map[API]bool{}
+	for _, l := range []Layer{Runtime, Driver, NCCL} {
+		got := Specs(l)
+		if len(got) == 0 {
+			t.Errorf("no %v specs", l)
+		}
 		for i, s := range got {
-			if s != &specs[i] {
-				t.Errorf("Specs(Runtime)[%d] is not specs[%d]", i, i)
+			if s.Layer != l || s != Lookup(s.API) || seen[s.API] || (i > 0 && s.API <= got[i-1].API) {
+				t.Errorf("Specs(%v)[%d] = %s (layer %v)", l, i, s.Name, s.Layer)
 			}
+			seen[s.API] = true
 		}
 	}
-	if n := len(Specs(Driver)) + len(Specs(NCCL)); n != 0 {
-		t.Errorf("%d driver/NCCL specs in a runtime-only table", n)
+	if len(seen) != len(specs) {
+		t.Errorf("layers list %d specs of %d", len(seen), len(specs))
+	}
+	if len(Specs(0)) != 0 {
+		t.Error("specs without a layer")
+	}
+	// Ids are part of the recording format: a few pinned values.
+	for api, id := range map[API]int{CudaStreamCreate: 1, CudaLaunchKernel: 5, CudaLaunchHostFunc: 35, CuLaunchKernel: 36, NcclAllReduce: 71} {
+		if int(api) != id {
+			t.Errorf("%v has id %d, recordings say %d", api, api, id)
+		}
 	}
 }
 
@@ -209,8 +272,20 @@ func TestCookie(t *testing.T) {
 			if got := c&(1<<30) != 0; got != s.Deref0 {
 				t.Errorf("%s: COOKIE_DEREF0 = %v, want %v", s.Name, got, s.Deref0)
 			}
-			if c>>31 != 0 {
-				t.Errorf("%s: cookie %#x sets stack/stop bits", s.Name, c)
+			if got := int(c>>33) & 7; got != s.StrArg {
+				t.Errorf("%s: COOKIE_STRARG = %d, want %d", s.Name, got, s.StrArg)
+			}
+			if got := c&(1<<37) != 0; got != (s.Layer == Driver && s.Class == ClassLaunch) {
+				t.Errorf("%s: COOKIE_TAKE_STUB = %v", s.Name, got)
+			}
+			if c&(1<<31|1<<32|1<<36) != 0 || c>>38 != 0 {
+				t.Errorf("%s: cookie %#x sets stack, stop, pair or unknown bits", s.Name, c)
+			}
+			if s.Layer == Runtime && s.Class == ClassLaunch {
+				pc := s.PairCookie(sym)
+				if pc&^(uint64(7)<<33|CookiePair) != c || int(pc>>33)&7 != s.StubArg+1 || pc&CookiePair == 0 {
+					t.Errorf("%s/%d: pair cookie %#x from %#x", s.Name, sym, pc, c)
+				}
 			}
 			// The tracer ORs in the stack bit; nothing else moves.
 			cs := c | CookieStack
@@ -220,16 +295,16 @@ func TestCookie(t *testing.T) {
 		}
 	}
 	// Hand-built cookies: every field at its extreme.
-	s := Spec{API: 0xffff, StackArgs: 3, Return: true, OutArg: 7, Deref0: true}
-	if c := s.Cookie(255); c != 0xffff|0xff<<16|3<<24|1<<26|7<<27|1<<30 {
+	s := Spec{API: 0xffff, StackArgs: 3, Return: true, OutArg: 7, Deref0: true, StrArg: 7}
+	if c := s.Cookie(255); c != 0xffff|0xff<<16|3<<24|1<<26|7<<27|1<<30|7<<33 {
 		t.Errorf("cookie with every field set = %#x", c)
 	}
 	// Out-of-range fields are masked, never bleed into neighbours.
-	s = Spec{API: 5, StackArgs: 4 /* masked to 0 */, OutArg: 8 /* masked to 0 */}
+	s = Spec{API: 5, StackArgs: 4 /* masked to 0 */, OutArg: 8 /* masked to 0 */, StrArg: 8 /* masked to 0 */}
 	if c := s.Cookie(256 + 3); c != 5|3<<16 {
 		t.Errorf("masked cookie = %#x, want %#x", c, 5|3<<16)
 	}
-	if CookieStop != 1<<32 || CookieStack != 1<<31 {
+	if CookieStop != 1<<32 || CookieStack != 1<<31 || CookiePair != 1<<36 || cookieTakeStub != 1<<37 || cookieStrArg != 33 {
 		t.Errorf("CookieStop %#x CookieStack %#x", uint64(CookieStop), uint64(CookieStack))
 	}
 	if CookieAPI(uint64(LibraryLoad)|CookieStop) != LibraryLoad {
@@ -268,10 +343,20 @@ func TestCookieMatchesBPFHeader(t *testing.T) {
 	if got := bit("COOKIE_STOP"); got != CookieStop {
 		t.Errorf("COOKIE_STOP %#x, Go %#x", got, uint64(CookieStop))
 	}
+	if got := bit("COOKIE_PAIR"); got != CookiePair {
+		t.Errorf("COOKIE_PAIR %#x, Go %#x", got, uint64(CookiePair))
+	}
+	if got := bit("COOKIE_TAKE_STUB"); got != cookieTakeStub {
+		t.Errorf("COOKIE_TAKE_STUB %#x, Go %#x", got, uint64(cookieTakeStub))
+	}
 	for name, want := range map[string]string{
 		"COOKIE_API":        "((c) & 0xffff)",
 		"COOKIE_NSTACK":     "(((c) >> 24) & 0x3)",
 		"COOKIE_OUT":        "(((c) >> 27) & 0x7)",
+		"COOKIE_STRARG":     "(((c) >> 33) & 0x7)",
+		"MAX_PY":            strconv.Itoa(MaxPy),
+		"STACK_COPY":        strconv.Itoa(StackCopy),
+		"EV_PY_TRUNCATED":   "0x" + strconv.FormatUint(FlagPyTruncated, 16),
 		"NARGS":             strconv.Itoa(NArgs),
 		"NEXT":              strconv.Itoa(NExt),
 		"MAX_STACK":         strconv.Itoa(MaxStack),

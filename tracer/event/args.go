@@ -32,16 +32,16 @@ func (k MemcpyKind) String() string {
 
 // Args are the arguments of a call, named. Which fields mean anything
 // depends on the API's Class; HasStream says whether the call takes a stream.
+// The small fields come last: every modeled call keeps its Args, so padding
+// costs memory bandwidth on the hot path.
 type Args struct {
 	Stream    uint64
-	HasStream bool
 	Func      uint64 // kernel host stub or host function
 	Grid      Dim3
 	Block     Dim3
 	SharedMem uint64
 	Dst, Src  uint64
 	Bytes     uint64
-	Kind      MemcpyKind
 	Event     uint64
 	Flags     uint32
 	Priority  int32
@@ -50,9 +50,12 @@ type Args struct {
 	// NCCL
 	Comm     uint64
 	Count    uint64
+	Peer     int32 // root (broadcast, reduce) or peer (send, recv); -1 = none
 	DataType uint8
 	RedOp    uint8
-	Peer     int32 // root (broadcast, reduce) or peer (send, recv); -1 = none
+
+	HasStream bool
+	Kind      MemcpyKind
 }
 
 // ncclTypeSize is sizeof(ncclDataType_t) per NCCL's enum: int8, uint8,
