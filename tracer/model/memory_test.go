@@ -142,6 +142,8 @@ func TestDeviceMemory(t *testing.T) {
 		{malloc(1, 2000, us, devB, 3000), 4000, 4000},
 		{malloc(1, 3000, us, 0x7f30_0000_0000, 500).ret(2), 4000, 4000}, // cudaErrorMemoryAllocation
 		{free(1, 4000, us, devA), 3000, 4000},
+		{malloc(1, 4500, us, devA, 500), 3500, 4000}, // below the peak: the peak stays
+		{free(1, 4600, us, devA), 3000, 4000},
 		{free(1, 5000, us, devA), 3000, 4000},   // double free: nothing left to remove
 		{free(1, 6000, us, devB+8), 3000, 4000}, // not an allocation's start
 		{mallocAsync(1, 7000, devA, 2000, stream), 5000, 5000},

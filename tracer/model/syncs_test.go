@@ -299,13 +299,21 @@ func TestSyncLegacyStream(t *testing.T) {
 		launch(1, 40_000, stream, kern),
 		launch(2, 41_000, 0x2, kern),          // a per-thread default stream is blocking too
 		memsetAsync(1, 50_000, devA, 64, 0x1), // cudaStreamLegacy
+		// A sync on the legacy stream waits for the blocking streams only.
+		streamSync(1, 60_000, ms, 0),
 	)
 	wantSyncs(t, p, []Sync{
 		{Kind: SyncLegacyStream, Call: 5, TID: 1, Stream: 0, Start: 20_000, BlockedNs: 0, QueuedOps: 2},
 		{Kind: SyncLegacyStream, Call: 9, TID: 1, Stream: 0, Start: 50_000, BlockedNs: 0, QueuedOps: 4},
+		{Kind: SyncStream, Call: 10, TID: 1, Stream: 0, Start: 60_000, BlockedNs: ms, QueuedOps: 3},
 	})
-	if st := p.Streams[0].Stats; st.Syncs != 2 || st.SyncBlockedNs != 0 {
+	if st := p.Streams[0].Stats; st.Syncs != 3 || st.SyncBlockedNs != ms {
 		t.Errorf("legacy stream stats %+v", st)
+	}
+	for i, op := range p.GPUOps {
+		if want := op.Stream != 2; op.Bounded != want || (want && op.End > 1_060_000) {
+			t.Errorf("op %d on stream %d: bounded %v end %d after the legacy sync", i, op.Stream, op.Bounded, op.End)
+		}
 	}
 	if SyncLegacyStream.String() != "legacy_stream" || SyncLegacyStream.Explicit() {
 		t.Error("legacy stream serialization misnamed or explicit")
