@@ -355,6 +355,7 @@ func Load(r io.Reader, progress func(int64)) (*model.Result, *Replay, error) {
 	if d := rp.Drops; d != nil {
 		m.SetKernelStats(d.Submitted, d.RingbufFull, d.InflightFull, d.OrphanReturns, d.ReadFaults)
 		m.SetAttachFailures(d.AttachFailures)
+		m.SetNested(d.Nested)
 	}
 	res := m.Finish()
 	res.WallOffsetNs = rp.Header.WallOffsetNs

@@ -160,6 +160,7 @@ func liveSession(t testing.TB) (*model.Result, []byte) {
 
 	l.m.SetKernelStats(20, 1, 2, 3, 4)
 	l.m.SetAttachFailures(5)
+	l.m.SetNested(7)
 	res := l.m.Finish()
 	res.WallOffsetNs = -1_700_000_000_000_000_000
 	l.w.Drops(res.Drops)
@@ -211,7 +212,7 @@ func TestRoundTrip(t *testing.T) {
 		t.Errorf("process without calls: %+v", p)
 	}
 	wantDrops := model.Drops{Submitted: 20, Received: 16, RingbufFull: 1, InflightFull: 2, OrphanReturns: 3, ReadFaults: 4,
-		DecodeErrors: 1, UnknownAPI: 1, AttachFailures: 5}
+		DecodeErrors: 1, UnknownAPI: 1, AttachFailures: 5, Nested: 7}
 	if got.Drops != wantDrops {
 		t.Errorf("drops %+v, want %+v", got.Drops, wantDrops)
 	}
