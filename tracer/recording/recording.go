@@ -359,6 +359,10 @@ func Load(r io.Reader, progress func(int64)) (*model.Result, *Replay, error) {
 	}
 	res := m.Finish()
 	res.WallOffsetNs = rp.Header.WallOffsetNs
+	res.Counters = rp.Counters
+	if rp.GPU != nil {
+		res.GPU = *rp.GPU
+	}
 	// Records the recorder could not decode were counted but not written.
 	if d := rp.Drops; d != nil && d.DecodeErrors > res.Drops.DecodeErrors {
 		missing := d.DecodeErrors - res.Drops.DecodeErrors

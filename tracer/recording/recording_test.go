@@ -155,14 +155,21 @@ func liveSession(t testing.TB) (*model.Result, []byte) {
 	l.ev(mk(event.CudaDeviceSynchronize, 200, 200, 3*ms, ms))
 	l.ev(mk(event.CudaFree, 200, 200, 5*ms, 100_000, 0x7f20_0000_0000))
 
-	l.w.Counter(Counter{Name: "gpu_util", Device: 0, TS: 2 * ms, Values: map[string]float64{"gpu0": 97.5, "gpu1": 0}})
-	l.w.Counter(Counter{Name: "gpu_mem", Device: 1, TS: 3 * ms, Values: map[string]float64{"used_bytes": 1 << 33}})
-
 	l.m.SetKernelStats(20, 1, 2, 3, 4)
 	l.m.SetAttachFailures(5)
 	l.m.SetNested(7)
 	res := l.m.Finish()
 	res.WallOffsetNs = -1_700_000_000_000_000_000
+	// The NVML sampler's series and conclusions go in after the events.
+	res.Counters = []Counter{
+		{Name: "gpu_util", Device: 0, TS: 2 * ms, Values: map[string]float64{"gpu0": 97.5, "gpu1": 0}},
+		{Name: "gpu_mem", Device: 1, TS: 3 * ms, Values: map[string]float64{"used_bytes": 1 << 33}},
+	}
+	res.GPU = model.GPUReport{Devices: []string{"GPU 0 NVIDIA H200: 2 samples"}, Verdicts: []string{"host bound"}, ClockErrorNs: 1500}
+	for _, c := range res.Counters {
+		l.w.Counter(c)
+	}
+	l.w.GPU(res.GPU)
 	l.w.Drops(res.Drops)
 	if err := l.w.Close(); err != nil {
 		t.Fatal(err)
@@ -229,6 +236,9 @@ func TestRoundTrip(t *testing.T) {
 	}
 	if !reflect.DeepEqual(rp.Counters, wantCounters) {
 		t.Errorf("counters %+v", rp.Counters)
+	}
+	if rp.GPU == nil || !reflect.DeepEqual(*rp.GPU, want.GPU) || got.GPU.ClockErrorNs != 1500 {
+		t.Errorf("GPU report %+v", rp.GPU)
 	}
 	if rp.Drops == nil || *rp.Drops != want.Drops {
 		t.Errorf("recorded drops %+v, want %+v", rp.Drops, want.Drops)
