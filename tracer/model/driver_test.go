@@ -1,0 +1,74 @@
+package model
+
+import (
+	"reflect"
+	"testing"
+
+	"github.com/cudatap/cudatap/tracer/event"
+)
+
+func cuLaunch(tid uint32, t, stream, f uint64) *ev {
+	// cuLaunchKernel(f, gx, gy, gz, bx, by, bz=[rsp+8], shmem=[rsp+16], hStream=[rsp+24])
+	return call(event.CuLaunchKernel, tid, t, 0, f, 64, 1, 1, 128, 1, 1, 0, stream)
+}
+
+// TestDriverAndNCCL: the driver and NCCL layers go through the same stream
+// model; kernels launched through a CUfunction are named by the load-time
+// call that created it, or by the runtime stub the BPF side paired with it.
+func TestDriverAndNCCL(t *testing.T) {
+	var asked []uint64
+	opts := Options{KernelName: func(pid uint32, addr uint64) string {
+		asked = append(asked, addr)
+		if addr == 0x401000 {
+			return "_Z4stubv"
+		}
+		return ""
+	}}
+	getFn := call(event.CuModuleGetFunction, 1, 1000, 5*us, 0x7ffd0000, 0x6000, 0x7ffd1000).out(0xf1)
+	getFn.HasStack, getFn.Copy = true, []byte("_Z3addPfS_i\x00junk")
+	paired := cuLaunch(1, 30_000, 0xd1, 0xf2).out(0x401000) // the stub a runtime launch left
+	r := run(t, opts,
+		getFn,
+		call(event.CuStreamCreate, 1, 2000, 5*us, 0x7ffd2000, 1).out(0xd1),
+		call(event.CuMemAlloc, 1, 3000, 5*us, 0x7ffd3000, 1<<20).out(devA),
+		cuLaunch(1, 20_000, 0xd1, 0xf1),
+		paired,
+		cuLaunch(1, 40_000, 0xd1, 0xf2), // named already
+		cuLaunch(1, 50_000, 0xd1, 0xf3), // unnamed: the symbolizer is asked
+		call(event.NcclAllReduce, 1, 60_000, 0, 0x7f1000, 0x7f2000, 1000, 7, 0, 0xc0, 0xd1),
+		call(event.CuMemcpyDtoHAsync, 1, 70_000, 2*ms, hostQ, devA, 4096, 0xd1),
+		call(event.CuStreamSynchronize, 1, 3*ms, ms, 0xd1),
+		call(event.CuMemFree, 1, 5*ms, 100*us, devA),
+		call(event.CuCtxSynchronize, 1, 6*ms, 50*us),
+	)
+	p := only(t, r)
+	if want := []Stream{{ID: 0, Kind: StreamLegacy}, {ID: 1, Handle: 0xd1, Kind: StreamCreated, NonBlocking: true, CreatedAt: 2000}}; !reflect.DeepEqual(streamsNoStats(p), want) {
+		t.Errorf("streams %+v", streamsNoStats(p))
+	}
+	wantKernels := map[uint64]string{0xf1: "_Z3addPfS_i", 0xf2: "_Z4stubv", 0xf3: ""}
+	if !reflect.DeepEqual(p.Kernels, wantKernels) {
+		t.Errorf("kernels %v, want %v", p.Kernels, wantKernels)
+	}
+	if !reflect.DeepEqual(asked, []uint64{0x401000, 0xf3}) {
+		t.Errorf("symbolizer asked for %#x", asked)
+	}
+	st := p.Streams[1].Stats
+	if st.Launches != 4 || st.Collectives != 1 || st.CommBytes != 4000 || st.Memcpys != 1 || st.BytesDtoH != 4096 || st.BytesPageable != 4096 {
+		t.Errorf("stream stats %+v", st)
+	}
+	kinds := []OpKind{OpKernel, OpKernel, OpKernel, OpKernel, OpCollective, OpMemcpy}
+	for i, k := range kinds {
+		if p.GPUOps[i].Kind != k || p.GPUOps[i].Stream != 1 {
+			t.Errorf("op %d: kind %v stream %d, want %v on 1", i, p.GPUOps[i].Kind, p.GPUOps[i].Stream, k)
+		}
+	}
+	if op := p.GPUOps[4]; op.Bytes != 4000 || op.API != event.NcclAllReduce || op.Kind.Category() != "kernel" {
+		t.Errorf("collective op %+v", op)
+	}
+	if got := syncKinds(p); !reflect.DeepEqual(got, []SyncKind{SyncPageableMemcpy, SyncStream, SyncFree, SyncDevice}) {
+		t.Errorf("syncs %v", got)
+	}
+	if p.DeviceMemInUse != 0 || p.DeviceMemPeak != 1<<20 {
+		t.Errorf("device memory %d peak %d", p.DeviceMemInUse, p.DeviceMemPeak)
+	}
+}
