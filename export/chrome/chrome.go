@@ -16,6 +16,7 @@ import (
 	"os"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/cudatap/cudatap/export/internal/describe"
@@ -252,6 +253,14 @@ func (w *writer) call(p *model.Process, c *model.Call) {
 		w.dim3("block", a.Block.X, a.Block.Y, a.Block.Z)
 		w.uint("shared_mem", a.SharedMem)
 		w.str("kernel", w.kernel(p, a.Func).Display)
+	case event.ClassCollective:
+		w.uint("bytes", a.Bytes)
+		w.uint("count", a.Count)
+		w.str("datatype", ncclType(a.DataType))
+		w.uint("comm", a.Comm)
+		if a.Peer >= 0 {
+			w.int("peer", int64(a.Peer))
+		}
 	}
 	if c.HasRet {
 		w.int("ret", c.Ret)
@@ -336,6 +345,12 @@ func (w *writer) gpuOp(p *model.Process, op *model.GPUOp) {
 		w.str("name", "Memset")
 	case model.OpGraph:
 		w.str("name", "Graph launch")
+	case model.OpCollective:
+		name := "nccl"
+		if call != nil {
+			name = call.API.String()
+		}
+		w.str("name", name)
 	default:
 		w.str("name", "Host function")
 	}
@@ -361,7 +376,7 @@ func (w *writer) gpuOp(p *model.Process, op *model.GPUOp) {
 		w.uint("bytes", op.Bytes)
 		w.str("kind", op.CopyKind.String())
 		w.bool("pageable", op.Pageable)
-	case model.OpMemset:
+	case model.OpMemset, model.OpCollective:
 		w.uint("bytes", op.Bytes)
 	}
 	w.close()
@@ -372,6 +387,13 @@ func (w *writer) gpuOp(p *model.Process, op *model.GPUOp) {
 	}
 	w.flow("s", "ac2g", op.Correlation, int(p.PID), int(call.TID), call.Start)
 	w.flow("f", "ac2g", op.Correlation, gpid, op.Stream, op.Start)
+}
+
+func ncclType(t uint8) string {
+	if int(t) < len(event.NCCLTypeName) {
+		return event.NCCLTypeName[t]
+	}
+	return "type " + strconv.Itoa(int(t))
 }
 
 // flow writes one end of a flow arrow. Both ends bind to the slice that

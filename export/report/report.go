@@ -116,7 +116,7 @@ func process(buf *bytes.Buffer, p *model.Process, top int) {
 	fmt.Fprintln(tw, "  STREAM\tLAUNCHES\tCOPIES\tHtoD\tDtoH\tDtoD\tPAGEABLE\tPINNED\tMEMSETS\tEXPLICIT SYNCS\tIMPLICIT SYNCS\tGPU OPS")
 	var sum model.StreamStats
 	var sumSyncs syncTotals
-	var sumOps int
+	var sumOps, idle int
 	for _, s := range p.Streams {
 		if s == nil {
 			continue
@@ -126,7 +126,15 @@ func process(buf *bytes.Buffer, p *model.Process, top int) {
 		if t := syncs[s.ID]; t != nil {
 			sy = *t
 		}
+		// PyTorch creates pools of streams it never uses: count them, do
+		// not list them. The legacy default stream is always listed.
+		if s.ID != 0 && ops[s.ID] == 0 && sy.explicit+sy.implicit == 0 {
+			idle++
+			continue
+		}
 		streamRow(tw, s.Label(), st, sy, ops[s.ID])
+		sum.Collectives += st.Collectives
+		sum.CommBytes += st.CommBytes
 		sum.Launches += st.Launches
 		sum.Memcpys += st.Memcpys
 		sum.Memsets += st.Memsets
@@ -145,6 +153,18 @@ func process(buf *bytes.Buffer, p *model.Process, top int) {
 	}
 	streamRow(tw, "total", &sum, sumSyncs, sumOps)
 	tw.Flush()
+	if idle > 0 {
+		fmt.Fprintf(buf, "  (%s with no work while traced not listed)\n", plural(idle, "stream", "streams"))
+	}
+	if sum.Collectives > 0 {
+		comm, overlap := model.CommOverlap(p)
+		share := 0.0
+		if comm > 0 {
+			share = 100 * float64(overlap) / float64(comm)
+		}
+		fmt.Fprintf(buf, "  NCCL: %d operations, %s; communication %s, %.0f%% of it overlapped compute on other streams (inferred)\n",
+			sum.Collectives, size(sum.CommBytes), duration(comm), share)
+	}
 
 	sites := syncSites(p)
 	if len(sites) == 0 {

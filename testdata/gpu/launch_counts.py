@@ -54,15 +54,18 @@ def main():
     fn()
     torch.cuda.synchronize()
     counts = {}
+    import time
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        t0 = time.monotonic_ns()  # CLOCK_MONOTONIC: the clock of cudatap's trace
         for _ in range(100):
             fn()
         torch.cuda.synchronize()
+        t1 = time.monotonic_ns()
     for ev in prof.events():
         if ev.name in ("cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx", "cudaLaunchKernelExC", "cudaGraphLaunch", "cudaMemcpyAsync", "cudaStreamSynchronize"):
             counts[ev.name] = counts.get(ev.name, 0) + 1
     kernels = sum(1 for ev in prof.events() if ev.device_type == torch.autograd.DeviceType.CUDA)
-    print(json.dumps({"mode": MODE, "profiler_api_counts": counts, "profiler_gpu_activities": kernels}))
+    print(json.dumps({"mode": MODE, "profiler_api_counts": counts, "profiler_gpu_activities": kernels, "window_ns": [t0, t1]}))
 
 
 if __name__ == "__main__":

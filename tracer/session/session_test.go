@@ -386,3 +386,63 @@ func TestNoSuchProcess(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+// TestDriverAndNCCL: a driver-only program (like Triton), the runtime on top
+// of the driver with direct driver calls too, and NCCL collectives on a comm
+// stream: every call counted once, launches once whichever layer.
+func TestDriverAndNCCL(t *testing.T) {
+	testutil.RequireRoot(t)
+	b := testutil.Sim(t)
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"driver", []string{b.DriverWorkload, "--scenario", "driver", "--iters", "20"}},
+		{"driver-all", []string{b.DriverWorkload, "--scenario", "driver-all"}},
+		{"mixed", []string{b.DriverWorkload, "--scenario", "mixed", "--iters", "10"}},
+		{"nccl", []string{b.NCCLWorkload, "--scenario", "nccl", "--iters", "10"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, rep := launch(t, tracer.StacksSync, tc.args...)
+			checkCounts(t, out, rep)
+			p := processOf(out.Result, rep.PID)
+			switch tc.name {
+			case "driver":
+				// Triton-style kernels are named from cuModuleGetFunction /
+				// cuLibraryGetKernel.
+				names := map[string]bool{}
+				for _, op := range p.GPUOps {
+					if op.Kind == model.OpKernel {
+						names[p.Kernels[op.Func]] = true
+					}
+				}
+				if !names["triton_matmul_kernel"] || !names["triton_softmax_kernel"] {
+					t.Errorf("driver kernels named %v", names)
+				}
+			case "nccl":
+				var bytes uint64
+				var n int64
+				comm := map[int32]bool{}
+				for i := range p.Calls {
+					c := &p.Calls[i]
+					if c.API == event.NcclAllReduce {
+						bytes += c.Args.Bytes
+						comm[c.Stream] = true
+					}
+				}
+				for _, s := range p.Streams {
+					n += s.Stats.Collectives
+				}
+				if bytes != 10*25<<20 {
+					t.Errorf("all-reduce bytes %d, want 10 × 25 MiB", bytes)
+				}
+				if len(comm) != 1 {
+					t.Errorf("all-reduces on streams %v, want one comm stream", comm)
+				}
+				if commNs, _ := model.CommOverlap(p); commNs == 0 || n < 16 {
+					t.Errorf("collectives %d, inferred communication time %d ns", n, commNs)
+				}
+			}
+		})
+	}
+}
