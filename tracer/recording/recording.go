@@ -362,6 +362,8 @@ func Load(r io.Reader, progress func(int64)) (*model.Result, *Replay, error) {
 	res.Counters = rp.Counters
 	if rp.GPU != nil {
 		res.GPU = *rp.GPU
+	} else {
+		res.GPU.Status = "unknown: the recording ends before its GPU record"
 	}
 	// Records the recorder could not decode were counted but not written.
 	if d := rp.Drops; d != nil && d.DecodeErrors > res.Drops.DecodeErrors {
