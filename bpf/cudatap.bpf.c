@@ -84,6 +84,22 @@ struct {
 	__type(value, __u8);
 } driver_live SEC(".maps");
 
+/* How many runtime launch attachments exist (user space keeps it). While
+ * none does, driver launches skip the two lookups above. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} pairing SEC(".maps");
+
+static __always_inline bool pairing_active(void)
+{
+	__u32 zero = 0;
+	__u32 *n = bpf_map_lookup_elem(&pairing, &zero);
+	return n && *n;
+}
+
 /* Scratch space for building an inflight entry (too big for the BPF stack). */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -258,7 +274,7 @@ static __always_inline int on_entry(struct pt_regs *ctx)
 		if (live)
 			return 0;
 	}
-	if (cookie & COOKIE_TAKE_STUB) {
+	if ((cookie & COOKIE_TAKE_STUB) && pairing_active()) {
 		__u32 tid = (__u32)pid_tgid, tgid = pid_tgid >> 32;
 		if (!bpf_map_lookup_elem(&driver_live, &tgid)) {
 			__u8 one = 1;

@@ -92,6 +92,7 @@ const (
 	cudatapMapDriverLive       = "driver_live"
 	cudatapMapEvents           = "events"
 	cudatapMapInflight         = "inflight"
+	cudatapMapPairing          = "pairing"
 	cudatapMapPendingStub      = "pending_stub"
 	cudatapMapPyConfigs        = "py_configs"
 	cudatapMapScratch          = "scratch"
@@ -164,6 +165,7 @@ type cudatapMapSpecs struct {
 	DriverLive  *ebpf.MapSpec `ebpf:"driver_live"`
 	Events      *ebpf.MapSpec `ebpf:"events"`
 	Inflight    *ebpf.MapSpec `ebpf:"inflight"`
+	Pairing     *ebpf.MapSpec `ebpf:"pairing"`
 	PendingStub *ebpf.MapSpec `ebpf:"pending_stub"`
 	PyConfigs   *ebpf.MapSpec `ebpf:"py_configs"`
 	Scratch     *ebpf.MapSpec `ebpf:"scratch"`
@@ -202,6 +204,7 @@ type cudatapMaps struct {
 	DriverLive  *ebpf.Map `ebpf:"driver_live"`
 	Events      *ebpf.Map `ebpf:"events"`
 	Inflight    *ebpf.Map `ebpf:"inflight"`
+	Pairing     *ebpf.Map `ebpf:"pairing"`
 	PendingStub *ebpf.Map `ebpf:"pending_stub"`
 	PyConfigs   *ebpf.Map `ebpf:"py_configs"`
 	Scratch     *ebpf.Map `ebpf:"scratch"`
@@ -213,6 +216,7 @@ func (m *cudatapMaps) Close() error {
 		m.DriverLive,
 		m.Events,
 		m.Inflight,
+		m.Pairing,
 		m.PendingStub,
 		m.PyConfigs,
 		m.Scratch,

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -58,6 +59,9 @@ type Tracer struct {
 	multi  bool // uprobe_multi links available
 	reader *ringbuf.Reader
 	coll   *ebpf.Collection
+
+	pairingMu sync.Mutex
+	pairingN  int
 }
 
 // New loads the BPF programs. It fails with an explanation when the process
@@ -133,6 +137,21 @@ func (t *Tracer) SetPython(pid int, cfg encoding.BinaryMarshaler) error {
 		return fmt.Errorf("set Python layout of process %d: %w", pid, err)
 	}
 	return nil
+}
+
+// PairingStart and PairingStop count the runtime launch attachments (see
+// AttachRuntimeLaunches): while there are none, driver launch probes skip
+// the per-thread stub hand-over entirely.
+func (t *Tracer) PairingStart() { t.addPairing(1) }
+func (t *Tracer) PairingStop()  { t.addPairing(-1) }
+
+func (t *Tracer) addPairing(d int) {
+	t.pairingMu.Lock()
+	defer t.pairingMu.Unlock()
+	t.pairingN = max(t.pairingN+d, 0)
+	if m := t.coll.Maps["pairing"]; m != nil {
+		m.Put(uint32(0), uint32(t.pairingN))
+	}
 }
 
 // ForgetPython removes a process's CPython layout (it exited).

@@ -19,10 +19,11 @@ import (
 	"github.com/cudatap/cudatap/internal/testutil"
 	"github.com/cudatap/cudatap/symbolize"
 	"github.com/cudatap/cudatap/tracer"
+	"github.com/cudatap/cudatap/tracer/event"
 )
 
-// launchLoop times N cudaLaunchKernel calls of zero-block kernels (zero GPU
-// time in the simulation, so the loop measures the host path alone) and
+// launchLoop times N cudaLaunchKernel calls of one-block kernels (the host
+// never waits for the modeled GPU, so the loop measures the host path) and
 // prints ns per launch. It waits for a line on stdin first, so probes can be
 // attached to the running process.
 const launchLoop = `
@@ -34,13 +35,17 @@ void bench_kernel(void) {}
 int main(int argc, char **argv) {
 	long n = atol(argv[1]);
 	char line[16];
+	void *p;
+	/* Initialize CUDA (loads libcuda) before the tracer attaches. */
+	cudaMalloc(&p, 16);
+	cudaFree(p);
 	printf("ready\n"); fflush(stdout);
 	if (!fgets(line, sizeof line, stdin)) return 1;
-	dim3 zero = {0, 1, 1}, block = {1, 1, 1};
+	dim3 one = {1, 1, 1}, block = {1, 1, 1};
 	struct timespec a, b;
 	clock_gettime(CLOCK_MONOTONIC, &a);
 	for (long i = 0; i < n; i++)
-		cudaLaunchKernel((const void *)bench_kernel, zero, block, NULL, 0, NULL);
+		cudaLaunchKernel((const void *)bench_kernel, one, block, NULL, 0, NULL);
 	clock_gettime(CLOCK_MONOTONIC, &b);
 	printf("%.1f\n", ((b.tv_sec - a.tv_sec) * 1e9 + (b.tv_nsec - a.tv_nsec)) / n);
 	return 0;
@@ -49,8 +54,10 @@ int main(int argc, char **argv) {
 
 // BenchmarkLaunchOverhead measures, in the same run and interleaved, the
 // simulated launch loop untraced, with an empty uprobe on cudaLaunchKernel,
-// and traced by cudatap (decode, stream model, recording), and reports
-// cudatap's added cost per call as a ratio to the empty uprobe's.
+// traced by cudatap in its steady state (launches probed in the driver
+// only: one trap per launch), and traced while the runtime's launch probes
+// are also attached (the naming window after attaching: two traps), and
+// reports cudatap's added cost per call as a ratio to the empty uprobe's.
 func BenchmarkLaunchOverhead(b *testing.B) {
 	testutil.RequireRoot(b)
 	s := testutil.Sim(b)
@@ -66,19 +73,22 @@ func BenchmarkLaunchOverhead(b *testing.B) {
 	}
 	const n = 20000
 	rounds := 5
-	var base, empty, traced []float64
+	var base, empty, traced, both []float64
 	for r := 0; r < rounds; r++ {
 		base = append(base, runLoop(b, bin, n, nil))
 		empty = append(empty, runLoop(b, bin, n, attachEmpty))
-		traced = append(traced, runLoop(b, bin, n, attachCudatap))
+		traced = append(traced, runLoop(b, bin, n, attachCudatap(-1)))
+		both = append(both, runLoop(b, bin, n, attachCudatap(time.Hour)))
 	}
 	med := func(v []float64) float64 { slices.Sort(v); return v[len(v)/2] }
-	mb, me, mt := med(base), med(empty), med(traced)
+	mb, me, mt, m2 := med(base), med(empty), med(traced), med(both)
 	b.ReportMetric(mb, "ns/launch-untraced")
 	b.ReportMetric(me, "ns/launch-empty-uprobe")
 	b.ReportMetric(mt, "ns/launch-cudatap")
+	b.ReportMetric(m2, "ns/launch-cudatap-both-layers")
 	if me > mb {
 		b.ReportMetric((mt-mb)/(me-mb), "cost-ratio-vs-empty-uprobe")
+		b.ReportMetric((m2-mb)/(me-mb), "both-layers-ratio-vs-empty-uprobe")
 	}
 }
 
@@ -127,10 +137,15 @@ func attachEmpty(tb testing.TB, pid int) func() {
 		tb.Fatal(err)
 	}
 	d, err := tracer.Discover(pid, symbolize.NewCache(16), nil)
-	if err != nil || len(d.Libraries) == 0 {
+	if err != nil {
 		tb.Fatalf("discover: %v", err)
 	}
-	f, err := symbolize.Open(d.Libraries[0].OpenPath)
+	i := slices.IndexFunc(d.Libraries, func(l tracer.Library) bool { return l.Layer == event.Runtime })
+	if i < 0 {
+		tb.Fatalf("no runtime in process %d", pid)
+	}
+	lib := d.Libraries[i]
+	f, err := symbolize.Open(lib.OpenPath)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -138,7 +153,7 @@ func attachEmpty(tb testing.TB, pid int) func() {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	ex, err := link.OpenExecutable(d.Libraries[0].OpenPath)
+	ex, err := link.OpenExecutable(lib.OpenPath)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -149,13 +164,20 @@ func attachEmpty(tb testing.TB, pid int) func() {
 	return func() { l.Close(); prog.Close() }
 }
 
-// attachCudatap runs a full recording session on the process.
-func attachCudatap(tb testing.TB, pid int) func() {
+// attachCudatap runs a full recording session on the process, with the
+// runtime's launch probes kept for window (negative: none).
+func attachCudatap(window time.Duration) func(testing.TB, int) func() {
+	return func(tb testing.TB, pid int) func() {
+		return attachSession(tb, pid, window)
+	}
+}
+
+func attachSession(tb testing.TB, pid int, window time.Duration) func() {
 	attached := make(chan struct{})
 	done := make(chan error, 1)
 	go func() {
 		_, err := Run(context.Background(), Config{PIDs: []int{pid}, Stacks: tracer.StacksSync, Duration: time.Minute,
-			Recording: discard{}, OnAttached: func(int) { close(attached) }})
+			NameWindow: window, NVMLInterval: -1, Recording: discard{}, OnAttached: func(int) { close(attached) }})
 		done <- err
 	}()
 	select {

@@ -639,8 +639,12 @@ func (s *Session) runtimeLaunches(t *target, d *tracer.Discovery, launched bool)
 			if d.Libraries[i].Layer != event.Runtime {
 				continue
 			}
+			// Driver probes must start handing stubs over before the
+			// runtime probes count on it.
+			s.tr.PairingStart()
 			a, err := s.tr.AttachRuntimeLaunches(t.pid, &d.Libraries[i])
 			if err != nil {
+				s.tr.PairingStop()
 				s.log.Warn("cannot probe runtime launches", "pid", t.pid, "err", err)
 				break
 			}
@@ -655,8 +659,7 @@ func (s *Session) runtimeLaunches(t *target, d *tracer.Discovery, launched bool)
 	}
 	if launched || window < 0 {
 		s.mu.Lock()
-		t.rtLaunch.Close()
-		t.rtLaunch, t.rtLaunchDone = nil, true
+		t.closeRuntimeLaunches(s.tr)
 		s.mu.Unlock()
 		return
 	}
@@ -671,8 +674,7 @@ func (s *Session) endPairings(now time.Time) {
 	defer s.mu.Unlock()
 	for _, t := range s.targets {
 		if t.rtLaunch != nil && !t.rtLaunchUntil.IsZero() && now.After(t.rtLaunchUntil) {
-			t.rtLaunch.Close()
-			t.rtLaunch, t.rtLaunchDone = nil, true
+			t.closeRuntimeLaunches(s.tr)
 		}
 	}
 }
@@ -742,7 +744,7 @@ func (s *Session) markExited(pid int) {
 		t.exited = true
 		s.tr.ForgetPython(pid)
 		// The probes die with the process's memory; release the links now.
-		t.closeProbes()
+		t.closeProbes(s.tr)
 	}
 }
 
@@ -754,7 +756,7 @@ func (s *Session) closeAll() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, t := range s.targets {
-		t.closeProbes()
+		t.closeProbes(s.tr)
 	}
 }
 
@@ -780,7 +782,13 @@ func (t *target) summary() Attached {
 	return at
 }
 
-func (t *target) closeProbes() {
+func (t *target) closeRuntimeLaunches(tr *tracer.Tracer) {
+	t.rtLaunch.Close()
+	tr.PairingStop()
+	t.rtLaunch, t.rtLaunchDone = nil, true
+}
+
+func (t *target) closeProbes(tr *tracer.Tracer) {
 	for _, a := range t.attached {
 		a.Close()
 	}
@@ -788,8 +796,7 @@ func (t *target) closeProbes() {
 		t.loader.Close()
 	}
 	if t.rtLaunch != nil {
-		t.rtLaunch.Close()
-		t.rtLaunch = nil
+		t.closeRuntimeLaunches(tr)
 	}
 }
 
