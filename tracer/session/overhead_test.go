@@ -73,15 +73,20 @@ func BenchmarkLaunchOverhead(b *testing.B) {
 	}
 	const n = 20000
 	rounds := 5
-	var base, empty, traced, both []float64
+	var base, empty, traced, both, stacks []float64
 	for r := 0; r < rounds; r++ {
 		base = append(base, runLoop(b, bin, n, nil))
 		empty = append(empty, runLoop(b, bin, n, attachEmpty))
-		traced = append(traced, runLoop(b, bin, n, attachCudatap(-1)))
-		both = append(both, runLoop(b, bin, n, attachCudatap(time.Hour)))
+		traced = append(traced, runLoop(b, bin, n, attachCudatap(-1, tracer.StacksSync)))
+		both = append(both, runLoop(b, bin, n, attachCudatap(time.Hour, tracer.StacksSync)))
+		stacks = append(stacks, runLoop(b, bin, n, attachCudatap(-1, tracer.StacksAll)))
 	}
 	med := func(v []float64) float64 { slices.Sort(v); return v[len(v)/2] }
-	mb, me, mt, m2 := med(base), med(empty), med(traced), med(both)
+	mb, me, mt, m2, ms := med(base), med(empty), med(traced), med(both), med(stacks)
+	// --stacks=all captures a stack at every launch: registers, a
+	// frame-pointer walk and 8 KiB of stack in BPF, .eh_frame unwinding and
+	// symbolization in user space.
+	b.ReportMetric(ms-mt, "ns/stack")
 	b.ReportMetric(mb, "ns/launch-untraced")
 	b.ReportMetric(me, "ns/launch-empty-uprobe")
 	b.ReportMetric(mt, "ns/launch-cudatap")
@@ -166,17 +171,17 @@ func attachEmpty(tb testing.TB, pid int) func() {
 
 // attachCudatap runs a full recording session on the process, with the
 // runtime's launch probes kept for window (negative: none).
-func attachCudatap(window time.Duration) func(testing.TB, int) func() {
+func attachCudatap(window time.Duration, stacks tracer.StackMode) func(testing.TB, int) func() {
 	return func(tb testing.TB, pid int) func() {
-		return attachSession(tb, pid, window)
+		return attachSession(tb, pid, window, stacks)
 	}
 }
 
-func attachSession(tb testing.TB, pid int, window time.Duration) func() {
+func attachSession(tb testing.TB, pid int, window time.Duration, stacks tracer.StackMode) func() {
 	attached := make(chan struct{})
 	done := make(chan error, 1)
 	go func() {
-		_, err := Run(context.Background(), Config{PIDs: []int{pid}, Stacks: tracer.StacksSync, Duration: time.Minute,
+		_, err := Run(context.Background(), Config{PIDs: []int{pid}, Stacks: stacks, Duration: time.Minute,
 			NameWindow: window, NVMLInterval: -1, Recording: discard{}, OnAttached: func(int) { close(attached) }})
 		done <- err
 	}()
