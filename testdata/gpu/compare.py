@@ -37,10 +37,13 @@ if os.path.exists(p):
     sites = json.load(open(os.path.join(out, "syncs.json")))["sites"]
     by_line = {}
     for s in sites:
-        line = s.get("python_line", "")
-        if "sync_patterns.py:" in line:
-            n = int(line.split("sync_patterns.py:")[1].split()[0])
-            by_line.setdefault(n, []).append(s)
+        # The script's line anywhere in the Python stack: print(tensor) and
+        # torch.cuda.synchronize() block inside torch's own Python code.
+        for frame in s.get("python_stack") or [s.get("python_line", "")]:
+            if "sync_patterns.py:" in frame:
+                n = int(frame.split("sync_patterns.py:")[1].split()[0])
+                by_line.setdefault(n, []).append(s)
+                break
     print("\n== synchronizations: torch sync-debug warnings vs cudatap (sync_patterns.py)")
     print(f"{'pattern':24} {'line':>5} {'torch warns':>11} {'cudatap':>8}  cudatap kinds")
     lines = {v: k for k, v in script["patterns"].items()}
@@ -51,6 +54,9 @@ if os.path.exists(p):
         print(f"{name:24} {line:5} {'yes' if line in warned else 'no':>11} {'yes' if found else 'no':>8}  {', '.join(kinds)}")
     for line in sorted(warned):
         check(line in by_line, f"torch warns at sync_patterns.py:{line} ({lines.get(line, '?')}): cudatap reports it")
+    for name in ("print", "explicit_synchronize", "empty_cache"):
+        line = script["patterns"][name]
+        check(line in by_line, f"{name} at line {line} reported (torch: {'warns' if line in warned else 'silent'})")
     pl = script["patterns"]["pageable_non_blocking"]
     check(any(s["kind"] == "pageable_memcpy" for s in by_line.get(pl, [])),
           f"pageable non_blocking copy at line {pl} reported as pageable_memcpy (torch: {'warns' if pl in warned else 'silent'})")

@@ -11,7 +11,7 @@ echo "== hidden synchronizations (torch sync debug mode vs cudatap)"
 "$BIN" syncs --json "$OUT/sync.cudatap" >"$OUT/syncs.json"
 "$BIN" syncs --top 12 "$OUT/sync.cudatap" | head -60
 
-for mode in eager compile triton; do
+for mode in ${MODES-eager compile triton}; do
 	echo "== launches: $mode"
 	timeout 300 "$BIN" record --nvml-interval=-1s -o "$OUT/launch_$mode.json.gz" -- python3 "$here/launch_counts.py" $mode >"$OUT/launch_$mode.stdout" 2>"$OUT/launch_$mode.stderr" || tail -5 "$OUT/launch_$mode.stderr"
 done
