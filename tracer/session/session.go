@@ -93,6 +93,7 @@ type target struct {
 	pyMu          sync.Mutex          // guards py and pyTried (reader goroutine and control loop)
 	py            *python.Interpreter // nil until a CPython runtime is found
 	pyTried       bool                // detection gave a final answer
+	pyResolved    bool                // some Python frame was named (reader goroutine only)
 	layers    uint8                         // bit per event.Layer seen in the process
 	loader    *tracer.Attachment
 	stopOnLd  bool
@@ -226,12 +227,14 @@ func (s *Session) modelOptions() model.Options {
 			in := t.python()
 			if in != nil {
 				f, err := in.Frame(code, instr)
-				if err != nil && !in.Started() {
-					// Found before it ran: look again now that it does.
+				if err != nil && !in.Started() && !t.pyResolved {
+					// Found before it ran and nothing resolved yet: look
+					// again now that it runs.
 					s.detectPython(t)
 					f, err = t.python().Frame(code, instr)
 				}
 				if err == nil {
+					t.pyResolved = true
 					name = f.String()
 				} else {
 					s.log.Debug("python frame", "pid", pid, "err", err)
@@ -603,6 +606,7 @@ func (s *Session) detectPython(t *target) {
 	cfg, in, err := python.DetectCache(t.pid, s.cache)
 	switch {
 	case err == nil:
+		s.log.Debug("python detected", "pid", t.pid, "started", in.Started(), "config", fmt.Sprintf("%+v", *cfg))
 		if err := s.tr.SetPython(t.pid, cfg); err != nil {
 			s.log.Warn("Python frames unavailable", "pid", t.pid, "err", err)
 		}
@@ -708,8 +712,6 @@ func (s *Session) sweep() {
 			if err := s.attachProcess(pid, t.stopOnLd, false); err != nil {
 				s.log.Debug("sweep", "pid", pid, "err", err)
 			}
-		} else if in := t.python(); in != nil && !in.Started() {
-			s.detectPython(t)
 		}
 	}
 }
