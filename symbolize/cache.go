@@ -37,7 +37,7 @@ func NewCache(maxFiles int) *Cache {
 // identity was opened before. The returned File stays usable after being
 // evicted; callers do not close it.
 func (c *Cache) Open(path string) (*File, error) {
-	fd, err := openFile(path)
+	fd, err := OpenFile(path)
 	if err != nil {
 		return nil, err
 	}

@@ -74,7 +74,7 @@ type File struct {
 // Open opens the ELF file at path and parses its headers. Paths of the
 // form /proc/PID/root/... are resolved inside the target's root.
 func Open(path string) (*File, error) {
-	fd, err := openFile(path)
+	fd, err := OpenFile(path)
 	if err != nil {
 		return nil, err
 	}
@@ -305,7 +305,7 @@ func (f *File) handleLocked() (*os.File, error) {
 	if f.fd != nil {
 		return f.fd, nil
 	}
-	fd, err := openFile(f.reopen)
+	fd, err := OpenFile(f.reopen)
 	if err != nil {
 		return nil, err
 	}

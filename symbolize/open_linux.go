@@ -8,12 +8,12 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// openFile opens path read-only. A path of the form /proc/PID/root/REST
+// OpenFile opens path read-only. A path of the form /proc/PID/root/REST
 // (see [Mapping.OpenPath]) is resolved with openat2(RESOLVE_IN_ROOT) inside
 // the target's root: a plain open would follow an absolute symlink planted in
 // the container relative to the host's root, and let the container point us
 // at any host file.
-func openFile(path string) (*os.File, error) {
+func OpenFile(path string) (*os.File, error) {
 	root, rel, ok := splitProcRoot(path)
 	if !ok {
 		return os.Open(path)

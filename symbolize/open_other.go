@@ -4,7 +4,7 @@ package symbolize
 
 import "os"
 
-func openFile(path string) (*os.File, error) { return os.Open(path) }
+func OpenFile(path string) (*os.File, error) { return os.Open(path) }
 
 func statKeyOf(fi os.FileInfo) statKey {
 	return statKey{size: fi.Size(), mtime: fi.ModTime().UnixNano()}

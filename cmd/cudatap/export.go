@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"github.com/cudatap/cudatap/internal/units"
 	"os"
 
 	"github.com/spf13/cobra"
@@ -55,7 +56,7 @@ func runExport(cmd *cobra.Command, o *exportOptions, in string) error {
 	status := newStatusLine(cmd.ErrOrStderr())
 	res, rp, err := recording.Load(f, func(done int64) {
 		if size > 0 {
-			status.printf("cudatap: reading %s: %.0f%% (%s of %s)", in, 100*float64(done)/float64(size), humanBytes(done), humanBytes(size))
+			status.printf("cudatap: reading %s: %.0f%% (%s of %s)", in, 100*float64(done)/float64(size), units.Bytes(uint64(done)), units.Bytes(uint64(size)))
 		}
 	})
 	status.clear()

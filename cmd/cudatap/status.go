@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"github.com/cudatap/cudatap/internal/units"
 	"io"
 	"os"
 
@@ -27,7 +28,7 @@ func (s *statusLine) update(st session.Status) {
 		return
 	}
 	fmt.Fprintf(s.w, "\r\033[Kcudatap: %s · %d process(es) · %s events/s · %d events · %d lost · %s written",
-		st.Elapsed.Truncate(1e9), st.Processes, humanCount(st.EventsPerSec), st.Events, st.Lost, humanBytes(st.Bytes))
+		st.Elapsed.Truncate(1e9), st.Processes, humanCount(st.EventsPerSec), st.Events, st.Lost, units.Bytes(uint64(max(st.Bytes, 0))))
 	s.shown = true
 }
 
@@ -54,17 +55,4 @@ func humanCount(v float64) string {
 		return fmt.Sprintf("%.1fk", v/1e3)
 	}
 	return fmt.Sprintf("%.0f", v)
-}
-
-func humanBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }

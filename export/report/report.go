@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"cmp"
 	"fmt"
+	"github.com/cudatap/cudatap/internal/units"
 	"io"
 	"slices"
 	"strconv"
@@ -93,7 +94,7 @@ func process(buf *bytes.Buffer, p *model.Process, top int) {
 	fmt.Fprintf(buf, "%s\n", p.Label())
 	fmt.Fprintf(buf, "  %s over %s, %s (inferred), device memory peak %s\n",
 		plural(len(p.Calls), "call", "calls"), duration(span(p.FirstSeen, p.LastSeen)),
-		plural(len(p.GPUOps), "GPU op", "GPU ops"), size(p.DeviceMemPeak))
+		plural(len(p.GPUOps), "GPU op", "GPU ops"), units.Bytes(p.DeviceMemPeak))
 
 	syncs := map[int]*syncTotals{}
 	for i := range p.Syncs {
@@ -163,7 +164,7 @@ func process(buf *bytes.Buffer, p *model.Process, top int) {
 			share = 100 * float64(overlap) / float64(comm)
 		}
 		fmt.Fprintf(buf, "  NCCL: %d operations, %s; communication %s, %.0f%% of it overlapped compute on other streams (inferred)\n",
-			sum.Collectives, size(sum.CommBytes), duration(comm), share)
+			sum.Collectives, units.Bytes(sum.CommBytes), duration(comm), share)
 	}
 
 	sites := syncSites(p)
@@ -185,8 +186,8 @@ func process(buf *bytes.Buffer, p *model.Process, top int) {
 
 func streamRow(w io.Writer, label string, st *model.StreamStats, sy syncTotals, ops int) {
 	fmt.Fprintf(w, "  %s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%d\n", label,
-		st.Launches, st.Memcpys, size(st.BytesHtoD), size(st.BytesDtoH), size(st.BytesDtoD),
-		size(st.BytesPageable), size(st.BytesPinned), st.Memsets,
+		st.Launches, st.Memcpys, units.Bytes(st.BytesHtoD), units.Bytes(st.BytesDtoH), units.Bytes(st.BytesDtoD),
+		units.Bytes(st.BytesPageable), units.Bytes(st.BytesPinned), st.Memsets,
 		syncCell(sy.explicit, sy.explicitNs), syncCell(sy.implicit, sy.implicitNs), ops)
 }
 
@@ -267,18 +268,4 @@ func duration(ns uint64) string {
 		return fmt.Sprintf("%.1f ms", float64(ns)/1e6)
 	}
 	return fmt.Sprintf("%.2f s", float64(ns)/1e9)
-}
-
-// size formats bytes in binary units: "512 B", "1.0 MiB".
-func size(n uint64) string {
-	if n < 1024 {
-		return fmt.Sprintf("%d B", n)
-	}
-	const units = "KMGTPE"
-	v, i := float64(n)/1024, 0
-	for v >= 1024 && i < len(units)-1 {
-		v /= 1024
-		i++
-	}
-	return fmt.Sprintf("%.1f %ciB", v, units[i])
 }

@@ -146,9 +146,4 @@ func TestUnits(t *testing.T) {
 			t.Errorf("duration(%d) = %q, want %q", ns, got, want)
 		}
 	}
-	for n, want := range map[uint64]string{0: "0 B", 1023: "1023 B", 1024: "1.0 KiB", 1 << 20: "1.0 MiB", 3 << 29: "1.5 GiB", 1 << 62: "4.0 EiB"} {
-		if got := size(n); got != want {
-			t.Errorf("size(%d) = %q, want %q", n, got, want)
-		}
-	}
 }

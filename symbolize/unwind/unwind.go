@@ -324,7 +324,7 @@ func loadObject(p *symbolize.Process, m symbolize.Mapping, file *symbolize.File)
 	var err error
 	for _, path := range paths {
 		var fd *os.File
-		if fd, err = openFile(path); err != nil {
+		if fd, err = symbolize.OpenFile(path); err != nil {
 			continue
 		}
 		var fi os.FileInfo

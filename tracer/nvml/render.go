@@ -2,6 +2,7 @@ package nvml
 
 import (
 	"fmt"
+	"github.com/cudatap/cudatap/internal/units"
 	"io"
 	"math"
 	"sort"
@@ -38,7 +39,7 @@ func RenderGPUs(w io.Writer, driver string, samples []Sample, proc func(pid uint
 	fmt.Fprintln(tw, "GPU\tPID\tPROCESS\tCONTAINER\tMEMORY\tSM UTIL")
 	for _, r := range rows {
 		info := lookup(proc, r.pid)
-		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s\n", r.dev, r.pid, orDash(info.Comm), orDash(info.Container), bytesStr(r.p.MemUsed), pct(r.p.SMUtil))
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s\n", r.dev, r.pid, orDash(info.Comm), orDash(info.Container), units.Bytes(r.p.MemUsed), pct(r.p.SMUtil))
 	}
 	return tw.Flush()
 }
@@ -128,7 +129,7 @@ func (r *TopRenderer) Lines(now time.Time, samples []Sample) []string {
 			for _, row := range rows {
 				info := lookup(r.Proc, row.pid)
 				lines = append(lines, fmt.Sprintf("%-3d %-8d %-16s %-32s %-10s %s", row.dev, row.pid,
-					orDash(info.Comm), orDash(info.Container), bytesStr(row.p.MemUsed), pct(row.p.SMUtil)))
+					orDash(info.Comm), orDash(info.Container), units.Bytes(row.p.MemUsed), pct(row.p.SMUtil)))
 			}
 		}
 	}
@@ -212,19 +213,6 @@ func reasons(r []string) string {
 		return "-"
 	}
 	return strings.Join(out, ",")
-}
-
-func bytesStr(n uint64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := uint64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }
 
 func rate(bps float64) string {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/cudatap/cudatap/internal/units"
 	"os"
 	"strconv"
 	"strings"
@@ -93,7 +94,7 @@ func (g *gpuSampler) finish(r *model.Result) {
 	sums := nvml.Summarize(g.samples)
 	for _, d := range sums {
 		line := fmt.Sprintf("GPU %d %s: %d samples, utilization mean %.0f%% peak %.0f%%, memory peak %s of %s, power mean %.0f W peak %.0f W",
-			d.Device.Index, d.Device.Name, d.Samples, d.GPUUtilMean, d.GPUUtilPeak, bytesIEC(d.MemPeak), bytesIEC(d.Device.MemTotal), d.PowerMeanW, d.PowerPeakW)
+			d.Device.Index, d.Device.Name, d.Samples, d.GPUUtilMean, d.GPUUtilPeak, units.Bytes(d.MemPeak), units.Bytes(d.Device.MemTotal), d.PowerMeanW, d.PowerPeakW)
 		if len(d.Throttled) > 0 {
 			line += ", throttle reasons seen: " + strings.Join(d.Throttled, ", ")
 		}
@@ -148,17 +149,4 @@ func cpuTicks(pid uint32) (uint64, bool) {
 		return 0, false
 	}
 	return u + s, true
-}
-
-func bytesIEC(n uint64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := uint64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }

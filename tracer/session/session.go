@@ -364,7 +364,7 @@ func (s *Session) run(ctx context.Context) (*Outcome, error) {
 	}
 	s.gpu = startGPU(ctx, s.cfg.NVMLInterval)
 	if s.gpu.status != "" {
-		s.log.Warn("GPU counters omitted", "reason", s.gpu.status)
+		s.log.Info("GPU counters omitted", "reason", s.gpu.status) // the summary says it once
 	}
 	for _, pid := range s.livePIDs() {
 		s.gpu.markCPU(uint32(pid))
