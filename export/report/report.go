@@ -5,11 +5,10 @@ package report
 
 import (
 	"bytes"
-	"cmp"
 	"fmt"
+	syncsites "github.com/cudatap/cudatap/export/syncs"
 	"github.com/cudatap/cudatap/internal/units"
 	"io"
-	"slices"
 	"strconv"
 	"text/tabwriter"
 
@@ -167,19 +166,21 @@ func process(buf *bytes.Buffer, p *model.Process, top int) {
 			sum.Collectives, units.Bytes(sum.CommBytes), duration(comm), share)
 	}
 
-	sites := syncSites(p)
+	// The same sites as `cudatap syncs`: Python line first, else the
+	// innermost native caller.
+	sites := syncsites.ProcessSites(p)
 	if len(sites) == 0 {
 		return
 	}
-	fmt.Fprintf(buf, "\n  top sync sites by blocked time\n")
+	fmt.Fprintf(buf, "\n  top sync sites by blocked time (cudatap syncs has their stacks)\n")
 	tw = tabwriter.NewWriter(buf, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "  KIND\tCOUNT\tBLOCKED\tAPI\tSITE\tHINT")
 	for _, s := range sites[:min(top, len(sites))] {
-		site := s.site
+		site := s.Where()
 		if site == "" {
 			site = "-"
 		}
-		fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\t%s\t%s\n", s.kind, s.count, duration(s.blockedNs), s.api, site, s.kind.Hint())
+		fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\t%s\t%s\n", s.Kind, s.Count, duration(s.BlockedNs), s.API, site, s.Hint)
 	}
 	tw.Flush()
 }
@@ -197,49 +198,6 @@ func syncCell(n int, ns uint64) string {
 		return "-"
 	}
 	return strconv.Itoa(n) + " / " + duration(ns)
-}
-
-// site is a place the host waited: the kind of sync, the API that waited
-// and the innermost caller frame outside the API.
-type site struct {
-	kind      model.SyncKind
-	api, site string
-	count     int
-	blockedNs uint64
-}
-
-func syncSites(p *model.Process) []*site {
-	type key struct {
-		kind      model.SyncKind
-		api, site string
-	}
-	byKey := map[key]*site{}
-	var out []*site
-	for i := range p.Syncs {
-		s := &p.Syncs[i]
-		k := key{kind: s.Kind, api: "?"}
-		if s.Call >= 0 && s.Call < len(p.Calls) {
-			c := &p.Calls[s.Call]
-			k.api, k.site = c.API.String(), describe.Site(p, c)
-		}
-		st := byKey[k]
-		if st == nil {
-			st = &site{kind: k.kind, api: k.api, site: k.site}
-			byKey[k] = st
-			out = append(out, st)
-		}
-		st.count++
-		st.blockedNs += s.BlockedNs
-	}
-	slices.SortFunc(out, func(a, b *site) int {
-		return cmp.Or(
-			cmp.Compare(b.blockedNs, a.blockedNs),
-			cmp.Compare(b.count, a.count),
-			cmp.Compare(a.kind, b.kind),
-			cmp.Compare(a.api, b.api),
-			cmp.Compare(a.site, b.site))
-	})
-	return out
 }
 
 func plural(n int, one, many string) string {

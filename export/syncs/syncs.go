@@ -41,54 +41,79 @@ const nativeFrames = 6
 
 // Sites groups every synchronization of r by site, most blocked time first.
 func Sites(r *model.Result) []Site {
+	var out []Site
+	for _, p := range r.Processes {
+		out = append(out, ProcessSites(p)...)
+	}
+	sortSites(out)
+	return out
+}
+
+// ProcessSites groups the synchronizations of one process by site (kind,
+// API, innermost Python line, innermost native caller), most blocked time
+// first.
+func ProcessSites(p *model.Process) []Site {
 	type key struct {
-		pid     uint32
 		kind    model.SyncKind
 		api, py string
 		native  string
 	}
 	idx := map[key]int{}
 	var out []Site
-	for _, p := range r.Processes {
-		for i := range p.Syncs {
-			s := &p.Syncs[i]
-			k := key{pid: p.PID, kind: s.Kind, api: "?"}
-			var py, native []string
-			if s.Call >= 0 && s.Call < len(p.Calls) {
-				c := &p.Calls[s.Call]
-				k.api = c.API.String()
-				py = describe.PyStack(p, c)
-				native = describe.NativeStack(p, c, nativeFrames)
-				if len(py) > 0 {
-					k.py = py[0]
-				}
-				if len(native) > 0 {
-					k.native = native[0]
-				}
+	for i := range p.Syncs {
+		s := &p.Syncs[i]
+		k := key{kind: s.Kind, api: "?"}
+		var py, native []string
+		if s.Call >= 0 && s.Call < len(p.Calls) {
+			c := &p.Calls[s.Call]
+			k.api = c.API.String()
+			py = describe.PyStack(p, c)
+			native = describe.NativeStack(p, c, nativeFrames)
+			if len(py) > 0 {
+				k.py = py[0]
 			}
-			j, ok := idx[k]
-			if !ok {
-				j = len(out)
-				idx[k] = j
-				out = append(out, Site{PID: p.PID, Process: p.Label(), Kind: s.Kind.String(), Explicit: s.Kind.Explicit(),
-					API: k.api, PythonLine: k.py, PythonStack: py, NativeStack: native, Hint: s.Kind.Hint()})
-			}
-			st := &out[j]
-			st.Count++
-			st.BlockedNs += s.BlockedNs
-			st.MaxBlockedNs = max(st.MaxBlockedNs, s.BlockedNs)
-			st.QueuedOps = max(st.QueuedOps, s.QueuedOps)
-			if !slices.Contains(st.Streams, s.Stream) {
-				st.Streams = append(st.Streams, s.Stream)
+			if len(native) > 0 {
+				k.native = native[0]
 			}
 		}
+		j, ok := idx[k]
+		if !ok {
+			j = len(out)
+			idx[k] = j
+			out = append(out, Site{PID: p.PID, Process: p.Label(), Kind: s.Kind.String(), Explicit: s.Kind.Explicit(),
+				API: k.api, PythonLine: k.py, PythonStack: py, NativeStack: native, Hint: s.Kind.Hint()})
+		}
+		st := &out[j]
+		st.Count++
+		st.BlockedNs += s.BlockedNs
+		st.MaxBlockedNs = max(st.MaxBlockedNs, s.BlockedNs)
+		st.QueuedOps = max(st.QueuedOps, s.QueuedOps)
+		if !slices.Contains(st.Streams, s.Stream) {
+			st.Streams = append(st.Streams, s.Stream)
+		}
 	}
+	sortSites(out)
+	return out
+}
+
+func sortSites(out []Site) {
 	slices.SortFunc(out, func(a, b Site) int {
 		return cmp.Or(cmp.Compare(b.BlockedNs, a.BlockedNs), cmp.Compare(b.Count, a.Count),
 			cmp.Compare(a.PID, b.PID), cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.PythonLine, b.PythonLine),
 			cmp.Compare(strings.Join(a.NativeStack, ";"), strings.Join(b.NativeStack, ";")))
 	})
-	return out
+}
+
+// Where is the site's most telling place: its Python line, else its
+// innermost native frame outside CUDA, else "".
+func (s *Site) Where() string {
+	if s.PythonLine != "" {
+		return s.PythonLine
+	}
+	if len(s.NativeStack) > 0 {
+		return s.NativeStack[0]
+	}
+	return ""
 }
 
 // WriteJSON writes the sites and the loss account as one JSON document.
@@ -116,10 +141,7 @@ func WriteText(w io.Writer, r *model.Result, sites []Site, top int) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "#\tBLOCKED\tCOUNT\tKIND\tAPI\tPID\tWHERE")
 	for i, s := range sites {
-		where := s.PythonLine
-		if where == "" && len(s.NativeStack) > 0 {
-			where = s.NativeStack[0]
-		}
+		where := s.Where()
 		if where == "" {
 			where = "(no stack)"
 		}

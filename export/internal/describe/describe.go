@@ -43,23 +43,6 @@ func Frame(p *model.Process, addr uint64) string {
 	return "0x" + strconv.FormatUint(addr, 16)
 }
 
-// Site is the innermost frame of c's stack that lies outside the probed
-// function, or "" without a stack. An entry probe captures the instruction
-// pointer inside the CUDA function itself, which says nothing about where
-// the program called it.
-func Site(p *model.Process, c *model.Call) string {
-	if c.Stack < 0 || int(c.Stack) >= len(p.Stacks) {
-		return ""
-	}
-	for _, addr := range p.Stacks[c.Stack] {
-		f := Frame(p, addr)
-		if !isSelf(f, c) {
-			return f
-		}
-	}
-	return ""
-}
-
 // isSelf reports whether frame f names the function c called: the exact
 // symbol or the plain API name followed by a non-identifier byte (" (lib)",
 // "@@VER", "+0x10").

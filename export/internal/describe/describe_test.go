@@ -19,7 +19,8 @@ func TestKernelAt(t *testing.T) {
 	}
 }
 
-func TestSite(t *testing.T) {
+// The innermost native frame outside the probed function is the site.
+func TestNativeStackSite(t *testing.T) {
 	p := &model.Process{
 		Stacks: [][]uint64{{1, 2, 3}, {1}, {4, 2}, {5, 2}},
 		Frames: map[uint64]string{
@@ -44,8 +45,12 @@ func TestSite(t *testing.T) {
 		{call(1, -1), ""},
 		{call(1, 7), ""},
 	} {
-		if got := Site(p, tc.c); got != tc.want {
-			t.Errorf("Site(stack %d) = %q, want %q", tc.c.Stack, got, tc.want)
+		got := ""
+		if st := NativeStack(p, tc.c, 1); len(st) > 0 {
+			got = st[0]
+		}
+		if got != tc.want {
+			t.Errorf("NativeStack(stack %d)[0] = %q, want %q", tc.c.Stack, got, tc.want)
 		}
 	}
 	if got := Frame(p, 3); got != "0x3" {
