@@ -6,6 +6,8 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"os/exec"
+	"strconv"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -197,5 +199,24 @@ func TestVersion(t *testing.T) {
 	out, _, err := run(t, "version")
 	if err != nil || !strings.HasPrefix(out, "cudatap ") {
 		t.Fatalf("version: %q %v", out, err)
+	}
+}
+
+// TestTopTracesStreams: top -p shows live per-stream lines from the tracer
+// (plain lines: stdout is not a terminal).
+func TestTopTracesStreams(t *testing.T) {
+	testutil.RequireRoot(t)
+	b := testutil.Sim(t)
+	cmd := exec.Command(b.Workload, "--scenario", "basic", "--iters", "4000", "--sleep-ms", "300")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	out, _, err := run(t, "top", "-p", strconv.Itoa(cmd.Process.Pid), "-n", "3", "--interval", "700ms")
+	if err != nil {
+		t.Fatalf("top: %v\n%s", err, out)
+	}
+	if !strings.Contains(out, "LAUNCHES/S") || !strings.Contains(out, "stream 0 (legacy default)") {
+		t.Errorf("top shows no traced stream:\n%s", out)
 	}
 }

@@ -54,6 +54,10 @@ type Config struct {
 	OnAttached func(processes int)
 	// OnStatus is called about once a second while recording.
 	OnStatus func(Status)
+	// OnLive, if set, receives (once probes are live) a function that
+	// returns every traced stream's counters so far, safe to call at any
+	// time while the session runs (cudatap top).
+	OnLive func(snapshot func() []model.StreamSnap)
 }
 
 // Status is a snapshot for the live status line.
@@ -116,7 +120,8 @@ type Session struct {
 	mu      sync.Mutex // guards targets
 	targets map[int]*target
 	rescan  chan int
-	encBuf  []byte // re-encoded records (reader goroutine only)
+	encBuf  []byte     // re-encoded records (reader goroutine only)
+	modelMu sync.Mutex // the model is fed by the reader and read by OnLive snapshots
 	unwind  *unwind.Unwinder
 	gpu     *gpuSampler
 
@@ -372,6 +377,13 @@ func (s *Session) run(ctx context.Context) (*Outcome, error) {
 	if s.cfg.OnAttached != nil {
 		s.cfg.OnAttached(len(s.targets))
 	}
+	if s.cfg.OnLive != nil {
+		s.cfg.OnLive(func() []model.StreamSnap {
+			s.modelMu.Lock()
+			defer s.modelMu.Unlock()
+			return s.model.Snapshot()
+		})
+	}
 
 	readerDone := make(chan error, 1)
 	go func() { readerDone <- s.tr.Read(s.handleRecord) }()
@@ -505,7 +517,9 @@ func (s *Session) handleRecord(raw []byte) {
 	if ev.NStack > 0 || len(ev.Copy) > 0 {
 		s.prepareStack(&ev)
 	}
+	s.modelMu.Lock()
 	s.model.Handle(&ev)
+	s.modelMu.Unlock()
 	if s.rec != nil {
 		if event.CookieHasStack(ev.Cookie) && len(ev.Copy) > 0 {
 			// The stack copy served its purpose (unwinding, done above while
