@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -194,4 +195,62 @@ func openFDs(t *testing.T) int {
 		t.Fatal(err)
 	}
 	return len(ents)
+}
+
+// TestSharedLibraryTwoProcesses: two processes map the same runtime file;
+// each is traced once, none twice (probes are scoped to their process).
+func TestSharedLibraryTwoProcesses(t *testing.T) {
+	testutil.RequireRoot(t)
+	b := testutil.Sim(t)
+	type proc struct {
+		cmd   *exec.Cmd
+		stdin io.WriteCloser
+		out   *bufio.Reader
+	}
+	var procs []proc
+	var pids []int
+	for i := 0; i < 2; i++ {
+		cmd := exec.Command(b.Workload, "--wait-stdin", "--scenario", "basic", "--iters", "20")
+		stdin, _ := cmd.StdinPipe()
+		stdout, _ := cmd.StdoutPipe()
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer cmd.Process.Kill()
+		br := bufio.NewReader(stdout)
+		if line, err := br.ReadString('\n'); err != nil || !strings.HasPrefix(line, "ready ") {
+			t.Fatalf("workload not ready: %q %v", line, err)
+		}
+		procs = append(procs, proc{cmd, stdin, br})
+		pids = append(pids, cmd.Process.Pid)
+	}
+	attached := make(chan struct{})
+	done := make(chan *Outcome, 1)
+	go func() {
+		out, err := Run(context.Background(), Config{PIDs: pids, Stacks: tracer.StacksSync, Duration: time.Minute, NVMLInterval: -1,
+			OnAttached: func(int) { close(attached) }})
+		if err != nil {
+			t.Error(err)
+		}
+		done <- out
+	}()
+	<-attached
+	var reps []*sim.Report
+	for _, p := range procs {
+		fmt.Fprintln(p.stdin, "go")
+		rest, _ := io.ReadAll(p.out)
+		p.cmd.Wait()
+		rep, err := sim.ParseReport(rest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		reps = append(reps, rep)
+	}
+	out := <-done
+	for _, rep := range reps {
+		checkCounts(t, out, rep)
+	}
+	if libs := libraryPaths(out); !slices.Contains(libs, b.Runtime) {
+		t.Errorf("attached %v", libs)
+	}
 }
