@@ -262,6 +262,9 @@ func (w *writer) call(p *model.Process, c *model.Call) {
 			w.int("peer", int64(a.Peer))
 		}
 	}
+	if c.Captured {
+		w.bool("captured", true) // recorded into a CUDA graph, not executed here
+	}
 	if c.HasRet {
 		w.int("ret", c.Ret)
 	} else if c.End <= c.Start {
@@ -344,7 +347,11 @@ func (w *writer) gpuOp(p *model.Process, op *model.GPUOp) {
 	case model.OpMemset:
 		w.str("name", "Memset")
 	case model.OpGraph:
-		w.str("name", "Graph launch")
+		if op.GraphOps > 0 {
+			w.str("name", "Graph launch ("+strconv.Itoa(int(op.GraphOps))+" ops)")
+		} else {
+			w.str("name", "Graph launch")
+		}
 	case model.OpCollective:
 		name := "nccl"
 		if call != nil {

@@ -69,6 +69,9 @@ const (
 	ClassFuncName   // load-time calls that name a kernel handle (cuModuleGetFunction, ...)
 	ClassCollective // NCCL collectives and point-to-point
 	ClassGroup      // ncclGroupStart / ncclGroupEnd
+	ClassCaptureBegin
+	ClassCaptureEnd
+	ClassGraphInstantiate
 )
 
 // Spec describes one hooked API: its symbols and how the BPF side reads it.
@@ -213,6 +216,15 @@ const (
 	NcclRecv
 	NcclGroupStart
 	NcclGroupEnd
+
+	// CUDA graph capture (appended: ids are part of the recording format).
+	CudaStreamBeginCapture
+	CudaStreamEndCapture
+	CudaGraphInstantiate
+	CudaGraphInstantiateWithFlags
+	CuStreamBeginCapture
+	CuStreamEndCapture
+	CuGraphInstantiate
 	numAPIs
 )
 
@@ -301,6 +313,17 @@ var specs = [...]Spec{
 	{API: NcclRecv, Name: "ncclRecv", Layer: NCCL, Class: ClassCollective},
 	{API: NcclGroupStart, Name: "ncclGroupStart", Layer: NCCL, Class: ClassGroup},
 	{API: NcclGroupEnd, Name: "ncclGroupEnd", Layer: NCCL, Class: ClassGroup},
+
+	// Graph capture: work enqueued on a capturing stream is recorded into a
+	// graph, not executed; a graph launch replays it.
+	{API: CudaStreamBeginCapture, Name: "cudaStreamBeginCapture", Class: ClassCaptureBegin, Symbols: ptsz("cudaStreamBeginCapture")},
+	{API: CudaStreamEndCapture, Name: "cudaStreamEndCapture", Class: ClassCaptureEnd, Return: true, OutArg: 2, Symbols: ptsz("cudaStreamEndCapture")},
+	{API: CudaGraphInstantiate, Name: "cudaGraphInstantiate", Class: ClassGraphInstantiate, Return: true, OutArg: 1},
+	{API: CudaGraphInstantiateWithFlags, Name: "cudaGraphInstantiateWithFlags", Class: ClassGraphInstantiate, Return: true, OutArg: 1},
+	{API: CuStreamBeginCapture, Name: "cuStreamBeginCapture", Layer: Driver, Class: ClassCaptureBegin,
+		Symbols: []string{"cuStreamBeginCapture_v2", "cuStreamBeginCapture_v2_ptsz"}},
+	{API: CuStreamEndCapture, Name: "cuStreamEndCapture", Layer: Driver, Class: ClassCaptureEnd, Return: true, OutArg: 2, Symbols: ptsz("cuStreamEndCapture")},
+	{API: CuGraphInstantiate, Name: "cuGraphInstantiateWithFlags", Layer: Driver, Class: ClassGraphInstantiate, Return: true, OutArg: 1},
 }
 
 // The per-thread-default-stream builds export each stream call twice.

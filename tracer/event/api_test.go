@@ -11,24 +11,29 @@ import (
 // outPointerArg is, for every API that returns a handle or an address
 // through a pointer argument, that argument's index (CUDA_API.md).
 var outPointerArg = map[API]int{
-	CudaStreamCreate:             0, // cudaStream_t *pStream
-	CudaStreamCreateWithFlags:    0,
-	CudaStreamCreateWithPriority: 0,
-	CudaEventCreate:              0, // cudaEvent_t *event
-	CudaEventCreateWithFlags:     0,
-	CudaMalloc:                   0, // void **devPtr
-	CudaMallocAsync:              0,
-	CudaHostAlloc:                0, // void **pHost
-	CudaMallocHost:               0,
-	CuStreamCreate:               0, // CUstream *phStream
-	CuStreamCreateWithPriority:   0,
-	CuMemAlloc:                   0, // CUdeviceptr *dptr
-	CuMemAllocAsync:              0,
-	CuMemHostAlloc:               0, // void **pp
-	CuMemAllocHost:               0,
-	CuModuleGetFunction:          0, // CUfunction *hfunc
-	CuLibraryGetKernel:           0, // CUkernel *pKernel
-	CuKernelGetFunction:          0, // CUfunction *pFunc
+	CudaStreamCreate:              0, // cudaStream_t *pStream
+	CudaStreamCreateWithFlags:     0,
+	CudaStreamCreateWithPriority:  0,
+	CudaEventCreate:               0, // cudaEvent_t *event
+	CudaEventCreateWithFlags:      0,
+	CudaMalloc:                    0, // void **devPtr
+	CudaMallocAsync:               0,
+	CudaHostAlloc:                 0, // void **pHost
+	CudaMallocHost:                0,
+	CuStreamCreate:                0, // CUstream *phStream
+	CuStreamCreateWithPriority:    0,
+	CuMemAlloc:                    0, // CUdeviceptr *dptr
+	CuMemAllocAsync:               0,
+	CuMemHostAlloc:                0, // void **pp
+	CuMemAllocHost:                0,
+	CuModuleGetFunction:           0, // CUfunction *hfunc
+	CuLibraryGetKernel:            0, // CUkernel *pKernel
+	CuKernelGetFunction:           0, // CUfunction *pFunc
+	CudaStreamEndCapture:          1, // cudaGraph_t *pGraph
+	CuStreamEndCapture:            1, // CUgraph *phGraph
+	CudaGraphInstantiate:          0, // cudaGraphExec_t *pGraphExec
+	CudaGraphInstantiateWithFlags: 0,
+	CuGraphInstantiate:            0, // CUgraphExec *phGraphExec
 }
 
 // strArg is, for the load-time calls that name a kernel, the index of the

@@ -46,6 +46,7 @@ type Args struct {
 	Flags     uint32
 	Priority  int32
 	Ptr       uint64 // allocation, pinned range, graph exec; the handle a load-time call names
+	Graph     uint64 // the graph a capture made or an instantiation used
 	Size      uint64
 	// NCCL
 	Comm     uint64
@@ -200,6 +201,13 @@ func (e *Event) Decode(a *Args) {
 		a.Ptr = e.Out // the new CUfunction / CUkernel; its name is in e.Copy
 	case CuKernelGetFunction:
 		a.Ptr, a.Func = e.Out, r[1] // CUfunction of kernel r[1]
+
+	case CudaStreamBeginCapture, CuStreamBeginCapture:
+		a.Stream, a.HasStream, a.Flags = r[0], true, uint32(r[1])
+	case CudaStreamEndCapture, CuStreamEndCapture:
+		a.Stream, a.HasStream, a.Graph = r[0], true, e.Out
+	case CudaGraphInstantiate, CudaGraphInstantiateWithFlags, CuGraphInstantiate:
+		a.Ptr, a.Graph = e.Out, r[1]
 
 	case NcclAllReduce, NcclReduceScatter:
 		// (send, recv, count, type, op, comm, stream)

@@ -236,6 +236,23 @@ var argsCases = []argsCase{
 	{api: CuKernelGetFunction, args: regs(0x7ffd8000, 0x55f300), out: 0x55f400,
 		want: Args{Ptr: 0x55f400, Func: 0x55f300}},
 
+	// Graph capture: cudaStreamBeginCapture(stream, mode), cudaStreamEndCapture(stream, cudaGraph_t *),
+	// cudaGraphInstantiate(cudaGraphExec_t *, graph, flags); the new handles come from Out.
+	{api: CudaStreamBeginCapture, sym: 1, args: regs(0x5500aa, 1),
+		want: Args{Stream: 0x5500aa, HasStream: true, Flags: 1}},
+	{api: CudaStreamEndCapture, args: regs(0x5500aa, 0x7ffd8000), out: 0x6600,
+		want: Args{Stream: 0x5500aa, HasStream: true, Graph: 0x6600}},
+	{api: CudaGraphInstantiate, args: regs(0x7ffd8000, 0x6600, 0), out: 0x7700,
+		want: Args{Ptr: 0x7700, Graph: 0x6600}},
+	{api: CudaGraphInstantiateWithFlags, args: regs(0x7ffd8000, 0x6600, 1), out: 0x7700,
+		want: Args{Ptr: 0x7700, Graph: 0x6600}},
+	{api: CuStreamBeginCapture, args: regs(0x5500aa, 2),
+		want: Args{Stream: 0x5500aa, HasStream: true, Flags: 2}},
+	{api: CuStreamEndCapture, sym: 1, args: regs(0x5500aa, 0x7ffd8000), out: 0x6600,
+		want: Args{Stream: 0x5500aa, HasStream: true, Graph: 0x6600}},
+	{api: CuGraphInstantiate, args: regs(0x7ffd8000, 0x6600, 0), out: 0x7700,
+		want: Args{Ptr: 0x7700, Graph: 0x6600}},
+
 	// NCCL. ncclAllReduce(send, recv, count, type, op, comm, stream=[rsp+8])
 	{api: NcclAllReduce, args: regs(0x7f1000, 0x7f2000, 1000, 7 /* float32 */, 0 /* sum */, 0xc0, 0x5500aa),
 		want: Args{Src: 0x7f1000, Dst: 0x7f2000, Count: 1000, DataType: 7, RedOp: 0, Comm: 0xc0, Stream: 0x5500aa,

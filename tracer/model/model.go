@@ -93,6 +93,9 @@ type procState struct {
 	lastLegacy uint64
 	funcNames  map[uint64]string // CUfunction/CUkernel handle → kernel name, from load-time calls
 	stubTried  map[uint64]bool   // host stubs already symbolized
+	capturing  map[int]int32     // stream id → operations captured so far
+	graphs     map[uint64]int32  // captured graph → its operations
+	execs      map[uint64]int32  // instantiated graph → its operations
 }
 
 // New returns an empty model.
@@ -151,7 +154,7 @@ func (m *Model) proc(pid uint32) *procState {
 	}
 	ps := &procState{p: p, byHandle: map[uint64]int{}, perThread: map[uint32]int{},
 		events: map[uint64]eventPos{}, polls: map[pollKey]pollState{}, funcNames: map[uint64]string{},
-		stubTried: map[uint64]bool{}}
+		stubTried: map[uint64]bool{}, capturing: map[int]int32{}, graphs: map[uint64]int32{}, execs: map[uint64]int32{}}
 	// Stream 0 always exists: the legacy default stream.
 	ps.newStream(&Stream{Kind: StreamLegacy})
 	m.procs[pid] = ps
@@ -263,7 +266,7 @@ func (m *Model) Handle(ev *event.Event) {
 		m.enqueue(ps, idx, GPUOp{Kind: OpKernel, Func: a.Func})
 	case event.ClassGraphLaunch:
 		p.Streams[call.Stream].Stats.GraphLaunches++
-		m.enqueue(ps, idx, GPUOp{Kind: OpGraph})
+		m.enqueue(ps, idx, GPUOp{Kind: OpGraph, GraphOps: ps.execs[a.Ptr]})
 	case event.ClassHostFunc:
 		m.enqueue(ps, idx, GPUOp{Kind: OpHostFunc, Func: a.Func})
 	case event.ClassMemcpy:
@@ -347,6 +350,19 @@ func (m *Model) Handle(ev *event.Event) {
 			if name != "" {
 				ps.funcNames[a.Ptr] = name
 			}
+		}
+	case event.ClassCaptureBegin:
+		ps.capturing[int(call.Stream)] = 0
+	case event.ClassCaptureEnd:
+		if n, ok := ps.capturing[int(call.Stream)]; ok {
+			delete(ps.capturing, int(call.Stream))
+			if ok && a.Graph != 0 {
+				ps.graphs[a.Graph] = n
+			}
+		}
+	case event.ClassGraphInstantiate:
+		if n, ok := ps.graphs[a.Graph]; ok && a.Ptr != 0 {
+			ps.execs[a.Ptr] = n
 		}
 	case event.ClassCollective:
 		st := &p.Streams[call.Stream].Stats
@@ -445,6 +461,13 @@ func (m *Model) enqueue(ps *procState, idx int, op GPUOp) int {
 	if sid < 0 {
 		sid = 0
 	}
+	if n, ok := ps.capturing[sid]; ok {
+		// Recorded into the graph being captured: it runs when the graph
+		// is launched, not now.
+		ps.capturing[sid] = n + 1
+		call.Captured = true
+		return -1
+	}
 	m.corr++
 	op.Stream, op.Call, op.Correlation, op.Enqueued, op.API = sid, idx, m.corr, call.Start, call.API
 	op.Start, op.End = call.Start, call.Start
@@ -517,6 +540,9 @@ func (m *Model) memcpy(ps *procState, idx int, spec *event.Spec, ev *event.Event
 	sid := int(call.Stream)
 	queued := m.queued(ps, sid)
 	op := m.enqueue(ps, idx, GPUOp{Kind: OpMemcpy, Bytes: a.Bytes, CopyKind: kind, Pageable: pageable})
+	if op < 0 {
+		return // captured into a graph
+	}
 	switch {
 	case spec.Sync && kind != event.DeviceToDevice && kind != event.HostToHost:
 		m.addSync(ps, idx, SyncMemcpy, sid, queued)
@@ -542,7 +568,7 @@ func (m *Model) memset(ps *procState, idx int, spec *event.Spec, ev *event.Event
 	p.Streams[sid].Stats.Memsets++
 	queued := m.queued(ps, sid)
 	op := m.enqueue(ps, idx, GPUOp{Kind: OpMemset, Bytes: call.Args.Bytes})
-	if spec.Sync {
+	if spec.Sync && op >= 0 {
 		m.addSync(ps, idx, SyncMemset, sid, queued)
 		m.boundStream(ps, sid, op, call.End)
 		if sid == 0 {

@@ -172,6 +172,7 @@ type Call struct {
 	Symbol      uint8 // index into the API's symbol list
 	HasRet      bool
 	ReadFault   bool // some argument could not be read
+	Captured    bool // enqueued on a capturing stream: recorded into a graph, not executed
 }
 
 // Duration of the call on the host (0 when only the entry was probed).
@@ -205,6 +206,7 @@ type GPUOp struct {
 	Func        uint64 // kernel stub, CUfunction handle or host function address
 	Bytes       uint64
 	After       int32     // index of the op this one waits for (cudaStreamWaitEvent), -1 = none
+	GraphOps    int32     // graph launches: operations captured into the graph, 0 if unknown
 	API         event.API // the call that enqueued it (names collectives)
 	Kind        OpKind
 	CopyKind    event.MemcpyKind
