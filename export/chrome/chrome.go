@@ -307,6 +307,18 @@ func (w *writer) sync(p *model.Process, s *model.Sync) {
 			}
 			w.b = append(w.b, ']')
 		}
+		if py := describe.PyStack(p, &p.Calls[s.Call]); len(py) > 0 {
+			// The Python line that led here, innermost first.
+			w.key("python_stack")
+			w.b = append(w.b, '[')
+			for i, f := range py {
+				if i > 0 {
+					w.b = append(w.b, ',')
+				}
+				w.b = appendString(w.b, f)
+			}
+			w.b = append(w.b, ']')
+		}
 	}
 	w.close()
 	w.end()

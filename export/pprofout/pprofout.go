@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 
 	"github.com/google/pprof/profile"
 
@@ -120,6 +121,40 @@ func (b *builder) location(name, system string) *profile.Location {
 	return l
 }
 
+// pyLocation is the pprof location of a Python frame named "file:line
+// function" (unnamed frames keep their code object's address).
+func (b *builder) pyLocation(name string, k model.PyKey) *profile.Location {
+	file, line, fn := splitPyFrame(name)
+	if fn == "" {
+		fn = fmt.Sprintf("<python code 0x%x>", k.Code)
+	}
+	key := frameKey{fn, file + ":" + strconv.Itoa(line)}
+	if l, ok := b.locs[key]; ok {
+		return l
+	}
+	f := &profile.Function{ID: uint64(len(b.p.Function) + 1), Name: fn, SystemName: fn, Filename: file}
+	b.p.Function = append(b.p.Function, f)
+	l := &profile.Location{ID: uint64(len(b.p.Location) + 1), Line: []profile.Line{{Function: f, Line: int64(line)}}}
+	b.p.Location = append(b.p.Location, l)
+	b.locs[key] = l
+	return l
+}
+
+// splitPyFrame takes "file:line function" apart.
+func splitPyFrame(s string) (file string, line int, fn string) {
+	sp := strings.LastIndexByte(s, ' ')
+	if sp < 0 {
+		return "", 0, ""
+	}
+	loc, fn := s[:sp], s[sp+1:]
+	colon := strings.LastIndexByte(loc, ':')
+	if colon < 0 {
+		return loc, 0, fn
+	}
+	line, _ = strconv.Atoi(loc[colon+1:])
+	return loc[:colon], line, fn
+}
+
 func (b *builder) process(p *model.Process) {
 	pid := strconv.FormatUint(uint64(p.PID), 10)
 	root := b.location(p.Label(), "")
@@ -154,6 +189,13 @@ func (b *builder) process(p *model.Process) {
 					frames[addr] = l
 				}
 				b.stack = append(b.stack, l)
+			}
+		}
+		// Python frames are the callers of the native ones: above them in
+		// a flame graph.
+		if c.PyStack >= 0 && int(c.PyStack) < len(p.PyStacks) {
+			for _, k := range p.PyStacks[c.PyStack] {
+				b.stack = append(b.stack, b.pyLocation(p.PyFrames[k], k))
 			}
 		}
 		t, ok := threads[c.TID]
