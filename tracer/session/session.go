@@ -135,6 +135,11 @@ type Session struct {
 
 // Run records until ctx is done, the duration passes, or every target exits.
 func Run(ctx context.Context, cfg Config) (*Outcome, error) {
+	return run(ctx, cfg, nil)
+}
+
+// run is Run; inspect, if set, sees the session before it starts (tests).
+func run(ctx context.Context, cfg Config, inspect func(*Session)) (*Outcome, error) {
 	if len(cfg.PIDs) == 0 && len(cfg.Command) == 0 && !cfg.All && cfg.Container == "" {
 		return nil, errors.New("nothing to trace: give -p PID, --container ID, --all, or a command after --")
 	}
@@ -169,6 +174,9 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 		}
 	}
 	s.model = model.New(s.modelOptions())
+	if inspect != nil {
+		inspect(s)
+	}
 	return s.run(ctx)
 }
 

@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -254,5 +255,93 @@ func TestSharedLibraryTwoProcesses(t *testing.T) {
 	}
 	if libs := libraryPaths(out); !slices.Contains(libs, b.Runtime) {
 		t.Errorf("attached %v", libs)
+	}
+}
+
+// TestAllThousandProcessesFlat: 1,000 short-lived CUDA processes under
+// --all leave descriptors, goroutines and the session's own bookkeeping
+// flat, and the heap grows only by what the recording keeps of them.
+func TestAllThousandProcessesFlat(t *testing.T) {
+	testutil.RequireRoot(t)
+	b := testutil.Sim(t)
+	n := 1000
+	if testing.Short() {
+		n = 200
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var sess *Session
+	attached := make(chan struct{})
+	done := make(chan *Outcome, 1)
+	go func() {
+		out, err := run(ctx, Config{All: true, Stacks: tracer.StacksNone, NVMLInterval: -1,
+			OnAttached: func(int) { close(attached) }}, func(s *Session) { sess = s })
+		if err != nil {
+			t.Error(err)
+		}
+		done <- out
+	}()
+	<-attached
+	batch := func(k int) {
+		var wg sync.WaitGroup
+		jobs := make(chan struct{})
+		for w := 0; w < 4; w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range jobs {
+					exec.Command(b.Workload, "--scenario", "launches", "--iters", "20").Run()
+				}
+			}()
+		}
+		for i := 0; i < k; i++ {
+			jobs <- struct{}{}
+		}
+		close(jobs)
+		wg.Wait()
+		time.Sleep(1500 * time.Millisecond) // exits noticed, a sweep run
+	}
+	heap := func() uint64 {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	batch(n / 10)
+	fds0, gr0, heap0 := openFDs(t), runtime.NumGoroutine(), heap()
+	batch(n - n/10)
+	fds1, gr1, heap1 := openFDs(t), runtime.NumGoroutine(), heap()
+	sess.mu.Lock()
+	targets := len(sess.targets)
+	sess.mu.Unlock()
+	cancel()
+	res := <-done
+	traced := 0
+	for _, p := range res.Result.Processes {
+		if p.Info.Comm == "workload" {
+			traced++
+		}
+	}
+	perProc := int64(heap1) - int64(heap0)
+	if traced > 0 {
+		perProc /= int64(traced)
+	}
+	t.Logf("%d processes, %d traced; fds %d→%d, goroutines %d→%d, heap %d→%d KiB (%d B per traced process), live targets %d",
+		n, traced, fds0, fds1, gr0, gr1, heap0>>10, heap1>>10, perProc, targets)
+	if fds1 > fds0+10 {
+		t.Errorf("open files grew from %d to %d", fds0, fds1)
+	}
+	if gr1 > gr0+5 {
+		t.Errorf("goroutines grew from %d to %d", gr0, gr1)
+	}
+	if targets > 10 {
+		t.Errorf("%d targets still held after their processes exited", targets)
+	}
+	// What grows is the recording: each traced process's ~20 calls and 20 GPU ops.
+	if perProc > 64<<10 {
+		t.Errorf("heap grew %d B per traced process", perProc)
+	}
+	if traced == 0 {
+		t.Error("no short-lived process was traced")
 	}
 }
