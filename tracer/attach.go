@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"syscall"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -168,6 +169,9 @@ func (t *Tracer) AttachLoader(pid int, ldso *Library, stop bool) (*Attachment, e
 func (t *Tracer) attachSet(a *Attachment, path string, pid int, set *probeSet, prog *ebpf.Program, ret bool) error {
 	ex, err := link.OpenExecutable(path)
 	if err != nil {
+		if errors.Is(err, syscall.ESRCH) || errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("open %s in process %d: %w (the process exited)", a.Library.Path, pid, ErrNoProcess)
+		}
 		return fmt.Errorf("open %s: %w", a.Library.Path, err)
 	}
 	if t.multi {

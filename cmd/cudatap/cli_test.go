@@ -7,8 +7,8 @@ import (
 	"encoding/json"
 	"os"
 	"os/exec"
-	"strconv"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 

@@ -127,7 +127,7 @@ func (m *Model) SetKernelStats(submitted, ringbufFull, inflightFull, orphans, re
 // counted once.
 func (m *Model) SetNested(n uint64) { m.drops.Nested = n }
 
-// SetAttachFailures records how many symbols could not be hooked.
+// SetAttachFailures records how many probe sets could not be attached.
 func (m *Model) SetAttachFailures(n uint64) { m.drops.AttachFailures = n }
 
 // Drops so far.

@@ -302,7 +302,7 @@ type Drops struct {
 	ReadFaults     uint64 // kept, but an argument could not be read
 	DecodeErrors   uint64 // lost: malformed record
 	UnknownAPI     uint64 // lost: cookie names no known API
-	AttachFailures uint64 // symbols that could not be hooked
+	AttachFailures uint64 // probe sets (a library's symbols, a loader hook) that could not be attached
 	Nested         uint64 // launches both the runtime and the driver probe saw, counted once (not a loss)
 }
 

@@ -86,9 +86,9 @@ type Outcome struct {
 }
 
 type target struct {
-	pid       int
-	attached  map[string]*tracer.Attachment // by library key and layer
-	policy    map[string]policy             // what each attachment hooks
+	pid      int
+	attached map[string]*tracer.Attachment // by library key and layer
+	policy   map[string]policy             // what each attachment hooks
 	// The runtime's launch probes: they count launches until libcuda is
 	// hooked and name CUfunctions created before cudatap attached.
 	rtLaunch      *tracer.Attachment
@@ -98,12 +98,12 @@ type target struct {
 	py            *python.Interpreter // nil until a CPython runtime is found
 	pyTried       bool                // detection gave a final answer
 	pyResolved    bool                // some Python frame was named (reader goroutine only)
-	layers    uint8                         // bit per event.Layer seen in the process
-	loader    *tracer.Attachment
-	stopOnLd  bool
-	mapsHash  uint64
-	exited    bool
-	symbolize *symbolize.Process
+	layers        uint8               // bit per event.Layer seen in the process
+	loader        *tracer.Attachment
+	stopOnLd      bool
+	mapsHash      uint64
+	exited        bool
+	symbolize     *symbolize.Process
 }
 
 // Session state shared between the reader and the control loop.
@@ -126,11 +126,12 @@ type Session struct {
 	gpu     *gpuSampler
 
 	// Watch mode (control loop only).
-	loaders    map[string]*tracer.Attachment // host-wide dynamic-linker hooks, by file
-	seenMaps   map[int]uint64                // maps hash of processes looked at
-	plain      map[string]bool               // files ("dev:inode") that hold no CUDA layer
-	newTargets int
-	finished   []Attached // targets forgotten after they exited
+	loaders     map[string]*tracer.Attachment // host-wide dynamic-linker hooks, by file
+	seenMaps    map[int]uint64                // maps hash of processes looked at
+	plain       map[string]bool               // files ("dev:inode") that hold no CUDA layer
+	newTargets  int
+	attachFails atomic.Uint64 // probe sets that could not be attached (shown as "attach failures")
+	finished    []Attached    // targets forgotten after they exited
 }
 
 // Run records until ctx is done, the duration passes, or every target exits.
@@ -474,6 +475,7 @@ loop:
 	if st, err := s.tr.Stats(); err == nil {
 		s.model.SetKernelStats(st.Submitted, st.RingbufFull, st.InflightFull, st.OrphanReturns, st.ReadFaults)
 		s.model.SetNested(st.Nested)
+		s.model.SetAttachFailures(s.attachFails.Load())
 	}
 	if child != nil {
 		out.ExitCode = child.stop()
@@ -571,6 +573,7 @@ func (s *Session) attachProcess(pid int, stopOnLoad, required bool) error {
 	if d.LdSo != nil && t.loader == nil {
 		a, err := s.tr.AttachLoader(pid, d.LdSo, t.stopOnLd)
 		if err != nil {
+			s.attachFailed(err)
 			s.log.Warn("cannot watch library loads; new CUDA libraries are found by the once-a-second sweep", "pid", pid, "err", err)
 		} else {
 			t.loader = a
@@ -671,6 +674,7 @@ func (s *Session) runtimeLaunches(t *target, d *tracer.Discovery, launched bool)
 			a, err := s.tr.AttachRuntimeLaunches(t.pid, &d.Libraries[i])
 			if err != nil {
 				s.tr.PairingStop()
+				s.attachFailed(err)
 				s.log.Warn("cannot probe runtime launches", "pid", t.pid, "err", err)
 				break
 			}
@@ -705,6 +709,13 @@ func (s *Session) endPairings(now time.Time) {
 	}
 }
 
+// attachFailed counts a failed attach, unless the process was simply gone.
+func (s *Session) attachFailed(err error) {
+	if !errors.Is(err, tracer.ErrNoProcess) {
+		s.attachFails.Add(1)
+	}
+}
+
 // handleRescan reacts to the dynamic linker hook.
 func (s *Session) handleRescan(pid int) {
 	s.mu.Lock()
@@ -715,6 +726,7 @@ func (s *Session) handleRescan(pid int) {
 	}
 	start := time.Now()
 	if err := s.attachProcess(pid, t.stopOnLd, false); err != nil {
+		s.attachFailed(err)
 		s.log.Warn("rescan after library load failed", "pid", pid, "err", err)
 	}
 	s.log.Debug("rescan", "pid", pid, "took", time.Since(start))

@@ -126,6 +126,7 @@ func (s *Session) consider(pid int) {
 		s.mu.Unlock()
 	}
 	if err := s.attachProcess(pid, false, false); err != nil {
+		s.attachFailed(err)
 		s.log.Warn("cannot trace", "pid", pid, "err", err)
 		return
 	}
@@ -141,6 +142,7 @@ func (s *Session) watchLoader(ldso *tracer.Library) {
 	}
 	a, err := s.tr.AttachLoader(0, ldso, false)
 	if err != nil {
+		s.attachFailed(err)
 		s.log.Warn("cannot watch library loads; relying on the /proc sweep", "loader", ldso.Path, "err", err)
 		s.loaders[key] = nil
 		return
@@ -155,7 +157,6 @@ func (s *Session) closeLoaders() {
 		}
 	}
 }
-
 
 // forgetExited drops exited targets that are no longer in /proc; their
 // calls stay in the model.
