@@ -161,8 +161,6 @@ func (t *Tracer) ForgetPython(pid int) {
 	}
 }
 
-// UprobeMulti reports whether attachments use uprobe_multi links.
-func (t *Tracer) UprobeMulti() bool { return t.multi }
 
 // Stats reads the per-CPU counters.
 func (t *Tracer) Stats() (Stats, error) {
@@ -210,8 +208,6 @@ func (t *Tracer) Read(fn func(raw []byte)) error {
 // been delivered. Detach all probes first so that nothing new arrives.
 func (t *Tracer) Drain() error { return t.reader.Flush() }
 
-// Pending is the number of unread bytes in the ring buffer.
-func (t *Tracer) Pending() int { return t.reader.AvailableBytes() }
 
 // Close releases the reader and the BPF objects (links are closed by their
 // Attachments).
