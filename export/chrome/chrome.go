@@ -255,7 +255,7 @@ func (w *writer) call(p *model.Process, c *model.Call) {
 		w.str("kernel", w.kernel(p, a.Func).Display)
 	case event.ClassCollective:
 		w.uint("bytes", a.Bytes)
-		w.uint("count", a.Count)
+		w.uint("count", a.Size) // elements
 		w.str("datatype", ncclType(a.DataType))
 		w.uint("comm", a.Comm)
 		if a.Peer >= 0 {

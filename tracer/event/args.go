@@ -47,10 +47,9 @@ type Args struct {
 	Priority  int32
 	Ptr       uint64 // allocation, pinned range, graph exec; the handle a load-time call names
 	Graph     uint64 // the graph a capture made or an instantiation used
-	Size      uint64
+	Size      uint64 // allocation or pinned-range size; NCCL: element count
 	// NCCL
 	Comm     uint64
-	Count    uint64
 	Peer     int32 // root (broadcast, reduce) or peer (send, recv); -1 = none
 	DataType uint8
 	RedOp    uint8
@@ -211,27 +210,27 @@ func (e *Event) Decode(a *Args) {
 
 	case NcclAllReduce, NcclReduceScatter:
 		// (send, recv, count, type, op, comm, stream)
-		a.Src, a.Dst, a.Count, a.DataType, a.RedOp, a.Comm = r[0], r[1], r[2], uint8(r[3]), uint8(r[4]), r[5]
+		a.Src, a.Dst, a.Size, a.DataType, a.RedOp, a.Comm = r[0], r[1], r[2], uint8(r[3]), uint8(r[4]), r[5]
 		a.Stream, a.HasStream, a.Peer = r[6], true, -1
 		a.Bytes = ncclBytes(r[2], r[3])
 	case NcclBroadcast:
 		// (send, recv, count, type, root, comm, stream)
-		a.Src, a.Dst, a.Count, a.DataType, a.Peer, a.Comm = r[0], r[1], r[2], uint8(r[3]), int32(r[4]), r[5]
+		a.Src, a.Dst, a.Size, a.DataType, a.Peer, a.Comm = r[0], r[1], r[2], uint8(r[3]), int32(r[4]), r[5]
 		a.Stream, a.HasStream = r[6], true
 		a.Bytes = ncclBytes(r[2], r[3])
 	case NcclReduce:
 		// (send, recv, count, type, op, root, comm, stream)
-		a.Src, a.Dst, a.Count, a.DataType, a.RedOp, a.Peer = r[0], r[1], r[2], uint8(r[3]), uint8(r[4]), int32(r[5])
+		a.Src, a.Dst, a.Size, a.DataType, a.RedOp, a.Peer = r[0], r[1], r[2], uint8(r[3]), uint8(r[4]), int32(r[5])
 		a.Comm, a.Stream, a.HasStream = r[6], r[7], true
 		a.Bytes = ncclBytes(r[2], r[3])
 	case NcclAllGather:
 		// (send, recv, sendcount, type, comm, stream)
-		a.Src, a.Dst, a.Count, a.DataType, a.Comm, a.Stream, a.HasStream = r[0], r[1], r[2], uint8(r[3]), r[4], r[5], true
+		a.Src, a.Dst, a.Size, a.DataType, a.Comm, a.Stream, a.HasStream = r[0], r[1], r[2], uint8(r[3]), r[4], r[5], true
 		a.Peer = -1
 		a.Bytes = ncclBytes(r[2], r[3])
 	case NcclSend, NcclRecv:
 		// (buf, count, type, peer, comm, stream): send reads buf, recv writes it.
-		a.Count, a.DataType, a.Peer, a.Comm, a.Stream, a.HasStream = r[1], uint8(r[2]), int32(r[3]), r[4], r[5], true
+		a.Size, a.DataType, a.Peer, a.Comm, a.Stream, a.HasStream = r[1], uint8(r[2]), int32(r[3]), r[4], r[5], true
 		if e.API() == NcclSend {
 			a.Src = r[0]
 		} else {

@@ -255,33 +255,33 @@ var argsCases = []argsCase{
 
 	// NCCL. ncclAllReduce(send, recv, count, type, op, comm, stream=[rsp+8])
 	{api: NcclAllReduce, args: regs(0x7f1000, 0x7f2000, 1000, 7 /* float32 */, 0 /* sum */, 0xc0, 0x5500aa),
-		want: Args{Src: 0x7f1000, Dst: 0x7f2000, Count: 1000, DataType: 7, RedOp: 0, Comm: 0xc0, Stream: 0x5500aa,
+		want: Args{Src: 0x7f1000, Dst: 0x7f2000, Size: 1000, DataType: 7, RedOp: 0, Comm: 0xc0, Stream: 0x5500aa,
 			HasStream: true, Peer: -1, Bytes: 4000}},
 	// ncclBroadcast(send, recv, count, type, root, comm, stream=[rsp+8])
 	{api: NcclBroadcast, args: regs(0x7f1000, 0x7f2000, 10, 9 /* bfloat16 */, 3, 0xc0, 0x5500aa),
-		want: Args{Src: 0x7f1000, Dst: 0x7f2000, Count: 10, DataType: 9, Peer: 3, Comm: 0xc0, Stream: 0x5500aa,
+		want: Args{Src: 0x7f1000, Dst: 0x7f2000, Size: 10, DataType: 9, Peer: 3, Comm: 0xc0, Stream: 0x5500aa,
 			HasStream: true, Bytes: 20}},
 	// ncclReduce(send, recv, count, type, op, root, comm=[rsp+8], stream=[rsp+16])
 	{api: NcclReduce, args: regs(0x7f1000, 0x7f2000, 5, 8 /* float64 */, 2 /* max */, 1, 0xc0, 0x5500aa),
-		want: Args{Src: 0x7f1000, Dst: 0x7f2000, Count: 5, DataType: 8, RedOp: 2, Peer: 1, Comm: 0xc0, Stream: 0x5500aa,
+		want: Args{Src: 0x7f1000, Dst: 0x7f2000, Size: 5, DataType: 8, RedOp: 2, Peer: 1, Comm: 0xc0, Stream: 0x5500aa,
 			HasStream: true, Bytes: 40}},
 	// ncclAllGather(send, recv, sendcount, type, comm, stream=r9)
 	{api: NcclAllGather, args: regs(0x7f1000, 0x7f2000, 64, 6 /* float16 */, 0xc0, 0x5500aa),
-		want: Args{Src: 0x7f1000, Dst: 0x7f2000, Count: 64, DataType: 6, Comm: 0xc0, Stream: 0x5500aa,
+		want: Args{Src: 0x7f1000, Dst: 0x7f2000, Size: 64, DataType: 6, Comm: 0xc0, Stream: 0x5500aa,
 			HasStream: true, Peer: -1, Bytes: 128}},
 	// ncclReduceScatter(send, recv, recvcount, type, op, comm, stream=[rsp+8])
 	{api: NcclReduceScatter, args: regs(0x7f1000, 0x7f2000, 3, 4 /* int64 */, 1, 0xc0, 0x5500aa),
-		want: Args{Src: 0x7f1000, Dst: 0x7f2000, Count: 3, DataType: 4, RedOp: 1, Comm: 0xc0, Stream: 0x5500aa,
+		want: Args{Src: 0x7f1000, Dst: 0x7f2000, Size: 3, DataType: 4, RedOp: 1, Comm: 0xc0, Stream: 0x5500aa,
 			HasStream: true, Peer: -1, Bytes: 24}},
 	// ncclSend(buf, count, type, peer, comm, stream=r9): buf is read from.
 	{api: NcclSend, args: regs(0x7f1000, 100, 11 /* fp8e5m2 */, 5, 0xc0, 0x5500aa),
-		want: Args{Src: 0x7f1000, Count: 100, DataType: 11, Peer: 5, Comm: 0xc0, Stream: 0x5500aa, HasStream: true, Bytes: 100}},
+		want: Args{Src: 0x7f1000, Size: 100, DataType: 11, Peer: 5, Comm: 0xc0, Stream: 0x5500aa, HasStream: true, Bytes: 100}},
 	// ncclRecv(buf, count, type, peer, comm, stream=r9): buf is written to.
 	{api: NcclRecv, args: regs(0x7f2000, 100, 2 /* int32 */, 0, 0xc0, 0x5500aa),
-		want: Args{Dst: 0x7f2000, Count: 100, DataType: 2, Peer: 0, Comm: 0xc0, Stream: 0x5500aa, HasStream: true, Bytes: 400}},
+		want: Args{Dst: 0x7f2000, Size: 100, DataType: 2, Peer: 0, Comm: 0xc0, Stream: 0x5500aa, HasStream: true, Bytes: 400}},
 	// An unknown data type: the count is all we know.
 	{api: NcclAllReduce, args: regs(0x7f1000, 0x7f2000, 77, 200, 0, 0xc0, 0),
-		want: Args{Src: 0x7f1000, Dst: 0x7f2000, Count: 77, DataType: 200, Comm: 0xc0, HasStream: true, Peer: -1, Bytes: 77}},
+		want: Args{Src: 0x7f1000, Dst: 0x7f2000, Size: 77, DataType: 200, Comm: 0xc0, HasStream: true, Peer: -1, Bytes: 77}},
 	{api: NcclGroupStart, args: regs(1, 2, 3), want: Args{}},
 	{api: NcclGroupEnd, want: Args{}},
 }
