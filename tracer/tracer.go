@@ -33,6 +33,9 @@ type Config struct {
 	RingBufferBytes int // power of two, ≥ page size; 0 = 16 MiB
 	Stacks          StackMode
 	Logger          *slog.Logger
+	// PerSymbolUprobes uses one perf-event uprobe per symbol even where the
+	// kernel has uprobe_multi (the path kernels before 6.6 take; tests).
+	PerSymbolUprobes bool
 }
 
 // Stats are the BPF side's counters, summed over CPUs.
@@ -95,7 +98,7 @@ func New(cfg Config) (*Tracer, error) {
 	}
 
 	t := &Tracer{cfg: cfg, log: cfg.Logger}
-	t.multi = features.HaveBPFLinkUprobeMulti() == nil
+	t.multi = !cfg.PerSymbolUprobes && features.HaveBPFLinkUprobeMulti() == nil
 	names := [3]string{"cuda_entry", "cuda_return", "ldso"}
 	if t.multi {
 		names = [3]string{"cuda_entry_multi", "cuda_return_multi", "ldso_multi"}
@@ -161,7 +164,6 @@ func (t *Tracer) ForgetPython(pid int) {
 	}
 }
 
-
 // Stats reads the per-CPU counters.
 func (t *Tracer) Stats() (Stats, error) {
 	var s Stats
@@ -207,7 +209,6 @@ func (t *Tracer) Read(fn func(raw []byte)) error {
 // Drain makes Read return once every record already in the ring buffer has
 // been delivered. Detach all probes first so that nothing new arrives.
 func (t *Tracer) Drain() error { return t.reader.Flush() }
-
 
 // Close releases the reader and the BPF objects (links are closed by their
 // Attachments).

@@ -32,18 +32,19 @@ import (
 
 // Config of a recording session.
 type Config struct {
-	PIDs            []int
-	Command         []string // launch this command and trace it from its first instruction
-	All             bool     // every process on the host that maps CUDA, now or later
-	Container       string   // every process of this container (id prefix or cgroup name), now or later
-	Duration        time.Duration
-	Stacks          tracer.StackMode
-	RingBufferBytes int
-	WaitForCUDA     bool      // a target without CUDA yet is watched instead of refused
-	Recording       io.Writer // optional .cudatap stream
-	Stdin           io.Reader // for the launched command
-	Stdout, Stderr  io.Writer
-	Logger          *slog.Logger
+	PIDs             []int
+	Command          []string // launch this command and trace it from its first instruction
+	All              bool     // every process on the host that maps CUDA, now or later
+	Container        string   // every process of this container (id prefix or cgroup name), now or later
+	Duration         time.Duration
+	Stacks           tracer.StackMode
+	RingBufferBytes  int
+	PerSymbolUprobes bool      // never use uprobe_multi (what kernels before 6.6 get)
+	WaitForCUDA      bool      // a target without CUDA yet is watched instead of refused
+	Recording        io.Writer // optional .cudatap stream
+	Stdin            io.Reader // for the launched command
+	Stdout, Stderr   io.Writer
+	Logger           *slog.Logger
 	// NVMLInterval is the GPU sampling period (0 = 100 ms; negative = off).
 	NVMLInterval time.Duration
 	// NameWindow is how long, after attaching to a running process, runtime
@@ -159,7 +160,8 @@ func run(ctx context.Context, cfg Config, inspect func(*Session)) (*Outcome, err
 			return nil, fmt.Errorf("process %d does not exist: check the PID (ps -ef | grep ...)", pid)
 		}
 	}
-	tr, err := tracer.New(tracer.Config{RingBufferBytes: cfg.RingBufferBytes, Stacks: cfg.Stacks, Logger: cfg.Logger})
+	tr, err := tracer.New(tracer.Config{RingBufferBytes: cfg.RingBufferBytes, Stacks: cfg.Stacks, Logger: cfg.Logger,
+		PerSymbolUprobes: cfg.PerSymbolUprobes})
 	if err != nil {
 		return nil, err
 	}

@@ -446,3 +446,21 @@ func TestDriverAndNCCL(t *testing.T) {
 		})
 	}
 }
+
+// TestPerSymbolUprobes: the fallback for kernels without uprobe_multi (one
+// perf-event uprobe per symbol, cookies included) traces the same calls.
+func TestPerSymbolUprobes(t *testing.T) {
+	testutil.RequireRoot(t)
+	b := testutil.Sim(t)
+	var stdout strings.Builder
+	out, err := Run(context.Background(), Config{Command: []string{b.Workload, "--scenario", "basic", "--iters", "20"},
+		Stacks: tracer.StacksSync, PerSymbolUprobes: true, NVMLInterval: -1, Stdout: &stdout, Duration: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := sim.ParseReport([]byte(stdout.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkCounts(t, out, rep)
+}
