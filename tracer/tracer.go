@@ -128,6 +128,33 @@ func New(cfg Config) (*Tracer, error) {
 	return t, nil
 }
 
+// PruneInflight deletes the saved entries of threads that no longer exist
+// (killed inside a call: their return never comes) and returns how many.
+func (t *Tracer) PruneInflight(alive func(tid uint32) bool) (int, error) {
+	m := t.coll.Maps["inflight"]
+	if m == nil {
+		return 0, errors.New("BPF object has no inflight map")
+	}
+	var (
+		key  cudatapInflightKey
+		val  cudatapInflight
+		dead []cudatapInflightKey
+	)
+	it := m.Iterate()
+	for it.Next(&key, &val) {
+		if !alive(key.Tid) {
+			dead = append(dead, key)
+		}
+	}
+	if err := it.Err(); err != nil {
+		return 0, fmt.Errorf("read entry table: %w", err)
+	}
+	for _, k := range dead {
+		m.Delete(k)
+	}
+	return len(dead), nil
+}
+
 // SetPython gives the BPF side the CPython layout of a process, so that its
 // stack records carry the Python frames (see bpf/python.h). cfg must encode
 // to struct py_config.

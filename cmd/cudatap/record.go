@@ -25,6 +25,7 @@ type recordOptions struct {
 	ringBuffer  int
 	waitForCUDA bool
 	nvml        time.Duration
+	nameWindow  time.Duration
 }
 
 func newRecordCmd(g *globalOptions) *cobra.Command {
@@ -47,9 +48,18 @@ func newRecordCmd(g *globalOptions) *cobra.Command {
 	f.StringVar(&o.format, "format", "", "force the format of every -o: chrome, pprof or cudatap")
 	f.StringVar(&o.stacks, "stacks", "sync", "capture user stacks on: none, sync (calls that may block) or all")
 	f.IntVar(&o.ringBuffer, "ring-buffer-size", 16<<20, "BPF ring buffer size in bytes (power of two)")
+	f.DurationVar(&o.nameWindow, "name-window", 5*time.Second, "after attaching to a running process, also probe runtime launches this long to name kernels loaded earlier (two traps per launch meanwhile; 0: never)")
 	f.DurationVar(&o.nvml, "nvml-interval", 100*time.Millisecond, "GPU sampling period through NVML (negative: off)")
 	f.BoolVar(&o.waitForCUDA, "wait-for-cuda", false, "accept target processes that have not loaded CUDA yet and hook it when they do")
 	return cmd
+}
+
+// nameWindow maps the flag (0: never) to session.Config.NameWindow (0: default, negative: never).
+func nameWindow(d time.Duration) time.Duration {
+	if d <= 0 {
+		return -1
+	}
+	return d
 }
 
 func parseStacks(s string) (tracer.StackMode, error) {
@@ -95,7 +105,7 @@ func runRecord(cmd *cobra.Command, g *globalOptions, o *recordOptions, command [
 	status := newStatusLine(stderr)
 	cfg := session.Config{
 		PIDs: o.pids, Command: command, All: o.all, Container: o.container, Duration: o.duration, Stacks: stacks,
-		RingBufferBytes: o.ringBuffer, WaitForCUDA: o.waitForCUDA, NVMLInterval: o.nvml,
+		RingBufferBytes: o.ringBuffer, WaitForCUDA: o.waitForCUDA, NVMLInterval: o.nvml, NameWindow: nameWindow(o.nameWindow),
 		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Logger: g.logger(),
 		OnAttached: func(n int) { fmt.Fprintf(stderr, "attached to %d process(es)\n", n) },
 		OnStatus:   status.update,

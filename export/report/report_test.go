@@ -36,7 +36,7 @@ func row(t *testing.T, out, label string) []string {
 func TestSummary(t *testing.T) {
 	out := summary(t, fixture.Result(), Options{})
 
-	const drops = "dropped events: 0 (ring buffer full 0, entry table full 0, decode errors 0); calls begun before attaching (return only): 0; argument read faults: 0; attach failures: 0"
+	const drops = "dropped events: 0 (ring buffer full 0, entry table full 0, decode errors 0); returns without their entry: 0; argument read faults: 0; attach failures: 0"
 	if !strings.HasSuffix(out, "\n"+drops+"\n") {
 		t.Errorf("drops line missing at the end:\n%s", out)
 	}
@@ -124,7 +124,7 @@ func TestDropsLine(t *testing.T) {
 	r := fixture.Result()
 	r.Drops = model.Drops{RingbufFull: 3, InflightFull: 1, OrphanReturns: 2, DecodeErrors: 4, UnknownAPI: 5, ReadFaults: 6, AttachFailures: 7}
 	out := summary(t, r, Options{})
-	const want = "dropped events: 13 (ring buffer full 3, entry table full 1, decode errors 4, unknown API 5); calls begun before attaching (return only): 2; argument read faults: 6; attach failures: 7"
+	const want = "dropped events: 13 (ring buffer full 3, entry table full 1, decode errors 4, unknown API 5); returns without their entry: 2; argument read faults: 6; attach failures: 7"
 	if !strings.Contains(out, want) {
 		t.Errorf("drops line missing %q in\n%s", want, out)
 	}

@@ -298,7 +298,7 @@ type Drops struct {
 	Received       uint64 // records read by user space
 	RingbufFull    uint64 // lost: ring buffer full
 	InflightFull   uint64 // lost: no room to remember a call's entry
-	OrphanReturns  uint64 // return seen without its entry: the call began before the probes were live
+	OrphanReturns  uint64 // return seen without its entry: the call began before the probes were live, or its entry was not seen
 	ReadFaults     uint64 // kept, but an argument could not be read
 	DecodeErrors   uint64 // lost: malformed record
 	UnknownAPI     uint64 // lost: cookie names no known API

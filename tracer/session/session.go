@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -415,7 +416,7 @@ func (s *Session) run(ctx context.Context) (*Outcome, error) {
 	defer status.Stop()
 	start := time.Now()
 	var lastEvents uint64
-	lastStatus := start
+	lastStatus, lastPrune := start, start
 
 loop:
 	for {
@@ -450,6 +451,12 @@ loop:
 			}
 		case now := <-status.C:
 			s.sweep()
+			if now.Sub(lastPrune) >= 10*time.Second {
+				lastPrune = now
+				if n, err := s.tr.PruneInflight(threadAlive); err == nil && n > 0 {
+					s.log.Debug("pruned entries of dead threads", "n", n)
+				}
+			}
 			if s.watching() {
 				s.discoverAll()
 			}
@@ -845,6 +852,12 @@ func (s *Session) attachedSummary() []Attached {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].PID < out[j].PID })
 	return out
+}
+
+// threadAlive reports whether a (host) thread id still exists.
+func threadAlive(tid uint32) bool {
+	_, err := os.Stat("/proc/" + strconv.FormatUint(uint64(tid), 10))
+	return err == nil
 }
 
 // alive reports whether pid exists and is not a zombie.

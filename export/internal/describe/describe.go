@@ -70,7 +70,7 @@ func Drops(d model.Drops) string {
 	if d.UnknownAPI != 0 {
 		fmt.Fprintf(&b, ", unknown API %d", d.UnknownAPI)
 	}
-	fmt.Fprintf(&b, "); calls begun before attaching (return only): %d; argument read faults: %d; attach failures: %d",
+	fmt.Fprintf(&b, "); returns without their entry: %d; argument read faults: %d; attach failures: %d",
 		d.OrphanReturns, d.ReadFaults, d.AttachFailures)
 	return b.String()
 }

@@ -63,8 +63,8 @@ func TestDrops(t *testing.T) {
 		d    model.Drops
 		want string
 	}{
-		{model.Drops{}, "dropped events: 0 (ring buffer full 0, entry table full 0, decode errors 0); calls begun before attaching (return only): 0; argument read faults: 0; attach failures: 0"},
-		{model.Drops{RingbufFull: 1, UnknownAPI: 2, ReadFaults: 3}, "dropped events: 3 (ring buffer full 1, entry table full 0, decode errors 0, unknown API 2); calls begun before attaching (return only): 0; argument read faults: 3; attach failures: 0"},
+		{model.Drops{}, "dropped events: 0 (ring buffer full 0, entry table full 0, decode errors 0); returns without their entry: 0; argument read faults: 0; attach failures: 0"},
+		{model.Drops{RingbufFull: 1, UnknownAPI: 2, ReadFaults: 3}, "dropped events: 3 (ring buffer full 1, entry table full 0, decode errors 0, unknown API 2); returns without their entry: 0; argument read faults: 3; attach failures: 0"},
 	} {
 		if got := Drops(tc.d); got != tc.want {
 			t.Errorf("Drops(%+v) = %q, want %q", tc.d, got, tc.want)
