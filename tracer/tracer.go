@@ -46,6 +46,10 @@ type Stats struct {
 	OrphanReturns uint64
 	ReadFaults    uint64
 	Nested        uint64 // launches both layers saw, counted once
+	// ProgramSkips counts runs of our programs the kernel skipped to avoid
+	// recursion (another BPF program was running on that CPU): each is a
+	// lost entry or return.
+	ProgramSkips uint64
 }
 
 // programs is the set of programs one kernel variant uses.
@@ -202,6 +206,11 @@ func (t *Tracer) Stats() (Stats, error) {
 		}
 		for _, v := range perCPU {
 			*f += v
+		}
+	}
+	for _, p := range []*ebpf.Program{t.progs.entry, t.progs.ret, t.progs.ldso} {
+		if st, err := p.Stats(); err == nil {
+			s.ProgramSkips += st.RecursionMisses
 		}
 	}
 	return s, nil

@@ -503,6 +503,7 @@ func (w *writer) footer(r *model.Result, opts Options) {
 	w.uint("unknown_api", d.UnknownAPI)
 	w.uint("attach_failures", d.AttachFailures)
 	w.uint("nested", d.Nested)
+	w.uint("program_skips", d.ProgramSkips)
 	w.close()
 	w.uint("lost_events", d.Lost())
 	w.close()

@@ -123,6 +123,10 @@ func (m *Model) SetKernelStats(submitted, ringbufFull, inflightFull, orphans, re
 	m.drops.ReadFaults = readFaults
 }
 
+// SetProgramSkips records how many runs of the BPF programs the kernel
+// skipped (recursion protection).
+func (m *Model) SetProgramSkips(n uint64) { m.drops.ProgramSkips = n }
+
 // SetNested records how many launches both layers saw and the BPF side
 // counted once.
 func (m *Model) SetNested(n uint64) { m.drops.Nested = n }

@@ -304,6 +304,7 @@ type Drops struct {
 	UnknownAPI     uint64 // lost: cookie names no known API
 	AttachFailures uint64 // probe sets (a library's symbols, a loader hook) that could not be attached
 	Nested         uint64 // launches both the runtime and the driver probe saw, counted once (not a loss)
+	ProgramSkips   uint64 // lost: the kernel skipped our BPF program (recursion protection)
 }
 
 // Lost is the number of calls that happened while traced but are missing
@@ -311,7 +312,7 @@ type Drops struct {
 // before the probes were attached (or, rarely, their entry was evicted),
 // and every output shows them separately.
 func (d Drops) Lost() uint64 {
-	return d.RingbufFull + d.InflightFull + d.DecodeErrors + d.UnknownAPI
+	return d.RingbufFull + d.InflightFull + d.DecodeErrors + d.UnknownAPI + d.ProgramSkips
 }
 
 // Counter is one sample of a device time series (NVML): utilization,

@@ -356,6 +356,7 @@ func Load(r io.Reader, progress func(int64)) (*model.Result, *Replay, error) {
 		m.SetKernelStats(d.Submitted, d.RingbufFull, d.InflightFull, d.OrphanReturns, d.ReadFaults)
 		m.SetAttachFailures(d.AttachFailures)
 		m.SetNested(d.Nested)
+		m.SetProgramSkips(d.ProgramSkips)
 	}
 	res := m.Finish()
 	res.WallOffsetNs = rp.Header.WallOffsetNs

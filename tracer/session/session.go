@@ -484,6 +484,7 @@ loop:
 	if st, err := s.tr.Stats(); err == nil {
 		s.model.SetKernelStats(st.Submitted, st.RingbufFull, st.InflightFull, st.OrphanReturns, st.ReadFaults)
 		s.model.SetNested(st.Nested)
+		s.model.SetProgramSkips(st.ProgramSkips)
 		s.model.SetAttachFailures(s.attachFails.Load())
 	}
 	if child != nil {
@@ -558,7 +559,7 @@ func (s *Session) lostNow() uint64 {
 	if err != nil {
 		return s.lost.Load()
 	}
-	return s.lost.Load() + st.RingbufFull + st.InflightFull + st.OrphanReturns
+	return s.lost.Load() + st.RingbufFull + st.InflightFull + st.ProgramSkips
 }
 
 // attachProcess discovers and hooks the CUDA libraries of pid. With

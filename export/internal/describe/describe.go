@@ -70,6 +70,11 @@ func Drops(d model.Drops) string {
 	if d.UnknownAPI != 0 {
 		fmt.Fprintf(&b, ", unknown API %d", d.UnknownAPI)
 	}
+	// The kernel skips a BPF program when another runs on the same CPU;
+	// shown when it happened, so the parts add up.
+	if d.ProgramSkips != 0 {
+		fmt.Fprintf(&b, ", programs skipped by the kernel %d", d.ProgramSkips)
+	}
 	fmt.Fprintf(&b, "); returns without their entry: %d; argument read faults: %d; attach failures: %d",
 		d.OrphanReturns, d.ReadFaults, d.AttachFailures)
 	return b.String()
