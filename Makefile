@@ -27,8 +27,11 @@ test-short:
 
 # Decode + model throughput and tracing overhead; the README quotes these.
 bench:
-	$(GO) test -run '^$$' -bench 'DecodeAndModel|ModelHandle' -benchmem ./tracer/model/
+	$(GO) test -run '^$$' -bench 'DecodeAndModel|ModelHandle' -benchtime 3s -cpu 1 -benchmem ./tracer/model/
 	$(GO) test -run '^$$' -bench 'LaunchOverhead' -benchtime 1x ./tracer/session/
+	$(GO) test -run '^$$' -bench 'AttachLatency' -benchtime 20x ./tracer/session/
+	$(GO) test -run '^$$' -bench 'Unwind' ./symbolize/unwind/
+	$(GO) test -run '^$$' -bench 'Poll' ./tracer/nvml/
 
 generate:
 	cd tracer && BPF_CLANG=$(BPF_CLANG) BPF_STRIP=$(BPF_STRIP) $(GO) generate ./...
