@@ -126,6 +126,15 @@ static __always_inline __u64 wakeup_flags(void)
 	return BPF_RB_NO_WAKEUP;
 }
 
+/* Returns without their entry, per API id (low 8 bits): which calls lose
+ * their entry tells why. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 256);
+	__type(key, __u32);
+	__type(value, __u64);
+} orphans SEC(".maps");
+
 static __always_inline void count(__u32 which)
 {
 	__u64 *v = bpf_map_lookup_elem(&stats, &which);
@@ -345,6 +354,10 @@ static __always_inline int on_return(struct pt_regs *ctx)
 	struct inflight *in = bpf_map_lookup_elem(&inflight, &key);
 	if (!in) {
 		count(STAT_ORPHAN_RETURN);
+		__u32 api = COOKIE_API(cookie) & 0xff;
+		__u64 *n = bpf_map_lookup_elem(&orphans, &api);
+		if (n)
+			*n += 1;
 		return 0;
 	}
 	if (COOKIE_FULL(cookie))

@@ -92,6 +92,7 @@ const (
 	cudatapMapDriverLive       = "driver_live"
 	cudatapMapEvents           = "events"
 	cudatapMapInflight         = "inflight"
+	cudatapMapOrphans          = "orphans"
 	cudatapMapPairing          = "pairing"
 	cudatapMapPendingStub      = "pending_stub"
 	cudatapMapPyConfigs        = "py_configs"
@@ -165,6 +166,7 @@ type cudatapMapSpecs struct {
 	DriverLive  *ebpf.MapSpec `ebpf:"driver_live"`
 	Events      *ebpf.MapSpec `ebpf:"events"`
 	Inflight    *ebpf.MapSpec `ebpf:"inflight"`
+	Orphans     *ebpf.MapSpec `ebpf:"orphans"`
 	Pairing     *ebpf.MapSpec `ebpf:"pairing"`
 	PendingStub *ebpf.MapSpec `ebpf:"pending_stub"`
 	PyConfigs   *ebpf.MapSpec `ebpf:"py_configs"`
@@ -204,6 +206,7 @@ type cudatapMaps struct {
 	DriverLive  *ebpf.Map `ebpf:"driver_live"`
 	Events      *ebpf.Map `ebpf:"events"`
 	Inflight    *ebpf.Map `ebpf:"inflight"`
+	Orphans     *ebpf.Map `ebpf:"orphans"`
 	Pairing     *ebpf.Map `ebpf:"pairing"`
 	PendingStub *ebpf.Map `ebpf:"pending_stub"`
 	PyConfigs   *ebpf.Map `ebpf:"py_configs"`
@@ -216,6 +219,7 @@ func (m *cudatapMaps) Close() error {
 		m.DriverLive,
 		m.Events,
 		m.Inflight,
+		m.Orphans,
 		m.Pairing,
 		m.PendingStub,
 		m.PyConfigs,

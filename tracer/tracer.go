@@ -132,6 +132,28 @@ func New(cfg Config) (*Tracer, error) {
 	return t, nil
 }
 
+// OrphansByAPI returns, per API id (low 8 bits), how many returns came
+// without their entry: a diagnostic for the orphan-returns total.
+func (t *Tracer) OrphansByAPI() map[uint8]uint64 {
+	out := map[uint8]uint64{}
+	m := t.coll.Maps["orphans"]
+	if m == nil {
+		return out
+	}
+	for i := uint32(0); i < 256; i++ {
+		var perCPU []uint64
+		if m.Lookup(i, &perCPU) != nil {
+			continue
+		}
+		for _, v := range perCPU {
+			if v != 0 {
+				out[uint8(i)] += v
+			}
+		}
+	}
+	return out
+}
+
 // PruneInflight deletes the saved entries of threads that no longer exist
 // (killed inside a call: their return never comes) and returns how many.
 func (t *Tracer) PruneInflight(alive func(tid uint32) bool) (int, error) {

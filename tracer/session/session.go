@@ -485,6 +485,11 @@ loop:
 		s.model.SetKernelStats(st.Submitted, st.RingbufFull, st.InflightFull, st.OrphanReturns, st.ReadFaults)
 		s.model.SetNested(st.Nested)
 		s.model.SetProgramSkips(st.ProgramSkips)
+		if st.OrphanReturns > 0 {
+			for api, n := range s.tr.OrphansByAPI() {
+				s.log.Debug("returns without their entry", "api", event.API(api).String(), "n", n)
+			}
+		}
 		s.model.SetAttachFailures(s.attachFails.Load())
 	}
 	if child != nil {
