@@ -267,6 +267,8 @@ static __always_inline int on_entry(struct pt_regs *ctx)
 		in->args[6] = in->args[7] = in->args[8] = 0;
 		in->flags = read_args(ctx, cookie, in->args, in->ext);
 		struct inflight_key key = { .tid = (__u32)pid_tgid, .api = COOKIE_API(cookie) };
+		if (bpf_map_lookup_elem(&inflight, &key))
+			count(STAT_ENTRY_REPLACED);
 		if (bpf_map_update_elem(&inflight, &key, in, BPF_ANY) < 0)
 			count(STAT_INFLIGHT_FULL);
 		return 0;

@@ -80,6 +80,7 @@ enum stat {
 	STAT_ORPHAN_RETURN,  /* return without a saved entry: event lost */
 	STAT_READ_FAULT,     /* a user-memory read failed: event kept, field zero */
 	STAT_NESTED,         /* a launch seen by both layers, counted once (not a loss) */
+	STAT_ENTRY_REPLACED, /* an entry saved over one still waiting: a nested call of the same API */
 	STAT_MAX,
 };
 

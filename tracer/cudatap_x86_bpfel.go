@@ -76,13 +76,14 @@ type cudatapPyConfig struct {
 type cudatapStat uint32
 
 const (
-	cudatapStatSTAT_SUBMITTED     cudatapStat = 0
-	cudatapStatSTAT_RINGBUF_FULL  cudatapStat = 1
-	cudatapStatSTAT_INFLIGHT_FULL cudatapStat = 2
-	cudatapStatSTAT_ORPHAN_RETURN cudatapStat = 3
-	cudatapStatSTAT_READ_FAULT    cudatapStat = 4
-	cudatapStatSTAT_NESTED        cudatapStat = 5
-	cudatapStatSTAT_MAX           cudatapStat = 6
+	cudatapStatSTAT_SUBMITTED      cudatapStat = 0
+	cudatapStatSTAT_RINGBUF_FULL   cudatapStat = 1
+	cudatapStatSTAT_INFLIGHT_FULL  cudatapStat = 2
+	cudatapStatSTAT_ORPHAN_RETURN  cudatapStat = 3
+	cudatapStatSTAT_READ_FAULT     cudatapStat = 4
+	cudatapStatSTAT_NESTED         cudatapStat = 5
+	cudatapStatSTAT_ENTRY_REPLACED cudatapStat = 6
+	cudatapStatSTAT_MAX            cudatapStat = 7
 )
 
 // Names of all BPF objects in the ELF.

@@ -46,6 +46,7 @@ type Stats struct {
 	OrphanReturns uint64
 	ReadFaults    uint64
 	Nested        uint64 // launches both layers saw, counted once
+	EntryReplaced uint64 // entries saved over one still waiting (nested same-API calls)
 	// ProgramSkips counts runs of our programs the kernel skipped to avoid
 	// recursion (another BPF program was running on that CPU): each is a
 	// lost entry or return.
@@ -220,7 +221,7 @@ func (t *Tracer) ForgetPython(pid int) {
 // Stats reads the per-CPU counters.
 func (t *Tracer) Stats() (Stats, error) {
 	var s Stats
-	fields := []*uint64{&s.Submitted, &s.RingbufFull, &s.InflightFull, &s.OrphanReturns, &s.ReadFaults, &s.Nested}
+	fields := []*uint64{&s.Submitted, &s.RingbufFull, &s.InflightFull, &s.OrphanReturns, &s.ReadFaults, &s.Nested, &s.EntryReplaced}
 	for i, f := range fields {
 		var perCPU []uint64
 		if err := t.maps.Stats.Lookup(uint32(i), &perCPU); err != nil {

@@ -486,6 +486,7 @@ loop:
 		s.model.SetNested(st.Nested)
 		s.model.SetProgramSkips(st.ProgramSkips)
 		if st.OrphanReturns > 0 {
+			s.log.Debug("entries replaced while waiting", "n", st.EntryReplaced)
 			for api, n := range s.tr.OrphansByAPI() {
 				s.log.Debug("returns without their entry", "api", event.API(api).String(), "n", n)
 			}
