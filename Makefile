@@ -1,5 +1,6 @@
 # cudatap — see README.md. Tests and the demo need root (real uprobes).
-GO      ?= go
+# sudo resets PATH: fall back to the usual Go install location.
+GO      ?= $(shell command -v go || echo /usr/local/go/bin/go)
 BIN     ?= bin/cudatap
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 # clang for `make generate`: Debian's clang-19 (or clang-16)
