@@ -26,6 +26,7 @@ type recordOptions struct {
 	waitForCUDA bool
 	nvml        time.Duration
 	nameWindow  time.Duration
+	perSymbol   bool
 }
 
 func newRecordCmd(g *globalOptions) *cobra.Command {
@@ -49,6 +50,7 @@ func newRecordCmd(g *globalOptions) *cobra.Command {
 	f.StringVar(&o.stacks, "stacks", "sync", "capture user stacks on: none, sync (calls that may block) or all")
 	f.IntVar(&o.ringBuffer, "ring-buffer-size", 16<<20, "BPF ring buffer size in bytes (power of two)")
 	f.DurationVar(&o.nameWindow, "name-window", 5*time.Second, "after attaching to a running process, also probe runtime launches this long to name kernels loaded earlier (two traps per launch meanwhile; 0: never)")
+	f.BoolVar(&o.perSymbol, "per-symbol-uprobes", false, "use one perf-event uprobe per symbol instead of uprobe_multi links (what kernels before 6.6 get; slower to detach)")
 	f.DurationVar(&o.nvml, "nvml-interval", 100*time.Millisecond, "GPU sampling period through NVML (negative: off)")
 	f.BoolVar(&o.waitForCUDA, "wait-for-cuda", false, "accept target processes that have not loaded CUDA yet and hook it when they do")
 	return cmd
@@ -105,7 +107,7 @@ func runRecord(cmd *cobra.Command, g *globalOptions, o *recordOptions, command [
 	status := newStatusLine(stderr)
 	cfg := session.Config{
 		PIDs: o.pids, Command: command, All: o.all, Container: o.container, Duration: o.duration, Stacks: stacks,
-		RingBufferBytes: o.ringBuffer, WaitForCUDA: o.waitForCUDA, NVMLInterval: o.nvml, NameWindow: nameWindow(o.nameWindow),
+		RingBufferBytes: o.ringBuffer, WaitForCUDA: o.waitForCUDA, NVMLInterval: o.nvml, NameWindow: nameWindow(o.nameWindow), PerSymbolUprobes: o.perSymbol,
 		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Logger: g.logger(),
 		OnAttached: func(n int) { fmt.Fprintf(stderr, "attached to %d process(es)\n", n) },
 		OnStatus:   status.update,
