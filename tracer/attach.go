@@ -47,6 +47,19 @@ func (p *probeSet) add(off, cookie uint64, name string) {
 	p.names = append(p.names, name)
 }
 
+// symbolOffset is the file offset of sym in lib, where a uprobe goes: an
+// exported symbol, or for a statically linked runtime a .symtab one.
+func (lib *Library) symbolOffset(sym string) (uint64, bool) {
+	s, ok := lib.file.LookupDynamic(sym)
+	if !ok && lib.Static {
+		s, ok = lib.file.Lookup(sym)
+	}
+	if !ok {
+		return 0, false
+	}
+	return lib.file.FileOffset(s.Value)
+}
+
 // Attach puts entry (and where needed return) probes on the APIs of lib
 // that want selects (all when nil), scoped to pid. A symbol the library
 // lacks is listed in Missing, not an error. On failure nothing stays attached.
@@ -58,15 +71,7 @@ func (t *Tracer) Attach(pid int, lib *Library, want func(*event.Spec) bool) (*At
 			continue
 		}
 		for i, sym := range spec.Symbols {
-			s, ok := lib.file.LookupDynamic(sym)
-			if !ok && lib.Static {
-				s, ok = lib.file.Lookup(sym)
-			}
-			if !ok {
-				a.Missing = append(a.Missing, sym)
-				continue
-			}
-			off, ok := lib.file.FileOffset(s.Value)
+			off, ok := lib.symbolOffset(sym)
 			if !ok {
 				a.Missing = append(a.Missing, sym)
 				continue
@@ -113,21 +118,16 @@ func (t *Tracer) AttachRuntimeLaunches(pid int, lib *Library) (*Attachment, erro
 			continue
 		}
 		for i, sym := range spec.Symbols {
-			s, ok := lib.file.LookupDynamic(sym)
-			if !ok && lib.Static {
-				s, ok = lib.file.Lookup(sym)
-			}
+			off, ok := lib.symbolOffset(sym)
 			if !ok {
 				a.Missing = append(a.Missing, sym)
 				continue
 			}
-			if off, ok := lib.file.FileOffset(s.Value); ok {
-				cookie := spec.PairCookie(i)
-				if t.cfg.Stacks == StacksAll {
-					cookie |= event.CookieStack
-				}
-				set.add(off, cookie, sym)
+			cookie := spec.PairCookie(i)
+			if t.cfg.Stacks == StacksAll {
+				cookie |= event.CookieStack
 			}
+			set.add(off, cookie, sym)
 		}
 	}
 	if len(set.addrs) == 0 {
@@ -145,13 +145,9 @@ func (t *Tracer) AttachRuntimeLaunches(pid int, lib *Library) (*Attachment, erro
 // loaded later (dlopen, lazy CUDA init) are found at once. With stop, the
 // process stops at each load until Resume.
 func (t *Tracer) AttachLoader(pid int, ldso *Library, stop bool) (*Attachment, error) {
-	s, ok := ldso.file.LookupDynamic("_dl_debug_state")
+	off, ok := ldso.symbolOffset("_dl_debug_state")
 	if !ok {
-		return nil, fmt.Errorf("%s has no _dl_debug_state", ldso.Path)
-	}
-	off, ok := ldso.file.FileOffset(s.Value)
-	if !ok {
-		return nil, fmt.Errorf("%s: _dl_debug_state is not in a loadable segment", ldso.Path)
+		return nil, fmt.Errorf("%s exports no _dl_debug_state: library loads are found by the /proc sweep only", ldso.Path)
 	}
 	cookie := uint64(event.LibraryLoad)
 	if stop {

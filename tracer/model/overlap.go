@@ -1,6 +1,9 @@
 package model
 
-import "slices"
+import (
+	"cmp"
+	"slices"
+)
 
 // CommOverlap measures, on the inferred GPU timeline, how much of the time
 // NCCL operations ran was covered by kernels on other streams of the same
@@ -33,15 +36,7 @@ func CommOverlap(p *Process) (commNs, overlappedNs uint64) {
 	}
 	// Merge compute into disjoint intervals. Kernels on the comm stream
 	// itself never overlap its collectives, so no per-stream split is needed.
-	slices.SortFunc(compute, func(a, b span) int {
-		switch {
-		case a.start < b.start:
-			return -1
-		case a.start > b.start:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(compute, func(a, b span) int { return cmp.Compare(a.start, b.start) })
 	var merged []span
 	for _, c := range compute {
 		if n := len(merged); n > 0 && c.start <= merged[n-1].end {

@@ -521,12 +521,16 @@ loop:
 func (s *Session) handleRecord(raw []byte) {
 	var ev event.Event
 	if err := event.Decode(raw, &ev); err != nil {
+		s.modelMu.Lock()
 		s.model.DecodeError()
+		s.modelMu.Unlock()
 		s.lost.Add(1)
 		return
 	}
 	if ev.API() == event.LibraryLoad {
+		s.modelMu.Lock()
 		s.model.Auxiliary()
+		s.modelMu.Unlock()
 		if s.rec != nil {
 			s.rec.Event(raw)
 		}
