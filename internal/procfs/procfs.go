@@ -1,0 +1,215 @@
+// Package procfs reads the few /proc files cudatap needs outside the hot
+// path, and is the only package that parses them (the memory maps, read for
+// every stack, are symbolize's). Every function takes and returns plain
+// values; a process that has gone shows as an error wrapping
+// os.ErrNotExist, or as false.
+package procfs
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// ClockTicks is USER_HZ, the unit of utime and stime in /proc/PID/stat
+// (100 on every Linux architecture cudatap runs on).
+const ClockTicks = 100
+
+func path(pid int, file string) string { return "/proc/" + strconv.Itoa(pid) + "/" + file }
+
+func readTrim(name string) (string, error) {
+	b, err := os.ReadFile(name)
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+// Comm is the command name of a process (/proc/PID/comm, at most 15 bytes).
+func Comm(pid int) (string, error) { return readTrim(path(pid, "comm")) }
+
+// ThreadComm is the name of thread tid of process pid.
+func ThreadComm(pid, tid int) (string, error) {
+	return readTrim(path(pid, "task/"+strconv.Itoa(tid)+"/comm"))
+}
+
+// Cmdline is the argument vector of a process; empty for a kernel thread
+// or a zombie.
+func Cmdline(pid int) ([]string, error) {
+	b, err := os.ReadFile(path(pid, "cmdline"))
+	if err != nil {
+		return nil, err
+	}
+	return parseCmdline(b), nil
+}
+
+func parseCmdline(b []byte) []string {
+	b = bytes.TrimSuffix(b, []byte{0})
+	if len(b) == 0 {
+		return nil
+	}
+	return strings.Split(string(b), "\x00")
+}
+
+// NSPID is the pid of a process inside its innermost PID namespace (the
+// last NSpid field of /proc/PID/status): the pid the process sees itself.
+func NSPID(pid int) (int, error) {
+	v, err := statusField(path(pid, "status"), "NSpid")
+	if err != nil {
+		return 0, err
+	}
+	f := strings.Fields(v)
+	if len(f) == 0 {
+		return 0, errors.New("empty NSpid")
+	}
+	n, err := strconv.Atoi(f[len(f)-1])
+	if err != nil {
+		return 0, fmt.Errorf("NSpid of process %d: %w", pid, err)
+	}
+	return n, nil
+}
+
+// CapEff is the effective capability set of this process.
+func CapEff() (uint64, error) {
+	v, err := statusField("/proc/self/status", "CapEff")
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseUint(v, 16, 64)
+}
+
+// statusField is the value of "key:" in a /proc/.../status file.
+func statusField(name, key string) (string, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	v, ok, err := findField(f, key)
+	if err != nil {
+		return "", fmt.Errorf("read %s: %w", name, err)
+	}
+	if !ok {
+		return "", fmt.Errorf("no %s in %s", key, name)
+	}
+	return v, nil
+}
+
+func findField(r io.Reader, key string) (string, bool, error) {
+	sc := bufio.NewScanner(r)
+	prefix := key + ":"
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), prefix); ok {
+			return strings.TrimSpace(v), true, nil
+		}
+	}
+	return "", false, sc.Err()
+}
+
+// ProcessStat is what cudatap reads of /proc/PID/stat.
+type ProcessStat struct {
+	State    byte   // R, S, D, Z, X, ...
+	CPUTicks uint64 // utime + stime, in ClockTicks
+}
+
+// Stat reads /proc/PID/stat.
+func Stat(pid int) (ProcessStat, error) {
+	b, err := os.ReadFile(path(pid, "stat"))
+	if err != nil {
+		return ProcessStat{}, err
+	}
+	st, err := parseStat(b)
+	if err != nil {
+		return ProcessStat{}, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+	}
+	return st, nil
+}
+
+// parseStat reads a /proc/PID/stat line. The comm field (2) is in
+// parentheses and may itself hold spaces and ')': the fields resume after
+// the last ')'.
+func parseStat(b []byte) (ProcessStat, error) {
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return ProcessStat{}, errors.New("no ')' after the command name")
+	}
+	// Fields from 3 (state) on; utime and stime are fields 14 and 15.
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 || len(f[0]) != 1 {
+		return ProcessStat{}, fmt.Errorf("%d fields after the command name, want at least 13", len(f))
+	}
+	utime, err1 := strconv.ParseUint(f[11], 10, 64)
+	stime, err2 := strconv.ParseUint(f[12], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return ProcessStat{}, err
+	}
+	return ProcessStat{State: f[0][0], CPUTicks: utime + stime}, nil
+}
+
+// Alive reports whether a process exists and is not a zombie.
+func Alive(pid int) bool {
+	if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+		return false // the cheap answer for the common case: gone
+	}
+	st, err := Stat(pid)
+	return err == nil && st.State != 'Z' && st.State != 'X'
+}
+
+// ThreadAlive reports whether a thread (a host tid) exists. /proc/TID
+// resolves for every thread, though only processes are listed.
+func ThreadAlive(tid int) bool {
+	_, err := os.Stat("/proc/" + strconv.Itoa(tid))
+	return err == nil
+}
+
+// Cgroup is the text of /proc/PID/cgroup.
+func Cgroup(pid int) (string, error) {
+	b, err := os.ReadFile(path(pid, "cgroup"))
+	return string(b), err
+}
+
+var (
+	containerID = regexp.MustCompile(`(?:^|[/-])([0-9a-f]{64})(?:\.scope)?$`)
+	podUID      = regexp.MustCompile(`pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})`)
+)
+
+// ContainerFromCgroup finds a container id (docker, containerd, cri-o:
+// 64 hex digits) and a Kubernetes pod UID in a /proc/PID/cgroup text.
+func ContainerFromCgroup(cgroup string) (container, pod string) {
+	for _, line := range strings.Split(cgroup, "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		for _, seg := range strings.Split(parts[2], "/") {
+			if m := containerID.FindStringSubmatch(seg); m != nil {
+				container = m[1]
+			}
+			if m := podUID.FindStringSubmatch(seg); m != nil {
+				pod = strings.ReplaceAll(m[1], "_", "-")
+			}
+		}
+	}
+	return container, pod
+}
+
+// RootHostname is /etc/hostname as the process sees it (through
+// /proc/PID/root): its container's hostname, the pod name under Kubernetes.
+func RootHostname(pid int) (string, error) { return readTrim(path(pid, "root/etc/hostname")) }
+
+// Exe is the path of a process's executable, without the " (deleted)"
+// the kernel appends once the file is gone.
+func Exe(pid int) (string, error) {
+	p, err := os.Readlink(path(pid, "exe"))
+	return strings.TrimSuffix(p, " (deleted)"), err
+}
+
+// OSRelease is the running kernel's release (uname -r).
+func OSRelease() (string, error) { return readTrim("/proc/sys/kernel/osrelease") }
