@@ -2,15 +2,13 @@ package session
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"github.com/cudatap/cudatap/internal/units"
-	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/cudatap/cudatap/internal/procfs"
+	"github.com/cudatap/cudatap/internal/units"
 	"github.com/cudatap/cudatap/tracer/model"
 	"github.com/cudatap/cudatap/tracer/nvml"
 )
@@ -131,22 +129,6 @@ const clockTicks = 100
 
 // cpuTicks is utime+stime of a process.
 func cpuTicks(pid uint32) (uint64, bool) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, false
-	}
-	i := strings.LastIndexByte(string(b), ')')
-	if i < 0 {
-		return 0, false
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 13 {
-		return 0, false
-	}
-	u, err1 := strconv.ParseUint(f[11], 10, 64)
-	s, err2 := strconv.ParseUint(f[12], 10, 64)
-	if err := errors.Join(err1, err2); err != nil {
-		return 0, false
-	}
-	return u + s, true
+	st, err := procfs.Stat(int(pid))
+	return st.CPUTicks, err == nil
 }
