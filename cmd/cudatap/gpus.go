@@ -8,8 +8,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/cudatap/cudatap/internal/procfs"
 	"github.com/cudatap/cudatap/tracer/nvml"
-	"github.com/cudatap/cudatap/tracer/session"
 )
 
 func newGPUsCmd(g *globalOptions) *cobra.Command {
@@ -31,7 +31,7 @@ with their container, like nvidia-smi with container names. It needs NVML
 			if err != nil {
 				return err
 			}
-			return nvml.RenderGPUs(cmd.OutOrStdout(), s.Driver(), samples, gpuProcInfo)
+			return renderGPUs(cmd.OutOrStdout(), s.Driver(), samples, gpuProcInfo)
 		},
 	}
 }
@@ -39,23 +39,20 @@ with their container, like nvidia-smi with container names. It needs NVML
 // gpuProcInfo names a process using a GPU from /proc: its command name and
 // its container (short id, with the container's hostname, which is the pod
 // name under Kubernetes, when it says more than the id).
-func gpuProcInfo(pid uint32) nvml.ProcInfo {
-	var info nvml.ProcInfo
-	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); err == nil {
-		info.Comm = strings.TrimSpace(string(b))
-	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+func gpuProcInfo(pid uint32) procInfo {
+	var info procInfo
+	info.Comm, _ = procfs.Comm(int(pid))
+	cgroup, err := procfs.Cgroup(int(pid))
 	if err != nil {
 		return info
 	}
-	id, _ := session.ContainerFromCgroup(string(b))
+	id, _ := procfs.ContainerFromCgroup(cgroup)
 	if id == "" {
 		return info
 	}
 	short := id[:min(12, len(id))]
 	info.Container = short
-	if h, err := os.ReadFile(fmt.Sprintf("/proc/%d/root/etc/hostname", pid)); err == nil {
-		name := strings.TrimSpace(string(h))
+	if name, err := procfs.RootHostname(int(pid)); err == nil {
 		host, _ := os.Hostname()
 		if name != "" && name != host && !strings.HasPrefix(id, name) {
 			info.Container = fmt.Sprintf("%s (%s)", short, name)

@@ -23,13 +23,15 @@ type topOptions struct {
 	count    int
 }
 
-// topExtra, when set, starts what feeds the per traced process and stream
-// lines of `cudatap top` (launches/s, copy bandwidth, share of wall time
-// blocked in synchronization, queue depth) and returns the function the
-// renderer calls at every refresh. nil: GPU view only.
-var topExtra func(ctx context.Context, g *globalOptions, pids []int, all bool) (extra func() []string, err error)
+// topFeed starts what feeds the per traced process and stream lines of
+// `cudatap top` (launches/s, copy bandwidth, share of wall time blocked in
+// synchronization, queue depth) and returns the function the renderer calls
+// at every refresh; nil when nothing is traced.
+type topFeed func(ctx context.Context, g *globalOptions, pids []int, all bool) (extra func() []string, err error)
 
-func newTopCmd(g *globalOptions) *cobra.Command {
+// newTopCmd makes `cudatap top`; feed, if not nil, adds the tracer's lines
+// (traceForTop) under the GPU view.
+func newTopCmd(g *globalOptions, feed topFeed) *cobra.Command {
 	o := &topOptions{}
 	cmd := &cobra.Command{
 		Use:   "top [-p PID]... | --all",
@@ -43,7 +45,7 @@ block of plain lines per refresh.`,
   cudatap top -n 5 > gpus.log`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runTop(cmd, g, o)
+			return runTop(cmd, g, o, feed)
 		},
 	}
 	f := cmd.Flags()
@@ -54,7 +56,7 @@ block of plain lines per refresh.`,
 	return cmd
 }
 
-func runTop(cmd *cobra.Command, g *globalOptions, o *topOptions) error {
+func runTop(cmd *cobra.Command, g *globalOptions, o *topOptions, feed topFeed) error {
 	if len(o.pids) > 0 && o.all {
 		return fmt.Errorf("give -p PID or --all, not both")
 	}
@@ -64,7 +66,7 @@ func runTop(cmd *cobra.Command, g *globalOptions, o *topOptions) error {
 	ctx, cancel := context.WithCancel(cmd.Context())
 	defer cancel()
 
-	r := &nvml.TopRenderer{Proc: gpuProcInfo}
+	r := &topRenderer{Proc: gpuProcInfo}
 	for _, p := range o.pids {
 		r.PIDs = append(r.PIDs, uint32(p))
 	}
@@ -73,15 +75,15 @@ func runTop(cmd *cobra.Command, g *globalOptions, o *topOptions) error {
 	case err == nil:
 		defer s.Close()
 		r.Driver = s.Driver()
-	case errors.Is(err, nvml.ErrNVMLUnavailable) && topExtra != nil:
+	case errors.Is(err, nvml.ErrNVMLUnavailable) && feed != nil:
 		// The tracer's lines still work: one warning, then carry on.
 		fmt.Fprintln(cmd.ErrOrStderr(), "cudatap: warning:", err)
 		r.Warning = err.Error()
 	default:
 		return err
 	}
-	if topExtra != nil {
-		if r.Extra, err = topExtra(ctx, g, o.pids, o.all); err != nil {
+	if feed != nil {
+		if r.Extra, err = feed(ctx, g, o.pids, o.all); err != nil {
 			return err
 		}
 	}

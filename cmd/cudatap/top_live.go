@@ -14,8 +14,6 @@ import (
 	"github.com/cudatap/cudatap/tracer/session"
 )
 
-func init() { topExtra = traceForTop }
-
 // traceForTop traces the selected processes (no stacks, no outputs) while
 // top runs and renders per stream: launches/s, copy bandwidth, share of
 // wall time the host was blocked in synchronizations, and queue depth.

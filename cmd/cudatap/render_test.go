@@ -1,4 +1,4 @@
-package nvml_test
+package main
 
 import (
 	"bytes"
@@ -8,6 +8,11 @@ import (
 	"time"
 
 	"github.com/cudatap/cudatap/tracer/nvml"
+)
+
+const (
+	gib       = 1 << 30
+	h200Total = 143771 << 20 // an H200's memory as NVML reports it
 )
 
 func renderSamples() []nvml.Sample {
@@ -23,16 +28,16 @@ func renderSamples() []nvml.Sample {
 	}
 }
 
-func procInfo(pid uint32) nvml.ProcInfo {
+func testProcInfo(pid uint32) procInfo {
 	if pid == 4123 {
-		return nvml.ProcInfo{Comm: "python3", Container: "0123456789ab (trainer-0)"}
+		return procInfo{Comm: "python3", Container: "0123456789ab (trainer-0)"}
 	}
-	return nvml.ProcInfo{}
+	return procInfo{}
 }
 
 func TestRenderGPUs(t *testing.T) {
 	var b bytes.Buffer
-	if err := nvml.RenderGPUs(&b, "580.95.05", renderSamples(), procInfo); err != nil {
+	if err := renderGPUs(&b, "580.95.05", renderSamples(), testProcInfo); err != nil {
 		t.Fatal(err)
 	}
 	want := `NVIDIA driver 580.95.05, 2 GPU(s)
@@ -52,14 +57,14 @@ GPU  PID    PROCESS  CONTAINER                 MEMORY     SM UTIL
 	b.Reset()
 	samples := renderSamples()
 	samples[0].Processes = nil
-	nvml.RenderGPUs(&b, "", samples, nil)
+	renderGPUs(&b, "", samples, nil)
 	if !strings.HasSuffix(b.String(), "\nNo process is using the GPUs.\n") || strings.Contains(b.String(), "driver") {
 		t.Errorf("no processes:\n%s", b.String())
 	}
 }
 
 func TestTopLines(t *testing.T) {
-	r := &nvml.TopRenderer{Driver: "580.95.05", Proc: procInfo, PIDs: []uint32{4123},
+	r := &topRenderer{Driver: "580.95.05", Proc: testProcInfo, PIDs: []uint32{4123},
 		Extra: func() []string {
 			return []string{"pid 4123  stream 7  launches/s 12.3k  copy 4.1 GB/s  sync 31%  queue 17"}
 		}}
@@ -87,13 +92,13 @@ func TestTopLines(t *testing.T) {
 	}
 
 	// no NVML: the warning and the tracer's lines still show
-	r = &nvml.TopRenderer{Warning: "NVML not available: ...", Extra: func() []string { return []string{"x"} }}
+	r = &topRenderer{Warning: "NVML not available: ...", Extra: func() []string { return []string{"x"} }}
 	lines = r.Lines(now, nil)
 	if strings.Join(lines, "|") != "cudatap top  12:00:01  0 GPU(s)|NVML not available: ...||x" {
 		t.Errorf("no NVML: %q", lines)
 	}
 	// a selected process without GPU memory
-	r = &nvml.TopRenderer{PIDs: []uint32{5}}
+	r = &topRenderer{PIDs: []uint32{5}}
 	lines = r.Lines(now, renderSamples())
 	if lines[len(lines)-1] != "The selected processes hold no GPU memory." {
 		t.Errorf("last line %q", lines[len(lines)-1])

@@ -1,25 +1,27 @@
-package nvml
+package main
 
 import (
 	"fmt"
-	"github.com/cudatap/cudatap/internal/units"
 	"io"
 	"math"
 	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/cudatap/cudatap/internal/units"
+	"github.com/cudatap/cudatap/tracer/nvml"
 )
 
-// ProcInfo names a process for the tables (the CLI reads it from /proc).
-type ProcInfo struct {
+// procInfo names a process for the tables (gpuProcInfo reads it from /proc).
+type procInfo struct {
 	Comm      string
 	Container string // short container id, with the container's hostname (pod name) when known
 }
 
-// RenderGPUs writes the `cudatap gpus` view of one poll: a table of devices,
+// renderGPUs writes the `cudatap gpus` view of one poll: a table of devices,
 // then a table of the processes using them. proc may be nil.
-func RenderGPUs(w io.Writer, driver string, samples []Sample, proc func(pid uint32) ProcInfo) error {
+func renderGPUs(w io.Writer, driver string, samples []nvml.Sample, proc func(pid uint32) procInfo) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	if driver != "" {
 		fmt.Fprintf(tw, "NVIDIA driver %s, %d GPU(s)\n\n", driver, len(samples))
@@ -27,8 +29,8 @@ func RenderGPUs(w io.Writer, driver string, samples []Sample, proc func(pid uint
 	fmt.Fprintln(tw, "GPU\tNAME\tUUID\tUTIL\tMEM UTIL\tMEMORY\tTEMP\tPOWER\tSM CLOCK\tMEM CLOCK\tTHROTTLE")
 	for _, s := range samples {
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
-			s.Device, orNA(s.Name), orNA(s.UUID), pct(s.GPUUtil), pct(s.MemUtil), memory(s.MemUsed, s.MemTotal),
-			temp(s.TempC), power(s.PowerW, s.PowerLimitW), mhz(s.SMClockMHz), mhz(s.MemClockMHz), reasons(s.ThrottleReasons))
+			s.Device, orNA(s.Name), orNA(s.UUID), fmtPct(s.GPUUtil), fmtPct(s.MemUtil), fmtMemory(s.MemUsed, s.MemTotal),
+			fmtTemp(s.TempC), fmtPower(s.PowerW, s.PowerLimitW), fmtMHz(s.SMClockMHz), fmtMHz(s.MemClockMHz), fmtReasons(s.ThrottleReasons))
 	}
 	rows := procRows(samples, nil)
 	fmt.Fprintln(tw)
@@ -39,7 +41,7 @@ func RenderGPUs(w io.Writer, driver string, samples []Sample, proc func(pid uint
 	fmt.Fprintln(tw, "GPU\tPID\tPROCESS\tCONTAINER\tMEMORY\tSM UTIL")
 	for _, r := range rows {
 		info := lookup(proc, r.pid)
-		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s\n", r.dev, r.pid, orDash(info.Comm), orDash(info.Container), units.Bytes(r.p.MemUsed), pct(r.p.SMUtil))
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s\n", r.dev, r.pid, orDash(info.Comm), orDash(info.Container), units.Bytes(r.p.MemUsed), fmtPct(r.p.SMUtil))
 	}
 	return tw.Flush()
 }
@@ -47,10 +49,10 @@ func RenderGPUs(w io.Writer, driver string, samples []Sample, proc func(pid uint
 type procRow struct {
 	dev int
 	pid uint32
-	p   ProcSample
+	p   nvml.ProcSample
 }
 
-func procRows(samples []Sample, keep map[uint32]bool) []procRow {
+func procRows(samples []nvml.Sample, keep map[uint32]bool) []procRow {
 	var rows []procRow
 	for _, s := range samples {
 		for _, p := range s.Processes {
@@ -69,19 +71,19 @@ func procRows(samples []Sample, keep map[uint32]bool) []procRow {
 	return rows
 }
 
-func lookup(proc func(uint32) ProcInfo, pid uint32) ProcInfo {
+func lookup(proc func(uint32) procInfo, pid uint32) procInfo {
 	if proc == nil {
-		return ProcInfo{}
+		return procInfo{}
 	}
 	return proc(pid)
 }
 
-// TopRenderer makes the lines of `cudatap top`, the same for the
+// topRenderer makes the lines of `cudatap top`, the same for the
 // full-screen view and the plain fallback.
-type TopRenderer struct {
+type topRenderer struct {
 	Driver string
 	PIDs   []uint32                  // only these processes; empty = every process
-	Proc   func(pid uint32) ProcInfo // names a process; nil = pid only
+	Proc   func(pid uint32) procInfo // names a process; nil = pid only
 	// Extra returns lines shown under the GPU and process tables: per traced
 	// process and stream launches/s, copy bandwidth, share of wall time
 	// blocked in synchronization, queue depth (filled by the tracer); nil = none.
@@ -91,7 +93,7 @@ type TopRenderer struct {
 }
 
 // Lines renders one refresh.
-func (r *TopRenderer) Lines(now time.Time, samples []Sample) []string {
+func (r *topRenderer) Lines(now time.Time, samples []nvml.Sample) []string {
 	head := fmt.Sprintf("cudatap top  %s  %d GPU(s)", now.Format("15:04:05"), len(samples))
 	if r.Driver != "" {
 		head += "  driver " + r.Driver
@@ -106,8 +108,8 @@ func (r *TopRenderer) Lines(now time.Time, samples []Sample) []string {
 			"GPU", "UTIL", "MEM UTIL", "MEMORY", "POWER", "TEMP", "SM CLOCK", "MEM CLOCK", "PCIE RX / TX", "THROTTLE"))
 		for _, s := range samples {
 			lines = append(lines, fmt.Sprintf("%-3d %-18s %-8s %-24s %-15s %-6s %-9s %-9s %-21s %s",
-				s.Device, bar(s.GPUUtil), pct(s.MemUtil), memory(s.MemUsed, s.MemTotal), power(s.PowerW, s.PowerLimitW),
-				temp(s.TempC), mhz(s.SMClockMHz), mhz(s.MemClockMHz), rate(s.PCIeRxBps)+" / "+rate(s.PCIeTxBps), reasons(s.ThrottleReasons)))
+				s.Device, fmtBar(s.GPUUtil), fmtPct(s.MemUtil), fmtMemory(s.MemUsed, s.MemTotal), fmtPower(s.PowerW, s.PowerLimitW),
+				fmtTemp(s.TempC), fmtMHz(s.SMClockMHz), fmtMHz(s.MemClockMHz), fmtRate(s.PCIeRxBps)+" / "+fmtRate(s.PCIeTxBps), fmtReasons(s.ThrottleReasons)))
 		}
 		var keep map[uint32]bool
 		if len(r.PIDs) > 0 {
@@ -129,7 +131,7 @@ func (r *TopRenderer) Lines(now time.Time, samples []Sample) []string {
 			for _, row := range rows {
 				info := lookup(r.Proc, row.pid)
 				lines = append(lines, fmt.Sprintf("%-3d %-8d %-16s %-32s %-10s %s", row.dev, row.pid,
-					orDash(info.Comm), orDash(info.Container), units.Bytes(row.p.MemUsed), pct(row.p.SMUtil)))
+					orDash(info.Comm), orDash(info.Container), units.Bytes(row.p.MemUsed), fmtPct(row.p.SMUtil)))
 			}
 		}
 	}
@@ -156,14 +158,14 @@ func orDash(s string) string {
 	return s
 }
 
-func pct(v float64) string {
+func fmtPct(v float64) string {
 	if math.IsNaN(v) {
 		return "n/a"
 	}
 	return fmt.Sprintf("%.0f%%", v)
 }
 
-func bar(v float64) string {
+func fmtBar(v float64) string {
 	if math.IsNaN(v) {
 		return "n/a"
 	}
@@ -171,21 +173,21 @@ func bar(v float64) string {
 	return fmt.Sprintf("[%s%s] %3.0f%%", strings.Repeat("#", n), strings.Repeat(".", 10-n), v)
 }
 
-func memory(used, total uint64) string {
+func fmtMemory(used, total uint64) string {
 	if total == 0 {
 		return "n/a"
 	}
 	return fmt.Sprintf("%.1f / %.1f GiB (%.0f%%)", float64(used)/(1<<30), float64(total)/(1<<30), 100*float64(used)/float64(total))
 }
 
-func temp(c float64) string {
+func fmtTemp(c float64) string {
 	if math.IsNaN(c) {
 		return "n/a"
 	}
 	return fmt.Sprintf("%.0f°C", c)
 }
 
-func power(w, limit float64) string {
+func fmtPower(w, limit float64) string {
 	switch {
 	case math.IsNaN(w):
 		return "n/a"
@@ -195,14 +197,14 @@ func power(w, limit float64) string {
 	return fmt.Sprintf("%.0f / %.0f W", w, limit)
 }
 
-func mhz(v uint32) string {
+func fmtMHz(v uint32) string {
 	if v == 0 {
 		return "n/a"
 	}
 	return fmt.Sprintf("%d MHz", v)
 }
 
-func reasons(r []string) string {
+func fmtReasons(r []string) string {
 	var out []string
 	for _, x := range r {
 		if x != "gpu_idle" {
@@ -215,7 +217,7 @@ func reasons(r []string) string {
 	return strings.Join(out, ",")
 }
 
-func rate(bps float64) string {
+func fmtRate(bps float64) string {
 	if math.IsNaN(bps) {
 		return "n/a"
 	}
