@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -61,7 +62,7 @@ func runDemo(cmd *cobra.Command, g *globalOptions, o *demoOptions) error {
 		return err
 	}
 	command := []string{b.Workload, "--scenario", "basic", "--iters", strconv.Itoa(o.iters), "--streams", strconv.Itoa(o.streams)}
-	fmt.Fprintf(stderr, "tracing: %s\n", joinArgs(command))
+	fmt.Fprintf(stderr, "tracing: %s\n", strings.Join(command, " "))
 	workloadOut, err := os.CreateTemp("", "cudatap-demo-stdout-")
 	if err != nil {
 		return err
@@ -70,7 +71,7 @@ func runDemo(cmd *cobra.Command, g *globalOptions, o *demoOptions) error {
 	defer workloadOut.Close()
 	outcome, err := session.Run(cmd.Context(), session.Config{
 		Command: command, Stacks: tracer.StacksSync, Stdout: workloadOut, Stderr: stderr, Logger: g.logger(),
-		OnAttached: func(n int) { fmt.Fprintf(stderr, "attached to %d process(es)\n", n) },
+		OnAttached: printAttached(stderr),
 	})
 	if err != nil {
 		return err
@@ -86,15 +87,4 @@ Open the results:
 Trace your own job: sudo cudatap record -p PID -o trace.json -o profile.pb.gz
 `, trace, prof)
 	return nil
-}
-
-func joinArgs(a []string) string {
-	s := ""
-	for i, x := range a {
-		if i > 0 {
-			s += " "
-		}
-		s += x
-	}
-	return s
 }

@@ -3,12 +3,12 @@ package main
 import (
 	"errors"
 	"fmt"
-	"github.com/cudatap/cudatap/internal/units"
 	"os"
 
 	"github.com/spf13/cobra"
 
 	"github.com/cudatap/cudatap/export"
+	"github.com/cudatap/cudatap/internal/units"
 	"github.com/cudatap/cudatap/tracer/recording"
 	"github.com/cudatap/cudatap/tracer/session"
 )

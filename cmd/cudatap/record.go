@@ -109,7 +109,7 @@ func runRecord(cmd *cobra.Command, g *globalOptions, o *recordOptions, command [
 		PIDs: o.pids, Command: command, All: o.all, Container: o.container, Duration: o.duration, Stacks: stacks,
 		RingBufferBytes: o.ringBuffer, WaitForCUDA: o.waitForCUDA, NVMLInterval: o.nvml, NameWindow: nameWindow(o.nameWindow), PerSymbolUprobes: o.perSymbol,
 		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Logger: g.logger(),
-		OnAttached: func(n int) { fmt.Fprintf(stderr, "attached to %d process(es)\n", n) },
+		OnAttached: printAttached(stderr),
 		OnStatus:   status.update,
 	}
 	if len(recordings) > 0 {

@@ -2,12 +2,12 @@ package main
 
 import (
 	"fmt"
-	"github.com/cudatap/cudatap/internal/units"
 	"io"
 	"os"
 
 	"golang.org/x/term"
 
+	"github.com/cudatap/cudatap/internal/units"
 	"github.com/cudatap/cudatap/tracer/session"
 )
 
@@ -55,4 +55,10 @@ func humanCount(v float64) string {
 		return fmt.Sprintf("%.1fk", v/1e3)
 	}
 	return fmt.Sprintf("%.0f", v)
+}
+
+// printAttached is the session's OnAttached callback of the tracing
+// commands: one line on w once probes are live in every target.
+func printAttached(w io.Writer) func(n int) {
+	return func(n int) { fmt.Fprintf(w, "attached to %d process(es)\n", n) }
 }

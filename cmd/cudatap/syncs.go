@@ -79,7 +79,7 @@ func syncsResult(cmd *cobra.Command, g *globalOptions, o *syncsOptions, args []s
 	out, err := session.Run(cmd.Context(), session.Config{
 		PIDs: o.pids, Command: command, Duration: o.duration, Stacks: tracer.StacksSync, WaitForCUDA: o.wait,
 		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Logger: g.logger(),
-		OnAttached: func(n int) { fmt.Fprintf(stderr, "attached to %d process(es)\n", n) },
+		OnAttached: printAttached(stderr),
 		OnStatus:   status.update,
 	})
 	status.clear()
