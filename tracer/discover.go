@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/cudatap/cudatap/internal/procfs"
 	"github.com/cudatap/cudatap/symbolize"
 	"github.com/cudatap/cudatap/tracer/event"
 )
@@ -57,8 +58,7 @@ func Discover(pid int, cache *symbolize.Cache, skip func(key string) bool) (*Dis
 		}
 		return nil, fmt.Errorf("read memory map of process %d: %w", pid, err)
 	}
-	exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
-	exe = strings.TrimSuffix(exe, " (deleted)")
+	exe, _ := procfs.Exe(pid)
 	d := &Discovery{PID: pid}
 	for _, obj := range symbolize.ObjectFiles(maps) {
 		if !hasExec(obj) {

@@ -23,3 +23,18 @@ func TestEventLayout(t *testing.T) {
 		t.Errorf("array sizes differ: py %d stack %d args %d", len(e.Py), len(e.Stack), len(e.Args))
 	}
 }
+
+// Every counter of enum stat is read into Stats.
+func TestStatCounters(t *testing.T) {
+	var s Stats
+	seen := map[*uint64]bool{}
+	for i, f := range s.counters() {
+		if f == nil {
+			t.Errorf("stat %d is not read", i)
+		}
+		if seen[f] {
+			t.Errorf("stat %d read into a field already used", i)
+		}
+		seen[f] = true
+	}
+}

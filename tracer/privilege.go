@@ -1,12 +1,11 @@
 package tracer
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
-	"os"
-	"strconv"
 	"strings"
+
+	"github.com/cudatap/cudatap/internal/procfs"
 )
 
 // Capability bits (linux/capability.h).
@@ -20,25 +19,9 @@ const (
 // ErrPrivileges means the process may not load BPF programs or read targets.
 var ErrPrivileges = errors.New("insufficient privileges")
 
-// Capabilities returns the effective capability set of this process.
-func Capabilities() (uint64, error) {
-	f, err := os.Open("/proc/self/status")
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "CapEff:"); ok {
-			return strconv.ParseUint(strings.TrimSpace(v), 16, 64)
-		}
-	}
-	return 0, errors.New("no CapEff in /proc/self/status")
-}
-
 // MissingCapabilities names the capabilities cudatap needs and lacks.
 func MissingCapabilities() []string {
-	caps, err := Capabilities()
+	caps, err := procfs.CapEff()
 	if err != nil {
 		return []string{"(could not read capabilities: " + err.Error() + ")"}
 	}
@@ -65,26 +48,4 @@ func CheckPrivileges() error {
 	return fmt.Errorf("%w: missing %s; run cudatap as root (sudo cudatap ...) or grant them: "+
 		"sudo setcap cap_bpf,cap_perfmon,cap_sys_ptrace,cap_sys_admin+ep $(command -v cudatap)",
 		ErrPrivileges, strings.Join(missing, ", "))
-}
-
-// KernelSupport checks what cudatap needs from the kernel; each problem is
-// a sentence that says what is missing.
-func KernelSupport() []string {
-	var problems []string
-	if _, err := os.Stat("/sys/kernel/btf/vmlinux"); err != nil {
-		problems = append(problems, "no BTF (/sys/kernel/btf/vmlinux missing): use a kernel built with CONFIG_DEBUG_INFO_BTF=y")
-	}
-	if !uprobesAvailable() {
-		problems = append(problems, "no uprobe support: the kernel needs CONFIG_UPROBE_EVENTS=y")
-	}
-	return problems
-}
-
-func uprobesAvailable() bool {
-	for _, p := range []string{"/sys/bus/event_source/devices/uprobe/type", "/sys/kernel/tracing/uprobe_events", "/sys/kernel/debug/tracing/uprobe_events"} {
-		if _, err := os.Stat(p); err == nil {
-			return true
-		}
-	}
-	return false
 }

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/features"
 	"github.com/cilium/ebpf/ringbuf"
 	"github.com/cilium/ebpf/rlimit"
 )
@@ -53,9 +52,15 @@ type Stats struct {
 	ProgramSkips uint64
 }
 
-// programs is the set of programs one kernel variant uses.
+// programs is the set of programs one kernel variant uses. The object
+// carries two: for uprobe_multi links, and for one perf-event uprobe per
+// symbol (kernels before 6.6). New loads only the one it attaches.
 type programs struct {
 	entry, ret, ldso *ebpf.Program
+}
+
+func (p *programs) Close() error {
+	return errors.Join(p.entry.Close(), p.ret.Close(), p.ldso.Close())
 }
 
 // Tracer owns the loaded BPF objects and the ring-buffer reader.
@@ -66,7 +71,6 @@ type Tracer struct {
 	progs  programs
 	multi  bool // uprobe_multi links available
 	reader *ringbuf.Reader
-	coll   *ebpf.Collection
 
 	pairingMu sync.Mutex
 	pairingN  int
@@ -84,7 +88,8 @@ func New(cfg Config) (*Tracer, error) {
 	if err := CheckPrivileges(); err != nil {
 		return nil, err
 	}
-	if problems := KernelSupport(); len(problems) > 0 {
+	feat := Features()
+	if problems := feat.Problems(); len(problems) > 0 {
 		return nil, fmt.Errorf("this kernel cannot run cudatap: %s", strings.Join(problems, "; "))
 	}
 	// Kernels before 5.11 charge BPF memory to RLIMIT_MEMLOCK.
@@ -95,23 +100,25 @@ func New(cfg Config) (*Tracer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("parse embedded BPF object: %w", err)
 	}
-	spec.Maps["events"].MaxEntries = uint32(cfg.RingBufferBytes)
+	var specs cudatapSpecs
+	if err := spec.Assign(&specs); err != nil {
+		return nil, fmt.Errorf("parse embedded BPF object: %w", err)
+	}
+	specs.Events.MaxEntries = uint32(cfg.RingBufferBytes)
 	// Force a wakeup once an eighth of the ring is pending; otherwise the
 	// reader's poll timer picks records up.
-	if err := spec.Variables["wakeup_bytes"].Set(uint64(cfg.RingBufferBytes / 8)); err != nil {
+	if err := specs.WakeupBytes.Set(uint64(cfg.RingBufferBytes / 8)); err != nil {
 		return nil, fmt.Errorf("configure BPF programs: %w", err)
 	}
 
-	t := &Tracer{cfg: cfg, log: cfg.Logger}
-	t.multi = !cfg.PerSymbolUprobes && features.HaveBPFLinkUprobeMulti() == nil
-	names := [3]string{"cuda_entry", "cuda_return", "ldso"}
+	t := &Tracer{cfg: cfg, log: cfg.Logger, multi: !cfg.PerSymbolUprobes && feat.UprobeMulti}
+	want := [3]*ebpf.ProgramSpec{specs.CudaEntry, specs.CudaReturn, specs.Ldso}
 	if t.multi {
-		names = [3]string{"cuda_entry_multi", "cuda_return_multi", "ldso_multi"}
+		want = [3]*ebpf.ProgramSpec{specs.CudaEntryMulti, specs.CudaReturnMulti, specs.LdsoMulti}
 	}
-	for name := range spec.Programs {
-		if name != names[0] && name != names[1] && name != names[2] {
-			delete(spec.Programs, name)
-		}
+	spec.Programs = map[string]*ebpf.ProgramSpec{}
+	for _, p := range want {
+		spec.Programs[p.Name] = p
 	}
 	coll, err := ebpf.NewCollection(spec)
 	if err != nil {
@@ -121,9 +128,15 @@ func New(cfg Config) (*Tracer, error) {
 		}
 		return nil, fmt.Errorf("load BPF programs: %w (run `cudatap doctor` to check kernel support)", err)
 	}
-	t.coll = coll
-	t.progs = programs{entry: coll.Programs[names[0]], ret: coll.Programs[names[1]], ldso: coll.Programs[names[2]]}
-	t.maps = cudatapMaps{Events: coll.Maps["events"], Stats: coll.Maps["stats"], Inflight: coll.Maps["inflight"], Scratch: coll.Maps["scratch"]}
+	defer coll.Close() // nothing once the maps and programs are taken
+	if err := coll.Assign(&t.maps); err != nil {
+		return nil, fmt.Errorf("load BPF maps: %w", err)
+	}
+	t.progs = programs{
+		entry: coll.DetachProgram(want[0].Name),
+		ret:   coll.DetachProgram(want[1].Name),
+		ldso:  coll.DetachProgram(want[2].Name),
+	}
 
 	t.reader, err = ringbuf.NewReader(t.maps.Events)
 	if err != nil {
@@ -137,13 +150,9 @@ func New(cfg Config) (*Tracer, error) {
 // without their entry: a diagnostic for the orphan-returns total.
 func (t *Tracer) OrphansByAPI() map[uint8]uint64 {
 	out := map[uint8]uint64{}
-	m := t.coll.Maps["orphans"]
-	if m == nil {
-		return out
-	}
 	for i := uint32(0); i < 256; i++ {
 		var perCPU []uint64
-		if m.Lookup(i, &perCPU) != nil {
+		if t.maps.Orphans.Lookup(i, &perCPU) != nil {
 			continue
 		}
 		for _, v := range perCPU {
@@ -158,16 +167,12 @@ func (t *Tracer) OrphansByAPI() map[uint8]uint64 {
 // PruneInflight deletes the saved entries of threads that no longer exist
 // (killed inside a call: their return never comes) and returns how many.
 func (t *Tracer) PruneInflight(alive func(tid uint32) bool) (int, error) {
-	m := t.coll.Maps["inflight"]
-	if m == nil {
-		return 0, errors.New("BPF object has no inflight map")
-	}
 	var (
 		key  cudatapInflightKey
 		val  cudatapInflight
 		dead []cudatapInflightKey
 	)
-	it := m.Iterate()
+	it := t.maps.Inflight.Iterate()
 	for it.Next(&key, &val) {
 		if !alive(key.Tid) {
 			dead = append(dead, key)
@@ -177,7 +182,7 @@ func (t *Tracer) PruneInflight(alive func(tid uint32) bool) (int, error) {
 		return 0, fmt.Errorf("read entry table: %w", err)
 	}
 	for _, k := range dead {
-		m.Delete(k)
+		t.maps.Inflight.Delete(k)
 	}
 	return len(dead), nil
 }
@@ -186,11 +191,7 @@ func (t *Tracer) PruneInflight(alive func(tid uint32) bool) (int, error) {
 // stack records carry the Python frames (see bpf/python.h). cfg must encode
 // to struct py_config.
 func (t *Tracer) SetPython(pid int, cfg encoding.BinaryMarshaler) error {
-	m := t.coll.Maps["py_configs"]
-	if m == nil {
-		return errors.New("BPF object has no py_configs map")
-	}
-	if err := m.Put(uint32(pid), cfg); err != nil {
+	if err := t.maps.PyConfigs.Put(uint32(pid), cfg); err != nil {
 		return fmt.Errorf("set Python layout of process %d: %w", pid, err)
 	}
 	return nil
@@ -206,23 +207,32 @@ func (t *Tracer) addPairing(d int) {
 	t.pairingMu.Lock()
 	defer t.pairingMu.Unlock()
 	t.pairingN = max(t.pairingN+d, 0)
-	if m := t.coll.Maps["pairing"]; m != nil {
-		m.Put(uint32(0), uint32(t.pairingN))
-	}
+	t.maps.Pairing.Put(uint32(0), uint32(t.pairingN))
 }
 
 // ForgetPython removes a process's CPython layout (it exited).
 func (t *Tracer) ForgetPython(pid int) {
-	if m := t.coll.Maps["py_configs"]; m != nil {
-		m.Delete(uint32(pid))
+	t.maps.PyConfigs.Delete(uint32(pid))
+}
+
+// counters maps the BPF side's stat indexes (enum stat in bpf/cudatap.h)
+// to the fields of s.
+func (s *Stats) counters() [cudatapStatSTAT_MAX]*uint64 {
+	return [...]*uint64{
+		cudatapStatSTAT_SUBMITTED:      &s.Submitted,
+		cudatapStatSTAT_RINGBUF_FULL:   &s.RingbufFull,
+		cudatapStatSTAT_INFLIGHT_FULL:  &s.InflightFull,
+		cudatapStatSTAT_ORPHAN_RETURN:  &s.OrphanReturns,
+		cudatapStatSTAT_READ_FAULT:     &s.ReadFaults,
+		cudatapStatSTAT_NESTED:         &s.Nested,
+		cudatapStatSTAT_ENTRY_REPLACED: &s.EntryReplaced,
 	}
 }
 
 // Stats reads the per-CPU counters.
 func (t *Tracer) Stats() (Stats, error) {
 	var s Stats
-	fields := []*uint64{&s.Submitted, &s.RingbufFull, &s.InflightFull, &s.OrphanReturns, &s.ReadFaults, &s.Nested, &s.EntryReplaced}
-	for i, f := range fields {
+	for i, f := range s.counters() {
 		var perCPU []uint64
 		if err := t.maps.Stats.Lookup(uint32(i), &perCPU); err != nil {
 			return s, fmt.Errorf("read BPF stats: %w", err)
@@ -240,21 +250,25 @@ func (t *Tracer) Stats() (Stats, error) {
 }
 
 // pollInterval bounds how long a record waits in the ring buffer: the BPF
-// side wakes the reader only when the ring fills up.
+// side wakes the reader only when an eighth of the ring is pending.
 const pollInterval = 20 * time.Millisecond
 
 // Read calls fn with every record until Drain or Close. The slice passed to
 // fn is reused: fn must not keep it.
 func (t *Tracer) Read(fn func(raw []byte)) error {
 	var rec ringbuf.Record
+	// The reader waits only once it has emptied the ring, and then until
+	// this deadline; records that came without a wakeup are read at the
+	// latest then. So the deadline moves only when it has passed, not at
+	// every record.
+	t.reader.SetDeadline(time.Now().Add(pollInterval))
 	for {
-		t.reader.SetDeadline(time.Now().Add(pollInterval))
 		err := t.reader.ReadInto(&rec)
 		switch {
 		case err == nil:
 			fn(rec.RawSample)
 		case errors.Is(err, os.ErrDeadlineExceeded):
-			continue
+			t.reader.SetDeadline(time.Now().Add(pollInterval))
 		case errors.Is(err, ringbuf.ErrClosed):
 			return nil
 		case errors.Is(err, ringbuf.ErrFlushed):
@@ -272,11 +286,10 @@ func (t *Tracer) Drain() error { return t.reader.Flush() }
 // Close releases the reader and the BPF objects (links are closed by their
 // Attachments).
 func (t *Tracer) Close() error {
+	var errs []error
 	if t.reader != nil {
-		t.reader.Close()
+		errs = append(errs, t.reader.Close())
 	}
-	if t.coll != nil {
-		t.coll.Close()
-	}
-	return nil
+	errs = append(errs, t.progs.Close(), t.maps.Close())
+	return errors.Join(errs...)
 }

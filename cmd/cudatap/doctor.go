@@ -3,11 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
-	"os"
-	"strings"
 
-	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/features"
 	"github.com/spf13/cobra"
 
 	"github.com/cudatap/cudatap/symbolize"
@@ -42,26 +38,15 @@ func runDoctor(w io.Writer, o *doctorOptions) error {
 		}
 		fmt.Fprintf(w, "[%s] %-28s %s\n", mark, what, detail)
 	}
-	release, _ := os.ReadFile("/proc/sys/kernel/osrelease")
-	fmt.Fprintf(w, "kernel %s\n", strings.TrimSpace(string(release)))
+	f := tracer.Features()
+	fmt.Fprintf(w, "kernel %s\n", f.Kernel)
 
-	missing := tracer.MissingCapabilities()
-	check(len(missing) == 0, "privileges", privDetail(missing))
-	_, btfErr := os.Stat("/sys/kernel/btf/vmlinux")
-	check(btfErr == nil, "BTF", detailOr(btfErr, "/sys/kernel/btf/vmlinux present", "build the kernel with CONFIG_DEBUG_INFO_BTF=y"))
-	problems := tracer.KernelSupport()
-	uprobes := true
-	for _, p := range problems {
-		if strings.Contains(p, "uprobe") {
-			uprobes = false
-		}
-	}
-	check(uprobes, "uprobes", map[bool]string{true: "supported", false: "CONFIG_UPROBE_EVENTS=y is needed"}[uprobes])
-	if len(missing) == 0 {
-		rb := features.HaveMapType(ebpf.RingBuf)
-		check(rb == nil, "BPF ring buffer", detailOr(rb, "supported", "needs Linux 5.8+"))
-		multi := features.HaveBPFLinkUprobeMulti()
-		if multi == nil {
+	check(len(f.MissingCapabilities) == 0, "privileges", privDetail(f.MissingCapabilities))
+	check(f.BTF, "BTF", detailOr(f.BTF, "/sys/kernel/btf/vmlinux present", "/sys/kernel/btf/vmlinux missing: build the kernel with CONFIG_DEBUG_INFO_BTF=y"))
+	check(f.Uprobes, "uprobes", detailOr(f.Uprobes, "supported", "CONFIG_UPROBE_EVENTS=y is needed"))
+	if f.Probed {
+		check(f.RingBuffer, "BPF ring buffer", detailOr(f.RingBuffer, "supported", "not supported: needs Linux 5.8+"))
+		if f.UprobeMulti {
 			fmt.Fprintf(w, "[ok  ] %-28s %s\n", "uprobe_multi links", "supported (one link per library, fast detach)")
 		} else {
 			fmt.Fprintf(w, "[info] %-28s %s\n", "uprobe_multi links", "not available (Linux 6.6+): falling back to one uprobe per symbol, slower to detach")
@@ -104,9 +89,9 @@ func privDetail(missing []string) string {
 	return tracer.CheckPrivileges().Error()
 }
 
-func detailOr(err error, ok, fix string) string {
-	if err == nil {
-		return ok
+func detailOr(ok bool, yes, no string) string {
+	if ok {
+		return yes
 	}
-	return fmt.Sprintf("%v: %s", err, fix)
+	return no
 }
