@@ -60,20 +60,44 @@ func parseCmdline(b []byte) []string {
 
 // NSPID is the pid of a process inside its innermost PID namespace (the
 // last NSpid field of /proc/PID/status): the pid the process sees itself.
-func NSPID(pid int) (int, error) {
-	v, err := statusField(path(pid, "status"), "NSpid")
+func NSPID(pid int) (int, error) { return lastNSpid(path(pid, "status")) }
+
+// ThreadNSPID is the id of thread tid of process pid inside the process's
+// innermost PID namespace (what CPython stores as native_thread_id).
+func ThreadNSPID(pid, tid int) (int, error) {
+	return lastNSpid(path(pid, "task/"+strconv.Itoa(tid)+"/status"))
+}
+
+func lastNSpid(name string) (int, error) {
+	v, err := statusField(name, "NSpid")
 	if err != nil {
 		return 0, err
 	}
 	f := strings.Fields(v)
 	if len(f) == 0 {
-		return 0, errors.New("empty NSpid")
+		return 0, fmt.Errorf("empty NSpid in %s", name)
 	}
 	n, err := strconv.Atoi(f[len(f)-1])
 	if err != nil {
-		return 0, fmt.Errorf("NSpid of process %d: %w", pid, err)
+		return 0, fmt.Errorf("NSpid in %s: %w", name, err)
 	}
 	return n, nil
+}
+
+// PIDs lists the processes of this PID namespace: the numeric entries of
+// /proc.
+func PIDs() ([]int, error) {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, err
+	}
+	pids := make([]int, 0, len(ents))
+	for _, e := range ents {
+		if pid, err := strconv.Atoi(e.Name()); err == nil {
+			pids = append(pids, pid)
+		}
+	}
+	return pids, nil
 }
 
 // CapEff is the effective capability set of this process.

@@ -106,6 +106,12 @@ func TestSelf(t *testing.T) {
 	if n, err := NSPID(pid); err != nil || n != pid {
 		t.Errorf("NSPID = %d, %v; want %d", n, err, pid)
 	}
+	if n, err := ThreadNSPID(pid, tid); err != nil || n != tid {
+		t.Errorf("ThreadNSPID = %d, %v; want %d", n, err, tid)
+	}
+	if pids, err := PIDs(); err != nil || !slices.Contains(pids, pid) || !slices.Contains(pids, 1) {
+		t.Errorf("PIDs: %d entries without this process or init (%v)", len(pids), err)
+	}
 	if st, err := Stat(pid); err != nil || st.State != 'R' {
 		t.Errorf("Stat = %+v, %v; want state R", st, err)
 	}
