@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/cudatap/cudatap/internal/testutil"
 )
 
 // The test fixtures are compiled from source with the system C/C++
@@ -87,15 +89,16 @@ var (
 	fixOnce sync.Once
 	fix     *fixtures
 	fixErr  error
-	fixDir  string
+	fixDir  string // set by TestMain: the test binary's build directory
 )
 
 func TestMain(m *testing.M) {
-	code := m.Run()
-	if fixDir != "" {
-		os.RemoveAll(fixDir)
+	var err error
+	if fixDir, err = testutil.BuildDir("symbolize"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
 	}
-	os.Exit(code)
+	testutil.Main(m)
 }
 
 func compiler(tb testing.TB, name string) string {

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/cudatap/cudatap/internal/testutil"
 	"github.com/cudatap/cudatap/symbolize"
 )
 
@@ -42,20 +43,11 @@ var variants = []variant{
 }
 
 var (
-	buildDir  string
-	buildOnce sync.Once
-	buildErr  error
-	builtMu   sync.Mutex
-	built     = map[string]error{}
+	builtMu sync.Mutex
+	built   = map[string]error{}
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if buildDir != "" {
-		os.RemoveAll(buildDir)
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testutil.Main(m) }
 
 // fixture builds variant v (once per test binary) and returns the path of
 // its executable.
@@ -70,11 +62,10 @@ func fixture(tb testing.TB, v variant) string {
 			tb.Skip("no C compiler: cannot build the test programs")
 		}
 	}
-	buildOnce.Do(func() { buildDir, buildErr = os.MkdirTemp("", "unwind-test-") })
-	if buildErr != nil {
-		tb.Fatal(buildErr)
+	dir, err := testutil.BuildDir("unwind-" + v.name)
+	if err != nil {
+		tb.Fatal(err)
 	}
-	dir := filepath.Join(buildDir, v.name)
 	exe := filepath.Join(dir, "chain")
 	builtMu.Lock()
 	defer builtMu.Unlock()
