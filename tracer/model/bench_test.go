@@ -60,31 +60,23 @@ func benchSetup(m *Model) {
 	}
 }
 
-// resetEvery: the model keeps every call, so a long benchmark starts a new
-// model now and then to bound its memory; 64 Ki calls is a few seconds of a
-// busy training process.
-const resetEvery = 1 << 16
+// warmup events run untimed first: the time to fault in the model's
+// fresh pages (about 14 µs a page on the CI VMs, well under 1 µs on bare
+// metal) is the machine's, not the model's. The model keeps no calls, so
+// one model serves any b.N with flat memory.
+const warmup = 1 << 16
 
-// runBench times handle over b.N events, after one untimed round of
-// resetEvery events that brings the heap to its steady size: the time to
-// fault in fresh pages (about 14 µs a page on the CI VMs, well under 1 µs on
-// bare metal) is the machine's, not the model's.
+// runBench times handle over b.N events.
 func runBench(b *testing.B, handle func(m *Model, i int)) {
-	m := New(Options{})
+	m := New(nil)
 	benchSetup(m)
-	for i := 0; i < resetEvery; i++ {
+	for i := 0; i < warmup; i++ {
 		handle(m, i)
 	}
-	m = New(Options{})
-	benchSetup(m)
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if i%resetEvery == resetEvery-1 {
-			m = New(Options{})
-			benchSetup(m)
-		}
-		handle(m, i)
+		handle(m, warmup+i)
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
 }
@@ -129,7 +121,8 @@ func BenchmarkDecodeAndModel(b *testing.B) {
 // comment says and the model sees it as a training loop.
 func TestBenchCycleIsRealistic(t *testing.T) {
 	cycle, span := benchCycle()
-	m := New(Options{})
+	col := NewCollector()
+	m := New(col)
 	benchSetup(m)
 	for c := uint64(0); c < 3; c++ {
 		for _, e := range cycle {
@@ -140,7 +133,8 @@ func TestBenchCycleIsRealistic(t *testing.T) {
 			m.Handle(&e)
 		}
 	}
-	p := only(t, m.Finish())
+	r := m.Finish()
+	p := &traced{Process: r.Processes[0], Trace: *col.Traces[testPID]}
 	launches := 0
 	for _, c := range p.Calls {
 		if c.API == event.CudaLaunchKernel {

@@ -10,7 +10,8 @@ import (
 // executed; a launch of the instantiated graph is one op that knows how many
 // operations it replays.
 func TestGraphCapture(t *testing.T) {
-	m := New(Options{})
+	col := NewCollector()
+	m := New(col)
 	ts := uint64(1000)
 	ev := func(api event.API, args []uint64, out uint64, ret bool) {
 		spec := event.Lookup(api)
@@ -35,8 +36,7 @@ func TestGraphCapture(t *testing.T) {
 		ev(event.CudaGraphLaunch, []uint64{exec, s}, 0, false)
 	}
 	ev(event.CuLaunchKernel, []uint64{0xf00, 1, 1, 1, 32, 1, 1, 0, s}, 0, false)
-	r := m.Finish()
-	p := r.Processes[0]
+	p := finish(m, col)[0]
 	captured, graphs, kernels := 0, 0, 0
 	for i := range p.Calls {
 		if p.Calls[i].Captured {

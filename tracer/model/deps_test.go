@@ -26,7 +26,7 @@ func TestEventDependencies(t *testing.T) {
 		t.Errorf("deps:\n got %+v\nwant %+v", p.Deps, want)
 	}
 	// Only the first op after a wait on a recorded position waits.
-	for i, w := range []int32{-1, 0, -1} {
+	for i, w := range []int{-1, 0, -1} {
 		if p.GPUOps[i].After != w {
 			t.Errorf("op %d: After %d, want %d", i, p.GPUOps[i].After, w)
 		}

@@ -134,32 +134,48 @@ func hostUnregister(tid uint32, t, ptr uint64) *ev {
 	return call(event.CudaHostUnregister, tid, t, 0, ptr)
 }
 
-// run feeds events to a new model and finishes it.
-func run(t testing.TB, opts Options, evs ...*ev) *Result {
+// traced is a process with everything a Collector kept of it.
+type traced struct {
+	*Process
+	Trace
+}
+
+// run feeds events to a new model with a collector and finishes it.
+func run(t testing.TB, evs ...*ev) []*traced {
 	t.Helper()
-	m := New(opts)
+	c := NewCollector()
+	m := New(c)
 	for _, e := range evs {
 		m.Handle(&e.Event)
 	}
-	return m.Finish()
+	return finish(m, c)
 }
 
-// proc returns the result's only process.
-func only(t testing.TB, r *Result) *Process {
-	t.Helper()
-	if len(r.Processes) != 1 {
-		t.Fatalf("%d processes, want 1", len(r.Processes))
+// finish finishes m and joins each process with what c kept of it.
+func finish(m *Model, c *Collector) []*traced {
+	r := m.Finish()
+	var out []*traced
+	for _, p := range r.Processes {
+		tp := &traced{Process: p}
+		if tr := c.Traces[p.PID]; tr != nil {
+			tp.Trace = *tr
+		}
+		out = append(out, tp)
 	}
-	return r.Processes[0]
+	return out
 }
 
-func run1(t testing.TB, evs ...*ev) *Process {
+func run1(t testing.TB, evs ...*ev) *traced {
 	t.Helper()
-	return only(t, run(t, Options{}, evs...))
+	ps := run(t, evs...)
+	if len(ps) != 1 {
+		t.Fatalf("%d processes, want 1", len(ps))
+	}
+	return ps[0]
 }
 
 // syncKinds lists the kinds of a process's syncs in order.
-func syncKinds(p *Process) []SyncKind {
+func syncKinds(p *traced) []SyncKind {
 	var out []SyncKind
 	for _, s := range p.Syncs {
 		out = append(out, s.Kind)

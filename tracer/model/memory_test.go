@@ -42,7 +42,8 @@ func TestPinnedRanges(t *testing.T) {
 		{freeHost(1, 7000, 10*us, mhost+512), []cp{{mhost, 64 << 10, false}}, 64 << 10},
 		{freeHost(1, 8000, 10*us, mhost), []cp{{mhost, 1, true}}, 0},
 	}
-	m := New(Options{})
+	col := NewCollector()
+	m := New(col)
 	type check struct {
 		op       int
 		pageable bool
@@ -72,7 +73,7 @@ func TestPinnedRanges(t *testing.T) {
 			t.Errorf("step %d (%v): PinnedBytes %d, want %d", i, s.ev.API(), got, s.pinned)
 		}
 	}
-	p := only(t, m.Finish())
+	p := finish(m, col)[0]
 	if len(p.GPUOps) != len(checks) {
 		t.Fatalf("%d copies, want %d", len(p.GPUOps), len(checks))
 	}
@@ -82,7 +83,7 @@ func TestPinnedRanges(t *testing.T) {
 			a := p.Calls[op.Call].Args
 			t.Errorf("copy %d (%v dst %#x src %#x %d bytes): pageable %v, want %v", c.op, op.CopyKind, a.Dst, a.Src, a.Bytes, op.Pageable, c.pageable)
 		}
-		if (p.Calls[op.Call].Sync >= 0) != c.pageable {
+		if (p.Calls[op.Call].Sync != SyncNone) != c.pageable {
 			t.Errorf("copy %d: sync %d, want one exactly for pageable copies", c.op, p.Calls[op.Call].Sync)
 		}
 	}
@@ -151,7 +152,7 @@ func TestDeviceMemory(t *testing.T) {
 		{call(event.CudaMalloc, 1, 9000, us, 0, 100).out(0), 3000, 5000}, // out pointer not read
 		{free(1, 10_000, us, devB), 0, 5000},
 	}
-	m := New(Options{})
+	m := New(nil)
 	for i, s := range steps {
 		m.Handle(&s.ev.Event)
 		p := m.procs[testPID].p

@@ -1,6 +1,7 @@
 package model
 
 import (
+	"encoding/binary"
 	"math/bits"
 	"slices"
 
@@ -25,37 +26,35 @@ const blockedThreshold = 50_000 // ns
 // an implicit synchronization.
 const mallocSyncThreshold = 1_000_000 // ns
 
-// Options are the model's dependencies, all optional.
-type Options struct {
-	// ProcessInfo describes a process the first time it is seen.
-	ProcessInfo func(pid uint32) ProcessInfo
-	// ThreadName names a thread the first time it is seen.
-	ThreadName func(pid, tid uint32) string
-	// KernelName resolves a kernel stub address to its symbol ("" if none);
-	// called once per process and address.
-	KernelName func(pid uint32, addr uint64) string
-	// FrameName resolves a stack address; called once per process and address.
-	FrameName func(pid uint32, addr uint64) string
-	// PyFrameName resolves a Python frame to "file:line function"; called
-	// once per process and frame.
-	PyFrameName func(pid uint32, code, instr uint64) string
-}
+// maxWindow bounds the GPU ops a process keeps pending (not yet bounded by a
+// synchronization): beyond it the oldest is laid out as if never bounded and
+// counted (Drops.WindowFull). A training step enqueues a few thousand.
+const maxWindow = 1 << 16
 
-// Model consumes events in time order and builds a Result. Not safe for
-// concurrent use.
+// maxStacks bounds the distinct native and Python stacks kept per process;
+// beyond it calls keep no stack, counted (Drops.StacksDropped).
+const maxStacks = 1 << 16
+
+// Model consumes events in time order, keeps live state and aggregates
+// only, and hands calls, syncs and GPU ops to its sink as they become
+// final. It calls nothing outside itself. Not safe for concurrent use.
 type Model struct {
-	opts  Options
-	procs map[uint32]*procState
-	drops Drops
-	start uint64
-	end   uint64
-	corr  uint64
+	sink   Sink
+	procs  map[uint32]*procState
+	drops  Drops
+	start  uint64
+	end    uint64
+	corr   uint64
+	call   Call   // the call being handled
+	syncs  []Sync // the syncs it caused
+	keyBuf []byte
+	window int // max pending ops per process (maxWindow; smaller in tests)
 }
 
 type eventPos struct {
 	stream int
-	op     int // last GPU op on the stream at record time, -1 if none
-	call   int
+	op     int // ID of the last GPU op on the stream at record time, -1 if none
+	call   int // Seq of the record call
 }
 
 type pollKey struct {
@@ -71,15 +70,24 @@ type pollState struct {
 
 // streamState is the model's private per-stream bookkeeping.
 type streamState struct {
-	queue       []int32 // pending GPU ops (indices), enqueue order
+	queue       []int // pending GPU ops (IDs), enqueue order
 	head        int
 	gpuClock    uint64 // inferred end of the last laid-out op
 	lastOp      int
 	lastEnqueue uint64
-	waitAfter   int32 // op a cudaStreamWaitEvent made the next op wait for, -1 = none
+	waitAfter   int // op a cudaStreamWaitEvent made the next op wait for, -1 = none
 }
 
-func (s *streamState) pending() []int32 { return s.queue[s.head:] }
+func (s *streamState) pending() []int { return s.queue[s.head:] }
+
+func (s *streamState) pop(n int) {
+	s.head += n
+	if s.head == len(s.queue) {
+		s.queue, s.head = s.queue[:0], 0
+	} else if s.head > 1024 && s.head*2 > len(s.queue) {
+		s.queue, s.head = s.queue[:copy(s.queue, s.queue[s.head:])], 0
+	}
+}
 
 type procState struct {
 	p          *Process
@@ -91,16 +99,27 @@ type procState struct {
 	device     ranges
 	polls      map[pollKey]pollState
 	lastLegacy uint64
-	funcNames  map[uint64]string // CUfunction/CUkernel handle → kernel name, from load-time calls
-	stubTried  map[uint64]bool   // host stubs already symbolized
-	capturing  map[int]int32     // stream id → operations captured so far
-	graphs     map[uint64]int32  // captured graph → its operations
-	execs      map[uint64]int32  // instantiated graph → its operations
+	calls      int
+	capturing  map[int]int32    // stream id → operations captured so far
+	graphs     map[uint64]int32 // captured graph → its operations
+	execs      map[uint64]int32 // instantiated graph → its operations
+	// GPU ops by ID modulo len(ops): the pending ones and the most recent
+	// final ones. oldest is the lowest ID that may not be final yet.
+	ops     []GPUOp
+	nextOp  int
+	oldest  int
+	stacks  map[string]int32
+	pyIndex map[string]int32
+	overlap overlapTracker
 }
 
-// New returns an empty model.
-func New(opts Options) *Model {
-	return &Model{opts: opts, procs: make(map[uint32]*procState)}
+// New returns an empty model that hands what it concludes to sink (nil:
+// keep nothing but the aggregates).
+func New(sink Sink) *Model {
+	if sink == nil {
+		sink = Discard{}
+	}
+	return &Model{sink: sink, procs: make(map[uint32]*procState), window: maxWindow}
 }
 
 // Auxiliary counts a record that was received but carries no call (the
@@ -138,27 +157,24 @@ func (m *Model) SetAttachFailures(n uint64) { m.drops.AttachFailures = n }
 func (m *Model) Drops() Drops { return m.drops }
 
 // Calls is the number of calls modeled so far.
-func (m *Model) Calls() int {
-	n := 0
+func (m *Model) Calls() int64 {
+	var n int64
 	for _, ps := range m.procs {
-		n += len(ps.p.Calls)
+		n += ps.p.NCalls
 	}
 	return n
 }
 
-// Process returns the process state, creating it on first sight.
+// proc returns the process state, creating it on first sight.
 func (m *Model) proc(pid uint32) *procState {
 	if ps, ok := m.procs[pid]; ok {
 		return ps
 	}
-	p := &Process{PID: pid, Threads: map[uint32]string{}, Kernels: map[uint64]string{}, Frames: map[uint64]string{},
-		PyFrames: map[PyKey]string{}}
-	if m.opts.ProcessInfo != nil {
-		p.Info = m.opts.ProcessInfo(pid)
-	}
+	p := &Process{PID: pid, Threads: map[uint32]struct{}{}, KernelNames: map[uint64]string{}, Stubs: map[uint64]uint64{}}
 	ps := &procState{p: p, byHandle: map[uint64]int{}, perThread: map[uint32]int{},
-		events: map[uint64]eventPos{}, polls: map[pollKey]pollState{}, funcNames: map[uint64]string{},
-		stubTried: map[uint64]bool{}, capturing: map[int]int32{}, graphs: map[uint64]int32{}, execs: map[uint64]int32{}}
+		events: map[uint64]eventPos{}, polls: map[pollKey]pollState{},
+		capturing: map[int]int32{}, graphs: map[uint64]int32{}, execs: map[uint64]int32{},
+		ops: make([]GPUOp, 64), stacks: map[string]int32{}, pyIndex: map[string]int32{}}
 	// Stream 0 always exists: the legacy default stream.
 	ps.newStream(&Stream{Kind: StreamLegacy})
 	m.procs[pid] = ps
@@ -218,22 +234,25 @@ func (m *Model) Handle(ev *event.Event) {
 	}
 	p.LastSeen = max(p.LastSeen, end)
 	if _, ok := p.Threads[ev.TID]; !ok {
-		name := ""
-		if m.opts.ThreadName != nil {
-			name = m.opts.ThreadName(ev.PID, ev.TID)
-		}
-		p.Threads[ev.TID] = name
+		p.Threads[ev.TID] = struct{}{}
 	}
 
 	// The call is built in place: it is big, and this is the hot path.
-	idx := len(p.Calls)
-	p.Calls = grow(p.Calls)
-	call := &p.Calls[idx]
+	call := &m.call
 	*call = Call{
-		Start: ev.Start, End: end, TID: ev.TID, API: spec.API, Symbol: uint8(ev.SymbolIndex()),
-		Stream: -1, Ret: ev.Ret, HasRet: ev.HasReturn(), GPUOp: -1, Sync: -1, Stack: -1, PyStack: -1,
+		Start: ev.Start, End: end, TID: ev.TID, API: spec.API, Symbol: uint8(ev.SymbolIndex()), Seq: ps.calls,
+		Stream: -1, Ret: ev.Ret, HasRet: ev.HasReturn(), GPUOp: -1, Stack: -1, PyStack: -1,
 		ReadFault: ev.Flags&(event.FlagStackArgFault|event.FlagDerefFault|event.FlagOutFault) != 0,
 	}
+	ps.calls++
+	p.NCalls++
+	if i := int(spec.API)*symbolsPerAPI + min(int(call.Symbol), symbolsPerAPI-1); i < len(p.BySymbol) {
+		p.BySymbol[i]++
+	} else {
+		p.BySymbol = append(p.BySymbol, make([]int64, i+1-len(p.BySymbol))...)
+		p.BySymbol[i]++
+	}
+	m.syncs = m.syncs[:0]
 	a := &call.Args
 	ev.Decode(a)
 	ok := !call.HasRet || call.Ret == 0
@@ -241,10 +260,10 @@ func (m *Model) Handle(ev *event.Event) {
 		call.Stream = int32(ps.streamID(a.Stream, spec.PerThreadDefault(ev.SymbolIndex()), ev.TID, ev.Start))
 	}
 	if ev.NStack > 0 {
-		call.Stack = m.addStack(ev)
+		call.Stack = m.addStack(ps, ev)
 	}
 	if ev.NPy > 0 {
-		call.PyStack = m.addPyStack(ev)
+		call.PyStack = m.addPyStack(ps, ev)
 	}
 
 	switch spec.Class {
@@ -263,49 +282,53 @@ func (m *Model) Handle(ev *event.Event) {
 		}
 	case event.ClassLaunch:
 		if spec.Layer == event.Driver && ev.Out != 0 {
-			m.learnStub(ps, a.Func, ev.Out)
+			// A driver launch made by a runtime launch carries the runtime
+			// host stub (see tracer.AttachRuntimeLaunches): its ELF symbol
+			// names the CUfunction.
+			if _, known := p.Stubs[a.Func]; !known {
+				p.Stubs[a.Func] = ev.Out
+			}
 		}
 		p.Streams[call.Stream].Stats.Launches++
-		m.kernelName(ps, a.Func)
-		m.enqueue(ps, idx, GPUOp{Kind: OpKernel, Func: a.Func})
+		m.enqueue(ps, GPUOp{Kind: OpKernel, Func: a.Func, Grid: a.Grid, Block: a.Block})
 	case event.ClassGraphLaunch:
 		p.Streams[call.Stream].Stats.GraphLaunches++
-		m.enqueue(ps, idx, GPUOp{Kind: OpGraph, GraphOps: ps.execs[a.Ptr]})
+		m.enqueue(ps, GPUOp{Kind: OpGraph, GraphOps: ps.execs[a.Ptr]})
 	case event.ClassHostFunc:
-		m.enqueue(ps, idx, GPUOp{Kind: OpHostFunc, Func: a.Func})
+		m.enqueue(ps, GPUOp{Kind: OpHostFunc, Func: a.Func})
 	case event.ClassMemcpy:
-		m.memcpy(ps, idx, spec, ev)
+		m.memcpy(ps, spec, ev)
 	case event.ClassMemset:
-		m.memset(ps, idx, spec, ev)
+		m.memset(ps, spec, ev)
 	case event.ClassEventRecord:
 		sid := int(call.Stream)
-		ps.events[a.Event] = eventPos{stream: sid, op: ps.st[sid].lastOp, call: idx}
+		ps.events[a.Event] = eventPos{stream: sid, op: ps.st[sid].lastOp, call: call.Seq}
 	case event.ClassStreamWaitEvent:
 		if pos, found := ps.events[a.Event]; found {
-			p.Deps = append(p.Deps, Dependency{Event: a.Event, RecordCall: pos.call, WaitCall: idx,
+			m.sink.Dependency(p, &Dependency{Event: a.Event, RecordCall: pos.call, WaitCall: call.Seq,
 				FromStream: pos.stream, ToStream: int(call.Stream)})
 			if pos.op >= 0 {
-				ps.st[call.Stream].waitAfter = int32(pos.op)
+				ps.st[call.Stream].waitAfter = pos.op
 			}
 		}
 	case event.ClassEventCreate, event.ClassEventDestroy:
 		// A new or destroyed event has no recorded position (handles are reused).
 		delete(ps.events, a.Event)
 	case event.ClassEventSync:
-		m.eventSync(ps, idx, a.Event)
+		m.eventSync(ps, a.Event)
 	case event.ClassStreamSync:
 		sid := int(call.Stream)
 		queued := m.queued(ps, sid)
-		m.addSync(ps, idx, SyncStream, sid, queued)
+		m.addSync(ps, SyncStream, sid, queued)
 		m.boundStream(ps, sid, -1, boundTime(call))
 		if sid == 0 {
 			m.boundBlocking(ps, boundTime(call))
 		}
 	case event.ClassDeviceSync:
-		m.addSync(ps, idx, SyncDevice, -1, m.queuedAll(ps))
+		m.addSync(ps, SyncDevice, -1, m.queuedAll(ps))
 		m.boundAll(ps, boundTime(call))
 	case event.ClassEventQuery, event.ClassStreamQuery:
-		m.query(ps, idx, spec.Class == event.ClassEventQuery)
+		m.query(ps, spec.Class == event.ClassEventQuery)
 	case event.ClassMalloc:
 		if ok && a.Ptr != 0 {
 			ps.device.add(a.Ptr, a.Size)
@@ -314,7 +337,7 @@ func (m *Model) Handle(ev *event.Event) {
 		}
 		if !a.HasStream && call.Duration() > mallocSyncThreshold {
 			if q := m.queuedAll(ps); q > 0 {
-				m.addSync(ps, idx, SyncMalloc, -1, q)
+				m.addSync(ps, SyncMalloc, -1, q)
 			}
 		}
 	case event.ClassFree:
@@ -324,7 +347,7 @@ func (m *Model) Handle(ev *event.Event) {
 		// cudaFree synchronizes the device; cudaFree(NULL) only initializes
 		// the context and cudaFreeAsync is stream-ordered.
 		if !a.HasStream && a.Ptr != 0 {
-			m.addSync(ps, idx, SyncFree, -1, m.queuedAll(ps))
+			m.addSync(ps, SyncFree, -1, m.queuedAll(ps))
 			m.boundAll(ps, boundTime(call))
 		}
 	case event.ClassHostAlloc:
@@ -340,19 +363,19 @@ func (m *Model) Handle(ev *event.Event) {
 	case event.ClassHostFree:
 		p.PinnedBytes -= min(p.PinnedBytes, ps.pinned.removeAt(a.Ptr))
 		if a.Ptr != 0 {
-			m.addSync(ps, idx, SyncFree, -1, m.queuedAll(ps))
+			m.addSync(ps, SyncFree, -1, m.queuedAll(ps))
 			m.boundAll(ps, boundTime(call))
 		}
 	case event.ClassHostUnregister:
 		p.PinnedBytes -= min(p.PinnedBytes, ps.pinned.removeAt(a.Ptr))
 	case event.ClassFuncName:
 		if ok && a.Ptr != 0 {
-			name := ps.funcNames[a.Func] // cuKernelGetFunction: the kernel's name
+			name := p.KernelNames[a.Func] // cuKernelGetFunction: the kernel's name
 			if spec.API != event.CuKernelGetFunction {
 				name = ev.String()
 			}
 			if name != "" {
-				ps.funcNames[a.Ptr] = name
+				p.KernelNames[a.Ptr] = name
 			}
 		}
 	case event.ClassCaptureBegin:
@@ -372,18 +395,18 @@ func (m *Model) Handle(ev *event.Event) {
 		st := &p.Streams[call.Stream].Stats
 		st.Collectives++
 		st.CommBytes += a.Bytes
-		m.enqueue(ps, idx, GPUOp{Kind: OpCollective, Bytes: a.Bytes})
+		m.enqueue(ps, GPUOp{Kind: OpCollective, Bytes: a.Bytes})
+	}
+
+	m.sink.Call(p, call)
+	for i := range m.syncs {
+		m.sink.Sync(p, &m.syncs[i])
 	}
 }
 
-// grow extends s by one element, doubling its capacity when full: append
-// grows a big slice by 1.25×, which copies every call about four times.
-func grow[E any](s []E) []E {
-	if len(s) == cap(s) {
-		s = slices.Grow(s, max(len(s), 64))
-	}
-	return s[:len(s)+1]
-}
+// Last is the call the latest Handle built (its Args decoded), valid
+// until the next Handle.
+func (m *Model) Last() *Call { return &m.call }
 
 // boundTime is when the work a sync waited for was known to be complete: its
 // return if it really blocked, else its start.
@@ -394,73 +417,89 @@ func boundTime(c *Call) uint64 {
 	return c.Start
 }
 
-func (m *Model) addStack(ev *event.Event) int32 {
-	ps := m.procs[ev.PID]
-	p := ps.p
-	st := slices.Clone(ev.Stack[:ev.NStack])
+// intern returns the index of the stack whose key is b, adding it (with
+// add) on first sight; -1 once the process has maxStacks of them.
+func (m *Model) intern(index map[string]int32, b []byte, n int, add func()) int32 {
+	if i, ok := index[string(b)]; ok { // no allocation: the compiler looks up without converting
+		return i
+	}
+	if len(index) >= maxStacks {
+		m.drops.StacksDropped++
+		return -1
+	}
+	i := int32(n)
+	index[string(b)] = i
+	add()
+	return i
+}
+
+func (m *Model) addStack(ps *procState, ev *event.Event) int32 {
+	st := ev.Stack[:ev.NStack]
+	b := m.keyBuf[:0]
 	for _, pc := range st {
-		if _, ok := p.Frames[pc]; !ok {
-			name := ""
-			if m.opts.FrameName != nil {
-				name = m.opts.FrameName(ev.PID, pc)
-			}
-			p.Frames[pc] = name
-		}
+		b = binary.LittleEndian.AppendUint64(b, pc)
 	}
-	p.Stacks = append(p.Stacks, st)
-	return int32(len(p.Stacks) - 1)
-}
-
-func (m *Model) addPyStack(ev *event.Event) int32 {
-	p := m.procs[ev.PID].p
-	st := make([]PyKey, ev.NPy)
-	for i := range st {
-		k := PyKey{Code: ev.Py[i][0], Instr: ev.Py[i][1]}
-		st[i] = k
-		// Unresolved names are asked again: a launched interpreter's
-		// layout is confirmed only once it runs.
-		if p.PyFrames[k] == "" && m.opts.PyFrameName != nil {
-			p.PyFrames[k] = m.opts.PyFrameName(ev.PID, k.Code, k.Instr)
-		}
-	}
-	p.PyStacks = append(p.PyStacks, st)
-	return int32(len(p.PyStacks) - 1)
-}
-
-// learnStub names a CUfunction from the runtime host stub that launched it
-// (see tracer.AttachPairing): the stub's ELF symbol is the kernel's name.
-func (m *Model) learnStub(ps *procState, f, stub uint64) {
-	if name := ps.funcNames[f]; name != "" || ps.stubTried[stub] {
-		return
-	}
-	ps.stubTried[stub] = true
-	name := ""
-	if m.opts.KernelName != nil {
-		name = m.opts.KernelName(ps.p.PID, stub)
-	}
-	if name != "" {
-		ps.funcNames[f] = name
-		ps.p.Kernels[f] = name
-	}
-}
-
-func (m *Model) kernelName(ps *procState, addr uint64) {
-	if _, ok := ps.p.Kernels[addr]; ok {
-		return
-	}
-	// A driver launch names a CUfunction handle that a load-time call named;
-	// a runtime launch names the host stub, an ELF symbol.
-	name, ok := ps.funcNames[addr]
-	if !ok && m.opts.KernelName != nil {
-		name = m.opts.KernelName(ps.p.PID, addr)
-	}
-	ps.p.Kernels[addr] = name
-}
-
-// enqueue adds GPU work for call idx on its stream.
-func (m *Model) enqueue(ps *procState, idx int, op GPUOp) int {
+	m.keyBuf = b
 	p := ps.p
-	call := &p.Calls[idx]
+	return m.intern(ps.stacks, b, len(p.Stacks), func() { p.Stacks = append(p.Stacks, slices.Clone(st)) })
+}
+
+func (m *Model) addPyStack(ps *procState, ev *event.Event) int32 {
+	b := m.keyBuf[:0]
+	for i := range ev.NPy {
+		b = binary.LittleEndian.AppendUint64(b, ev.Py[i][0])
+		b = binary.LittleEndian.AppendUint64(b, ev.Py[i][1])
+	}
+	m.keyBuf = b
+	p := ps.p
+	return m.intern(ps.pyIndex, b, len(p.PyStacks), func() {
+		st := make([]PyKey, ev.NPy)
+		for i := range st {
+			st[i] = PyKey{Code: ev.Py[i][0], Instr: ev.Py[i][1]}
+		}
+		p.PyStacks = append(p.PyStacks, st)
+	})
+}
+
+// op returns the GPU op with this ID while it is in the window, else nil.
+func (ps *procState) op(id int) *GPUOp {
+	if id < 0 || id >= ps.nextOp {
+		return nil
+	}
+	op := &ps.ops[id&(len(ps.ops)-1)]
+	if op.ID != id {
+		return nil
+	}
+	return op
+}
+
+// reserve makes room in the window for op ID ps.nextOp: it grows the window
+// up to m.window, then lays out the oldest pending ops unbounded.
+func (m *Model) reserve(ps *procState) {
+	for ps.oldest < ps.nextOp && ps.ops[ps.oldest&(len(ps.ops)-1)].final {
+		ps.oldest++
+	}
+	if ps.nextOp-ps.oldest < len(ps.ops) {
+		return
+	}
+	if len(ps.ops) < m.window {
+		grown := make([]GPUOp, 2*len(ps.ops))
+		for id := ps.oldest; id < ps.nextOp; id++ {
+			grown[id&(len(grown)-1)] = ps.ops[id&(len(ps.ops)-1)]
+		}
+		ps.ops = grown
+		return
+	}
+	m.drops.WindowFull++
+	m.layOutUnbounded(ps, &ps.ops[ps.oldest&(len(ps.ops)-1)])
+	ps.oldest++
+}
+
+// enqueue adds GPU work for the current call on its stream and returns the
+// op's ID (-1 when captured into a graph).
+func (m *Model) enqueue(ps *procState, op GPUOp) int {
+	p := ps.p
+	call := &m.call
 	sid := int(call.Stream)
 	if sid < 0 {
 		sid = 0
@@ -472,14 +511,18 @@ func (m *Model) enqueue(ps *procState, idx int, op GPUOp) int {
 		call.Captured = true
 		return -1
 	}
+	m.reserve(ps)
 	m.corr++
-	op.Stream, op.Call, op.Correlation, op.Enqueued, op.API = sid, idx, m.corr, call.Start, call.API
+	st := ps.st[sid]
+	op.ID, op.Stream, op.Call, op.Correlation, op.Enqueued, op.API, op.TID = ps.nextOp, sid, call.Seq, m.corr, call.Start, call.API, call.TID
 	op.Start, op.End = call.Start, call.Start
-	op.After, ps.st[sid].waitAfter = ps.st[sid].waitAfter, -1
-	opIdx := len(p.GPUOps)
-	p.GPUOps = grow(p.GPUOps)
-	p.GPUOps[opIdx] = op
-	call.GPUOp, call.Correlation = int32(opIdx), m.corr
+	op.After, st.waitAfter = st.waitAfter, -1
+	op.AfterStream = -1
+	ps.ops[op.ID&(len(ps.ops)-1)] = op
+	ps.nextOp++
+	p.NGPUOps++
+	p.Streams[sid].Stats.GPUOps++
+	call.GPUOp, call.Correlation = op.ID, m.corr
 
 	if sid == 0 {
 		// The legacy default stream waits for every blocking stream with
@@ -491,20 +534,19 @@ func (m *Model) enqueue(ps *procState, idx int, op GPUOp) int {
 			}
 		}
 		if waiting > 0 {
-			m.addSync(ps, idx, SyncLegacyStream, 0, waiting)
+			m.addSync(ps, SyncLegacyStream, 0, waiting)
 		}
 		ps.lastLegacy = call.Start
 	}
-	st := ps.st[sid]
-	st.queue = append(st.queue, int32(opIdx))
-	st.lastOp = opIdx
+	st.queue = append(st.queue, op.ID)
+	st.lastOp = op.ID
 	st.lastEnqueue = call.Start
-	return opIdx
+	return op.ID
 }
 
-func (m *Model) memcpy(ps *procState, idx int, spec *event.Spec, ev *event.Event) {
+func (m *Model) memcpy(ps *procState, spec *event.Spec, ev *event.Event) {
 	p := ps.p
-	call := &p.Calls[idx]
+	call := &m.call
 	a := &call.Args
 	if call.Stream < 0 {
 		// Synchronous copies run on the default stream of the build.
@@ -522,6 +564,7 @@ func (m *Model) memcpy(ps *procState, idx int, spec *event.Spec, ev *event.Event
 		host = a.Dst
 	}
 	pageable := host != 0 && !ps.pinned.contains(host, max(a.Bytes, 1))
+	call.Pageable = pageable
 	s := &p.Streams[call.Stream].Stats
 	s.Memcpys++
 	switch kind {
@@ -543,15 +586,15 @@ func (m *Model) memcpy(ps *procState, idx int, spec *event.Spec, ev *event.Event
 	}
 	sid := int(call.Stream)
 	queued := m.queued(ps, sid)
-	op := m.enqueue(ps, idx, GPUOp{Kind: OpMemcpy, Bytes: a.Bytes, CopyKind: kind, Pageable: pageable})
+	op := m.enqueue(ps, GPUOp{Kind: OpMemcpy, Bytes: a.Bytes, CopyKind: kind, Pageable: pageable})
 	if op < 0 {
 		return // captured into a graph
 	}
 	switch {
 	case spec.Sync && kind != event.DeviceToDevice && kind != event.HostToHost:
-		m.addSync(ps, idx, SyncMemcpy, sid, queued)
+		m.addSync(ps, SyncMemcpy, sid, queued)
 	case !spec.Sync && pageable:
-		m.addSync(ps, idx, SyncPageableMemcpy, sid, queued)
+		m.addSync(ps, SyncPageableMemcpy, sid, queued)
 	default:
 		return
 	}
@@ -562,18 +605,18 @@ func (m *Model) memcpy(ps *procState, idx int, spec *event.Spec, ev *event.Event
 	}
 }
 
-func (m *Model) memset(ps *procState, idx int, spec *event.Spec, ev *event.Event) {
+func (m *Model) memset(ps *procState, spec *event.Spec, ev *event.Event) {
 	p := ps.p
-	call := &p.Calls[idx]
+	call := &m.call
 	if call.Stream < 0 {
 		call.Stream = int32(ps.streamID(0, spec.PerThreadDefault(ev.SymbolIndex()), call.TID, call.Start))
 	}
 	sid := int(call.Stream)
 	p.Streams[sid].Stats.Memsets++
 	queued := m.queued(ps, sid)
-	op := m.enqueue(ps, idx, GPUOp{Kind: OpMemset, Bytes: call.Args.Bytes})
+	op := m.enqueue(ps, GPUOp{Kind: OpMemset, Bytes: call.Args.Bytes})
 	if spec.Sync && op >= 0 {
-		m.addSync(ps, idx, SyncMemset, sid, queued)
+		m.addSync(ps, SyncMemset, sid, queued)
 		m.boundStream(ps, sid, op, call.End)
 		if sid == 0 {
 			m.boundBlocking(ps, call.End)
@@ -596,22 +639,22 @@ func (ps *procState) direction(dst, src uint64) event.MemcpyKind {
 	return event.HostToHost
 }
 
-func (m *Model) eventSync(ps *procState, idx int, ev uint64) {
-	call := &ps.p.Calls[idx]
+func (m *Model) eventSync(ps *procState, ev uint64) {
+	call := &m.call
 	pos, found := ps.events[ev]
 	if !found {
-		m.addSync(ps, idx, SyncEvent, -1, 0)
+		m.addSync(ps, SyncEvent, -1, 0)
 		return
 	}
 	call.Stream = int32(pos.stream)
 	queued := 0
 	for _, op := range ps.st[pos.stream].pending() {
-		if int(op) <= pos.op {
+		if op <= pos.op {
 			queued++
 		}
 	}
-	m.addSync(ps, idx, SyncEvent, pos.stream, queued)
-	ps.p.Deps = append(ps.p.Deps, Dependency{Event: ev, RecordCall: pos.call, WaitCall: idx, FromStream: pos.stream, ToStream: -1})
+	m.addSync(ps, SyncEvent, pos.stream, queued)
+	m.sink.Dependency(ps.p, &Dependency{Event: ev, RecordCall: pos.call, WaitCall: call.Seq, FromStream: pos.stream, ToStream: -1})
 	if pos.op >= 0 {
 		m.boundStream(ps, pos.stream, pos.op, boundTime(call))
 	}
@@ -619,8 +662,8 @@ func (m *Model) eventSync(ps *procState, idx int, ev uint64) {
 
 // query tracks cudaStreamQuery/cudaEventQuery: a run of "not ready" answers
 // ending in "ready" is a busy-poll loop, one synchronization.
-func (m *Model) query(ps *procState, idx int, isEvent bool) {
-	call := &ps.p.Calls[idx]
+func (m *Model) query(ps *procState, isEvent bool) {
+	call := &m.call
 	target := call.Args.Stream
 	if isEvent {
 		target = call.Args.Event
@@ -647,9 +690,9 @@ func (m *Model) query(ps *procState, idx int, isEvent bool) {
 		call.Stream = int32(sid)
 	}
 	if st.n >= 2 {
-		i := m.addSync(ps, idx, SyncQueryPoll, sid, m.queued(ps, sid))
-		s := &ps.p.Syncs[i]
+		s := m.addSync(ps, SyncQueryPoll, sid, m.queued(ps, sid))
 		s.Start, s.BlockedNs, s.Polls = st.start, call.End-st.start, st.n+1
+		call.BlockedNs = s.BlockedNs
 		ps.p.Streams[sid].Stats.SyncBlockedNs += s.BlockedNs - call.Duration()
 	}
 	// "Ready" at time T bounds the work it covers.
@@ -673,23 +716,24 @@ func (m *Model) queuedAll(ps *procState) int {
 	return n
 }
 
-func (m *Model) addSync(ps *procState, idx int, kind SyncKind, sid int, queued int) int {
+// addSync records a synchronization caused by the current call.
+func (m *Model) addSync(ps *procState, kind SyncKind, sid int, queued int) *Sync {
 	p := ps.p
-	call := &p.Calls[idx]
+	call := &m.call
 	blocked := call.Duration()
 	if kind == SyncLegacyStream {
 		blocked = 0 // serializes GPU work; the host does not wait
 	}
-	p.Syncs = append(p.Syncs, Sync{Kind: kind, Call: idx, TID: call.TID, Stream: sid, Start: call.Start,
-		BlockedNs: blocked, QueuedOps: queued})
-	call.Sync = int32(len(p.Syncs) - 1)
+	m.syncs = append(m.syncs, Sync{Kind: kind, Call: call.Seq, TID: call.TID, Stream: sid, Start: call.Start,
+		BlockedNs: blocked, QueuedOps: queued, API: call.API, Symbol: call.Symbol, Stack: call.Stack, PyStack: call.PyStack})
+	call.Sync, call.BlockedNs = kind, blocked
 	s := sid
 	if s < 0 {
 		s = 0 // device-wide waits are booked on the legacy stream
 	}
 	p.Streams[s].Stats.Syncs++
 	p.Streams[s].Stats.SyncBlockedNs += blocked
-	return len(p.Syncs) - 1
+	return &m.syncs[len(m.syncs)-1]
 }
 
 func (m *Model) boundAll(ps *procState, t uint64) {
@@ -718,37 +762,78 @@ func (m *Model) boundStream(ps *procState, sid int, upto int, t uint64) {
 	pend := st.pending()
 	n := len(pend)
 	if upto >= 0 {
-		n, _ = slices.BinarySearch(pend, int32(upto+1))
+		n, _ = slices.BinarySearch(pend, upto+1)
 	}
 	if n == 0 {
 		return
 	}
-	ops := ps.p.GPUOps
-	begin := max(st.gpuClock, ops[pend[0]].Enqueued)
+	begin := max(st.gpuClock, ps.op(pend[0]).Enqueued)
 	if t < begin {
 		t = begin
 	}
 	prev := st.gpuClock
-	for k, i := range pend[:n] {
-		op := &ops[i]
+	for k := range n {
+		op := ps.op(st.pending()[0])
 		op.Start = max(prev, op.Enqueued)
-		if op.After >= 0 {
-			dep := &ops[op.After]
-			if !dep.Bounded {
-				m.boundStream(ps, dep.Stream, int(op.After), t)
-			}
-			op.Start = max(op.Start, dep.End)
-		}
+		m.waitFor(ps, op, t)
 		share := begin + mulDiv(t-begin, uint64(k+1), uint64(n))
 		op.End = max(op.Start, share)
 		op.Bounded = true
 		prev = op.End
+		st.gpuClock = prev
+		st.pop(1)
+		m.final(ps, op)
 	}
-	st.gpuClock = prev
-	st.head += n
-	if st.head == len(st.queue) {
-		st.queue, st.head = st.queue[:0], 0
+}
+
+// waitFor starts op no earlier than the end of the op it waits for, which
+// completed by t as well and is laid out first.
+func (m *Model) waitFor(ps *procState, op *GPUOp, t uint64) {
+	if op.After < 0 {
+		return
 	}
+	dep := ps.op(op.After)
+	if dep == nil {
+		return // left the window long ago: it ended before op was enqueued
+	}
+	if !dep.final {
+		m.boundStream(ps, dep.Stream, dep.ID, t)
+	}
+	op.Start = max(op.Start, dep.End)
+	op.AfterStart, op.AfterStream = dep.Start, int32(dep.Stream)
+}
+
+// layOutUnbounded places an op no synchronization bounded: right after the
+// stream's previous op (or its enqueue), with no duration. op must be the
+// oldest pending op of its stream.
+func (m *Model) layOutUnbounded(ps *procState, op *GPUOp) {
+	if op.final {
+		return
+	}
+	st := ps.st[op.Stream]
+	op.Start = max(st.gpuClock, op.Enqueued)
+	if op.After >= 0 {
+		if dep := ps.op(op.After); dep != nil {
+			m.layOutUnbounded(ps, dep)
+			op.Start = max(op.Start, dep.End)
+			op.AfterStart, op.AfterStream = dep.Start, int32(dep.Stream)
+		}
+	}
+	op.End = op.Start
+	st.gpuClock = op.End
+	if pend := st.pending(); len(pend) > 0 && pend[0] == op.ID {
+		st.pop(1)
+	} else if i := slices.Index(pend, op.ID); i >= 0 {
+		st.queue = slices.Delete(st.queue, st.head+i, st.head+i+1)
+	}
+	m.final(ps, op)
+}
+
+// final hands a laid-out op to the sink and to the aggregates.
+func (m *Model) final(ps *procState, op *GPUOp) {
+	op.final = true
+	ps.overlap.add(op)
+	m.sink.GPUOp(ps.p, op)
 }
 
 // mulDiv returns a*b/c without overflowing; b <= c.
@@ -758,31 +843,21 @@ func mulDiv(a, b, c uint64) uint64 {
 	return q
 }
 
-// Finish lays out the work no synchronization bounded and returns the
-// result. The model must not be used afterwards.
+// Finish lays out the work no synchronization bounded, hands it to the
+// sink, and returns the result. The model must not be used afterwards.
 func (m *Model) Finish() *Result {
 	r := &Result{Drops: m.drops, Start: m.start, End: m.end}
 	for _, ps := range m.procs {
 		// In enqueue order, so that an op waited for is laid out first.
-		prev := make([]uint64, len(ps.st))
-		for sid, st := range ps.st {
-			prev[sid] = st.gpuClock
-		}
-		ops := ps.p.GPUOps
-		for i := range ops {
-			op := &ops[i]
-			if op.Bounded {
-				continue
+		for id := ps.oldest; id < ps.nextOp; id++ {
+			if op := ps.op(id); op != nil && !op.final {
+				m.layOutUnbounded(ps, op)
 			}
-			op.Start = max(prev[op.Stream], op.Enqueued)
-			if op.After >= 0 {
-				op.Start = max(op.Start, ops[op.After].End)
-			}
-			op.End = op.Start
-			prev[op.Stream] = op.End
 		}
+		ps.p.CommNs, ps.p.OverlapNs = ps.overlap.finish()
 		r.Processes = append(r.Processes, ps.p)
 	}
+	r.Drops = m.drops
 	slices.SortFunc(r.Processes, func(a, b *Process) int { return int(a.PID) - int(b.PID) })
 	return r
 }

@@ -10,7 +10,7 @@ import (
 )
 
 func TestDrops(t *testing.T) {
-	m := New(Options{})
+	m := New(nil)
 	unknown := call(event.CudaLaunchKernel, 1, 1000, 0)
 	unknown.Cookie = 0x7777
 	m.Handle(&unknown.Event)
@@ -47,86 +47,62 @@ func TestDrops(t *testing.T) {
 	}
 }
 
-func TestCallbacksOncePerKey(t *testing.T) {
-	counts := map[string]int{}
-	opts := Options{
-		ProcessInfo: func(pid uint32) ProcessInfo {
-			counts["proc "+itoa(uint64(pid))]++
-			return ProcessInfo{Comm: "comm" + itoa(uint64(pid)), Container: "c0ffee0123456789ab"}
-		},
-		ThreadName: func(pid, tid uint32) string {
-			counts["thread "+itoa(uint64(pid))+"/"+itoa(uint64(tid))]++
-			return "t" + itoa(uint64(tid))
-		},
-		KernelName: func(pid uint32, addr uint64) string {
-			counts["kernel "+itoa(uint64(pid))+"/"+itoa(addr)]++
-			return "k" + itoa(addr)
-		},
-		FrameName: func(pid uint32, addr uint64) string {
-			counts["frame "+itoa(uint64(pid))+"/"+itoa(addr)]++
-			return "f" + itoa(addr)
-		},
-		PyFrameName: func(pid uint32, code, instr uint64) string {
-			counts["py "+itoa(uint64(pid))+"/"+itoa(code)+"/"+itoa(instr)]++
-			return "py" + itoa(instr)
-		},
-	}
+// TestStacksInterned: the model keeps each distinct native and Python
+// stack once per process, and raw keys only: naming is the exporters' job.
+func TestStacksInterned(t *testing.T) {
 	py := func(e *ev, pairs ...[2]uint64) *ev { e.NPy = copy(e.Py[:], pairs); return e }
-	r := run(t, opts,
+	r := run(t,
 		launch(1, 1000, 0, 11).frames(1, 2),
 		launch(1, 2000, 0, 11).frames(2, 3),
-		launch(2, 3000, 0, 12),
+		launch(2, 3000, 0, 12).frames(1, 2),
 		py(launch(2, 3500, 0, 12), [2]uint64{7, 1}, [2]uint64{7, 2}),
 		py(launch(2, 3600, 0, 12), [2]uint64{7, 2}, [2]uint64{8, 2}),
+		py(launch(2, 3700, 0, 12), [2]uint64{7, 1}, [2]uint64{7, 2}),
 		launch(1, 4000, 0, 11).pid(200).frames(1),
-		launch(2, 5000, 0, 13).pid(200),
 		streamSync(2, 6000, us, 0).pid(200),
 	)
-	want := map[string]int{
-		"proc 100": 1, "proc 200": 1,
-		"thread 100/1": 1, "thread 100/2": 1, "thread 200/1": 1, "thread 200/2": 1,
-		"kernel 100/11": 1, "kernel 100/12": 1, "kernel 200/11": 1, "kernel 200/13": 1,
-		"frame 100/1": 1, "frame 100/2": 1, "frame 100/3": 1, "frame 200/1": 1,
-		"py 100/7/1": 1, "py 100/7/2": 1, "py 100/8/2": 1,
-	}
-	if !reflect.DeepEqual(counts, want) {
-		t.Errorf("callbacks\n got %v\nwant %v", counts, want)
-	}
-	p := r.Processes[0]
-	if p.Info.Comm != "comm100" || p.Label() != "comm100 (pid 100, container c0ffee012345)" {
-		t.Errorf("info %+v label %q", p.Info, p.Label())
-	}
-	if !reflect.DeepEqual(p.Threads, map[uint32]string{1: "t1", 2: "t2"}) ||
-		!reflect.DeepEqual(p.Kernels, map[uint64]string{11: "k11", 12: "k12"}) ||
-		!reflect.DeepEqual(p.Frames, map[uint64]string{1: "f1", 2: "f2", 3: "f3"}) ||
+	p := r[0]
+	if !reflect.DeepEqual(p.Threads, map[uint32]struct{}{1: {}, 2: {}}) ||
 		!reflect.DeepEqual(p.Stacks, [][]uint64{{1, 2}, {2, 3}}) {
-		t.Errorf("threads %v kernels %v frames %v stacks %v", p.Threads, p.Kernels, p.Frames, p.Stacks)
+		t.Errorf("threads %v stacks %v", p.Threads, p.Stacks)
 	}
 	wantPy := [][]PyKey{{{7, 1}, {7, 2}}, {{7, 2}, {8, 2}}}
-	if !reflect.DeepEqual(p.PyStacks, wantPy) || len(p.PyFrames) != 3 || p.PyFrames[PyKey{8, 2}] != "py2" {
-		t.Errorf("python stacks %v frames %v", p.PyStacks, p.PyFrames)
+	if !reflect.DeepEqual(p.PyStacks, wantPy) {
+		t.Errorf("python stacks %v", p.PyStacks)
 	}
-	for i, w := range []int32{0, 1, -1, -1, -1} {
+	for i, w := range []int32{0, 1, 0, -1, -1, -1} {
 		if p.Calls[i].Stack != w {
 			t.Errorf("call %d: stack %d, want %d", i, p.Calls[i].Stack, w)
 		}
 	}
-	for i, w := range []int32{-1, -1, -1, 0, 1} {
+	for i, w := range []int32{-1, -1, -1, 0, 1, 0} {
 		if p.Calls[i].PyStack != w {
 			t.Errorf("call %d: Python stack %d, want %d", i, p.Calls[i].PyStack, w)
 		}
 	}
-	// Options are all optional.
-	r = run(t, Options{}, launch(1, 1000, 0, 11).frames(1))
-	if p := only(t, r); p.Kernels[11] != "" || p.Threads[1] != "" || p.Frames[1] != "" || p.Label() != "process (pid 100)" {
-		t.Errorf("without callbacks: %+v", p)
+	if q := r[1]; !reflect.DeepEqual(q.Stacks, [][]uint64{{1}}) || q.Label() != "process (pid 200)" {
+		t.Errorf("pid 200: stacks %v label %q", q.Stacks, q.Label())
+	}
+}
+
+// TestStacksBounded: past maxStacks distinct stacks a process keeps no
+// more, and says how many calls went without.
+func TestStacksBounded(t *testing.T) {
+	m := New(nil)
+	for i := range uint64(maxStacks + 10) {
+		m.Handle(&launch(1, 1000+i, 0, 11).frames(i + 1).Event)
+	}
+	r := m.Finish()
+	if n := len(r.Processes[0].Stacks); n != maxStacks || r.Drops.StacksDropped != 10 {
+		t.Errorf("%d stacks kept, %d dropped; want %d, 10", n, r.Drops.StacksDropped, maxStacks)
 	}
 }
 
 func itoa(v uint64) string { return big.NewInt(0).SetUint64(v).String() }
 
 func TestCallFields(t *testing.T) {
-	m := New(Options{})
+	col := NewCollector()
+	m := New(col)
 	e := memcpyAsync(3, 1000, 200*us, hostQ, devA, 64, event.DeviceToHost, 0x2).ptsz().frames(9)
 	e.Flags |= event.FlagStackArgFault
 	m.Handle(&e.Event)
@@ -134,33 +110,33 @@ func TestCallFields(t *testing.T) {
 	m.Handle(&launch(3, 400_000, 0, kern).Event)
 	entry := call(event.CudaStreamDestroy, 3, 500_000, 0, 0x77) // entry-only
 	m.Handle(&entry.Event)
-	r := m.Finish()
-	p := r.Processes[1]
+	r := finish(m, col)
+	p := r[1]
 	var wantArgs event.Args
 	e.Decode(&wantArgs)
 	want := Call{Start: 1000, End: 201_000, TID: 3, API: event.CudaMemcpyAsync, Symbol: 1, Stream: 1, Ret: 0, HasRet: true,
-		Args: wantArgs, Correlation: 1, GPUOp: 0, Sync: 0, Stack: 0, PyStack: -1, ReadFault: true}
+		Args: wantArgs, Correlation: 1, GPUOp: 0, Sync: SyncPageableMemcpy, BlockedNs: 200 * us, Stack: 0, PyStack: -1,
+		ReadFault: true, Pageable: true}
 	if !reflect.DeepEqual(p.Calls[0], want) {
 		t.Errorf("call\n got %+v\nwant %+v", p.Calls[0], want)
 	}
 	if c := p.Calls[0]; c.SymbolName() != "cudaMemcpyAsync_ptsz" || c.Duration() != 200*us || c.Spec().Name != "cudaMemcpyAsync" {
 		t.Errorf("symbol %q duration %d", c.SymbolName(), c.Duration())
 	}
-	if c := p.Calls[1]; c.Correlation != 3 || p.GPUOps[1].Correlation != 3 || r.Processes[0].Calls[0].Correlation != 2 {
-		t.Errorf("correlations %d %d %d, want 3 3 2", c.Correlation, p.GPUOps[1].Correlation, r.Processes[0].Calls[0].Correlation)
+	if c := p.Calls[1]; c.Correlation != 3 || p.GPUOps[1].Correlation != 3 || r[0].Calls[0].Correlation != 2 {
+		t.Errorf("correlations %d %d %d, want 3 3 2", c.Correlation, p.GPUOps[1].Correlation, r[0].Calls[0].Correlation)
 	}
 	if c := p.Calls[2]; c.End != c.Start || c.Duration() != 0 || c.HasRet || c.GPUOp != -1 || c.Correlation != 0 {
 		t.Errorf("entry-only call %+v", c)
 	}
 	op := p.GPUOps[0]
-	wantOp := GPUOp{Kind: OpMemcpy, Stream: 1, Call: 0, Correlation: 1, Enqueued: 1000, Start: 1000, End: 201_000,
-		Bounded: true, After: -1, API: event.CudaMemcpyAsync, Bytes: 64, CopyKind: event.DeviceToHost, Pageable: true}
+	wantOp := GPUOp{ID: 0, TID: 3, AfterStream: -1, Kind: OpMemcpy, Stream: 1, Call: 0, Correlation: 1, Enqueued: 1000, Start: 1000, End: 201_000,
+		Bounded: true, After: -1, API: event.CudaMemcpyAsync, Bytes: 64, CopyKind: event.DeviceToHost, Pageable: true, final: true}
 	if !reflect.DeepEqual(op, wantOp) {
 		t.Errorf("op\n got %+v\nwant %+v", op, wantOp)
 	}
-	if r.Start != 1000 || r.End != 500_000 || p.FirstSeen != 1000 || p.LastSeen != 500_000 ||
-		r.Processes[0].FirstSeen != 300_000 || r.Processes[0].LastSeen != 300_000 {
-		t.Errorf("result %d..%d, process %d..%d", r.Start, r.End, p.FirstSeen, p.LastSeen)
+	if p.FirstSeen != 1000 || p.LastSeen != 500_000 || r[0].FirstSeen != 300_000 || r[0].LastSeen != 300_000 {
+		t.Errorf("process %d..%d", p.FirstSeen, p.LastSeen)
 	}
 	if (&Call{API: 999}).SymbolName() != "api#999" {
 		t.Error("unknown API symbol name")
@@ -168,16 +144,19 @@ func TestCallFields(t *testing.T) {
 }
 
 func TestAddProcess(t *testing.T) {
-	calls := 0
-	m := New(Options{ProcessInfo: func(pid uint32) ProcessInfo { calls++; return ProcessInfo{Comm: "x"} }})
+	m := New(nil)
 	m.AddProcess(300)
 	m.AddProcess(300)
 	m.Handle(&launch(1, 1000, 0, kern).pid(300).Event)
 	m.AddProcess(20)
 	r := m.Finish()
-	if calls != 2 || len(r.Processes) != 2 || r.Processes[0].PID != 20 || r.Processes[1].PID != 300 ||
-		len(r.Processes[0].Calls) != 0 || len(r.Processes[1].Streams) != 1 || r.Processes[0].Info.Comm != "x" {
-		t.Errorf("%d ProcessInfo calls, processes %+v", calls, r.Processes)
+	names := NewNames()
+	names.Procs[20] = ProcessInfo{Comm: "x"}
+	r.Name(names)
+	if len(r.Processes) != 2 || r.Processes[0].PID != 20 || r.Processes[1].PID != 300 ||
+		r.Processes[0].NCalls != 0 || r.Processes[1].NCalls != 1 || len(r.Processes[1].Streams) != 1 ||
+		r.Processes[0].Info.Comm != "x" || r.Processes[1].Label() != "process (pid 300)" {
+		t.Errorf("processes %+v", r.Processes)
 	}
 }
 
@@ -211,6 +190,52 @@ func TestLayoutInvariants(t *testing.T) {
 		evs := randomSession(seed, 3000)
 		p := run1(t, evs...)
 		checkLayout(t, seed, p)
+	}
+}
+
+// TestWindowBounded: with no synchronization for longer than the window,
+// the oldest pending ops are laid out as Finish would have laid them out,
+// each counted; memory stays at the window; the layout stays valid.
+func TestWindowBounded(t *testing.T) {
+	var evs []*ev
+	for i := range uint64(1000) {
+		evs = append(evs, launch(1, 1000+10*i, stream, kern))
+	}
+	small, smallCol := New(NewCollector()), NewCollector()
+	small.sink, small.window = smallCol, 64
+	big := NewCollector()
+	bigM := New(big)
+	for _, e := range evs {
+		small.Handle(&e.Event)
+		bigM.Handle(&e.Event)
+	}
+	if n := len(small.procs[testPID].ops); n != 64 {
+		t.Errorf("window grew to %d ops, want 64", n)
+	}
+	rs, rb := small.Finish(), bigM.Finish()
+	if rs.Drops.WindowFull != 1000-64 || rb.Drops.WindowFull != 0 {
+		t.Errorf("window full %d / %d, want %d / 0", rs.Drops.WindowFull, rb.Drops.WindowFull, 1000-64)
+	}
+	if !reflect.DeepEqual(smallCol.Traces, big.Traces) {
+		t.Error("ops laid out early differ from the same ops laid out at Finish")
+	}
+	// Random sessions through a tiny window keep every op, in order, valid.
+	for seed := uint64(1); seed <= 5; seed++ {
+		col := NewCollector()
+		m := New(col)
+		m.window = 16
+		for _, e := range randomSession(seed, 3000) {
+			m.Handle(&e.Event)
+		}
+		p := finish(m, col)[0]
+		if int64(len(p.GPUOps)) != p.NGPUOps {
+			t.Fatalf("seed %d: %d ops reached the sink, %d enqueued", seed, len(p.GPUOps), p.NGPUOps)
+		}
+		for i, op := range p.GPUOps {
+			if op.ID != i || op.Start < op.Enqueued || op.End < op.Start {
+				t.Fatalf("seed %d op %d: %+v", seed, i, op)
+			}
+		}
 	}
 }
 
@@ -282,7 +307,7 @@ func randomSession(seed uint64, n int) []*ev {
 	return out
 }
 
-func checkLayout(t *testing.T, seed uint64, p *Process) {
+func checkLayout(t *testing.T, seed uint64, p *traced) {
 	t.Helper()
 	ops := p.GPUOps
 	last := map[int]int{}
@@ -290,7 +315,7 @@ func checkLayout(t *testing.T, seed uint64, p *Process) {
 		if op.Start < op.Enqueued || op.End < op.Start {
 			t.Fatalf("seed %d op %d: enqueued %d start %d end %d", seed, i, op.Enqueued, op.Start, op.End)
 		}
-		if op.Call < 0 || p.Calls[op.Call].GPUOp != int32(i) || p.Calls[op.Call].Correlation != op.Correlation {
+		if op.Call < 0 || p.Calls[op.Call].GPUOp != i || p.Calls[op.Call].Correlation != op.Correlation {
 			t.Fatalf("seed %d op %d: call %d does not point back", seed, i, op.Call)
 		}
 		if j, ok := last[op.Stream]; ok && op.Start < ops[j].End {
@@ -298,7 +323,7 @@ func checkLayout(t *testing.T, seed uint64, p *Process) {
 		}
 		last[op.Stream] = i
 		if op.After >= 0 {
-			if op.After >= int32(i) {
+			if op.After >= i {
 				t.Fatalf("seed %d op %d waits for a later op %d", seed, i, op.After)
 			}
 			if dep := ops[op.After]; op.Start < dep.End {

@@ -11,7 +11,7 @@ const kern = 0x401000 // a kernel host stub
 
 // streamsNoStats returns the streams with their stats cleared, for exact
 // comparison of identity fields.
-func streamsNoStats(p *Process) []Stream {
+func streamsNoStats(p *traced) []Stream {
 	var out []Stream
 	for _, s := range p.Streams {
 		c := *s

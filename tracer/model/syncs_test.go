@@ -16,14 +16,25 @@ const (
 	nbStrm = 0xb0             // a created non-blocking stream
 )
 
-func wantSyncs(t *testing.T, p *Process, want []Sync) {
+func wantSyncs(t *testing.T, p *traced, want []Sync) {
 	t.Helper()
-	if !reflect.DeepEqual(p.Syncs, want) {
+	// A sync carries its call's API and stacks; the tables leave them out.
+	got := make([]Sync, len(p.Syncs))
+	for i, s := range p.Syncs {
+		c := &p.Calls[s.Call]
+		if s.API != c.API || s.Symbol != c.Symbol || s.Stack != c.Stack || s.PyStack != c.PyStack {
+			t.Errorf("sync %d: API %v/%d stacks %d/%d, its call's %v/%d %d/%d", i, s.API, s.Symbol, s.Stack, s.PyStack,
+				c.API, c.Symbol, c.Stack, c.PyStack)
+		}
+		s.API, s.Symbol, s.Stack, s.PyStack = 0, 0, 0, 0
+		got[i] = s
+	}
+	if !reflect.DeepEqual(got, want) {
 		t.Errorf("syncs:")
-		for i := range max(len(p.Syncs), len(want)) {
+		for i := range max(len(got), len(want)) {
 			var g, w any = "-", "-"
-			if i < len(p.Syncs) {
-				g = p.Syncs[i]
+			if i < len(got) {
+				g = got[i]
 			}
 			if i < len(want) {
 				w = want[i]
@@ -40,13 +51,13 @@ func wantSyncs(t *testing.T, p *Process, want []Sync) {
 				last = j
 			}
 		}
-		if p.Calls[s.Call].Sync != int32(last) {
-			t.Errorf("sync %d: its call %d points at sync %d, want %d", i, s.Call, p.Calls[s.Call].Sync, last)
+		if c := p.Calls[s.Call]; c.Sync != p.Syncs[last].Kind || c.BlockedNs != p.Syncs[last].BlockedNs {
+			t.Errorf("sync %d: its call %d says %v blocked %d, want sync %d's %v", i, s.Call, c.Sync, c.BlockedNs, last, p.Syncs[last].Kind)
 		}
 	}
 }
 
-func wantOps(t *testing.T, p *Process, want ...[3]uint64) {
+func wantOps(t *testing.T, p *traced, want ...[3]uint64) {
 	t.Helper()
 	if len(p.GPUOps) != len(want) {
 		t.Fatalf("%d GPU ops, want %d", len(p.GPUOps), len(want))

@@ -75,6 +75,7 @@ type StreamStats struct {
 	SyncBlockedNs uint64 // host time blocked in them
 	Collectives   int64  // NCCL operations enqueued
 	CommBytes     uint64 // their payload bytes
+	GPUOps        int64  // GPU operations enqueued (not captured into a graph)
 }
 
 // OpKind is the kind of inferred GPU activity.
@@ -155,24 +156,27 @@ func (k SyncKind) Hint() string {
 	return ""
 }
 
-// Call is one observed CUDA API call. Its fields are ordered by size: a
-// process keeps every call, and padding costs memory bandwidth.
+// Call is one observed CUDA API call, handed to the Sink as soon as it is
+// handled; the model keeps none of them.
 type Call struct {
 	Start, End  uint64 // ns, CLOCK_MONOTONIC; End == Start when only the entry was probed
 	Ret         int64
 	Args        event.Args
 	Correlation uint64 // links the call to its GPU op; 0 = none
+	Seq         int    // position of the call in its process (0, 1, ...)
+	GPUOp       int    // ID of the GPU op it enqueued, -1 = none
+	BlockedNs   uint64 // host time blocked in the (last) synchronization it caused
 	TID         uint32
-	Stream      int32 // stream id, -1 when the call takes none
-	GPUOp       int32 // index into Process.GPUOps, -1 = none
-	Sync        int32 // index into Process.Syncs, -1 = none
-	Stack       int32 // index into Process.Stacks, -1 = none
-	PyStack     int32 // index into Process.PyStacks, -1 = none
+	Stream      int32    // stream id, -1 when the call takes none
+	Stack       int32    // index into Process.Stacks, -1 = none
+	PyStack     int32    // index into Process.PyStacks, -1 = none
+	Sync        SyncKind // the (last) synchronization it caused, SyncNone = none
 	API         event.API
 	Symbol      uint8 // index into the API's symbol list
 	HasRet      bool
 	ReadFault   bool // some argument could not be read
 	Captured    bool // enqueued on a capturing stream: recorded into a graph, not executed
+	Pageable    bool // a copy whose host side is not pinned
 }
 
 // Duration of the call on the host (0 when only the entry was probed).
@@ -195,42 +199,53 @@ func (c *Call) SymbolName() string {
 }
 
 // GPUOp is inferred GPU activity: when it ran is an estimate bounded by the
-// synchronizations that were observed, never a measurement. Fields are
-// ordered by size, as in Call.
+// synchronizations that were observed, never a measurement. The Sink gets it
+// once final: when a synchronization bounded it, when the model's window of
+// pending ops was full, or at Finish.
 type GPUOp struct {
+	ID          int // per process, in enqueue order
 	Stream      int
-	Call        int // index into Process.Calls
+	Call        int // Seq of the call that enqueued it
 	Correlation uint64
 	Enqueued    uint64 // host time of the enqueue call
 	Start, End  uint64 // inferred
 	Func        uint64 // kernel stub, CUfunction handle or host function address
 	Bytes       uint64
-	After       int32     // index of the op this one waits for (cudaStreamWaitEvent), -1 = none
+	After       int    // ID of the op this one waits for (cudaStreamWaitEvent), -1 = none
+	AfterStart  uint64 // that op's inferred start, once laid out (flows in traces)
+	AfterStream int32  // and its stream, -1 when unknown (it left the window)
+	TID         uint32 // thread of the enqueue call
+	Grid, Block event.Dim3
 	GraphOps    int32     // graph launches: operations captured into the graph, 0 if unknown
 	API         event.API // the call that enqueued it (names collectives)
 	Kind        OpKind
 	CopyKind    event.MemcpyKind
 	Bounded     bool // End is bounded by an observed completion (sync, ready query)
 	Pageable    bool
+	final       bool // handed to the sink
 }
 
 // Sync is one host-blocking (or stream-serializing) synchronization.
 type Sync struct {
 	Kind      SyncKind
-	Call      int // index into Process.Calls (the last call of a query poll loop)
+	Call      int // Seq of the call (the last call of a query poll loop)
 	TID       uint32
 	Stream    int    // -1 for device-wide
 	Start     uint64 // ns
 	BlockedNs uint64 // host time blocked
 	QueuedOps int    // GPU operations pending on the waited-for stream(s) when the sync began
 	Polls     int    // for query polls: number of queries in the loop
+	API       event.API
+	Symbol    uint8 // index into the API's symbol list
+	Stack     int32 // index into Process.Stacks, -1 = none
+	PyStack   int32 // index into Process.PyStacks, -1 = none
 }
 
 // Dependency is an event record on one stream waited on by another stream
 // (cudaEventRecord → cudaStreamWaitEvent), or by the host.
 type Dependency struct {
 	Event      uint64
-	RecordCall int // index into Process.Calls
+	RecordCall int // Seq of the record call
 	WaitCall   int
 	FromStream int
 	ToStream   int // -1 when the host waited (cudaEventSynchronize)
@@ -250,29 +265,63 @@ type ProcessInfo struct {
 	Libraries []string // CUDA libraries found and hooked, as the target sees their paths
 }
 
-// Process is everything known about one traced process.
+// Process is what the model keeps about one traced process: its live
+// state and aggregates, bounded by the number of streams, threads, kernels
+// and distinct stacks, never by the number of calls.
 type Process struct {
 	PID     uint32
-	Info    ProcessInfo
-	Threads map[uint32]string // tid → thread name ("" when unknown)
-	Streams []*Stream         // index = stream id
-	Calls   []Call
-	GPUOps  []GPUOp
-	Syncs   []Sync
-	Deps    []Dependency
-	Kernels map[uint64]string // kernel stub address → symbol (mangled as found)
-	Stacks  [][]uint64        // captured user stacks (raw addresses), innermost first
-	Frames  map[uint64]string // stack address → "function (object)", resolved while the process lived
-	// Python frames of the calling thread at captured stacks, innermost first,
-	// and their "file:line function" names.
+	Info    ProcessInfo         // filled from the name tables (Result.Name)
+	Threads map[uint32]struct{} // threads seen
+	Streams []*Stream           // index = stream id
+	// Kernel names learnt from load-time calls (cuModuleGetFunction, ...),
+	// by CUfunction/CUkernel handle; and the runtime host stub that
+	// launched a CUfunction, whose ELF symbol names it.
+	KernelNames map[uint64]string
+	Stubs       map[uint64]uint64
+	// Distinct captured user stacks (raw addresses, innermost first) and
+	// Python stacks (innermost first); calls and syncs index them.
+	Stacks   [][]uint64
 	PyStacks [][]PyKey
-	PyFrames map[PyKey]string
 
+	NCalls         int64   // calls handled
+	BySymbol       []int64 // calls per exact symbol: index API*symbolsPerAPI + symbol index
+	NGPUOps        int64   // GPU operations enqueued (not captured)
+	CommNs         uint64
+	OverlapNs      uint64 // communication time covered by compute on other streams (inferred)
 	DeviceMemInUse uint64
 	DeviceMemPeak  uint64
 	PinnedBytes    uint64 // pinned host memory currently registered or allocated
 	FirstSeen      uint64
 	LastSeen       uint64
+}
+
+// symbolsPerAPI bounds the symbols of one API (cudaMemcpy, cudaMemcpy_ptds).
+const symbolsPerAPI = 4
+
+// CallCounts is how many calls of each exact symbol the process made.
+func (p *Process) CallCounts() map[string]int64 {
+	out := map[string]int64{}
+	for i, n := range p.BySymbol {
+		if n == 0 {
+			continue
+		}
+		c := Call{API: event.API(i / symbolsPerAPI), Symbol: uint8(i % symbolsPerAPI)}
+		out[c.SymbolName()] += n
+	}
+	return out
+}
+
+// KernelSymbol says how to name the kernel launched as f: by name when a
+// load-time call named it, else by the ELF symbol at addr (the runtime stub
+// that launched it, or f itself for a runtime launch).
+func (p *Process) KernelSymbol(f uint64) (name string, addr uint64) {
+	if n := p.KernelNames[f]; n != "" {
+		return n, 0
+	}
+	if stub, ok := p.Stubs[f]; ok {
+		return "", stub
+	}
+	return "", f
 }
 
 // Label names the process as trace metadata shows it.
@@ -305,6 +354,11 @@ type Drops struct {
 	AttachFailures uint64 // probe sets (a library's symbols, a loader hook) that could not be attached
 	Nested         uint64 // launches both the runtime and the driver probe saw, counted once (not a loss)
 	ProgramSkips   uint64 // lost: the kernel skipped our BPF program (recursion protection)
+	// Not losses, shown so that no limit acts silently: GPU ops laid out
+	// without a bound because the model's window of pending ops was full,
+	// and stacks not kept because a process had too many distinct ones.
+	WindowFull    uint64
+	StacksDropped uint64
 }
 
 // Lost is the number of calls that happened while traced but are missing
@@ -343,4 +397,18 @@ type Result struct {
 	WallOffsetNs int64
 	Counters     []Counter // device samples (NVML), time ordered
 	GPU          GPUReport
+	Names        *Names // what was resolved while the processes lived; never nil after Name
+}
+
+// Name attaches the name tables and fills every process's Info from them.
+func (r *Result) Name(n *Names) {
+	if n == nil {
+		n = NewNames()
+	}
+	r.Names = n
+	for _, p := range r.Processes {
+		if info, ok := n.Procs[p.PID]; ok {
+			p.Info = info
+		}
+	}
 }

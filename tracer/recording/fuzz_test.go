@@ -11,7 +11,7 @@ import (
 )
 
 func FuzzRead(f *testing.F) {
-	_, file := liveSession(f)
+	_, _, file := liveSession(f)
 	f.Add(file)
 	f.Add(file[:len(file)/2])
 	f.Add(file[:100])
@@ -42,27 +42,27 @@ func FuzzRead(f *testing.F) {
 	br := bufio.NewReaderSize(nil, 1<<20)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		br.Reset(bytes.NewReader(b))
-		names := NewNames()
-		m := model.New(names.Options())
-		rp, err := Read(br, m, names, nil)
+		col := model.NewCollector()
+		m := model.New(col)
+		_, err := ReadEvents(br, m, nil)
 		if err != nil && !errors.Is(err, ErrFormat) && !errors.Is(err, ErrTruncated) {
 			t.Fatalf("error %v is neither ErrFormat nor ErrTruncated", err)
 		}
-		if err == nil && rp == nil {
-			t.Fatal("no error and no replay")
-		}
 		res := m.Finish()
 		for _, p := range res.Processes {
-			for i, op := range p.GPUOps {
-				if op.End < op.Start || op.Call < 0 || op.Call >= len(p.Calls) || op.After >= int32(i) {
+			tr := col.Traces[p.PID]
+			if tr == nil {
+				continue
+			}
+			for i, op := range tr.GPUOps {
+				if op.ID != i || op.End < op.Start || op.Call < 0 || op.Call >= len(tr.Calls) || op.After >= i {
 					t.Fatalf("op %d: %+v", i, op)
 				}
 			}
 		}
-		br.Reset(bytes.NewReader(b))
-		res2, rp2, err2 := Load(br, nil)
-		if (err == nil) != (err2 == nil) || (rp == nil) != (rp2 == nil) || (rp2 != nil && res2 == nil) {
-			t.Fatalf("Read: %v, Load: %v", err, err2)
+		res2, rp2, err2 := Load(bytes.NewReader(b), nil, nil)
+		if (err == nil) != (err2 == nil) || (rp2 != nil && res2 == nil) {
+			t.Fatalf("ReadEvents: %v, Load: %v", err, err2)
 		}
 	})
 }

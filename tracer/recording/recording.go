@@ -198,41 +198,60 @@ var ErrTruncated = errors.New("recording is truncated")
 
 // Replay is what a recording holds besides its events.
 type Replay struct {
-	Header   Header
-	Counters []Counter
-	GPU      *model.GPUReport
-	Drops    *model.Drops // nil when the recording ends before its drop record
-	Records  uint64
+	Header    Header
+	Names     *model.Names
+	Processes []uint32 // every process the recorder named, in file order
+	Counters  []Counter
+	GPU       *model.GPUReport
+	Drops     *model.Drops // nil when the recording ends before its drop record
+	Records   uint64
 }
 
-// Read parses a recording, feeding every event to m in file order (the
-// order they were read from the ring buffer). progress, if non-nil, is
-// called with the bytes consumed so far every 64 KiB or so. A truncated
-// file returns ErrTruncated after delivering everything before the cut;
-// garbage returns ErrFormat; it never panics.
-func Read(r io.Reader, m *model.Model, names *Names, progress func(int64)) (*Replay, error) {
+// ReadNames reads everything but the events: header, name tables, NVML
+// series, GPU report and drop counters. Events are skipped, so a replay
+// can name things before it sees the first event, whatever the order of
+// the records in the file. Truncated files return ErrTruncated with what
+// was read before the cut; garbage returns ErrFormat; it never panics.
+func ReadNames(r io.Reader) (*Replay, error) {
+	rp := &Replay{Names: model.NewNames()}
+	err := scan(r, rp, nil, nil)
+	return rp, err
+}
+
+// ReadEvents feeds every event of a recording to m in file order (the
+// order they were read from the ring buffer), and registers every named
+// process with it. progress, if non-nil, is called with the bytes consumed
+// so far every 64 KiB or so.
+func ReadEvents(r io.Reader, m *model.Model, progress func(int64)) (*Replay, error) {
+	rp := &Replay{}
+	err := scan(r, rp, m, progress)
+	return rp, err
+}
+
+// scan reads the records of a recording: names and the rest into rp when
+// m is nil, events (and process registrations) into m otherwise.
+func scan(r io.Reader, rp *Replay, m *model.Model, progress func(int64)) error {
 	br := bufio.NewReaderSize(r, 1<<20)
 	var pre [16]byte
 	if _, err := io.ReadFull(br, pre[:]); err != nil {
-		return nil, fmt.Errorf("%w: file too short", ErrFormat)
+		return fmt.Errorf("%w: file too short", ErrFormat)
 	}
 	if [8]byte(pre[:8]) != magic {
-		return nil, fmt.Errorf("%w: bad magic", ErrFormat)
+		return fmt.Errorf("%w: bad magic", ErrFormat)
 	}
 	if v := binary.LittleEndian.Uint32(pre[8:]); v != Version {
-		return nil, fmt.Errorf("%w: version %d, this cudatap reads version %d", ErrFormat, v, Version)
+		return fmt.Errorf("%w: version %d, this cudatap reads version %d", ErrFormat, v, Version)
 	}
 	hlen := binary.LittleEndian.Uint32(pre[12:])
 	if hlen > maxRecord {
-		return nil, fmt.Errorf("%w: header of %d bytes", ErrFormat, hlen)
+		return fmt.Errorf("%w: header of %d bytes", ErrFormat, hlen)
 	}
 	hdr, err := readN(br, nil, int(hlen))
 	if err != nil {
-		return nil, fmt.Errorf("%w: header cut short", ErrTruncated)
+		return fmt.Errorf("%w: header cut short", ErrTruncated)
 	}
-	rp := &Replay{}
 	if err := json.Unmarshal(hdr, &rp.Header); err != nil {
-		return nil, fmt.Errorf("%w: header: %v", ErrFormat, err)
+		return fmt.Errorf("%w: header: %v", ErrFormat, err)
 	}
 	var (
 		buf      []byte
@@ -243,76 +262,112 @@ func Read(r io.Reader, m *model.Model, names *Names, progress func(int64)) (*Rep
 	for {
 		typ, err := br.ReadByte()
 		if err != nil {
-			return rp, fmt.Errorf("%w after %d records", ErrTruncated, rp.Records)
+			return fmt.Errorf("%w after %d records", ErrTruncated, rp.Records)
 		}
 		n, err := binary.ReadUvarint(br)
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-			return rp, fmt.Errorf("%w after %d records: record length cut short", ErrTruncated, rp.Records)
+			return fmt.Errorf("%w after %d records: record length cut short", ErrTruncated, rp.Records)
 		}
 		if err != nil || n > maxRecord {
-			return rp, fmt.Errorf("%w: bad record length after %d records", ErrFormat, rp.Records)
-		}
-		if buf, err = readN(br, buf, int(n)); err != nil {
-			return rp, fmt.Errorf("%w after %d records", ErrTruncated, rp.Records)
+			return fmt.Errorf("%w: bad record length after %d records", ErrFormat, rp.Records)
 		}
 		consumed += int64(1+uvarintLen(n)) + int64(n)
 		if progress != nil && consumed-lastTick > 64<<10 {
 			progress(consumed)
 			lastTick = consumed
 		}
-		switch typ {
-		case recEvent:
-			if err := event.Decode(buf, &ev); err != nil {
-				m.DecodeError()
-			} else if ev.API() == event.LibraryLoad {
-				m.Auxiliary()
-			} else {
-				m.Handle(&ev)
+		// Records of the other pass are skipped unread.
+		if (typ == recEvent) != (m != nil) && typ != recEnd && typ != recProcess {
+			if _, err := br.Discard(int(n)); err != nil {
+				return fmt.Errorf("%w after %d records", ErrTruncated, rp.Records)
 			}
-		case recProcess, recThread, recKernel, recFrame:
-			if len(buf) < 12 {
-				return rp, fmt.Errorf("%w: short name record", ErrFormat)
-			}
-			pid := binary.LittleEndian.Uint32(buf)
-			names.add(typ, pid, binary.LittleEndian.Uint64(buf[4:]), string(buf[12:]))
-			if typ == recProcess {
-				// The recorder names a process when it first sees it, which
-				// for an attached process that never calls CUDA is all it sees.
-				m.AddProcess(pid)
-			}
-		case recPyFrame:
-			if len(buf) < 20 {
-				return rp, fmt.Errorf("%w: short Python frame record", ErrFormat)
-			}
-			names.addPy(binary.LittleEndian.Uint32(buf), binary.LittleEndian.Uint64(buf[4:]), binary.LittleEndian.Uint64(buf[12:]), string(buf[20:]))
-		case recDrops:
-			var d model.Drops
-			if err := json.Unmarshal(buf, &d); err != nil {
-				return rp, fmt.Errorf("%w: drops record: %v", ErrFormat, err)
-			}
-			rp.Drops = &d
-		case recCounter:
-			var c Counter
-			if err := json.Unmarshal(buf, &c); err != nil {
-				return rp, fmt.Errorf("%w: counter record: %v", ErrFormat, err)
-			}
-			rp.Counters = append(rp.Counters, c)
-		case recGPU:
-			var g model.GPUReport
-			if err := json.Unmarshal(buf, &g); err != nil {
-				return rp, fmt.Errorf("%w: GPU record: %v", ErrFormat, err)
-			}
-			rp.GPU = &g
-		case recEnd:
+			rp.Records++
+			continue
+		}
+		if buf, err = readN(br, buf, int(n)); err != nil {
+			return fmt.Errorf("%w after %d records", ErrTruncated, rp.Records)
+		}
+		if err := rp.record(typ, buf, m, &ev); err != nil {
+			return err
+		}
+		if typ == recEnd {
 			if progress != nil {
 				progress(consumed)
 			}
-			return rp, nil
-		default:
-			return rp, fmt.Errorf("%w: unknown record type %d", ErrFormat, typ)
+			return nil
 		}
 		rp.Records++
 	}
+}
+
+// record handles one record's payload.
+func (rp *Replay) record(typ byte, buf []byte, m *model.Model, ev *event.Event) error {
+	switch typ {
+	case recEvent:
+		if err := event.Decode(buf, ev); err != nil {
+			m.DecodeError()
+		} else if ev.API() == event.LibraryLoad {
+			m.Auxiliary()
+		} else {
+			m.Handle(ev)
+		}
+	case recProcess, recThread, recKernel, recFrame:
+		if len(buf) < 12 {
+			return fmt.Errorf("%w: short name record", ErrFormat)
+		}
+		pid, key, name := binary.LittleEndian.Uint32(buf), binary.LittleEndian.Uint64(buf[4:]), string(buf[12:])
+		if m != nil {
+			// The recorder names a process when it first sees it, which
+			// for an attached process that never calls CUDA is all it sees.
+			if typ == recProcess {
+				m.AddProcess(pid)
+			}
+			return nil
+		}
+		n := rp.Names
+		switch typ {
+		case recProcess:
+			var info model.ProcessInfo
+			if json.Unmarshal([]byte(name), &info) == nil {
+				n.Procs[pid] = info
+			}
+			rp.Processes = append(rp.Processes, pid)
+		case recThread:
+			n.Threads[model.NameKey{PID: pid, Key: key}] = name
+		case recKernel:
+			n.Kernels[model.NameKey{PID: pid, Key: key}] = name
+		case recFrame:
+			n.Frames[model.NameKey{PID: pid, Key: key}] = name
+		}
+	case recPyFrame:
+		if len(buf) < 20 {
+			return fmt.Errorf("%w: short Python frame record", ErrFormat)
+		}
+		k := model.PyNameKey{PID: binary.LittleEndian.Uint32(buf), PyKey: model.PyKey{Code: binary.LittleEndian.Uint64(buf[4:]), Instr: binary.LittleEndian.Uint64(buf[12:])}}
+		rp.Names.Py[k] = string(buf[20:])
+	case recDrops:
+		var d model.Drops
+		if err := json.Unmarshal(buf, &d); err != nil {
+			return fmt.Errorf("%w: drops record: %v", ErrFormat, err)
+		}
+		rp.Drops = &d
+	case recCounter:
+		var c Counter
+		if err := json.Unmarshal(buf, &c); err != nil {
+			return fmt.Errorf("%w: counter record: %v", ErrFormat, err)
+		}
+		rp.Counters = append(rp.Counters, c)
+	case recGPU:
+		var g model.GPUReport
+		if err := json.Unmarshal(buf, &g); err != nil {
+			return fmt.Errorf("%w: GPU record: %v", ErrFormat, err)
+		}
+		rp.GPU = &g
+	case recEnd:
+	default:
+		return fmt.Errorf("%w: unknown record type %d", ErrFormat, typ)
+	}
+	return nil
 }
 
 // readN reads n bytes into buf, reusing it when it is big enough and else
@@ -342,16 +397,27 @@ func uvarintLen(n uint64) int {
 	return binary.PutUvarint(b[:], n)
 }
 
-// Load replays a whole recording into a finished model. A truncated
-// recording still yields a result (with the error): its drop counters are
-// then unknown, which Result.Drops cannot say, so callers must report it.
-func Load(r io.Reader, progress func(int64)) (*model.Result, *Replay, error) {
-	names := NewNames()
-	m := model.New(names.Options())
-	rp, err := Read(r, m, names, progress)
-	if rp == nil {
+// Load replays a whole recording in two passes, names first, then events
+// into a model that hands what it concludes to the sink newSink returns
+// (called once, between the passes, with everything but the events). A
+// truncated recording still yields a result (with the error): its drop
+// counters are then unknown, which Result.Drops cannot say, so callers must
+// report it. Memory is bounded by the name tables and the model's state,
+// not by the number of events.
+func Load(r io.ReadSeeker, newSink func(*Replay) model.Sink, progress func(int64)) (*model.Result, *Replay, error) {
+	rp, err := ReadNames(r)
+	if err != nil && !errors.Is(err, ErrTruncated) {
 		return nil, nil, err
 	}
+	if _, serr := r.Seek(0, io.SeekStart); serr != nil {
+		return nil, nil, fmt.Errorf("rewind recording: %w", serr)
+	}
+	var sink model.Sink
+	if newSink != nil {
+		sink = newSink(rp)
+	}
+	m := model.New(sink)
+	evs, err := ReadEvents(r, m, progress)
 	if d := rp.Drops; d != nil {
 		m.SetKernelStats(d.Submitted, d.RingbufFull, d.InflightFull, d.OrphanReturns, d.ReadFaults)
 		m.SetAttachFailures(d.AttachFailures)
@@ -372,5 +438,7 @@ func Load(r io.Reader, progress func(int64)) (*model.Result, *Replay, error) {
 		res.Drops.DecodeErrors += missing
 		res.Drops.Received += missing
 	}
+	res.Name(rp.Names)
+	rp.Records = evs.Records
 	return res, rp, err
 }

@@ -16,14 +16,17 @@ import (
 	"github.com/cudatap/cudatap/tracer/model"
 )
 
-// live mimics a recording session: names are written when the model first
-// asks for them, records after the model handled them, records that do not
-// decode are counted and not written, the stack copy is dropped once used.
+// live mimics a recording session: names are written after the record
+// that first uses them (a replay must not depend on that order), records
+// that do not decode are counted and not written, the stack copy is
+// dropped once used.
 type live struct {
-	w   *Writer
-	m   *model.Model
-	out bytes.Buffer
-	enc []byte
+	w     *Writer
+	m     *model.Model
+	col   *model.Collector
+	out   bytes.Buffer
+	enc   []byte
+	named map[[3]uint64]bool
 }
 
 var (
@@ -42,28 +45,72 @@ var (
 )
 
 func newLive(t testing.TB) *live {
-	l := &live{}
+	l := &live{col: model.NewCollector(), named: map[[3]uint64]bool{}}
 	w, err := NewWriter(&l.out, NewHeader("cudatap-test", -1_700_000_000_000_000_000))
 	if err != nil {
 		t.Fatal(err)
 	}
 	l.w = w
-	l.m = model.New(model.Options{
-		ProcessInfo: func(pid uint32) model.ProcessInfo { w.Process(pid, liveProcs[pid]); return liveProcs[pid] },
-		ThreadName: func(pid, tid uint32) string {
-			n := liveThreads[[2]uint32{pid, tid}]
-			w.Thread(pid, tid, n)
-			return n
-		},
-		KernelName: func(pid uint32, addr uint64) string { w.Kernel(pid, addr, liveSyms[addr]); return liveSyms[addr] },
-		FrameName:  func(pid uint32, addr uint64) string { w.Frame(pid, addr, liveSyms[addr]); return liveSyms[addr] },
-		PyFrameName: func(pid uint32, code, instr uint64) string {
-			n := fmt.Sprintf("train.py:%d step", instr)
-			w.PyFrame(pid, code, instr, n)
-			return n
-		},
-	})
+	l.m = model.New(l.col)
 	return l
+}
+
+// liveNames is what a replay of liveSession must know.
+func liveNames() *model.Names {
+	n := model.NewNames()
+	for pid, info := range liveProcs {
+		n.Procs[pid] = info
+	}
+	for k, v := range liveThreads {
+		n.Threads[model.NameKey{PID: k[0], Key: uint64(k[1])}] = v
+	}
+	for _, pid := range []uint32{100, 200} {
+		n.Kernels[model.NameKey{PID: pid, Key: 0x401000}] = liveSyms[0x401000]
+	}
+	n.Kernels[model.NameKey{PID: 100, Key: 0x402000}] = liveSyms[0x402000]
+	for _, pc := range []uint64{0x7f00_0000_1000, 0x7f00_0000_2000, 0x7f00_0000_3000} {
+		n.Frames[model.NameKey{PID: 100, Key: pc}] = liveSyms[pc]
+	}
+	for _, k := range []model.PyKey{{Code: 0xc0de, Instr: 42}, {Code: 0xc0df, Instr: 7}, {Code: 0xc0de, Instr: 43}} {
+		n.Py[model.PyNameKey{PID: 100, PyKey: k}] = fmt.Sprintf("train.py:%d step", k.Instr)
+	}
+	return n
+}
+
+// name writes the names an event introduces, once per key, as the
+// session's resolver does.
+func (l *live) name(ev *event.Event) {
+	once := func(kind, a, b uint64) bool {
+		k := [3]uint64{kind<<32 | uint64(ev.PID), a, b}
+		if l.named[k] {
+			return false
+		}
+		l.named[k] = true
+		return true
+	}
+	if once(0, 0, 0) {
+		l.w.Process(ev.PID, liveProcs[ev.PID])
+	}
+	if once(1, uint64(ev.TID), 0) {
+		l.w.Thread(ev.PID, ev.TID, liveThreads[[2]uint32{ev.PID, ev.TID}])
+	}
+	if ev.Spec().Class == event.ClassLaunch && ev.Spec().Layer == event.Runtime {
+		var a event.Args
+		ev.Decode(&a)
+		if once(2, a.Func, 0) {
+			l.w.Kernel(ev.PID, a.Func, liveSyms[a.Func])
+		}
+	}
+	for _, pc := range ev.Stack[:ev.NStack] {
+		if once(3, pc, 0) {
+			l.w.Frame(ev.PID, pc, liveSyms[pc])
+		}
+	}
+	for _, py := range ev.Py[:ev.NPy] {
+		if once(4, py[0], py[1]) {
+			l.w.PyFrame(ev.PID, py[0], py[1], fmt.Sprintf("train.py:%d step", py[1]))
+		}
+	}
 }
 
 func (l *live) raw(b []byte) {
@@ -84,6 +131,9 @@ func (l *live) raw(b []byte) {
 		l.w.Event(l.enc)
 	} else {
 		l.w.Event(b)
+	}
+	if ev.Spec() != nil {
+		l.name(&ev)
 	}
 }
 
@@ -112,10 +162,11 @@ func withStack(e event.Event, pcs ...uint64) event.Event {
 const ms = 1_000_000
 
 // liveSession records a small but complete session and returns its model
-// result and the file.
-func liveSession(t testing.TB) (*model.Result, []byte) {
+// result, what the model handed its sink, and the file.
+func liveSession(t testing.TB) (*model.Result, *model.Collector, []byte) {
 	l := newLive(t)
 	l.m.AddProcess(300)
+	l.w.Process(300, liveProcs[300])
 	aux := event.Event{Cookie: uint64(event.LibraryLoad) | event.CookieStop, PID: 100, TID: 100, Start: 1}
 	l.ev(aux)
 
@@ -159,6 +210,7 @@ func liveSession(t testing.TB) (*model.Result, []byte) {
 	l.m.SetAttachFailures(5)
 	l.m.SetNested(7)
 	res := l.m.Finish()
+	res.Name(liveNames())
 	res.WallOffsetNs = -1_700_000_000_000_000_000
 	// The NVML sampler's series and conclusions go in after the events.
 	res.Counters = []Counter{
@@ -177,15 +229,19 @@ func liveSession(t testing.TB) (*model.Result, []byte) {
 	if l.w.Size() != int64(l.out.Len()) {
 		t.Errorf("Writer.Size() = %d, wrote %d bytes", l.w.Size(), l.out.Len())
 	}
-	return res, l.out.Bytes()
+	return res, l.col, l.out.Bytes()
 }
 
 func TestRoundTrip(t *testing.T) {
-	want, file := liveSession(t)
+	want, wantCol, file := liveSession(t)
 	var ticks []int64
-	got, rp, err := Load(bytes.NewReader(file), func(n int64) { ticks = append(ticks, n) })
+	col := model.NewCollector()
+	got, rp, err := Load(bytes.NewReader(file), func(*Replay) model.Sink { return col }, func(n int64) { ticks = append(ticks, n) })
 	if err != nil {
 		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(col, wantCol) {
+		t.Errorf("replayed calls, syncs and ops differ from the live ones")
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("replayed model differs from the live one")
@@ -206,16 +262,17 @@ func TestRoundTrip(t *testing.T) {
 		}
 	}
 	// Spot checks, so that a model that drops everything cannot pass.
-	if len(want.Processes) != 3 || len(want.Processes[0].Calls) != 9 || len(want.Processes[1].Calls) != 4 {
+	if len(want.Processes) != 3 || len(wantCol.Traces[100].Calls) != 9 || len(wantCol.Traces[200].Calls) != 4 {
 		t.Fatalf("live session: %d processes", len(want.Processes))
 	}
-	p := got.Processes[0]
-	if p.Info.Comm != "python3" || p.Threads[101] != "pt_autograd_0" || p.Kernels[0x401000] != "_Z6kernelPfi" ||
-		p.Kernels[0x55f000] != "_Z3addPfS_i" || p.Frames[0x7f00_0000_2000] != "forward (libtorch_cuda.so)" ||
-		p.PyFrames[model.PyKey{Code: 0xc0de, Instr: 43}] != "train.py:43 step" || len(p.Stacks) != 2 || len(p.PyStacks) != 2 {
-		t.Errorf("names not replayed: %+v %v %v %v %v", p.Info, p.Threads, p.Kernels, p.Frames, p.PyFrames)
+	p, n := got.Processes[0], got.Names
+	if name, _ := p.KernelSymbol(0x55f000); p.Info.Comm != "python3" || n.Thread(100, 101) != "pt_autograd_0" ||
+		n.Kernel(100, 0x401000) != "_Z6kernelPfi" || name != "_Z3addPfS_i" ||
+		n.Frame(100, 0x7f00_0000_2000) != "forward (libtorch_cuda.so)" ||
+		n.PyFrame(100, model.PyKey{Code: 0xc0de, Instr: 43}) != "train.py:43 step" || len(p.Stacks) != 2 || len(p.PyStacks) != 2 {
+		t.Errorf("names not replayed: %+v %+v", p.Info, n)
 	}
-	if p := got.Processes[2]; p.PID != 300 || p.Info.Comm != "idle" || len(p.Calls) != 0 {
+	if p := got.Processes[2]; p.PID != 300 || p.Info.Comm != "idle" || p.NCalls != 0 {
 		t.Errorf("process without calls: %+v", p)
 	}
 	wantDrops := model.Drops{Submitted: 20, Received: 16, RingbufFull: 1, InflightFull: 2, OrphanReturns: 3, ReadFaults: 4,
@@ -244,7 +301,7 @@ func TestRoundTrip(t *testing.T) {
 		t.Errorf("recorded drops %+v, want %+v", rp.Drops, want.Drops)
 	}
 	recs := parseRecords(t, file)
-	if rp.Records != uint64(len(recs)-1) {
+	if rp.Records != uint64(len(recs)-1) || len(rp.Processes) != 3 {
 		t.Errorf("Records = %d, want %d", rp.Records, len(recs)-1)
 	}
 	if len(ticks) == 0 || ticks[len(ticks)-1] != int64(len(file)) {
@@ -286,7 +343,7 @@ func parseRecords(t testing.TB, b []byte) []rec {
 // TestTruncated cuts the recording at every byte: Read never panics, says
 // ErrFormat or ErrTruncated, and delivers everything before the cut.
 func TestTruncated(t *testing.T) {
-	_, file := liveSession(t)
+	_, _, file := liveSession(t)
 	recs := parseRecords(t, file)
 	hdrEnd := 16 + int(binary.LittleEndian.Uint32(file[12:]))
 	// Read wraps its input in a 1 MiB bufio.Reader unless it already is
@@ -294,19 +351,22 @@ func TestTruncated(t *testing.T) {
 	br := bufio.NewReaderSize(nil, 1<<20)
 	in := func(b []byte) *bufio.Reader { br.Reset(bytes.NewReader(b)); return br }
 	for cut := 0; cut <= len(file); cut++ {
-		m := model.New(model.Options{})
-		rp, err := Read(in(file[:cut]), m, NewNames(), nil)
+		m := model.New(nil)
+		rp, err := ReadEvents(in(file[:cut]), m, nil)
+		if _, nerr := ReadNames(in(file[:cut])); (nerr == nil) != (err == nil) {
+			t.Fatalf("cut at %d: events %v, names %v", cut, err, nerr)
+		}
 		switch {
 		case cut == len(file):
 			if err != nil {
 				t.Fatalf("whole file: %v", err)
 			}
 		case cut < 16:
-			if !errors.Is(err, ErrFormat) || rp != nil {
-				t.Fatalf("cut at %d (prelude): %v, replay %v", cut, err, rp != nil)
+			if !errors.Is(err, ErrFormat) {
+				t.Fatalf("cut at %d (prelude): %v", cut, err)
 			}
 		case cut < hdrEnd:
-			if !errors.Is(err, ErrTruncated) || rp != nil {
+			if !errors.Is(err, ErrTruncated) {
 				t.Fatalf("cut at %d (header): %v", cut, err)
 			}
 		default:
@@ -336,11 +396,11 @@ func TestTruncated(t *testing.T) {
 		if got := m.Drops().Received; got != events {
 			t.Fatalf("cut at %d: model received %d events, want %d", cut, got, events)
 		}
-		if (rp.Drops != nil) != drops {
-			t.Fatalf("cut at %d: drops record delivered %v, want %v", cut, rp.Drops != nil, drops)
+		if nrp, _ := ReadNames(in(file[:cut])); (nrp.Drops != nil) != drops {
+			t.Fatalf("cut at %d: drops record delivered %v, want %v", cut, nrp.Drops != nil, drops)
 		}
 		// Load gives the partial result with the error.
-		res, _, lerr := Load(in(file[:cut]), nil)
+		res, _, lerr := Load(bytes.NewReader(file[:cut]), nil, nil)
 		if res == nil || !errors.Is(lerr, ErrTruncated) && cut != len(file) {
 			t.Fatalf("Load cut at %d: result %v, %v", cut, res != nil, lerr)
 		}
@@ -351,6 +411,19 @@ func validPrelude(hdr []byte) []byte {
 	b := append([]byte("CUDATAP\n"), 1, 0, 0, 0)
 	b = binary.LittleEndian.AppendUint32(b, uint32(len(hdr)))
 	return append(b, hdr...)
+}
+
+// readBoth reads b as a replay does, names then events, and returns the
+// more telling error: bad format over truncation.
+func readBoth(b []byte) (*Replay, error) {
+	rp, nerr := ReadNames(bytes.NewReader(b))
+	_, eerr := ReadEvents(bytes.NewReader(b), model.New(nil), nil)
+	for _, err := range []error{nerr, eerr} {
+		if errors.Is(err, ErrFormat) {
+			return rp, err
+		}
+	}
+	return rp, errors.Join(nerr, eerr)
 }
 
 func TestGarbage(t *testing.T) {
@@ -381,7 +454,7 @@ func TestGarbage(t *testing.T) {
 		{"varint cut", append(append(bytes.Clone(good), recEvent), 0x80), ErrTruncated},
 	}
 	for _, tc := range tests {
-		_, err := Read(bytes.NewReader(tc.b), model.New(model.Options{}), NewNames(), nil)
+		_, err := readBoth(tc.b)
 		if !errors.Is(err, tc.want) {
 			t.Errorf("%s: err = %v, want %v", tc.name, err, tc.want)
 		}
@@ -392,12 +465,12 @@ func TestGarbage(t *testing.T) {
 		for j := range b {
 			b[j] = byte(rng.Uint32())
 		}
-		if _, err := Read(bytes.NewReader(b), model.New(model.Options{}), NewNames(), nil); !errors.Is(err, ErrFormat) {
+		if _, err := readBoth(b); !errors.Is(err, ErrFormat) {
 			t.Fatalf("random bytes %d: err = %v, want ErrFormat", i, err)
 		}
 		// Random records after a valid header: never a panic, always one of the two errors.
 		g := append(bytes.Clone(good), b...)
-		if _, err := Read(bytes.NewReader(g), model.New(model.Options{}), NewNames(), nil); err != nil &&
+		if _, err := readBoth(g); err != nil &&
 			!errors.Is(err, ErrFormat) && !errors.Is(err, ErrTruncated) {
 			t.Fatalf("random records %d: err = %v", i, err)
 		}
@@ -421,7 +494,7 @@ func TestNoHugeAllocation(t *testing.T) {
 		var before, after runtime.MemStats
 		runtime.GC()
 		runtime.ReadMemStats(&before)
-		_, err := Read(bytes.NewReader(b), model.New(model.Options{}), NewNames(), nil)
+		_, err := ReadEvents(bytes.NewReader(b), model.New(nil), nil)
 		runtime.ReadMemStats(&after)
 		if err == nil {
 			t.Errorf("%s: no error", tc.name)
@@ -451,33 +524,92 @@ func TestReadRecordTypes(t *testing.T) {
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	names := NewNames()
-	m := model.New(names.Options())
-	rp, err := Read(bytes.NewReader(buf.Bytes()), m, names, nil)
+	rp, err := ReadNames(bytes.NewReader(buf.Bytes()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if rp.Records != 7 || rp.Drops != nil || len(rp.Counters) != 0 {
 		t.Errorf("replay %+v", rp)
 	}
-	o := names.Options()
-	if info := o.ProcessInfo(7); info.Comm != "a.out" || len(info.Libraries) != 1 {
+	n := rp.Names
+	if info := n.Procs[7]; info.Comm != "a.out" || len(info.Libraries) != 1 {
 		t.Errorf("process info %+v", info)
 	}
-	if o.ThreadName(7, 8) != "worker" || o.KernelName(7, 0x1000) != "_Z1kv" || o.FrameName(7, 0x2000) != "main (a.out)" ||
-		o.PyFrameName(7, 0xc0de, 12) != "x.py:3 f" {
+	if n.Thread(7, 8) != "worker" || n.Kernel(7, 0x1000) != "_Z1kv" || n.Frame(7, 0x2000) != "main (a.out)" ||
+		n.PyFrame(7, model.PyKey{Code: 0xc0de, Instr: 12}) != "x.py:3 f" {
 		t.Error("names not read back")
 	}
-	if o.ThreadName(8, 8) != "" || o.KernelName(7, 0x1001) != "" || o.ProcessInfo(8).Comm != "" {
+	if n.Thread(8, 8) != "" || n.Kernel(7, 0x1001) != "" || n.Procs[8].Comm != "" {
 		t.Error("names answered for unknown keys")
+	}
+	m := model.New(nil)
+	if _, err := ReadEvents(bytes.NewReader(buf.Bytes()), m, nil); err != nil {
+		t.Fatal(err)
 	}
 	d := m.Drops()
 	if d.Received != 2 || d.DecodeErrors != 1 || m.Calls() != 1 {
 		t.Errorf("drops %+v, %d calls", d, m.Calls())
 	}
 	res := m.Finish()
-	if p := res.Processes[0]; p.Kernels[0x1000] != "_Z1kv" || p.Threads[8] != "worker" || p.Info.Comm != "a.out" {
-		t.Errorf("model did not use the names: %+v", p)
+	res.Name(n)
+	if p := res.Processes[0]; p.Info.Comm != "a.out" || p.NCalls != 1 {
+		t.Errorf("process %+v", p)
+	}
+}
+
+// TestReplayAnyNameOrder: name records may come before, after or between
+// the events that use them; a replay gives the same result and the same
+// calls whatever their order.
+func TestReplayAnyNameOrder(t *testing.T) {
+	want, wantCol, file := liveSession(t)
+	recs := parseRecords(t, file)
+	hdrEnd := 16 + int(binary.LittleEndian.Uint32(file[12:]))
+	var names, others [][]byte
+	start := hdrEnd
+	for _, r := range recs {
+		b := file[start:r.end]
+		start = r.end
+		switch r.typ {
+		case recThread, recKernel, recFrame, recPyFrame:
+			names = append(names, b)
+		default:
+			others = append(others, b)
+		}
+	}
+	rng := rand.New(rand.NewPCG(7, 9))
+	for _, order := range []string{"names first", "names last", "shuffled"} {
+		out := bytes.Clone(file[:hdrEnd])
+		body := others[:len(others)-1] // all but the end record
+		switch order {
+		case "names first":
+			out = append(out, bytes.Join(names, nil)...)
+			out = append(out, bytes.Join(body, nil)...)
+		case "names last":
+			out = append(out, bytes.Join(body, nil)...)
+			out = append(out, bytes.Join(names, nil)...)
+		default:
+			// Each name record at a random place among the others, whose
+			// order is kept (events keep their ring-buffer order).
+			pos := make([][][]byte, len(body)+1)
+			for _, n := range names {
+				i := rng.IntN(len(pos))
+				pos[i] = append(pos[i], n)
+			}
+			for i := range body {
+				out = append(out, bytes.Join(pos[i], nil)...)
+				out = append(out, body[i]...)
+			}
+			out = append(out, bytes.Join(pos[len(body)], nil)...)
+		}
+		out = append(out, others[len(others)-1]...)
+		col := model.NewCollector()
+		got, _, err := Load(bytes.NewReader(out), func(*Replay) model.Sink { return col }, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", order, err)
+		}
+		if !reflect.DeepEqual(got, want) || !reflect.DeepEqual(col, wantCol) {
+			t.Errorf("%s: replay differs", order)
+		}
 	}
 }
 

@@ -100,13 +100,13 @@ func (g *gpuSampler) finish(r *model.Result) {
 	}
 	hostBusy, calls := map[uint32]float64{}, map[uint32]int{}
 	for _, p := range r.Processes {
-		calls[p.PID] = len(p.Calls)
+		calls[p.PID] = int(p.NCalls)
 		if m, ok := g.cpu0[p.PID]; ok {
 			if t, ok := cpuTicks(p.PID); ok {
 				wall := time.Since(m.at).Seconds()
 				var blocked uint64
-				for _, s := range p.Syncs {
-					blocked += s.BlockedNs
+				for _, s := range p.Streams {
+					blocked += s.Stats.SyncBlockedNs
 				}
 				// CPU time outside synchronizations (CUDA spins while it waits).
 				busy := float64(t-m.ticks)/clockTicks - float64(blocked)/1e9

@@ -36,7 +36,7 @@ func TestPythonLines(t *testing.T) {
 				cmd := exec.Command(py, b.PySync, b.Runtime, "5", "--wait-stdin", "--linger-ms", "500")
 				testAttach(t, cmd, func(o *Outcome, r *sim.Report) { out, rep = o, r })
 			}
-			p := processOf(out.Result, rep.PID)
+			p := tracedOf(t, out, rep.PID)
 			if p == nil {
 				t.Fatal("the Python process was not traced")
 			}
@@ -60,11 +60,11 @@ func TestPythonLines(t *testing.T) {
 					continue
 				}
 				frames := p.PyStacks[c.PyStack]
-				top := filepath.Base(p.PyFrames[frames[0]])
+				top := filepath.Base(p.pyFrame(frames[0]))
 				if !slices.Contains(w, top) {
 					t.Errorf("%s: innermost Python frame %q, want one of %q", s.Kind, top, w)
 				}
-				if outer := p.PyFrames[frames[len(frames)-1]]; !strings.HasSuffix(outer, "<module>") {
+				if outer := p.pyFrame(frames[len(frames)-1]); !strings.HasSuffix(outer, "<module>") {
 					t.Errorf("%s: outermost Python frame %q, want <module>", s.Kind, outer)
 				}
 				if c.Stack < 0 || len(p.Stacks[c.Stack]) < 5 {
@@ -83,19 +83,19 @@ func TestPythonLines(t *testing.T) {
 	}
 }
 
-func nativeReaches(p *model.Process, stack []uint64, fn string) bool {
+func nativeReaches(p *traced, stack []uint64, fn string) bool {
 	for _, pc := range stack {
-		if strings.Contains(p.Frames[pc], fn) {
+		if strings.Contains(p.frame(pc), fn) {
 			return true
 		}
 	}
 	return false
 }
 
-func names(p *model.Process, stack []uint64) []string {
+func names(p *traced, stack []uint64) []string {
 	var out []string
 	for _, pc := range stack {
-		out = append(out, p.Frames[pc])
+		out = append(out, p.frame(pc))
 	}
 	return out
 }

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -87,12 +88,73 @@ func countsBySymbol(res *model.Result, pid int) map[string]int {
 		if int(p.PID) != pid {
 			continue
 		}
-		for i := range p.Calls {
-			got[p.Calls[i].SymbolName()]++
+		for sym, n := range p.CallCounts() {
+			got[sym] += int(n)
 		}
 	}
 	return got
 }
+
+// What the tests' sessions concluded, call by call: the session keeps no
+// calls, so tests give it a Collector as its sink.
+var (
+	collectedMu sync.Mutex
+	collected   = map[*Outcome]*model.Collector{}
+)
+
+// runTraced is Run with a Collector as the sink.
+func runTraced(ctx context.Context, cfg Config) (*Outcome, error) {
+	col := model.NewCollector()
+	cfg.Sink = col
+	out, err := Run(ctx, cfg)
+	if out != nil {
+		collectedMu.Lock()
+		collected[out] = col
+		collectedMu.Unlock()
+	}
+	return out, err
+}
+
+// traced is a process with every call, sync and GPU op the session
+// concluded, and its names.
+type traced struct {
+	*model.Process
+	model.Trace
+	names *model.Names
+}
+
+// tracedOf is pid's process in out (run by runTraced), nil if not traced.
+func tracedOf(t *testing.T, out *Outcome, pid int) *traced {
+	t.Helper()
+	collectedMu.Lock()
+	col := collected[out]
+	collectedMu.Unlock()
+	if col == nil {
+		t.Fatal("outcome not made by runTraced")
+	}
+	for _, p := range out.Result.Processes {
+		if int(p.PID) == pid {
+			tp := &traced{Process: p, names: out.Result.Names}
+			if tr := col.Traces[p.PID]; tr != nil {
+				tp.Trace = *tr
+			}
+			return tp
+		}
+	}
+	return nil
+}
+
+// kernel is the symbol of the kernel launched as f.
+func (p *traced) kernel(f uint64) string {
+	name, addr := p.KernelSymbol(f)
+	if name == "" {
+		name = p.names.Kernel(p.PID, addr)
+	}
+	return name
+}
+
+func (p *traced) frame(pc uint64) string       { return p.names.Frame(p.PID, pc) }
+func (p *traced) pyFrame(k model.PyKey) string { return p.names.PyFrame(p.PID, k) }
 
 // checkCounts compares the traced calls of the workload's process, symbol by
 // symbol, with what the workload made: each launch counted once, nothing
@@ -149,7 +211,7 @@ func libraryPaths(out *Outcome) []string {
 func launch(t *testing.T, stacks tracer.StackMode, args ...string) (*Outcome, *sim.Report) {
 	t.Helper()
 	var stdout strings.Builder
-	out, err := Run(context.Background(), Config{Command: args, Stacks: stacks, Stdout: &stdout, Stderr: os.Stderr, Duration: time.Minute})
+	out, err := runTraced(context.Background(), Config{Command: args, Stacks: stacks, Stdout: &stdout, Stderr: os.Stderr, Duration: time.Minute})
 	if err != nil {
 		t.Fatalf("record %v: %v", args, err)
 	}
@@ -179,7 +241,7 @@ func TestArguments(t *testing.T) {
 	testutil.RequireRoot(t)
 	b := testutil.Sim(t)
 	out, rep := launch(t, tracer.StacksNone, b.Workload, "--scenario", "all")
-	p := out.Result.Processes[0]
+	p := tracedOf(t, out, int(out.Result.Processes[0].PID))
 	if int(p.PID) != rep.PID {
 		t.Fatalf("process %d, workload says %d", p.PID, rep.PID)
 	}
@@ -197,7 +259,7 @@ func TestArguments(t *testing.T) {
 			} else if a.SharedMem != 0 {
 				t.Errorf("%s: grid %v block %v smem %d", sym, a.Grid, a.Block, a.SharedMem)
 			}
-			if name := p.Kernels[a.Func]; !strings.HasPrefix(name, "sim_") {
+			if name := p.kernel(a.Func); !strings.HasPrefix(name, "sim_") {
 				t.Errorf("%s: kernel stub %#x named %q, want a sim_*_kernel symbol", sym, a.Func, name)
 			}
 		case "cudaMemcpyAsync":
@@ -235,7 +297,7 @@ func TestAttachRunningProcess(t *testing.T) {
 	testutil.RequireRoot(t)
 	b := testutil.Sim(t)
 	testAttach(t, exec.Command(b.Workload, "--wait-stdin", "--scenario", "basic", "--iters", "30", "--streams", "3"), func(out *Outcome, rep *sim.Report) {
-		p := out.Result.Processes[0]
+		p := tracedOf(t, out, int(out.Result.Processes[0].PID))
 		// basic: 3 created streams + legacy; syncs of each kind it makes.
 		created := 0
 		for _, s := range p.Streams {
@@ -282,7 +344,7 @@ func testAttach(t *testing.T, cmd *exec.Cmd, check func(*Outcome, *sim.Report)) 
 	}
 	done := make(chan result, 1)
 	go func() {
-		out, err := Run(context.Background(), Config{PIDs: []int{cmd.Process.Pid}, Stacks: tracer.StacksSync, Duration: time.Minute, WaitForCUDA: true,
+		out, err := runTraced(context.Background(), Config{PIDs: []int{cmd.Process.Pid}, Stacks: tracer.StacksSync, Duration: time.Minute, WaitForCUDA: true,
 			OnAttached: func(int) { close(attached) }})
 		done <- result{out, err}
 	}()
@@ -405,7 +467,7 @@ func TestDriverAndNCCL(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			out, rep := launch(t, tracer.StacksSync, tc.args...)
 			checkCounts(t, out, rep)
-			p := processOf(out.Result, rep.PID)
+			p := tracedOf(t, out, rep.PID)
 			switch tc.name {
 			case "driver":
 				// Triton-style kernels are named from cuModuleGetFunction /
@@ -413,7 +475,7 @@ func TestDriverAndNCCL(t *testing.T) {
 				names := map[string]bool{}
 				for _, op := range p.GPUOps {
 					if op.Kind == model.OpKernel {
-						names[p.Kernels[op.Func]] = true
+						names[p.kernel(op.Func)] = true
 					}
 				}
 				if !names["triton_matmul_kernel"] || !names["triton_softmax_kernel"] {
@@ -439,7 +501,7 @@ func TestDriverAndNCCL(t *testing.T) {
 				if len(comm) != 1 {
 					t.Errorf("all-reduces on streams %v, want one comm stream", comm)
 				}
-				if commNs, _ := model.CommOverlap(p); commNs == 0 || n < 16 {
+				if commNs, _ := model.CommOverlap(p.Process); commNs == 0 || n < 16 {
 					t.Errorf("collectives %d, inferred communication time %d ns", n, commNs)
 				}
 			}

@@ -1,0 +1,44 @@
+package model
+
+// NameKey is a per-process key: a thread id or an address.
+type NameKey struct {
+	PID uint32
+	Key uint64
+}
+
+// PyNameKey is a per-process Python frame position.
+type PyNameKey struct {
+	PID uint32
+	PyKey
+}
+
+// Names holds what a resolver learnt about raw keys while the processes
+// lived: process and thread names, the ELF symbols of kernel stubs, stack
+// frames and Python lines. The model never consults it; exporters join it
+// with the model's raw keys, so a replay names things the same whatever
+// order the name records come in.
+type Names struct {
+	Procs   map[uint32]ProcessInfo
+	Threads map[NameKey]string
+	Kernels map[NameKey]string // raw (mangled) symbol at a host address
+	Frames  map[NameKey]string // "function (object)" of a stack address
+	Py      map[PyNameKey]string
+}
+
+// NewNames returns empty tables.
+func NewNames() *Names {
+	return &Names{Procs: map[uint32]ProcessInfo{}, Threads: map[NameKey]string{}, Kernels: map[NameKey]string{},
+		Frames: map[NameKey]string{}, Py: map[PyNameKey]string{}}
+}
+
+// Thread is the name of a thread, "" when unknown.
+func (n *Names) Thread(pid, tid uint32) string { return n.Threads[NameKey{pid, uint64(tid)}] }
+
+// Kernel is the raw symbol at a host address of pid, "" when unknown.
+func (n *Names) Kernel(pid uint32, addr uint64) string { return n.Kernels[NameKey{pid, addr}] }
+
+// Frame names a stack address of pid, "" when unknown.
+func (n *Names) Frame(pid uint32, addr uint64) string { return n.Frames[NameKey{pid, addr}] }
+
+// PyFrame is the "file:line function" of a Python frame, "" when unknown.
+func (n *Names) PyFrame(pid uint32, k PyKey) string { return n.Py[PyNameKey{pid, k}] }

@@ -1,0 +1,154 @@
+package session
+
+import (
+	"path/filepath"
+	"sort"
+
+	"github.com/cudatap/cudatap/tracer/event"
+	"github.com/cudatap/cudatap/tracer/model"
+)
+
+// maxPyTries bounds how often a Python frame that did not resolve is
+// asked again (a launched interpreter's layout is confirmed only once it
+// runs).
+const maxPyTries = 3
+
+// resolver names the raw keys of each event (process, thread, kernel stub,
+// stack addresses, Python frames) while the process lives, once per key,
+// into the session's name tables and the recording. It runs on the reader
+// goroutine, outside the model lock; the model never waits for it.
+type resolver struct {
+	s       *Session
+	names   *model.Names
+	procs   map[uint32]bool
+	pyTries map[model.PyNameKey]uint8
+}
+
+func newResolver(s *Session) *resolver {
+	return &resolver{s: s, names: model.NewNames(), procs: map[uint32]bool{}, pyTries: map[model.PyNameKey]uint8{}}
+}
+
+// event names what ev, which the model just handled as call c, refers to.
+func (r *resolver) event(ev *event.Event, c *model.Call) {
+	r.process(ev.PID)
+	if k := (model.NameKey{PID: ev.PID, Key: uint64(ev.TID)}); !hasKey(r.names.Threads, k) {
+		r.thread(k)
+	}
+	if spec := ev.Spec(); spec.Class == event.ClassLaunch {
+		// A runtime launch names its host stub; a driver launch made by a
+		// runtime launch carries that stub (see model.Process.KernelSymbol).
+		addr := c.Args.Func
+		if spec.Layer == event.Driver {
+			addr = ev.Out
+		}
+		if addr != 0 {
+			if k := (model.NameKey{PID: ev.PID, Key: addr}); !hasKey(r.names.Kernels, k) {
+				r.kernel(k)
+			}
+		}
+	}
+	for _, pc := range ev.Stack[:ev.NStack] {
+		if k := (model.NameKey{PID: ev.PID, Key: pc}); !hasKey(r.names.Frames, k) {
+			r.frame(k)
+		}
+	}
+	for _, py := range ev.Py[:ev.NPy] {
+		k := model.PyNameKey{PID: ev.PID, PyKey: model.PyKey{Code: py[0], Instr: py[1]}}
+		if r.names.Py[k] == "" && r.pyTries[k] < maxPyTries {
+			r.pyFrame(k)
+		}
+	}
+}
+
+func hasKey(m map[model.NameKey]string, k model.NameKey) bool {
+	_, ok := m[k]
+	return ok
+}
+
+// process names pid the first time it is seen: from /proc, with the CUDA
+// libraries hooked in it.
+func (r *resolver) process(pid uint32) {
+	if r.procs[pid] {
+		return
+	}
+	r.procs[pid] = true
+	info := readProcessInfo(pid)
+	s := r.s
+	s.mu.Lock()
+	if t := s.targets[int(pid)]; t != nil {
+		seen := map[string]bool{}
+		for _, a := range t.attached {
+			if !seen[a.Library.Path] {
+				seen[a.Library.Path] = true
+				info.Libraries = append(info.Libraries, a.Library.Path)
+			}
+		}
+		sort.Strings(info.Libraries)
+	}
+	s.mu.Unlock()
+	r.names.Procs[pid] = info
+	if s.rec != nil {
+		s.rec.Process(pid, info)
+	}
+}
+
+func (r *resolver) thread(k model.NameKey) {
+	name := readThreadName(k.PID, uint32(k.Key))
+	r.names.Threads[k] = name
+	if r.s.rec != nil {
+		r.s.rec.Thread(k.PID, uint32(k.Key), name)
+	}
+}
+
+func (r *resolver) kernel(k model.NameKey) {
+	name := r.s.symbolizeAddr(k.PID, k.Key).Raw
+	r.names.Kernels[k] = name
+	if r.s.rec != nil {
+		r.s.rec.Kernel(k.PID, k.Key, name)
+	}
+}
+
+func (r *resolver) frame(k model.NameKey) {
+	f := r.s.symbolizeAddr(k.PID, k.Key)
+	name := ""
+	if f.Raw != "" {
+		name = f.Function
+		if f.Object != "" {
+			name += " (" + filepath.Base(f.Object) + ")"
+		}
+	}
+	r.names.Frames[k] = name
+	if r.s.rec != nil {
+		r.s.rec.Frame(k.PID, k.Key, name)
+	}
+}
+
+func (r *resolver) pyFrame(k model.PyNameKey) {
+	r.pyTries[k]++
+	s := r.s
+	s.mu.Lock()
+	t := s.targets[int(k.PID)]
+	s.mu.Unlock()
+	in := t.python()
+	if in == nil {
+		return
+	}
+	f, err := in.Frame(k.Code, k.Instr)
+	if err != nil && !in.Started() && !t.pyResolved {
+		// Found before it ran and nothing resolved yet: look again now
+		// that it runs.
+		s.detectPython(t)
+		f, err = t.python().Frame(k.Code, k.Instr)
+	}
+	if err != nil {
+		s.log.Debug("python frame", "pid", k.PID, "err", err)
+		return
+	}
+	t.pyResolved = true
+	name := f.String()
+	r.names.Py[k] = name
+	delete(r.pyTries, k)
+	if s.rec != nil {
+		s.rec.PyFrame(k.PID, k.Code, k.Instr, name)
+	}
+}

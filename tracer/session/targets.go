@@ -1,0 +1,397 @@
+package session
+
+// Targets: finding the CUDA libraries of each traced process, attaching
+// and detaching its probes, following library loads and exits.
+
+import (
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"os"
+	"sort"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/cudatap/cudatap/symbolize"
+	"github.com/cudatap/cudatap/symbolize/python"
+	"github.com/cudatap/cudatap/tracer"
+	"github.com/cudatap/cudatap/tracer/event"
+)
+
+type target struct {
+	pid      int
+	attached map[string]*tracer.Attachment // by library key and layer
+	policy   map[string]policy             // what each attachment hooks
+	// The runtime's launch probes: they count launches until libcuda is
+	// hooked and name CUfunctions created before cudatap attached.
+	rtLaunch      *tracer.Attachment
+	rtLaunchUntil time.Time // when to close rtLaunch; zero = not scheduled
+	rtLaunchDone  bool
+	pyMu          sync.Mutex          // guards py and pyTried (reader goroutine and control loop)
+	py            *python.Interpreter // nil until a CPython runtime is found
+	pyTried       bool                // detection gave a final answer
+	pyResolved    bool                // some Python frame was named (reader goroutine only)
+	layers        uint8               // bit per event.Layer seen in the process
+	loader        *tracer.Attachment
+	stopOnLd      bool
+	mapsHash      uint64
+	exited        bool
+	symbolize     *symbolize.Process
+}
+
+// attachProcess discovers and hooks the CUDA libraries of pid. With
+// required, a process without CUDA is an error (unless WaitForCUDA).
+func (s *Session) attachProcess(pid int, stopOnLoad, required bool) error {
+	d, err := tracer.Discover(pid, s.cache, nil)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	t := s.targets[pid]
+	if t == nil {
+		// A process asked for that has no CUDA yet (--wait-for-cuda) is held
+		// at each library load until what it loaded is hooked, like a
+		// launched one, so its first CUDA calls are not missed.
+		stop := stopOnLoad || (required && len(d.Libraries) == 0 && s.cfg.WaitForCUDA)
+		t = &target{pid: pid, attached: map[string]*tracer.Attachment{}, policy: map[string]policy{}, stopOnLd: stop}
+		s.targets[pid] = t
+	}
+	s.mu.Unlock()
+	if d.LdSo != nil && t.loader == nil {
+		a, err := s.tr.AttachLoader(pid, d.LdSo, t.stopOnLd)
+		if err != nil {
+			s.attachFailed(err)
+			s.log.Warn("cannot watch library loads; new CUDA libraries are found by the once-a-second sweep", "pid", pid, "err", err)
+		} else {
+			t.loader = a
+		}
+	}
+	if len(d.Libraries) == 0 && required && !s.cfg.WaitForCUDA && len(s.cfg.Command) == 0 {
+		return d.NoCUDAError()
+	}
+	// Which layer hooks what depends on every layer the process maps.
+	for _, lib := range d.Libraries {
+		t.layers |= 1 << lib.Layer
+	}
+	for i := range d.Libraries {
+		lib := &d.Libraries[i]
+		key := lib.Key() + lib.Layer.String()
+		pol := policyFor(lib.Layer, t.layers)
+		if old, ok := t.attached[key]; ok {
+			if t.policy[key] == pol {
+				continue
+			}
+			// A layer appeared (cudart loads libcuda lazily): hook anew.
+			old.Close()
+			s.mu.Lock()
+			delete(t.attached, key)
+			s.mu.Unlock()
+		}
+		a, err := s.tr.Attach(pid, lib, pol.want)
+		if err != nil {
+			if errors.Is(err, tracer.ErrNoProcess) {
+				t.exited = true
+				return nil // exited while we attached: trace what was seen
+			}
+			return err
+		}
+		s.log.Info("attached", "pid", pid, "library", lib.Path, "layer", lib.Layer.String(), "symbols", len(a.Hooked), "missing", len(a.Missing))
+		s.mu.Lock()
+		t.attached[key] = a
+		t.policy[key] = pol
+		s.mu.Unlock()
+	}
+	s.runtimeLaunches(t, d, t.stopOnLd)
+	s.detectPython(t)
+	t.mapsHash = mapsHash(pid)
+	return nil
+}
+
+// detectPython finds the CPython interpreter of a target and hands its
+// layout to the BPF side, so blocking calls carry their Python lines.
+func (s *Session) detectPython(t *target) {
+	t.pyMu.Lock()
+	defer t.pyMu.Unlock()
+	if t.pyTried || (t.py != nil && t.py.Started()) {
+		return
+	}
+	cfg, in, err := python.DetectCache(t.pid, s.cache)
+	switch {
+	case err == nil:
+		s.log.Debug("python detected", "pid", t.pid, "started", in.Started(), "config", fmt.Sprintf("%+v", *cfg))
+		if err := s.tr.SetPython(t.pid, cfg); err != nil {
+			s.log.Warn("Python frames unavailable", "pid", t.pid, "err", err)
+		}
+		// An interpreter found before it started (a launched python) is
+		// looked at again once it runs: its layout is checked then.
+		t.py = in
+		if in.Started() {
+			s.log.Info("Python frames", "pid", t.pid, "python", in.Version(), "interpreter", in.Path())
+		}
+	case errors.Is(err, python.ErrNotPython):
+		// Not (yet) Python: a launched interpreter maps libpython later.
+	default:
+		t.pyTried = true
+		s.log.Warn("Python frames unavailable, native stacks only", "pid", t.pid, "err", err)
+	}
+}
+
+// runtimeLaunches manages the runtime's launch probes of a target (see
+// tracer.AttachRuntimeLaunches). They are attached while the process has a
+// runtime and no hooked driver (launches are counted there meanwhile), and
+// after attaching to a running process for NameWindow (kernel names). Once
+// the driver is hooked they go: at once in a process cudatap launched (it is
+// stopped at the library load, and every kernel load is seen), after the
+// window otherwise.
+func (s *Session) runtimeLaunches(t *target, d *tracer.Discovery, launched bool) {
+	hasRT := t.layers&(1<<event.Runtime) != 0
+	hasDrv := t.layers&(1<<event.Driver) != 0
+	window := s.cfg.NameWindow
+	if window == 0 {
+		window = 5 * time.Second
+	}
+	if hasRT && t.rtLaunch == nil && !t.rtLaunchDone && (!hasDrv || (!launched && window > 0)) {
+		for i := range d.Libraries {
+			if d.Libraries[i].Layer != event.Runtime {
+				continue
+			}
+			// Driver probes must start handing stubs over before the
+			// runtime probes count on it.
+			s.tr.PairingStart()
+			a, err := s.tr.AttachRuntimeLaunches(t.pid, &d.Libraries[i])
+			if err != nil {
+				s.tr.PairingStop()
+				s.attachFailed(err)
+				s.log.Warn("cannot probe runtime launches", "pid", t.pid, "err", err)
+				break
+			}
+			s.mu.Lock()
+			t.rtLaunch = a
+			s.mu.Unlock()
+			break
+		}
+	}
+	if t.rtLaunch == nil || !hasDrv || !t.rtLaunchUntil.IsZero() {
+		return
+	}
+	if launched || window < 0 {
+		s.mu.Lock()
+		t.closeRuntimeLaunches(s.tr)
+		s.mu.Unlock()
+		return
+	}
+	s.mu.Lock()
+	t.rtLaunchUntil = time.Now().Add(window)
+	s.mu.Unlock()
+}
+
+// endPairings closes runtime launch probes whose naming window is over.
+func (s *Session) endPairings(now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, t := range s.targets {
+		if t.rtLaunch != nil && !t.rtLaunchUntil.IsZero() && now.After(t.rtLaunchUntil) {
+			t.closeRuntimeLaunches(s.tr)
+		}
+	}
+}
+
+// attachFailed counts a failed attach, unless the process was simply gone.
+func (s *Session) attachFailed(err error) {
+	if !errors.Is(err, tracer.ErrNoProcess) {
+		s.attachFails.Add(1)
+	}
+}
+
+// maxRescans bounds the processes waiting for a rescan; more distinct
+// processes loading libraries at once than this are left to the
+// once-a-second sweep, and counted.
+const maxRescans = 1 << 16
+
+// queueRescan asks the control loop to look at pid again (a library was
+// loaded); held says the process is stopped at the load until then.
+func (s *Session) queueRescan(pid int, held bool) {
+	s.rescanMu.Lock()
+	_, queued := s.rescans[pid]
+	if !queued && len(s.rescans) >= maxRescans {
+		s.rescanMu.Unlock()
+		s.attachFails.Add(1)
+		if held {
+			syscall.Kill(pid, syscall.SIGCONT)
+		}
+		return
+	}
+	s.rescans[pid] = s.rescans[pid] || held
+	s.rescanMu.Unlock()
+	select {
+	case s.rescanWake <- struct{}{}:
+	default: // a wake-up is pending: it takes this one too
+	}
+}
+
+// takeRescans returns and clears the processes waiting for a rescan.
+func (s *Session) takeRescans() map[int]bool {
+	s.rescanMu.Lock()
+	defer s.rescanMu.Unlock()
+	out := s.rescans
+	s.rescans = make(map[int]bool, len(out))
+	return out
+}
+
+// handleRescan reacts to the dynamic linker hook.
+func (s *Session) handleRescan(pid int, held bool) {
+	s.mu.Lock()
+	t := s.targets[pid]
+	s.mu.Unlock()
+	if t == nil || t.exited {
+		if held {
+			syscall.Kill(pid, syscall.SIGCONT)
+		}
+		return
+	}
+	start := time.Now()
+	if err := s.attachProcess(pid, t.stopOnLd, false); err != nil {
+		s.attachFailed(err)
+		s.log.Warn("rescan after library load failed", "pid", pid, "err", err)
+	}
+	s.log.Debug("rescan", "pid", pid, "took", time.Since(start))
+	if t.stopOnLd || held {
+		syscall.Kill(pid, syscall.SIGCONT)
+	}
+}
+
+// sweep rescans targets whose memory map changed: a backstop for loads the
+// linker hook cannot see (a process without ld.so, a missed record).
+func (s *Session) sweep() {
+	for _, pid := range s.livePIDs() {
+		s.mu.Lock()
+		t := s.targets[pid]
+		s.mu.Unlock()
+		if h := mapsHash(pid); h != 0 && h != t.mapsHash {
+			if err := s.attachProcess(pid, t.stopOnLd, false); err != nil {
+				s.log.Debug("sweep", "pid", pid, "err", err)
+			}
+		}
+	}
+}
+
+func mapsHash(pid int) uint64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
+	if err != nil {
+		return 0
+	}
+	h := fnv.New64a()
+	h.Write(b)
+	return h.Sum64()
+}
+
+func (s *Session) livePIDs() []int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var pids []int
+	for pid, t := range s.targets {
+		if !t.exited {
+			pids = append(pids, pid)
+		}
+	}
+	sort.Ints(pids)
+	return pids
+}
+
+func (s *Session) markExited(pid int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if t := s.targets[pid]; t != nil && !t.exited {
+		t.exited = true
+		s.tr.ForgetPython(pid)
+		// The probes die with the process's memory; release the links now.
+		t.closeProbes(s.tr)
+	}
+}
+
+func (s *Session) allExited() bool {
+	return len(s.livePIDs()) == 0
+}
+
+func (s *Session) closeAll() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, t := range s.targets {
+		t.closeProbes(s.tr)
+	}
+}
+
+// python is the target's interpreter, nil if none was found.
+func (t *target) python() *python.Interpreter {
+	if t == nil {
+		return nil
+	}
+	t.pyMu.Lock()
+	defer t.pyMu.Unlock()
+	return t.py
+}
+
+func (t *target) summary() Attached {
+	at := Attached{PID: t.pid}
+	for _, a := range t.attached {
+		at.Libraries = append(at.Libraries, a.Library)
+		at.Hooked += len(a.Hooked)
+		at.Missing = append(at.Missing, a.Missing...)
+	}
+	sort.Slice(at.Libraries, func(i, j int) bool { return at.Libraries[i].Path < at.Libraries[j].Path })
+	sort.Strings(at.Missing)
+	return at
+}
+
+func (t *target) closeRuntimeLaunches(tr *tracer.Tracer) {
+	t.rtLaunch.Close()
+	tr.PairingStop()
+	t.rtLaunch, t.rtLaunchDone = nil, true
+}
+
+func (t *target) closeProbes(tr *tracer.Tracer) {
+	for _, a := range t.attached {
+		a.Close()
+	}
+	if t.loader != nil {
+		t.loader.Close()
+	}
+	if t.rtLaunch != nil {
+		t.closeRuntimeLaunches(tr)
+	}
+}
+
+func (s *Session) attachedSummary() []Attached {
+	out := append([]Attached(nil), s.finished...)
+	for _, t := range s.targets {
+		out = append(out, t.summary())
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].PID < out[j].PID })
+	return out
+}
+
+// threadAlive reports whether a (host) thread id still exists.
+func threadAlive(tid uint32) bool {
+	_, err := os.Stat("/proc/" + strconv.FormatUint(uint64(tid), 10))
+	return err == nil
+}
+
+// alive reports whether pid exists and is not a zombie.
+func alive(pid int) bool {
+	if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+		return false
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// The state follows the last ')' of the comm field.
+	for i := len(b) - 1; i >= 0; i-- {
+		if b[i] == ')' {
+			return i+2 < len(b) && b[i+2] != 'Z' && b[i+2] != 'X'
+		}
+	}
+	return true
+}
