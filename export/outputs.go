@@ -1,15 +1,27 @@
-// Package export turns a finished model into files: Chrome/Perfetto traces
+// Package export turns a recording into files: Chrome/Perfetto traces
 // (export/chrome), pprof profiles (export/pprofout), text reports
-// (export/report). This file picks the exporter for each output path.
+// (export/report). This file plans the outputs and writes them safely:
+// each to a temporary file next to its target, renamed over it once
+// complete, so a failed or interrupted export never leaves half a file
+// where a good one was.
 package export
 
 import (
+	"compress/gzip"
+	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"strings"
+
+	"github.com/google/pprof/profile"
+	"golang.org/x/sys/unix"
 
 	"github.com/cudatap/cudatap/export/chrome"
 	"github.com/cudatap/cudatap/export/pprofout"
+	"github.com/cudatap/cudatap/export/syncs"
 	"github.com/cudatap/cudatap/tracer/model"
 )
 
@@ -52,42 +64,313 @@ type Output struct {
 	Format Format
 }
 
-// Plan resolves every path's format and makes sure each can be written,
-// before any tracing starts: a typo must not cost a recording.
-func Plan(paths []string, override string) ([]Output, error) {
-	var outs []Output
-	for _, p := range paths {
-		f, err := FormatOf(p, override)
-		if err != nil {
-			return nil, err
-		}
-		fh, err := os.Create(p)
-		if err != nil {
-			return nil, fmt.Errorf("cannot write output %s: %w", p, err)
-		}
-		fh.Close()
-		outs = append(outs, Output{Path: p, Format: f})
-	}
-	return outs, nil
-}
-
 // Options shared by the exporters.
 type Options struct {
 	Version  string
 	Counters []chrome.Counter
 }
 
-// Write writes r to o (not for recordings, which are streamed while tracing).
-func Write(o Output, r *model.Result, opts Options) error {
-	switch o.Format {
-	case Chrome:
-		counters := opts.Counters
-		for _, c := range r.Counters {
-			counters = append(counters, chrome.Counter{Name: c.Name, PID: chrome.DevicePID(c.Device), TS: c.TS, Values: c.Values})
+// Plan resolves every path's format and makes sure each can be written,
+// before any tracing starts: a typo must not cost a recording. It creates
+// and truncates nothing: it checks that each output's directory exists and
+// is writable, that an existing output is a regular file, that no path is
+// given twice, and that no output is one of the inputs (the recordings
+// being read), which writing would destroy.
+func Plan(paths []string, override string, inputs ...string) ([]Output, error) {
+	var outs []Output
+	seen := map[string]string{}
+	for _, p := range paths {
+		f, err := FormatOf(p, override)
+		if err != nil {
+			return nil, err
 		}
-		return chrome.WriteFile(o.Path, r, chrome.Options{Version: opts.Version, Counters: counters})
-	case Pprof:
-		return pprofout.WriteFile(o.Path, r, pprofout.Options{})
+		target, err := resolve(p)
+		if err != nil {
+			return nil, err
+		}
+		if prev, dup := seen[target]; dup {
+			return nil, fmt.Errorf("outputs %s and %s are the same file: give each output once", prev, p)
+		}
+		seen[target] = p
+		if err := writableDir(p, filepath.Dir(target)); err != nil {
+			return nil, err
+		}
+		for _, in := range inputs {
+			if same(p, in) {
+				return nil, fmt.Errorf("output %s is the input %s: writing it would destroy the recording; choose another output path", p, in)
+			}
+		}
+		outs = append(outs, Output{Path: p, Format: f})
 	}
-	return fmt.Errorf("%s: format %s is written while recording, not from a model", o.Path, o.Format)
+	return outs, nil
+}
+
+// resolve is the file an output path names: through a symbolic link, so
+// that the link stays and its target is replaced. An existing output must
+// be a regular file: a rename over a device or a directory is never meant.
+func resolve(path string) (string, error) {
+	fi, err := os.Lstat(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return filepath.Abs(path)
+	case err != nil:
+		return "", fmt.Errorf("cannot write output %s: %w", path, err)
+	case fi.Mode()&fs.ModeSymlink != 0:
+		target, err := filepath.EvalSymlinks(path)
+		if err != nil {
+			return "", fmt.Errorf("cannot write output %s: resolve link: %w", path, err)
+		}
+		if fi, err = os.Stat(target); err != nil {
+			return "", fmt.Errorf("cannot write output %s: %w", path, err)
+		}
+		path = target
+	}
+	if !fi.Mode().IsRegular() {
+		return "", fmt.Errorf("cannot write output %s: not a regular file (outputs are written aside and renamed over the target); choose a file path", path)
+	}
+	return filepath.Abs(path)
+}
+
+// writableDir checks that dir exists and that a file can be created in it.
+func writableDir(path, dir string) error {
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return fmt.Errorf("cannot write output %s: %w", path, err)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("cannot write output %s: %s is not a directory", path, dir)
+	}
+	if err := unix.Access(dir, unix.W_OK|unix.X_OK); err != nil {
+		return fmt.Errorf("cannot write output %s: directory %s: %w", path, dir, err)
+	}
+	return nil
+}
+
+// same reports whether paths a and b name one existing file (also through
+// links, hard or symbolic).
+func same(a, b string) bool {
+	fa, err := os.Stat(a)
+	if err != nil {
+		return false
+	}
+	fb, err := os.Stat(b)
+	return err == nil && os.SameFile(fa, fb)
+}
+
+// tempFile is an output being written: a file next to its target, renamed
+// over it when complete.
+type tempFile struct {
+	path, target string
+	f            *os.File
+}
+
+func createTemp(path string) (*tempFile, error) {
+	target, err := resolve(path)
+	if err != nil {
+		return nil, err
+	}
+	f, err := os.CreateTemp(filepath.Dir(target), "."+filepath.Base(target)+".*.tmp") // O_EXCL
+	if err != nil {
+		return nil, fmt.Errorf("create %s: %w", path, err)
+	}
+	// Readable like any file the user creates, whatever the umask: traces
+	// are opened by viewers running as other users.
+	if err := f.Chmod(0o644); err != nil {
+		f.Close()
+		os.Remove(f.Name())
+		return nil, fmt.Errorf("create %s: %w", path, err)
+	}
+	return &tempFile{path: path, target: target, f: f}, nil
+}
+
+// commit closes the file and renames it over the target.
+func (t *tempFile) commit() error {
+	err := t.f.Close()
+	if err == nil {
+		err = os.Rename(t.f.Name(), t.target)
+	}
+	if err != nil {
+		os.Remove(t.f.Name())
+	}
+	return err
+}
+
+// abort closes and removes the file, leaving the target as it was.
+func (t *tempFile) abort() {
+	t.f.Close()
+	os.Remove(t.f.Name())
+}
+
+// Aggregates are the sinks that summarize a whole recording in memory
+// bounded by distinct call sites: the pprof profile and the sync sites
+// (for `cudatap syncs` and the summary).
+type Aggregates struct {
+	Profile *pprofout.Collector
+	Syncs   *syncs.Collector
+}
+
+// NewAggregates returns empty aggregates.
+func NewAggregates() *Aggregates {
+	return &Aggregates{Profile: pprofout.NewCollector(), Syncs: syncs.NewCollector()}
+}
+
+// Sink feeds both aggregates.
+func (a *Aggregates) Sink() model.Sink { return model.Sinks{a.Profile, a.Syncs} }
+
+// WritePprof writes the profile of agg to every pprof output. An output
+// that fails is removed and reported, naming its path, and the others are
+// still written.
+func WritePprof(outs []Output, r *model.Result, agg *Aggregates) error {
+	var collected *pprofout.Collector
+	if agg != nil {
+		collected = agg.Profile
+	}
+	var prof *profile.Profile
+	var errs []error
+	for _, o := range outs {
+		if o.Format != Pprof {
+			continue
+		}
+		if prof == nil {
+			// Built once, and validated before any file is touched.
+			var err error
+			if prof, err = pprofout.Build(r, collected, pprofout.Options{}); err != nil {
+				return err
+			}
+		}
+		errs = append(errs, writeFile(o.Path, prof.Write))
+	}
+	return errors.Join(errs...)
+}
+
+// writeFile writes path through a temporary file.
+func writeFile(path string, write func(io.Writer) error) error {
+	t, err := createTemp(path)
+	if err != nil {
+		return err
+	}
+	if err := write(t.f); err != nil {
+		t.abort()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := t.commit(); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}
+
+// chromeOut is one Chrome trace being written.
+type chromeOut struct {
+	path string
+	t    *tempFile
+	zw   *gzip.Writer // for .gz outputs
+	w    *chrome.Writer
+	err  error // it could not be created
+}
+
+// ChromeSet streams a recording to every Chrome output at once: the CLI
+// replays the recording into its Sink and closes it with the result.
+type ChromeSet struct {
+	outs []*chromeOut
+}
+
+// CreateChrome opens a temporary file (gzip-compressed for .gz paths) and
+// starts a trace for every Chrome output; nil when there are none. An
+// output whose file cannot be created does not stop the others: Close
+// reports it. names names what the traces show (see chrome.NewWriter).
+func CreateChrome(outs []Output, names *model.Names, opts Options) (*ChromeSet, error) {
+	var s ChromeSet
+	for _, o := range outs {
+		if o.Format != Chrome {
+			continue
+		}
+		c := &chromeOut{path: o.Path}
+		s.outs = append(s.outs, c)
+		t, err := createTemp(o.Path)
+		if err != nil {
+			c.err = err
+			continue
+		}
+		c.t = t
+		var w io.Writer = t.f
+		if strings.HasSuffix(o.Path, ".gz") {
+			c.zw = gzip.NewWriter(t.f)
+			w = c.zw
+		}
+		c.w = chrome.NewWriter(w, names, chrome.Options{Version: opts.Version, Counters: opts.Counters})
+	}
+	if len(s.outs) == 0 {
+		return nil, nil
+	}
+	return &s, nil
+}
+
+// Sink feeds every trace being written (model.Discard when there is none).
+func (s *ChromeSet) Sink() model.Sink {
+	if s == nil {
+		return model.Discard{}
+	}
+	var sinks model.Sinks
+	for _, c := range s.outs {
+		if c.w != nil {
+			sinks = append(sinks, c.w)
+		}
+	}
+	switch len(sinks) {
+	case 0:
+		return model.Discard{}
+	case 1:
+		return sinks[0]
+	}
+	return sinks
+}
+
+// Close finishes every trace with r's track names, counters and loss
+// account, and renames the complete ones over their targets. A trace that
+// failed is removed and reported, naming its path; the others are still
+// written.
+func (s *ChromeSet) Close(r *model.Result) error {
+	if s == nil {
+		return nil
+	}
+	var errs []error
+	for _, c := range s.outs {
+		if c.err != nil {
+			errs = append(errs, fmt.Errorf("write chrome trace %s: %w", c.path, c.err))
+			continue
+		}
+		if c.t == nil {
+			continue // already closed or aborted
+		}
+		err := c.w.Close(r)
+		if c.zw != nil {
+			if zerr := c.zw.Close(); err == nil {
+				err = zerr
+			}
+		}
+		if err != nil {
+			c.t.abort()
+		} else {
+			err = c.t.commit()
+		}
+		c.t = nil
+		if err != nil {
+			errs = append(errs, fmt.Errorf("write chrome trace %s: %w", c.path, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Abort removes every temporary file, leaving the targets as they were:
+// for error paths, before or instead of Close.
+func (s *ChromeSet) Abort() {
+	if s == nil {
+		return
+	}
+	for _, c := range s.outs {
+		if c.t != nil {
+			c.t.abort()
+			c.t = nil
+		}
+	}
 }

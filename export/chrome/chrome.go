@@ -4,20 +4,21 @@
 // the OS pid/tid, inferred GPU activity on a track per stream, ac2g flows
 // from launches to their GPU slices, and cudatap's loss counters alongside.
 //
+// The trace is streamed: a Writer is a model.Sink that writes each call,
+// sync and GPU op as the model hands it over and keeps none of them, so
+// its memory does not grow with the recording. Events come in the order
+// the model finalizes them, not in time order; the viewers and HTA sort.
+// Track names and counters follow the events, written by Close.
+//
 // All timestamps are absolute CLOCK_MONOTONIC µs with three decimals, as
 // Kineto writes them; the "cudatap" block carries the offset to Unix time.
 package chrome
 
 import (
 	"bufio"
-	"compress/gzip"
-	"fmt"
 	"io"
-	"os"
 	"slices"
-	"sort"
 	"strconv"
-	"strings"
 
 	"github.com/cudatap/cudatap/export/internal/describe"
 	"github.com/cudatap/cudatap/tracer/event"
@@ -27,7 +28,7 @@ import (
 // Options tune the trace.
 type Options struct {
 	Version  string    // cudatap version, recorded in the "cudatap" block
-	Counters []Counter // extra counter tracks, e.g. NVML samples
+	Counters []Counter // extra counter tracks; the result's NVML samples are added by Close
 }
 
 // Counter is one sample of a counter track (ph "C"). Values are drawn as
@@ -62,17 +63,73 @@ const depFlowBase = 1 << 40
 // start: a zero-length slice would be invisible and could not anchor flows.
 const minDur = 1 // ns
 
-// Write streams r to out as a Chrome trace.
-func Write(out io.Writer, r *model.Result, opts Options) error {
-	bw := bufio.NewWriterSize(out, 256<<10)
-	w := &writer{out: bw, b: make([]byte, 0, 1024)}
-	bw.WriteString(`{"schemaVersion":1,"deviceProperties":[],"displayTimeUnit":"ns","traceEvents":[` + "\n")
+// kernelKey identifies a kernel: the same function handle names different
+// code in another process.
+type kernelKey struct {
+	pid uint32
+	f   uint64
+}
+
+// Writer streams a Chrome trace to its output. It builds one event at a
+// time in b and hands it to out. Not safe for concurrent use.
+type Writer struct {
+	out    *bufio.Writer
+	err    error // the first write error; nothing more is formatted after it
+	names  *model.Names
+	opts   Options
+	b      []byte
+	sep    bool // a field precedes: the next key needs a comma
+	events int
+	deps   uint64 // dependency flows written so far, for unique ids
+	closed bool
+
+	// Kernel names, demangled once per function rather than per launch.
+	kernels map[kernelKey]describe.Kernel
+}
+
+var _ model.Sink = (*Writer)(nil)
+
+// NewWriter starts a trace on out: it writes the head at once. names names
+// threads, kernels and stack frames; it must be complete before the events
+// that need it arrive (nil: nothing is named).
+func NewWriter(out io.Writer, names *model.Names, opts Options) *Writer {
+	if names == nil {
+		names = model.NewNames()
+	}
+	w := &Writer{out: bufio.NewWriterSize(out, 256<<10), names: names, opts: opts, b: make([]byte, 0, 1024),
+		kernels: map[kernelKey]describe.Kernel{}}
+	w.write([]byte(`{"schemaVersion":1,"deviceProperties":[],"displayTimeUnit":"ns","traceEvents":[` + "\n"))
+	return w
+}
+
+func (w *Writer) write(b []byte) {
+	if w.err != nil {
+		return
+	}
+	if _, err := w.out.Write(b); err != nil {
+		w.err = err
+	}
+}
+
+// Close writes the track names of r's processes and streams, the counter
+// tracks (the options' and r's NVML samples) and the loss account, and
+// flushes. It returns the first write error of the whole trace. It does
+// not close the underlying writer.
+func (w *Writer) Close(r *model.Result) error {
+	if w.closed {
+		return w.err
+	}
+	w.closed = true
 	for i, p := range r.Processes {
 		w.process(i, p)
 	}
+	counters := w.opts.Counters
+	for _, c := range r.Counters {
+		counters = append(counters, Counter{Name: c.Name, PID: DevicePID(c.Device), TS: c.TS, Values: c.Values})
+	}
 	named := map[int]bool{}
-	for i := range opts.Counters {
-		c := &opts.Counters[i]
+	for i := range counters {
+		c := &counters[i]
 		if c.PID >= devicePIDBase && !named[c.PID] {
 			// Name the device's counter track once: "GPU 0 NVIDIA H200 (NVML)".
 			named[c.PID] = true
@@ -80,54 +137,17 @@ func Write(out io.Writer, r *model.Result, opts Options) error {
 		}
 		w.counter(c)
 	}
-	bw.WriteString("\n],")
-	w.footer(r, opts)
-	bw.WriteString("}\n")
-	return bw.Flush() // bufio errors are sticky: the first failed write surfaces here
-}
-
-// WriteFile writes the trace to path, gzip-compressed when path ends in
-// ".gz" (Perfetto and chrome://tracing open .json.gz directly).
-func WriteFile(path string, r *model.Result, opts Options) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("write chrome trace: %w", err)
+	w.write([]byte("\n],"))
+	w.footer(r)
+	w.write([]byte("}\n"))
+	if err := w.out.Flush(); err != nil && w.err == nil {
+		w.err = err
 	}
-	var out io.Writer = f
-	var zw *gzip.Writer
-	if strings.HasSuffix(path, ".gz") {
-		zw = gzip.NewWriter(f)
-		out = zw
-	}
-	err = Write(out, r, opts)
-	if zw != nil {
-		if cerr := zw.Close(); err == nil {
-			err = cerr
-		}
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("write chrome trace %s: %w", path, err)
-	}
-	return nil
-}
-
-// writer builds one event at a time in b and hands it to out.
-type writer struct {
-	out    *bufio.Writer
-	b      []byte
-	sep    bool // a field precedes: the next key needs a comma
-	events int
-	deps   uint64 // dependency flows written so far, for unique ids
-
-	// Per process: kernel names, demangled once per stub rather than per launch.
-	kernels map[uint64]describe.Kernel
+	return w.err
 }
 
 // begin starts an event with the fields every event carries.
-func (w *writer) begin(ph string, pid, tid int, ts uint64) {
+func (w *Writer) begin(ph string, pid, tid int, ts uint64) {
 	w.b = w.b[:0]
 	if w.events > 0 {
 		w.b = append(w.b, ",\n"...)
@@ -141,13 +161,13 @@ func (w *writer) begin(ph string, pid, tid int, ts uint64) {
 	w.micros("ts", ts)
 }
 
-func (w *writer) end() {
+func (w *Writer) end() {
 	w.b = append(w.b, '}')
-	w.out.Write(w.b)
+	w.write(w.b)
 }
 
 // meta writes a metadata event (process_name, thread_sort_index, ...).
-func (w *writer) meta(name string, pid, tid int, value string) {
+func (w *Writer) meta(name string, pid, tid int, value string) {
 	w.begin("M", pid, tid, 0)
 	w.str("name", name)
 	w.open("args")
@@ -156,7 +176,7 @@ func (w *writer) meta(name string, pid, tid int, value string) {
 	w.end()
 }
 
-func (w *writer) metaSort(name string, pid, tid, index int) {
+func (w *Writer) metaSort(name string, pid, tid, index int) {
 	w.begin("M", pid, tid, 0)
 	w.str("name", name)
 	w.open("args")
@@ -165,17 +185,19 @@ func (w *writer) metaSort(name string, pid, tid, index int) {
 	w.end()
 }
 
-func (w *writer) kernel(p *model.Process, addr uint64) describe.Kernel {
-	k, ok := w.kernels[addr]
+func (w *Writer) kernel(p *model.Process, f uint64) describe.Kernel {
+	key := kernelKey{p.PID, f}
+	k, ok := w.kernels[key]
 	if !ok {
-		k = describe.KernelAt(p, addr)
-		w.kernels[addr] = k
+		k = describe.KernelOf(w.names, p, f)
+		w.kernels[key] = k
 	}
 	return k
 }
 
-func (w *writer) process(idx int, p *model.Process) {
-	w.kernels = make(map[uint64]describe.Kernel)
+// process names the tracks of p: its threads, and its device track with
+// one thread per stream.
+func (w *Writer) process(idx int, p *model.Process) {
 	pid, gpid := int(p.PID), GPUPID(p.PID)
 
 	// Each process's device track sorts right after the process itself.
@@ -187,13 +209,13 @@ func (w *writer) process(idx int, p *model.Process) {
 	}
 	slices.Sort(tids)
 	for _, tid := range tids {
-		name := p.Threads[tid]
+		name := w.names.Thread(p.PID, tid)
 		if name == "" {
-			name = fmt.Sprintf("thread %d", tid)
+			name = "thread " + strconv.FormatUint(uint64(tid), 10)
 		}
 		w.meta("thread_name", pid, int(tid), name)
 	}
-	if len(p.Streams) > 0 || len(p.GPUOps) > 0 {
+	if len(p.Streams) > 0 || p.NGPUOps > 0 {
 		w.meta("process_name", gpid, 0, "GPU 0 — "+p.Label()+" (inferred)")
 		w.metaSort("process_sort_index", gpid, 0, 2*idx+1)
 		for _, s := range p.Streams {
@@ -204,32 +226,32 @@ func (w *writer) process(idx int, p *model.Process) {
 			w.metaSort("thread_sort_index", gpid, s.ID, s.ID)
 		}
 	}
-
-	for i := range p.Calls {
-		w.call(p, &p.Calls[i])
-	}
-	for i := range p.Syncs {
-		w.sync(p, &p.Syncs[i])
-	}
-	for i := range p.GPUOps {
-		w.gpuOp(p, &p.GPUOps[i])
-	}
-	if len(p.Deps) > 0 {
-		w.dependencies(p)
-	}
 }
 
-func (w *writer) call(p *model.Process, c *model.Call) {
-	cat, name, class := "cuda_runtime", c.API.String(), event.ClassOther
-	if s := c.Spec(); s != nil {
-		cat, name, class = s.Layer.Category(), s.Name, s.Class
+// Call writes the host slice of c.
+func (w *Writer) Call(p *model.Process, c *model.Call) {
+	if w.err != nil || w.closed {
+		return
+	}
+	cat, name, class := "cuda_runtime", "", event.ClassOther
+	spec := c.Spec()
+	if spec != nil {
+		cat, name, class = spec.Layer.Category(), spec.Name, spec.Class
 	}
 	w.begin("X", int(p.PID), int(c.TID), c.Start)
 	w.str("cat", cat)
-	w.str("name", name)
+	if spec != nil {
+		w.str("name", name)
+	} else {
+		w.str("name", c.API.String())
+	}
 	w.micros("dur", c.Duration())
 	w.open("args")
-	w.str("symbol", c.SymbolName())
+	if spec != nil {
+		w.str("symbol", spec.Symbol(int(c.Symbol)))
+	} else {
+		w.str("symbol", c.API.String())
+	}
 	if c.Stream >= 0 {
 		w.int("stream", int64(c.Stream))
 	}
@@ -241,16 +263,14 @@ func (w *writer) call(p *model.Process, c *model.Call) {
 	case event.ClassMemcpy:
 		w.uint("bytes", a.Bytes)
 		w.str("kind", a.Kind.String())
-		// Whether the host buffer was pinned is known from the pinned
-		// ranges the model tracked, which it put on the copy's GPU op.
-		if c.GPUOp >= 0 && int(c.GPUOp) < len(p.GPUOps) {
-			w.bool("pageable", p.GPUOps[c.GPUOp].Pageable)
-		}
+		// Whether the host buffer was pinned, from the pinned ranges the
+		// model tracked.
+		w.bool("pageable", c.Pageable)
 	case event.ClassMemset:
 		w.uint("bytes", a.Bytes)
 	case event.ClassLaunch:
-		w.dim3("grid", a.Grid.X, a.Grid.Y, a.Grid.Z)
-		w.dim3("block", a.Block.X, a.Block.Y, a.Block.Z)
+		w.dim3("grid", a.Grid)
+		w.dim3("block", a.Block)
 		w.uint("shared_mem", a.SharedMem)
 		w.str("kernel", w.kernel(p, a.Func).Display)
 	case event.ClassCollective:
@@ -274,7 +294,11 @@ func (w *writer) call(p *model.Process, c *model.Call) {
 	w.end()
 }
 
-func (w *writer) sync(p *model.Process, s *model.Sync) {
+// Sync writes the slice of a synchronization, with the stacks that led to it.
+func (w *Writer) Sync(p *model.Process, s *model.Sync) {
+	if w.err != nil || w.closed {
+		return
+	}
 	kind := s.Kind.String()
 	w.begin("X", int(p.PID), int(s.TID), s.Start)
 	w.str("cat", "cuda_sync")
@@ -295,44 +319,67 @@ func (w *writer) sync(p *model.Process, s *model.Sync) {
 		w.int("polls", int64(s.Polls))
 	}
 	w.str("hint", s.Kind.Hint())
-	if s.Call >= 0 && s.Call < len(p.Calls) {
-		if st := p.Calls[s.Call].Stack; st >= 0 && int(st) < len(p.Stacks) {
-			w.key("stack")
-			w.b = append(w.b, '[')
-			for i, addr := range p.Stacks[st] {
-				if i > 0 {
-					w.b = append(w.b, ',')
-				}
-				w.b = appendString(w.b, describe.Frame(p, addr))
+	if s.Stack >= 0 && int(s.Stack) < len(p.Stacks) {
+		w.key("stack")
+		w.b = append(w.b, '[')
+		for i, addr := range p.Stacks[s.Stack] {
+			if i > 0 {
+				w.b = append(w.b, ',')
 			}
-			w.b = append(w.b, ']')
+			w.frame(p.PID, addr)
 		}
-		if py := describe.PyStack(p, &p.Calls[s.Call]); len(py) > 0 {
-			// The Python line that led here, innermost first.
-			w.key("python_stack")
-			w.b = append(w.b, '[')
-			for i, f := range py {
-				if i > 0 {
-					w.b = append(w.b, ',')
-				}
-				w.b = appendString(w.b, f)
+		w.b = append(w.b, ']')
+	}
+	if s.PyStack >= 0 && int(s.PyStack) < len(p.PyStacks) && len(p.PyStacks[s.PyStack]) > 0 {
+		// The Python line that led here, innermost first.
+		w.key("python_stack")
+		w.b = append(w.b, '[')
+		for i, k := range p.PyStacks[s.PyStack] {
+			if i > 0 {
+				w.b = append(w.b, ',')
 			}
-			w.b = append(w.b, ']')
+			w.pyFrame(p.PID, k)
 		}
+		w.b = append(w.b, ']')
 	}
 	w.close()
 	w.end()
 }
 
-func (w *writer) gpuOp(p *model.Process, op *model.GPUOp) {
+// frame appends a stack frame's name as describe.Frame gives it, without
+// building the string of an unresolved one.
+func (w *Writer) frame(pid uint32, addr uint64) {
+	if s := w.names.Frame(pid, addr); s != "" {
+		w.b = appendString(w.b, s)
+		return
+	}
+	w.b = append(w.b, `"0x`...)
+	w.b = strconv.AppendUint(w.b, addr, 16)
+	w.b = append(w.b, '"')
+}
+
+// pyFrame appends a Python frame's name as describe.PyFrame gives it.
+func (w *Writer) pyFrame(pid uint32, k model.PyKey) {
+	if s := w.names.PyFrame(pid, k); s != "" {
+		w.b = appendString(w.b, s)
+		return
+	}
+	w.b = append(w.b, `"<python code 0x`...)
+	w.b = strconv.AppendUint(w.b, k.Code, 16)
+	w.b = append(w.b, `>"`...)
+}
+
+// GPUOp writes the slice of an inferred GPU op on its stream's track, the
+// ac2g flow from the call that enqueued it, and the cuda_event flow from
+// the op it waited for (cudaEventRecord → cudaStreamWaitEvent).
+func (w *Writer) GPUOp(p *model.Process, op *model.GPUOp) {
+	if w.err != nil || w.closed {
+		return
+	}
 	gpid := GPUPID(p.PID)
 	dur := uint64(minDur)
 	if op.End > op.Start {
 		dur = op.End - op.Start
-	}
-	var call *model.Call
-	if op.Call >= 0 && op.Call < len(p.Calls) {
-		call = &p.Calls[op.Call]
 	}
 	var k describe.Kernel
 	if op.Kind == model.OpKernel {
@@ -359,15 +406,18 @@ func (w *writer) gpuOp(p *model.Process, op *model.GPUOp) {
 	case model.OpMemset:
 		w.str("name", "Memset")
 	case model.OpGraph:
+		w.key("name")
+		w.b = append(w.b, `"Graph launch`...)
 		if op.GraphOps > 0 {
-			w.str("name", "Graph launch ("+strconv.Itoa(int(op.GraphOps))+" ops)")
-		} else {
-			w.str("name", "Graph launch")
+			w.b = append(w.b, " ("...)
+			w.b = strconv.AppendInt(w.b, int64(op.GraphOps), 10)
+			w.b = append(w.b, " ops)"...)
 		}
+		w.b = append(w.b, '"')
 	case model.OpCollective:
 		name := "nccl"
-		if call != nil {
-			name = call.API.String()
+		if s := event.Lookup(op.API); s != nil {
+			name = s.Name
 		}
 		w.str("name", name)
 	default:
@@ -386,11 +436,8 @@ func (w *writer) gpuOp(p *model.Process, op *model.GPUOp) {
 	case model.OpKernel:
 		w.str("kernel_full", k.Full)
 		w.str("kernel_mangled", k.Mangled)
-		if call != nil && call.Spec() != nil && call.Spec().Class == event.ClassLaunch {
-			a := &call.Args
-			w.dim3("grid", a.Grid.X, a.Grid.Y, a.Grid.Z)
-			w.dim3("block", a.Block.X, a.Block.Y, a.Block.Z)
-		}
+		w.dim3("grid", op.Grid)
+		w.dim3("block", op.Block)
 	case model.OpMemcpy:
 		w.uint("bytes", op.Bytes)
 		w.str("kind", op.CopyKind.String())
@@ -401,12 +448,23 @@ func (w *writer) gpuOp(p *model.Process, op *model.GPUOp) {
 	w.close()
 	w.end()
 
-	if op.Correlation == 0 || call == nil {
-		return
+	if op.Correlation != 0 {
+		w.flow("s", "ac2g", op.Correlation, int(p.PID), int(op.TID), op.Enqueued)
+		w.flow("f", "ac2g", op.Correlation, gpid, op.Stream, op.Start)
 	}
-	w.flow("s", "ac2g", op.Correlation, int(p.PID), int(call.TID), call.Start)
-	w.flow("f", "ac2g", op.Correlation, gpid, op.Stream, op.Start)
+	// An event dependency: from the op the record followed on its stream
+	// to this op, the one the wait held back.
+	if op.AfterStream >= 0 {
+		id := depFlowBase + w.deps
+		w.deps++
+		w.flow("s", "cuda_event", id, gpid, int(op.AfterStream), op.AfterStart)
+		w.flow("f", "cuda_event", id, gpid, op.Stream, op.Start)
+	}
 }
+
+// Dependency writes nothing: the GPU op a wait held back carries the
+// dependency (GPUOp.After), and is drawn with it.
+func (w *Writer) Dependency(*model.Process, *model.Dependency) {}
 
 func ncclType(t uint8) string {
 	if int(t) < len(event.NCCLTypeName) {
@@ -417,7 +475,7 @@ func ncclType(t uint8) string {
 
 // flow writes one end of a flow arrow. Both ends bind to the slice that
 // encloses ts on their track ("bp":"e" on the finish).
-func (w *writer) flow(ph, cat string, id uint64, pid, tid int, ts uint64) {
+func (w *Writer) flow(ph, cat string, id uint64, pid, tid int, ts uint64) {
 	w.begin(ph, pid, tid, ts)
 	w.str("cat", cat)
 	w.str("name", cat)
@@ -428,45 +486,7 @@ func (w *writer) flow(ph, cat string, id uint64, pid, tid int, ts uint64) {
 	w.end()
 }
 
-// dependencies draws cudaEventRecord → cudaStreamWaitEvent as arrows from
-// the last GPU op the record followed on its stream to the first op
-// enqueued after the wait on the waiting stream: that op is the one held
-// back. Without such an op an end falls back to the host call itself.
-func (w *writer) dependencies(p *model.Process) {
-	// GPU op indices per stream, in enqueue order.
-	byStream := make(map[int][]int)
-	for i := range p.GPUOps {
-		byStream[p.GPUOps[i].Stream] = append(byStream[p.GPUOps[i].Stream], i)
-	}
-	for _, ops := range byStream {
-		slices.SortStableFunc(ops, func(a, b int) int { return p.GPUOps[a].Call - p.GPUOps[b].Call })
-	}
-	pid, gpid := int(p.PID), GPUPID(p.PID)
-	for _, d := range p.Deps {
-		if d.ToStream < 0 || d.RecordCall < 0 || d.RecordCall >= len(p.Calls) || d.WaitCall < 0 || d.WaitCall >= len(p.Calls) {
-			continue
-		}
-		id := depFlowBase + w.deps
-		w.deps++
-
-		from := byStream[d.FromStream]
-		if i := sort.Search(len(from), func(i int) bool { return p.GPUOps[from[i]].Call >= d.RecordCall }); i > 0 {
-			w.flow("s", "cuda_event", id, gpid, d.FromStream, p.GPUOps[from[i-1]].Start)
-		} else {
-			rec := &p.Calls[d.RecordCall]
-			w.flow("s", "cuda_event", id, pid, int(rec.TID), rec.Start)
-		}
-		to := byStream[d.ToStream]
-		if i := sort.Search(len(to), func(i int) bool { return p.GPUOps[to[i]].Call > d.WaitCall }); i < len(to) {
-			w.flow("f", "cuda_event", id, gpid, d.ToStream, p.GPUOps[to[i]].Start)
-		} else {
-			wait := &p.Calls[d.WaitCall]
-			w.flow("f", "cuda_event", id, pid, int(wait.TID), wait.Start)
-		}
-	}
-}
-
-func (w *writer) counter(c *Counter) {
+func (w *Writer) counter(c *Counter) {
 	names := make([]string, 0, len(c.Values))
 	for k := range c.Values {
 		names = append(names, k)
@@ -484,12 +504,12 @@ func (w *writer) counter(c *Counter) {
 
 // footer writes the "cudatap" block: which clock the timestamps use and
 // what was lost, so a reader can tell a quiet GPU from a lossy recording.
-func (w *writer) footer(r *model.Result, opts Options) {
+func (w *Writer) footer(r *model.Result) {
 	d := r.Drops
 	w.b = w.b[:0]
 	w.sep = false
 	w.open("cudatap")
-	w.str("version", opts.Version)
+	w.str("version", w.opts.Version)
 	w.str("clock", "CLOCK_MONOTONIC")
 	w.int("wall_offset_ns", r.WallOffsetNs)
 	w.open("drops")
@@ -504,8 +524,10 @@ func (w *writer) footer(r *model.Result, opts Options) {
 	w.uint("attach_failures", d.AttachFailures)
 	w.uint("nested", d.Nested)
 	w.uint("program_skips", d.ProgramSkips)
+	w.uint("window_full", d.WindowFull)
+	w.uint("stacks_dropped", d.StacksDropped)
 	w.close()
 	w.uint("lost_events", d.Lost())
 	w.close()
-	w.out.Write(w.b)
+	w.write(w.b)
 }

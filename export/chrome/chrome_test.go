@@ -2,13 +2,11 @@ package chrome
 
 import (
 	"bytes"
-	"compress/gzip"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
-	"os"
-	"path/filepath"
 	"reflect"
 	"runtime"
 	"strings"
@@ -39,10 +37,13 @@ func parse(t *testing.T, data []byte) traceFile {
 	return tf
 }
 
-func write(t *testing.T, r *model.Result, opts Options) (traceFile, string) {
+// write streams the fixture through a Writer, as the model would.
+func write(t *testing.T, f *fixture.Fixture, opts Options) (traceFile, string) {
 	t.Helper()
 	var buf bytes.Buffer
-	if err := Write(&buf, r, opts); err != nil {
+	w := NewWriter(&buf, f.Names, opts)
+	f.Feed(w)
+	if err := w.Close(f.Result); err != nil {
 		t.Fatal(err)
 	}
 	return parse(t, buf.Bytes()), buf.String()
@@ -104,8 +105,9 @@ func one(t *testing.T, tf traceFile, what string, match func(ev map[string]any) 
 }
 
 func TestSchema(t *testing.T) {
-	r := fixture.Result()
-	tf, raw := write(t, r, Options{Version: "v0.1.0-test"})
+	f := fixture.New()
+	r := f.Result
+	tf, raw := write(t, f, Options{Version: "v0.1.0-test"})
 
 	if tf.SchemaVersion == nil || *tf.SchemaVersion != 1 || tf.DisplayTimeUnit != "ns" || tf.DeviceProperties == nil {
 		t.Errorf("Kineto header: schemaVersion %v, displayTimeUnit %q, deviceProperties %v", tf.SchemaVersion, tf.DisplayTimeUnit, tf.DeviceProperties)
@@ -151,12 +153,15 @@ func TestSchema(t *testing.T) {
 
 	// Every call, sync and GPU op is there, on the right tracks.
 	var calls, syncs, ops int
-	for _, p := range r.Processes {
-		calls += len(p.Calls)
-		syncs += len(p.Syncs)
-		ops += len(p.GPUOps)
+	for _, tr := range f.Traces {
+		calls += len(tr.Calls)
+		syncs += len(tr.Syncs)
+		ops += len(tr.GPUOps)
 	}
-	if n := len(find(tf, func(ev map[string]any) bool { return ev["ph"] == "X" && ev["cat"] == "cuda_runtime" })); n != calls {
+	host := func(ev map[string]any) bool {
+		return ev["ph"] == "X" && (ev["cat"] == "cuda_runtime" || ev["cat"] == "cuda_driver" || ev["cat"] == "nccl")
+	}
+	if n := len(find(tf, host)); n != calls {
 		t.Errorf("%d host call slices, want %d", n, calls)
 	}
 	if n := len(find(tf, func(ev map[string]any) bool { return ev["cat"] == "cuda_sync" })); n != syncs {
@@ -189,8 +194,8 @@ func TestSchema(t *testing.T) {
 }
 
 func TestFlows(t *testing.T) {
-	r := fixture.Result()
-	tf, _ := write(t, r, Options{})
+	f := fixture.New()
+	tf, _ := write(t, f, Options{})
 
 	type end struct {
 		pid, tid int64
@@ -230,18 +235,18 @@ func TestFlows(t *testing.T) {
 	// One ac2g flow per correlated GPU op, from the host call to the op,
 	// with Kineto's id == correlation.
 	var correlated int
-	for _, p := range r.Processes {
-		correlated += len(p.GPUOps)
+	for _, tr := range f.Traces {
+		correlated += len(tr.GPUOps)
 	}
 	if n := len(find(tf, func(ev map[string]any) bool { return ev["ph"] == "s" && ev["cat"] == "ac2g" })); n != correlated {
 		t.Errorf("%d ac2g flows, want %d", n, correlated)
 	}
-	a := r.Processes[0]
-	s, f := starts["ac2g/1"], finishes["ac2g/1"]
+	a := f.Traces[fixture.PIDA]
+	s, fin := starts["ac2g/1"], finishes["ac2g/1"]
 	launch, op := a.Calls[a.GPUOps[0].Call], a.GPUOps[0]
-	if s != (end{int64(a.PID), int64(launch.TID), float64(launch.Start) / 1000}) ||
-		f != (end{int64(GPUPID(a.PID)), int64(op.Stream), float64(op.Start) / 1000}) {
-		t.Errorf("ac2g/1: start %v finish %v", s, f)
+	if s != (end{fixture.PIDA, int64(launch.TID), float64(launch.Start) / 1000}) ||
+		fin != (end{int64(GPUPID(fixture.PIDA)), int64(op.Stream), float64(op.Start) / 1000}) {
+		t.Errorf("ac2g/1: start %v finish %v", s, fin)
 	}
 
 	// The event dependency runs from the last op on stream 2 before the
@@ -252,19 +257,20 @@ func TestFlows(t *testing.T) {
 		t.Fatalf("%d dependency flows, want 1", len(deps))
 	}
 	id := fmt.Sprint("cuda_event/", deps[0]["id"])
-	if s, f := starts[id], finishes[id]; s != (end{int64(GPUPID(a.PID)), 2, float64(a.GPUOps[4].Start) / 1000}) ||
-		f != (end{int64(GPUPID(a.PID)), 3, float64(a.GPUOps[6].Start) / 1000}) {
-		t.Errorf("dependency flow: start %v finish %v", s, f)
+	if s, fin := starts[id], finishes[id]; s != (end{int64(GPUPID(fixture.PIDA)), 2, float64(a.GPUOps[4].Start) / 1000}) ||
+		fin != (end{int64(GPUPID(fixture.PIDA)), 3, float64(a.GPUOps[6].Start) / 1000}) {
+		t.Errorf("dependency flow: start %v finish %v", s, fin)
+	}
+	if integer(t, deps[0]["id"]) < depFlowBase {
+		t.Errorf("dependency flow id %v shares the correlation range", deps[0]["id"])
 	}
 }
 
 func TestHostCalls(t *testing.T) {
-	r := fixture.Result()
-	tf, _ := write(t, r, Options{})
-	a := r.Processes[0]
+	tf, _ := write(t, fixture.New(), Options{})
 	onThread := func(tid int64, name string) func(map[string]any) bool {
 		return func(ev map[string]any) bool {
-			return ev["ph"] == "X" && ev["name"] == name && integer(t, ev["pid"]) == int64(a.PID) && integer(t, ev["tid"]) == tid
+			return ev["ph"] == "X" && ev["name"] == name && integer(t, ev["pid"]) == fixture.PIDA && integer(t, ev["tid"]) == tid
 		}
 	}
 
@@ -296,11 +302,24 @@ func TestHostCalls(t *testing.T) {
 	if _, ok := args(one(t, tf, "device sync", onThread(4123, "cudaDeviceSynchronize")))["stream"]; ok {
 		t.Error("cudaDeviceSynchronize carries a stream")
 	}
+
+	// Process B: a driver launch of a kernel named through its runtime
+	// stub, and an all-reduce.
+	drv := one(t, tf, "driver launch", named("X", "cuLaunchKernel"))
+	if drv["cat"] != "cuda_driver" || args(drv)["kernel"] != "fill" {
+		t.Errorf("driver launch: %v", drv)
+	}
+	ar := one(t, tf, "all-reduce", func(ev map[string]any) bool {
+		return named("X", "ncclAllReduce")(ev) && integer(t, ev["pid"]) == fixture.PIDB
+	})
+	if aa := args(ar); ar["cat"] != "nccl" || integer(t, aa["bytes"]) != 1<<20 || integer(t, aa["count"]) != 1<<18 ||
+		aa["datatype"] != "float32" || aa["peer"] != nil {
+		t.Errorf("all-reduce: %v", ar)
+	}
 }
 
 func TestSyncSlices(t *testing.T) {
-	r := fixture.Result()
-	tf, _ := write(t, r, Options{})
+	tf, _ := write(t, fixture.New(), Options{})
 
 	ps := one(t, tf, "pageable sync", named("X", "sync: pageable_memcpy"))
 	pa := args(ps)
@@ -313,9 +332,18 @@ func TestSyncSlices(t *testing.T) {
 		num(t, ps["dur"]) != 30 || integer(t, ps["tid"]) != 4123 {
 		t.Errorf("pageable sync: %v", ps)
 	}
+	if _, ok := pa["python_stack"]; ok {
+		t.Errorf("python_stack on a sync without one: %v", pa)
+	}
 	ss := args(one(t, tf, "stream sync", named("X", "sync: stream_sync")))
 	if ss["explicit"] != true {
 		t.Errorf("stream sync: %v", ss)
+	}
+	// The Python lines that led to the event sync, innermost first; the
+	// unnamed frame keeps its code object's address.
+	es := args(one(t, tf, "event sync", named("X", "sync: event_sync")))
+	if want := []any{"train.py:88 step", "<python code 0x7f00bb00>"}; !reflect.DeepEqual(es["python_stack"], want) {
+		t.Errorf("python_stack %v, want %v", es["python_stack"], want)
 	}
 	for _, ev := range find(tf, named("X", "sync: device_sync")) {
 		if _, ok := args(ev)["stream"]; ok {
@@ -325,8 +353,7 @@ func TestSyncSlices(t *testing.T) {
 }
 
 func TestGPUSlices(t *testing.T) {
-	r := fixture.Result()
-	tf, _ := write(t, r, Options{})
+	tf, _ := write(t, fixture.New(), Options{})
 
 	full := symbolize.Demangle(fixture.KernelLong)
 	long := args(one(t, tf, "templated kernel", named("X", symbolize.Shorten(full, 120))))
@@ -340,11 +367,19 @@ func TestGPUSlices(t *testing.T) {
 	if ms := one(t, tf, "memset", named("X", "Memset")); num(t, ms["dur"]) != 0.001 || ms["cat"] != "gpu_memset" {
 		t.Errorf("zero-length op: %v", ms)
 	}
+	fill := args(one(t, tf, "driver-launched kernel", named("X", "fill")))
+	if fill["kernel_mangled"] != fixture.KernelFill || fill["kernel_full"] != "fill(float*, int)" || fill["grid"] != "[1, 1, 1]" || fill["block"] != "[32, 1, 1]" {
+		t.Errorf("driver-launched kernel args: %v", fill)
+	}
+	if nc := one(t, tf, "collective", func(ev map[string]any) bool {
+		return named("X", "ncclAllReduce")(ev) && integer(t, ev["pid"]) == int64(GPUPID(fixture.PIDB))
+	}); nc["cat"] != "kernel" || integer(t, nc["tid"]) != 1 || integer(t, args(nc)["bytes"]) != 1<<20 {
+		t.Errorf("collective slice: %v", nc)
+	}
 }
 
 func TestMetadata(t *testing.T) {
-	r := fixture.Result()
-	tf, _ := write(t, r, Options{})
+	tf, _ := write(t, fixture.New(), Options{})
 	type track struct {
 		meta     string
 		pid, tid int64
@@ -394,13 +429,26 @@ func TestMetadata(t *testing.T) {
 }
 
 func TestCounters(t *testing.T) {
-	r := fixture.Result()
-	tf, raw := write(t, r, Options{Counters: []Counter{
+	f := fixture.New()
+	f.Result.Counters = []model.Counter{
+		{Device: 1, Name: "GPU 1 NVIDIA H200", TS: fixture.Base + 10, Values: map[string]float64{"sm_util": 50}},
+		{Device: 1, Name: "GPU 1 NVIDIA H200", TS: fixture.Base + 20, Values: map[string]float64{"sm_util": 60}},
+	}
+	tf, raw := write(t, f, Options{Counters: []Counter{
 		{Name: "GPU 0 \"util\"", PID: GPUPID(4123), TS: fixture.Base, Values: map[string]float64{"sm": 87.5, "mem": 12, "bad": math.NaN()}},
 	}})
-	c := one(t, tf, "counter", func(ev map[string]any) bool { return ev["ph"] == "C" })
+	c := one(t, tf, "counter", func(ev map[string]any) bool { return ev["ph"] == "C" && integer(t, ev["pid"]) == int64(GPUPID(4123)) })
 	if c["name"] != `GPU 0 "util"` || num(t, args(c)["sm"]) != 87.5 || args(c)["bad"] != nil {
 		t.Errorf("counter: %v", c)
+	}
+	// The result's NVML samples: on the device's own track, named once.
+	if n := len(find(tf, func(ev map[string]any) bool { return ev["ph"] == "C" && integer(t, ev["pid"]) == int64(DevicePID(1)) })); n != 2 {
+		t.Errorf("%d NVML samples, want 2", n)
+	}
+	if dev := one(t, tf, "device track name", func(ev map[string]any) bool {
+		return named("M", "process_name")(ev) && integer(t, ev["pid"]) == int64(DevicePID(1))
+	}); args(dev)["name"] != "GPU 1 NVIDIA H200 (NVML)" {
+		t.Errorf("device track: %v", dev)
 	}
 	if !strings.Contains(raw, `"args":{"bad":null,"mem":12,"sm":87.5}`) {
 		t.Error("counter values not sorted by name, or NaN not null")
@@ -424,90 +472,101 @@ func TestAppendString(t *testing.T) {
 	}
 }
 
-func TestWriteFile(t *testing.T) {
-	r := fixture.Result()
-	dir := t.TempDir()
-	for _, name := range []string{"trace.json", "trace.json.gz"} {
-		path := filepath.Join(dir, name)
-		if err := WriteFile(path, r, Options{}); err != nil {
-			t.Fatal(err)
-		}
-		data, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if strings.HasSuffix(name, ".gz") {
-			zr, err := gzip.NewReader(bytes.NewReader(data))
-			if err != nil {
-				t.Fatalf("%s: %v", name, err)
-			}
-			if data, err = io.ReadAll(zr); err != nil {
-				t.Fatalf("%s: %v", name, err)
-			}
-		}
-		if tf := parse(t, data); len(tf.TraceEvents) == 0 {
-			t.Errorf("%s: no events", name)
-		}
+type failWriter struct{ n int }
+
+func (f *failWriter) Write(b []byte) (int, error) {
+	if f.n -= len(b); f.n < 0 {
+		return 0, errors.New("disk full")
 	}
-	if err := WriteFile(filepath.Join(dir, "missing", "trace.json"), r, Options{}); err == nil {
-		t.Error("no error for an unwritable path")
+	return len(b), nil
+}
+
+// A write error anywhere in the trace is the one Close returns.
+func TestWriteError(t *testing.T) {
+	f := fixture.New()
+	w := NewWriter(&failWriter{n: 1000}, f.Names, Options{})
+	f.Feed(w)
+	if err := w.Close(f.Result); err == nil || err.Error() != "disk full" {
+		t.Errorf("Close = %v, want the write error", err)
 	}
 }
 
-// synthetic is a recording of n launches, each with its GPU op and flow, and
-// a sync with a stack after every 100th.
-func synthetic(n int) *model.Result {
+// synthetic is one process that launches a kernel, with a named stack and
+// a Python stack for its syncs, and the events of one launch: the call, its
+// GPU op (waiting for an op on another stream) and a sync.
+func synthetic() (*model.Names, *model.Process, *model.Call, *model.GPUOp, *model.Sync) {
+	n := model.NewNames()
+	n.Kernels[model.NameKey{PID: 1, Key: 0x1000}] = fixture.KernelLong
+	for i, f := range []string{"a (x.so)", "b (x.so)"} {
+		n.Frames[model.NameKey{PID: 1, Key: uint64(0x10 * (i + 1))}] = f
+	}
+	py := model.PyKey{Code: 0x50, Instr: 1}
+	n.Py[model.PyNameKey{PID: 1, PyKey: py}] = "train.py:3 step"
 	p := &model.Process{
-		PID: 1, Info: model.ProcessInfo{Comm: "bench"}, Threads: map[uint32]string{1: "bench"},
-		Streams: []*model.Stream{{ID: 0, Kind: model.StreamLegacy}},
-		Kernels: map[uint64]string{0x1000: fixture.KernelLong},
-		Stacks:  [][]uint64{{0x10, 0x20, 0x30}},
-		Frames:  map[uint64]string{0x10: "a (x.so)", 0x20: "b (x.so)", 0x30: "c (x.so)"},
+		PID: 1, Threads: map[uint32]struct{}{1: {}}, KernelNames: map[uint64]string{}, Stubs: map[uint64]uint64{},
+		Streams:  []*model.Stream{{ID: 0, Kind: model.StreamLegacy}, {ID: 1, Kind: model.StreamCreated}},
+		Stacks:   [][]uint64{{0x10, 0x20, 0x30}},
+		PyStacks: [][]model.PyKey{{py, {Code: 0x60}}},
 	}
-	for i := range n {
-		ts := fixture.Base + uint64(i)*5000
-		p.Calls = append(p.Calls, model.Call{Start: ts, End: ts, TID: 1, API: event.CudaLaunchKernel, Correlation: uint64(i + 1),
-			GPUOp: int32(i), Sync: -1, Stack: -1, Args: event.Args{Func: 0x1000, HasStream: true}})
-		p.GPUOps = append(p.GPUOps, model.GPUOp{Kind: model.OpKernel, Call: i, Correlation: uint64(i + 1), Func: 0x1000, Start: ts + 1000, End: ts + 4000})
-		if i%100 == 99 {
-			p.Calls[i].Sync, p.Calls[i].Stack = int32(len(p.Syncs)), 0
-			p.Syncs = append(p.Syncs, model.Sync{Kind: model.SyncStream, Call: i, TID: 1, Start: ts, BlockedNs: 1000})
+	ts := uint64(fixture.Base)
+	c := &model.Call{Start: ts, End: ts, TID: 1, API: event.CudaLaunchKernel, Correlation: 1, Stream: 1, GPUOp: 0,
+		Stack: -1, PyStack: -1, Args: event.Args{Func: 0x1000, HasStream: true}}
+	op := &model.GPUOp{Kind: model.OpKernel, Stream: 1, Correlation: 1, Func: 0x1000, Enqueued: ts, TID: 1,
+		Start: ts + 1000, End: ts + 4000, After: 0, AfterStream: 0, AfterStart: ts + 500}
+	s := &model.Sync{Kind: model.SyncStream, TID: 1, Stream: 1, Start: ts, BlockedNs: 1000, Stack: 0, PyStack: 0}
+	return n, p, c, op, s
+}
+
+// TestAllocsPerEvent guards the streaming design: once the kernel names are
+// cached, writing a call, a sync or a GPU op allocates nothing, so the
+// writer's memory does not grow with the recording.
+func TestAllocsPerEvent(t *testing.T) {
+	n, p, c, op, s := synthetic()
+	w := NewWriter(io.Discard, n, Options{})
+	w.Call(p, c)
+	w.GPUOp(p, op)
+	w.Sync(p, s)
+	for name, f := range map[string]func(){
+		"call":   func() { c.Start++; w.Call(p, c) },
+		"GPU op": func() { op.Start++; w.GPUOp(p, op) },
+		"sync":   func() { s.Start++; w.Sync(p, s) },
+	} {
+		if a := testing.AllocsPerRun(1000, f); a != 0 {
+			t.Errorf("%v allocations per %s", a, name)
 		}
 	}
-	return &model.Result{Processes: []*model.Process{p}}
-}
-
-// TestAllocsPerEvent guards the streaming design: the allocations of a write
-// must not grow with the number of events.
-func TestAllocsPerEvent(t *testing.T) {
-	allocs := func(n int) float64 {
-		r := synthetic(n)
-		return testing.AllocsPerRun(3, func() { Write(io.Discard, r, Options{}) })
-	}
-	small, large := allocs(1000), allocs(11000)
-	if perEvent := (large - small) / (10000 * 4); perEvent > 0.001 { // 4 events per launch
-		t.Errorf("%.4f allocations per event (%v for 1k launches, %v for 11k)", perEvent, small, large)
+	if err := w.Close(&model.Result{Processes: []*model.Process{p}}); err != nil {
+		t.Fatal(err)
 	}
 }
 
-func BenchmarkWrite(b *testing.B) {
-	const n = 100_000
-	r := synthetic(n)
+func BenchmarkWriter(b *testing.B) {
+	n, p, c, op, s := synthetic()
 	var buf bytes.Buffer
-	Write(&buf, r, Options{})
-	events := float64(strings.Count(buf.String(), `{"ph":`))
-	b.SetBytes(int64(buf.Len()))
+	w := NewWriter(&buf, n, Options{})
+	w.out.Flush()
+	head := buf.Len()
+	w.Call(p, c)
+	w.GPUOp(p, op)
+	w.out.Flush()
+	b.SetBytes(int64(buf.Len() - head)) // one launch
+	w = NewWriter(io.Discard, n, Options{})
 	b.ReportAllocs()
 	var ms0, ms1 runtime.MemStats
 	runtime.ReadMemStats(&ms0)
-	b.ResetTimer()
 	for b.Loop() {
-		if err := Write(io.Discard, r, Options{}); err != nil {
-			b.Fatal(err)
+		c.Start++
+		op.Start++
+		w.Call(p, c)
+		w.GPUOp(p, op)
+		if c.Start%100 == 0 {
+			w.Sync(p, s)
 		}
 	}
 	b.StopTimer()
 	runtime.ReadMemStats(&ms1)
+	const events = 6 // per launch: the call, its GPU op, both ends of its ac2g and of its cuda_event flow
 	b.ReportMetric(events*float64(b.N)/b.Elapsed().Seconds(), "events/s")
 	b.ReportMetric(float64(ms1.Mallocs-ms0.Mallocs)/(events*float64(b.N)), "allocs/event")
+	w.Close(&model.Result{Processes: []*model.Process{p}})
 }

@@ -4,6 +4,8 @@ import (
 	"math"
 	"strconv"
 	"unicode/utf8"
+
+	"github.com/cudatap/cudatap/tracer/event"
 )
 
 // The trace is built by appending to one reused buffer per event: a
@@ -11,7 +13,7 @@ import (
 // reflect for every one of them.
 
 // key appends `"k":`, preceded by a comma unless it opens an object.
-func (w *writer) key(k string) {
+func (w *Writer) key(k string) {
 	if w.sep {
 		w.b = append(w.b, ',')
 	}
@@ -21,22 +23,22 @@ func (w *writer) key(k string) {
 	w.b = append(w.b, '"', ':')
 }
 
-func (w *writer) str(k, v string) {
+func (w *Writer) str(k, v string) {
 	w.key(k)
 	w.b = appendString(w.b, v)
 }
 
-func (w *writer) int(k string, v int64) {
+func (w *Writer) int(k string, v int64) {
 	w.key(k)
 	w.b = strconv.AppendInt(w.b, v, 10)
 }
 
-func (w *writer) uint(k string, v uint64) {
+func (w *Writer) uint(k string, v uint64) {
 	w.key(k)
 	w.b = strconv.AppendUint(w.b, v, 10)
 }
 
-func (w *writer) bool(k string, v bool) {
+func (w *Writer) bool(k string, v bool) {
 	w.key(k)
 	w.b = strconv.AppendBool(w.b, v)
 }
@@ -44,7 +46,7 @@ func (w *writer) bool(k string, v bool) {
 // micros appends ns as fractional µs with exactly three decimals. Integer
 // arithmetic keeps it exact: absolute monotonic times exceed the 2^53 ns a
 // float64 holds without rounding after about 100 days of uptime.
-func (w *writer) micros(k string, ns uint64) {
+func (w *Writer) micros(k string, ns uint64) {
 	w.key(k)
 	w.b = strconv.AppendUint(w.b, ns/1000, 10)
 	frac := ns % 1000
@@ -52,25 +54,25 @@ func (w *writer) micros(k string, ns uint64) {
 }
 
 // dim3 appends a launch dimension as the string "[x, y, z]".
-func (w *writer) dim3(k string, x, y, z uint32) {
+func (w *Writer) dim3(k string, d event.Dim3) {
 	w.key(k)
 	w.b = append(w.b, '"', '[')
-	w.b = strconv.AppendUint(w.b, uint64(x), 10)
+	w.b = strconv.AppendUint(w.b, uint64(d.X), 10)
 	w.b = append(w.b, ", "...)
-	w.b = strconv.AppendUint(w.b, uint64(y), 10)
+	w.b = strconv.AppendUint(w.b, uint64(d.Y), 10)
 	w.b = append(w.b, ", "...)
-	w.b = strconv.AppendUint(w.b, uint64(z), 10)
+	w.b = strconv.AppendUint(w.b, uint64(d.Z), 10)
 	w.b = append(w.b, ']', '"')
 }
 
 // open starts a nested object under k; close ends it.
-func (w *writer) open(k string) {
+func (w *Writer) open(k string) {
 	w.key(k)
 	w.b = append(w.b, '{')
 	w.sep = false
 }
 
-func (w *writer) close() {
+func (w *Writer) close() {
 	w.b = append(w.b, '}')
 	w.sep = true
 }
@@ -117,7 +119,7 @@ func appendString(b []byte, s string) []byte {
 
 // float appends a counter value under a caller-chosen key, so the key is
 // escaped too. JSON has no NaN or infinity: those become null.
-func (w *writer) float(k string, v float64) {
+func (w *Writer) float(k string, v float64) {
 	if w.sep {
 		w.b = append(w.b, ',')
 	}

@@ -1,14 +1,14 @@
-// Package pprofout turns a recording into a pprof profile: one sample per
-// CUDA call, aggregated by identical stack and labels, with the API (and for
-// launches the kernel) as leaf frame under the host stack that made the call,
-// rooted at the thread and the process. `go tool pprof` and any flame-graph
+// Package pprofout turns a recording into a pprof profile: the CUDA calls,
+// aggregated as the model hands them over by identical stack and labels,
+// with the API (and for launches the kernel) as leaf frame under the host
+// stack that made the call, rooted at the thread and the process. `go tool pprof` and any flame-graph
 // viewer then answer "which code waits for the GPU, and how long".
 package pprofout
 
 import (
 	"encoding/binary"
 	"fmt"
-	"os"
+	"io"
 	"strconv"
 	"strings"
 
@@ -46,8 +46,71 @@ func sampleTypes() []*profile.ValueType {
 	}
 }
 
-// Build makes a valid profile of r.
-func Build(r *model.Result, opts Options) (*profile.Profile, error) {
+// key is what makes two calls one sample: the same thread, API symbol,
+// stream, stacks, sync kind and, for launches, kernel.
+type key struct {
+	pid, tid       uint32
+	api            event.API
+	symbol         uint8
+	sync           model.SyncKind
+	stream         int32
+	stack, pyStack int32
+	kernel         uint64 // the launched function, 0 for other calls
+}
+
+type entry struct {
+	key
+	v [numValues]int64
+}
+
+// Collector aggregates calls as the model hands them over: its memory is
+// bounded by the number of distinct samples, never by the number of calls.
+// It keeps them in the order first seen, so profiles are deterministic.
+type Collector struct {
+	index   map[key]int
+	entries []entry
+}
+
+var _ model.Sink = (*Collector)(nil)
+
+// NewCollector returns an empty collector.
+func NewCollector() *Collector { return &Collector{index: map[key]int{}} }
+
+// Call adds c to its sample.
+func (c *Collector) Call(p *model.Process, x *model.Call) {
+	var class event.Class
+	if s := x.Spec(); s != nil {
+		class = s.Class
+	}
+	k := key{pid: p.PID, tid: x.TID, api: x.API, symbol: x.Symbol, sync: x.Sync, stream: x.Stream,
+		stack: x.Stack, pyStack: x.PyStack}
+	if class == event.ClassLaunch {
+		k.kernel = x.Args.Func
+	}
+	i, ok := c.index[k]
+	if !ok {
+		i = len(c.entries)
+		c.index[k] = i
+		c.entries = append(c.entries, entry{key: k})
+	}
+	v := &c.entries[i].v
+	v[valCount]++
+	v[valTime] += int64(x.Duration())
+	v[valSyncWait] += int64(x.BlockedNs)
+	switch class {
+	case event.ClassMemcpy:
+		v[valMemcpyBytes] += int64(x.Args.Bytes)
+	case event.ClassLaunch:
+		v[valLaunches]++
+	}
+}
+
+func (*Collector) Sync(*model.Process, *model.Sync)             {}
+func (*Collector) GPUOp(*model.Process, *model.GPUOp)           {}
+func (*Collector) Dependency(*model.Process, *model.Dependency) {}
+
+// Build makes a valid profile of the calls c collected, named from r.
+func Build(r *model.Result, c *Collector, opts Options) (*profile.Profile, error) {
 	def := opts.DefaultSampleType
 	if def == "" {
 		def = "sync_wait"
@@ -63,9 +126,21 @@ func Build(r *model.Result, opts Options) (*profile.Profile, error) {
 	if r.End > r.Start {
 		p.DurationNanos = int64(r.End - r.Start)
 	}
-	b := &builder{p: p, locs: map[frameKey]*profile.Location{}, samples: map[string]*profile.Sample{}}
+	names := r.Names
+	if names == nil {
+		names = model.NewNames()
+	}
+	b := &builder{p: p, names: names, locs: map[frameKey]*profile.Location{},
+		frames: map[model.NameKey]*profile.Location{}, kernels: map[model.NameKey]*profile.Location{},
+		threads: map[model.NameKey]*profile.Location{}, roots: map[uint32]*profile.Location{},
+		procs: map[uint32]*model.Process{}, samples: map[string]*profile.Sample{}}
 	for _, proc := range r.Processes {
-		b.process(proc)
+		b.procs[proc.PID] = proc
+	}
+	if c != nil {
+		for i := range c.entries {
+			b.sample(&c.entries[i])
+		}
 	}
 	if err := p.CheckValid(); err != nil {
 		return nil, fmt.Errorf("build pprof profile: %w", err)
@@ -73,23 +148,16 @@ func Build(r *model.Result, opts Options) (*profile.Profile, error) {
 	return p, nil
 }
 
-// WriteFile writes r's profile to path as gzip-compressed protobuf, the
-// form pprof reads (conventionally named *.pb.gz).
-func WriteFile(path string, r *model.Result, opts Options) error {
-	p, err := Build(r, opts)
+// Write writes the profile of the calls c collected to w as
+// gzip-compressed protobuf, the form pprof reads (conventionally named
+// *.pb.gz).
+func Write(w io.Writer, r *model.Result, c *Collector, opts Options) error {
+	p, err := Build(r, c, opts)
 	if err != nil {
 		return err
 	}
-	f, err := os.Create(path)
-	if err != nil {
+	if err := p.Write(w); err != nil {
 		return fmt.Errorf("write pprof profile: %w", err)
-	}
-	err = p.Write(f)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("write pprof profile %s: %w", path, err)
 	}
 	return nil
 }
@@ -101,11 +169,16 @@ type frameKey struct{ name, system string }
 // builder dedupes functions and locations (one line each) and merges
 // samples with the same stack and labels, as pyroscope's ebpf builder does.
 type builder struct {
-	p       *profile.Profile
-	locs    map[frameKey]*profile.Location
-	samples map[string]*profile.Sample
-	stack   []*profile.Location // the sample being built
-	key     []byte              // its identity: location ids and label values
+	p     *profile.Profile
+	names *model.Names
+	procs map[uint32]*model.Process
+	locs  map[frameKey]*profile.Location
+	// Per process: the same address means different code elsewhere.
+	frames, kernels, threads map[model.NameKey]*profile.Location
+	roots                    map[uint32]*profile.Location
+	samples                  map[string]*profile.Sample
+	stack                    []*profile.Location // the sample being built
+	key                      []byte              // its identity: location ids and label values
 }
 
 func (b *builder) location(name, system string) *profile.Location {
@@ -155,77 +228,78 @@ func splitPyFrame(s string) (file string, line int, fn string) {
 	return loc[:colon], line, fn
 }
 
-func (b *builder) process(p *model.Process) {
-	pid := strconv.FormatUint(uint64(p.PID), 10)
-	root := b.location(p.Label(), "")
-	// Per-process caches: the same address means different code elsewhere.
-	frames := map[uint64]*profile.Location{}
-	kernels := map[uint64]*profile.Location{}
-	threads := map[uint32]*profile.Location{}
+// proc is the process of pid: r's, else a bare one (a sink fed more than
+// r holds).
+func (b *builder) proc(pid uint32) *model.Process {
+	p := b.procs[pid]
+	if p == nil {
+		p = &model.Process{PID: pid}
+		b.procs[pid] = p
+	}
+	return p
+}
 
-	for i := range p.Calls {
-		c := &p.Calls[i]
-		var class event.Class
-		if s := c.Spec(); s != nil {
-			class = s.Class
+// sample adds one collected entry: the kernel leaf for launches, the API,
+// the native frames, the Python frames above them (their callers), then
+// the thread and the process as roots.
+func (b *builder) sample(e *entry) {
+	p := b.proc(e.pid)
+	b.stack = b.stack[:0]
+	if spec := event.Lookup(e.api); spec != nil && spec.Class == event.ClassLaunch {
+		nk := model.NameKey{PID: e.pid, Key: e.kernel}
+		l, ok := b.kernels[nk]
+		if !ok {
+			k := describe.KernelOf(b.names, p, e.kernel)
+			l = b.location(k.Display, k.Mangled)
+			b.kernels[nk] = l
 		}
-
-		b.stack = b.stack[:0]
-		if class == event.ClassLaunch {
-			l, ok := kernels[c.Args.Func]
+		b.stack = append(b.stack, l)
+	}
+	symbol := e.api.String()
+	if spec := event.Lookup(e.api); spec != nil {
+		symbol = spec.Symbol(int(e.symbol))
+	}
+	b.stack = append(b.stack, b.location(e.api.String(), symbol))
+	if e.stack >= 0 && int(e.stack) < len(p.Stacks) {
+		for _, addr := range p.Stacks[e.stack] {
+			nk := model.NameKey{PID: e.pid, Key: addr}
+			l, ok := b.frames[nk]
 			if !ok {
-				k := describe.KernelAt(p, c.Args.Func)
-				l = b.location(k.Display, k.Mangled)
-				kernels[c.Args.Func] = l
+				l = b.location(describe.Frame(b.names, e.pid, addr), "")
+				b.frames[nk] = l
 			}
 			b.stack = append(b.stack, l)
 		}
-		b.stack = append(b.stack, b.location(c.API.String(), c.SymbolName()))
-		if c.Stack >= 0 && int(c.Stack) < len(p.Stacks) {
-			for _, addr := range p.Stacks[c.Stack] {
-				l, ok := frames[addr]
-				if !ok {
-					l = b.location(describe.Frame(p, addr), "")
-					frames[addr] = l
-				}
-				b.stack = append(b.stack, l)
-			}
-		}
-		// Python frames are the callers of the native ones: above them in
-		// a flame graph.
-		if c.PyStack >= 0 && int(c.PyStack) < len(p.PyStacks) {
-			for _, k := range p.PyStacks[c.PyStack] {
-				b.stack = append(b.stack, b.pyLocation(p.PyFrames[k], k))
-			}
-		}
-		t, ok := threads[c.TID]
-		if !ok {
-			t = b.location(threadName(p, c.TID), "")
-			threads[c.TID] = t
-		}
-		b.stack = append(b.stack, t, root)
-
-		var v [numValues]int64
-		v[valCount] = 1
-		v[valTime] = int64(c.Duration())
-		syncKind := ""
-		if c.Sync >= 0 && int(c.Sync) < len(p.Syncs) {
-			s := &p.Syncs[c.Sync]
-			v[valSyncWait] = int64(s.BlockedNs)
-			syncKind = s.Kind.String()
-		}
-		switch class {
-		case event.ClassMemcpy:
-			v[valMemcpyBytes] = int64(c.Args.Bytes)
-		case event.ClassLaunch:
-			v[valLaunches] = 1
-		}
-		stream := "none"
-		if c.Stream >= 0 {
-			stream = strconv.Itoa(int(c.Stream))
-		}
-		b.add(c.API.String(), stream, syncKind, pid, &v)
 	}
+	// Python frames are the callers of the native ones: above them in a
+	// flame graph.
+	if e.pyStack >= 0 && int(e.pyStack) < len(p.PyStacks) {
+		for _, k := range p.PyStacks[e.pyStack] {
+			b.stack = append(b.stack, b.pyLocation(b.names.PyFrame(e.pid, k), k))
+		}
+	}
+	tk := model.NameKey{PID: e.pid, Key: uint64(e.tid)}
+	t, ok := b.threads[tk]
+	if !ok {
+		t = b.location(threadName(b.names, e.pid, e.tid), "")
+		b.threads[tk] = t
+	}
+	root, ok := b.roots[e.pid]
+	if !ok {
+		root = b.location(p.Label(), "")
+		b.roots[e.pid] = root
+	}
+	b.stack = append(b.stack, t, root)
+
+	syncKind := ""
+	if e.sync != model.SyncNone {
+		syncKind = e.sync.String()
+	}
+	stream := "none"
+	if e.stream >= 0 {
+		stream = strconv.Itoa(int(e.stream))
+	}
+	b.add(e.api.String(), stream, syncKind, strconv.FormatUint(uint64(e.pid), 10), &e.v)
 }
 
 // add merges the values into the sample with b.stack and these labels.
@@ -259,8 +333,8 @@ func (b *builder) add(api, stream, syncKind, pid string, v *[numValues]int64) {
 	}
 }
 
-func threadName(p *model.Process, tid uint32) string {
-	if name := p.Threads[tid]; name != "" {
+func threadName(n *model.Names, pid, tid uint32) string {
+	if name := n.Thread(pid, tid); name != "" {
 		return fmt.Sprintf("thread %s (tid %d)", name, tid)
 	}
 	return fmt.Sprintf("thread %d", tid)

@@ -2,8 +2,7 @@ package pprofout
 
 import (
 	"bytes"
-	"os"
-	"path/filepath"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -13,19 +12,20 @@ import (
 	"github.com/cudatap/cudatap/export/internal/describe"
 	"github.com/cudatap/cudatap/export/internal/fixture"
 	"github.com/cudatap/cudatap/tracer/event"
-	"github.com/cudatap/cudatap/tracer/model"
 )
 
-// roundTrip builds, serializes and parses back the profile of r.
-func roundTrip(t *testing.T, r *model.Result, opts Options) *profile.Profile {
+// roundTrip collects the fixture's calls, writes their profile and parses
+// it back.
+func roundTrip(t *testing.T, f *fixture.Fixture, opts Options) *profile.Profile {
 	t.Helper()
-	p, err := Build(r, opts)
-	if err != nil {
+	c := NewCollector()
+	f.Feed(c)
+	var buf bytes.Buffer
+	if err := Write(&buf, f.Result, c, opts); err != nil {
 		t.Fatal(err)
 	}
-	var buf bytes.Buffer
-	if err := p.Write(&buf); err != nil {
-		t.Fatal(err)
+	if magic := buf.Bytes()[:2]; magic[0] != 0x1f || magic[1] != 0x8b {
+		t.Fatalf("not gzip: %x", magic)
 	}
 	back, err := profile.Parse(&buf)
 	if err != nil {
@@ -70,12 +70,13 @@ func names(s *profile.Sample) []string {
 }
 
 func TestTotals(t *testing.T) {
-	r := fixture.Result()
-	p := roundTrip(t, r, Options{})
+	f := fixture.New()
+	r := f.Result
+	p := roundTrip(t, f, Options{})
 
 	var calls, dur, blocked, copied, launches int64
-	for _, proc := range r.Processes {
-		for _, c := range proc.Calls {
+	for _, tr := range f.Traces {
+		for _, c := range tr.Calls {
 			calls++
 			dur += int64(c.Duration())
 			switch c.Spec().Class {
@@ -85,7 +86,7 @@ func TestTotals(t *testing.T) {
 				launches++
 			}
 		}
-		for _, s := range proc.Syncs {
+		for _, s := range tr.Syncs {
 			blocked += int64(s.BlockedNs)
 		}
 	}
@@ -107,8 +108,7 @@ func TestTotals(t *testing.T) {
 }
 
 func TestStacksAndLabels(t *testing.T) {
-	r := fixture.Result()
-	p := roundTrip(t, r, Options{DefaultSampleType: "cuda_api_time"})
+	p := roundTrip(t, fixture.New(), Options{DefaultSampleType: "cuda_api_time"})
 	if p.DefaultSampleType != "cuda_api_time" {
 		t.Errorf("default sample type %q", p.DefaultSampleType)
 	}
@@ -183,13 +183,18 @@ func TestStacksAndLabels(t *testing.T) {
 
 // Identical calls from the same place collapse into one sample.
 func TestAggregation(t *testing.T) {
-	r := fixture.Result()
-	a := r.Processes[0]
+	f := fixture.New()
+	a := f.Traces[fixture.PIDA]
 	dup := a.Calls[1] // the first vecAdd launch, again
-	dup.GPUOp = -1
+	dup.Seq, dup.GPUOp, dup.Start = len(a.Calls), -1, dup.Start+100_000
 	a.Calls = append(a.Calls, dup)
 
-	p := roundTrip(t, r, Options{})
+	c := NewCollector()
+	f.Feed(c)
+	if len(c.entries) != len(a.Calls)-1+len(f.Traces[fixture.PIDB].Calls) {
+		t.Errorf("%d entries collected: the same call did not join its entry", len(c.entries))
+	}
+	p := roundTrip(t, f, Options{})
 	count := valueIndex(t, p, "cuda_api")
 	for _, s := range p.Sample {
 		if names(s)[0] == "vecAdd" && s.Label["pid"][0] == "4123" && s.Label["cuda_stream"][0] == "2" {
@@ -202,25 +207,31 @@ func TestAggregation(t *testing.T) {
 	t.Error("launch sample missing")
 }
 
-func TestWriteFile(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "cuda.pb.gz")
-	if err := WriteFile(path, fixture.Result(), Options{}); err != nil {
-		t.Fatal(err)
+func TestWriteError(t *testing.T) {
+	f := fixture.New()
+	c := NewCollector()
+	f.Feed(c)
+	if err := Write(failWriter{}, f.Result, c, Options{}); err == nil {
+		t.Error("write error not returned")
 	}
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
+}
+
+type failWriter struct{}
+
+func (failWriter) Write([]byte) (int, error) { return 0, errors.New("disk full") }
+
+// The collector's memory is bounded by distinct samples: a million calls
+// from the same place make one entry, and adding one allocates nothing.
+func TestCollectorBounded(t *testing.T) {
+	f := fixture.New()
+	p := f.Result.Processes[0]
+	call := f.Traces[fixture.PIDA].Calls[1]
+	c := NewCollector()
+	c.Call(p, &call)
+	if a := testing.AllocsPerRun(1000, func() { call.Start++; c.Call(p, &call) }); a != 0 {
+		t.Errorf("%v allocations per call", a)
 	}
-	defer f.Close()
-	var magic [2]byte
-	if _, err := f.ReadAt(magic[:], 0); err != nil || magic != [2]byte{0x1f, 0x8b} {
-		t.Fatalf("not gzip: %x %v", magic, err)
-	}
-	p, err := profile.Parse(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(p.Sample) == 0 {
-		t.Error("no samples")
+	if len(c.entries) != 1 || c.entries[0].v[valCount] != 1001+1 {
+		t.Errorf("%d entries, count %d", len(c.entries), c.entries[0].v[valCount])
 	}
 }

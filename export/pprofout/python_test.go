@@ -11,17 +11,19 @@ import (
 // callers of) the native frames.
 func TestPythonFrames(t *testing.T) {
 	py := []model.PyKey{{Code: 1, Instr: 2}, {Code: 3, Instr: 4}}
-	p := &model.Process{
-		PID: 9, Info: model.ProcessInfo{Comm: "python3"}, Threads: map[uint32]string{9: "python3"},
-		Stacks:   [][]uint64{{0x100}},
-		Frames:   map[uint64]string{0x100: "at::native::_local_scalar_dense_cuda (libtorch_cuda.so)"},
-		PyStacks: [][]model.PyKey{py},
-		PyFrames: map[model.PyKey]string{py[0]: "/src/train.py:12 step", py[1]: "/src/train.py:30 <module>"},
-		Calls: []model.Call{{API: event.CudaStreamSynchronize, TID: 9, Start: 10, End: 5010, Stream: 0,
-			GPUOp: -1, Sync: 0, Stack: 0, PyStack: 0}},
-		Syncs: []model.Sync{{Kind: model.SyncStream, Call: 0, BlockedNs: 5000}},
-	}
-	prof, err := Build(&model.Result{Processes: []*model.Process{p}, Start: 10, End: 5010}, Options{})
+	p := &model.Process{PID: 9, Threads: map[uint32]struct{}{9: {}}, Stacks: [][]uint64{{0x100}}, PyStacks: [][]model.PyKey{py}}
+	n := model.NewNames()
+	n.Procs[9] = model.ProcessInfo{Comm: "python3"}
+	n.Threads[model.NameKey{PID: 9, Key: 9}] = "python3"
+	n.Frames[model.NameKey{PID: 9, Key: 0x100}] = "at::native::_local_scalar_dense_cuda (libtorch_cuda.so)"
+	n.Py[model.PyNameKey{PID: 9, PyKey: py[0]}] = "/src/train.py:12 step"
+	n.Py[model.PyNameKey{PID: 9, PyKey: py[1]}] = "/src/train.py:30 <module>"
+	c := NewCollector()
+	c.Call(p, &model.Call{API: event.CudaStreamSynchronize, TID: 9, Start: 10, End: 5010, Stream: 0,
+		GPUOp: -1, Sync: model.SyncStream, BlockedNs: 5000, Stack: 0, PyStack: 0})
+	r := &model.Result{Processes: []*model.Process{p}, Start: 10, End: 5010}
+	r.Name(n)
+	prof, err := Build(r, c, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,13 +6,13 @@ package report
 import (
 	"bytes"
 	"fmt"
-	syncsites "github.com/cudatap/cudatap/export/syncs"
-	"github.com/cudatap/cudatap/internal/units"
 	"io"
 	"strconv"
 	"text/tabwriter"
 
 	"github.com/cudatap/cudatap/export/internal/describe"
+	"github.com/cudatap/cudatap/export/syncs"
+	"github.com/cudatap/cudatap/internal/units"
 	"github.com/cudatap/cudatap/tracer/model"
 )
 
@@ -22,10 +22,13 @@ type Options struct {
 	TopSites int
 }
 
-// Summary writes the report on r to w. The order is deterministic:
-// processes as the result lists them (by pid), streams by id, sync sites by
-// blocked time.
-func Summary(w io.Writer, r *model.Result, opts Options) error {
+// Summary writes the report on r to w, with the synchronization sites
+// collected (nil: none). The order is deterministic: processes as the
+// result lists them (by pid), streams by id, sync sites by blocked time.
+func Summary(w io.Writer, r *model.Result, sites *syncs.Collector, opts Options) error {
+	if sites == nil {
+		sites = syncs.NewCollector()
+	}
 	top := opts.TopSites
 	if top <= 0 {
 		top = 10
@@ -35,7 +38,7 @@ func Summary(w io.Writer, r *model.Result, opts Options) error {
 	fmt.Fprintf(&buf, "cudatap summary: %s, %s recorded\n", plural(len(r.Processes), "process", "processes"), duration(span(r.Start, r.End)))
 	for _, p := range r.Processes {
 		buf.WriteByte('\n')
-		process(&buf, p, top)
+		process(&buf, r, p, sites, top)
 	}
 	gpus(&buf, &r.GPU)
 	fmt.Fprintf(&buf, "\n%s\n", describe.Drops(r.Drops))
@@ -63,76 +66,42 @@ func gpus(buf *bytes.Buffer, g *model.GPUReport) {
 	fmt.Fprintf(buf, "  clock: NVML samples placed on the trace clock within ±%s\n", duration(uint64(g.ClockErrorNs)))
 }
 
-// syncTotals counts syncs split by whether the program asked for them.
-type syncTotals struct {
-	explicit, implicit     int
-	explicitNs, implicitNs uint64
-}
-
-func (t *syncTotals) add(s *model.Sync) {
-	if s.Kind.Explicit() {
-		t.explicit++
-		t.explicitNs += s.BlockedNs
-	} else {
-		t.implicit++
-		t.implicitNs += s.BlockedNs
-	}
-}
-
-func (t *syncTotals) merge(o syncTotals) {
-	t.explicit += o.explicit
-	t.implicit += o.implicit
-	t.explicitNs += o.explicitNs
-	t.implicitNs += o.implicitNs
-}
-
 // deviceWide keys the syncs that wait on no single stream.
 const deviceWide = -1
 
-func process(buf *bytes.Buffer, p *model.Process, top int) {
+func merge(t *syncs.Totals, o syncs.Totals) {
+	t.Explicit += o.Explicit
+	t.Implicit += o.Implicit
+	t.ExplicitNs += o.ExplicitNs
+	t.ImplicitNs += o.ImplicitNs
+}
+
+func process(buf *bytes.Buffer, r *model.Result, p *model.Process, collected *syncs.Collector, top int) {
 	fmt.Fprintf(buf, "%s\n", p.Label())
 	fmt.Fprintf(buf, "  %s over %s, %s (inferred), device memory peak %s\n",
-		plural(len(p.Calls), "call", "calls"), duration(span(p.FirstSeen, p.LastSeen)),
-		plural(len(p.GPUOps), "GPU op", "GPU ops"), units.Bytes(p.DeviceMemPeak))
+		plural(p.NCalls, "call", "calls"), duration(span(p.FirstSeen, p.LastSeen)),
+		plural(p.NGPUOps, "GPU op", "GPU ops"), units.Bytes(p.DeviceMemPeak))
 
-	syncs := map[int]*syncTotals{}
-	for i := range p.Syncs {
-		s := &p.Syncs[i]
-		key := s.Stream
-		if key < 0 {
-			key = deviceWide
-		}
-		if syncs[key] == nil {
-			syncs[key] = &syncTotals{}
-		}
-		syncs[key].add(s)
-	}
-	ops := map[int]int{}
-	for i := range p.GPUOps {
-		ops[p.GPUOps[i].Stream]++
-	}
+	totals := collected.StreamTotals(p.PID)
 
 	tw := tabwriter.NewWriter(buf, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "  STREAM\tLAUNCHES\tCOPIES\tHtoD\tDtoH\tDtoD\tPAGEABLE\tPINNED\tMEMSETS\tEXPLICIT SYNCS\tIMPLICIT SYNCS\tGPU OPS")
 	var sum model.StreamStats
-	var sumSyncs syncTotals
-	var sumOps, idle int
+	var sumSyncs syncs.Totals
+	idle := 0
 	for _, s := range p.Streams {
 		if s == nil {
 			continue
 		}
 		st := &s.Stats
-		var sy syncTotals
-		if t := syncs[s.ID]; t != nil {
-			sy = *t
-		}
+		sy := totals[s.ID]
 		// PyTorch creates pools of streams it never uses: count them, do
 		// not list them. The legacy default stream is always listed.
-		if s.ID != 0 && ops[s.ID] == 0 && sy.explicit+sy.implicit == 0 {
+		if s.ID != 0 && st.GPUOps == 0 && sy.Explicit+sy.Implicit == 0 {
 			idle++
 			continue
 		}
-		streamRow(tw, s.Label(), st, sy, ops[s.ID])
+		streamRow(tw, s.Label(), st, sy)
 		sum.Collectives += st.Collectives
 		sum.CommBytes += st.CommBytes
 		sum.Launches += st.Launches
@@ -143,15 +112,15 @@ func process(buf *bytes.Buffer, p *model.Process, top int) {
 		sum.BytesDtoD += st.BytesDtoD
 		sum.BytesPageable += st.BytesPageable
 		sum.BytesPinned += st.BytesPinned
-		sumSyncs.merge(sy)
-		sumOps += ops[s.ID]
+		sum.GPUOps += st.GPUOps
+		merge(&sumSyncs, sy)
 	}
-	if t := syncs[deviceWide]; t != nil {
+	if t, ok := totals[deviceWide]; ok {
 		fmt.Fprintf(tw, "  device-wide\t-\t-\t-\t-\t-\t-\t-\t-\t%s\t%s\t-\n",
-			syncCell(t.explicit, t.explicitNs), syncCell(t.implicit, t.implicitNs))
-		sumSyncs.merge(*t)
+			syncCell(t.Explicit, t.ExplicitNs), syncCell(t.Implicit, t.ImplicitNs))
+		merge(&sumSyncs, t)
 	}
-	streamRow(tw, "total", &sum, sumSyncs, sumOps)
+	streamRow(tw, "total", &sum, sumSyncs)
 	tw.Flush()
 	if idle > 0 {
 		fmt.Fprintf(buf, "  (%s with no work while traced not listed)\n", plural(idle, "stream", "streams"))
@@ -168,7 +137,7 @@ func process(buf *bytes.Buffer, p *model.Process, top int) {
 
 	// The same sites as `cudatap syncs`: Python line first, else the
 	// innermost native caller.
-	sites := syncsites.ProcessSites(p)
+	sites := syncs.ProcessSites(r, collected, p.PID)
 	if len(sites) == 0 {
 		return
 	}
@@ -185,11 +154,11 @@ func process(buf *bytes.Buffer, p *model.Process, top int) {
 	tw.Flush()
 }
 
-func streamRow(w io.Writer, label string, st *model.StreamStats, sy syncTotals, ops int) {
+func streamRow(w io.Writer, label string, st *model.StreamStats, sy syncs.Totals) {
 	fmt.Fprintf(w, "  %s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%d\n", label,
 		st.Launches, st.Memcpys, units.Bytes(st.BytesHtoD), units.Bytes(st.BytesDtoH), units.Bytes(st.BytesDtoD),
 		units.Bytes(st.BytesPageable), units.Bytes(st.BytesPinned), st.Memsets,
-		syncCell(sy.explicit, sy.explicitNs), syncCell(sy.implicit, sy.implicitNs), ops)
+		syncCell(sy.Explicit, sy.ExplicitNs), syncCell(sy.Implicit, sy.ImplicitNs), st.GPUOps)
 }
 
 // syncCell is "count / blocked time", or "-" for none.
@@ -200,11 +169,11 @@ func syncCell(n int, ns uint64) string {
 	return strconv.Itoa(n) + " / " + duration(ns)
 }
 
-func plural(n int, one, many string) string {
+func plural[N int | int64](n N, one, many string) string {
 	if n == 1 {
 		return "1 " + one
 	}
-	return strconv.Itoa(n) + " " + many
+	return strconv.FormatInt(int64(n), 10) + " " + many
 }
 
 func span(start, end uint64) uint64 {

@@ -8,13 +8,17 @@ import (
 	"testing"
 
 	"github.com/cudatap/cudatap/export/internal/fixture"
+	"github.com/cudatap/cudatap/export/syncs"
 	"github.com/cudatap/cudatap/tracer/model"
 )
 
-func summary(t *testing.T, r *model.Result, opts Options) string {
+// summary collects the fixture's sync sites and writes its summary.
+func summary(t *testing.T, f *fixture.Fixture, opts Options) string {
 	t.Helper()
+	sites := syncs.NewCollector()
+	f.Feed(sites)
 	var buf bytes.Buffer
-	if err := Summary(&buf, r, opts); err != nil {
+	if err := Summary(&buf, f.Result, sites, opts); err != nil {
 		t.Fatal(err)
 	}
 	return buf.String()
@@ -34,7 +38,7 @@ func row(t *testing.T, out, label string) []string {
 }
 
 func TestSummary(t *testing.T) {
-	out := summary(t, fixture.Result(), Options{})
+	out := summary(t, fixture.New(), Options{})
 
 	const drops = "dropped events: 0 (ring buffer full 0, entry table full 0, decode errors 0); returns without their entry: 0; argument read faults: 0; attach failures: 0"
 	if !strings.HasSuffix(out, "\n"+drops+"\n") {
@@ -43,8 +47,8 @@ func TestSummary(t *testing.T) {
 	for _, want := range []string{
 		"cudatap summary: 2 processes, 50.0 ms recorded",
 		"python3 (pid 4123, container abc123def456)\n  15 calls over 11.5 ms, 8 GPU ops (inferred), device memory peak 3.0 MiB",
-		"a.out (pid 5000)\n",
-		"device memory peak 64.0 MiB",
+		"a.out (pid 5000)\n  3 calls over 705.0 µs, 2 GPU ops (inferred), device memory peak 64.0 MiB",
+		"  NCCL: 1 operations, 1.0 MiB; communication 400.0 µs, 75% of it overlapped compute on other streams (inferred)\n",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("missing %q in\n%s", want, out)
@@ -96,21 +100,23 @@ func TestSummary(t *testing.T) {
 	if got := row(t, sites, "pageable_memcpy"); got[4] != "train_step (train.py)" {
 		t.Errorf("pageable copy site %q", got)
 	}
+	if got := row(t, sites, "event_sync"); got[4] != "train.py:88 step" { // the Python line wins
+		t.Errorf("event sync site %q", got)
+	}
 	if got := row(t, sites, "sync_memcpy"); got[4] != "-" {
 		t.Errorf("site without a stack %q", got)
 	}
 }
 
 func TestGrouping(t *testing.T) {
-	r := fixture.Result()
-	a := r.Processes[0]
+	f := fixture.New()
+	a := f.Traces[fixture.PIDA]
 	// A second stream sync from the same place joins the first site.
-	c := a.Calls[a.Syncs[1].Call]
-	c.Sync = int32(len(a.Syncs))
-	a.Calls = append(a.Calls, c)
-	a.Syncs = append(a.Syncs, model.Sync{Kind: model.SyncStream, Call: len(a.Calls) - 1, TID: c.TID, Stream: 2, BlockedNs: 100_000})
+	s := a.Syncs[1]
+	s.BlockedNs = 100_000
+	a.Syncs = append(a.Syncs, s)
 
-	out := summary(t, r, Options{TopSites: 3})
+	out := summary(t, f, Options{TopSites: 3})
 	sites := out[strings.Index(out, "top sync sites"):strings.Index(out, "a.out")]
 	if got := row(t, sites, "stream_sync"); got[1] != "2" || got[2] != "2.0 ms" {
 		t.Errorf("grouped site %q", got)
@@ -121,9 +127,9 @@ func TestGrouping(t *testing.T) {
 }
 
 func TestDropsLine(t *testing.T) {
-	r := fixture.Result()
-	r.Drops = model.Drops{RingbufFull: 3, InflightFull: 1, OrphanReturns: 2, DecodeErrors: 4, UnknownAPI: 5, ReadFaults: 6, AttachFailures: 7}
-	out := summary(t, r, Options{})
+	f := fixture.New()
+	f.Result.Drops = model.Drops{RingbufFull: 3, InflightFull: 1, OrphanReturns: 2, DecodeErrors: 4, UnknownAPI: 5, ReadFaults: 6, AttachFailures: 7}
+	out := summary(t, f, Options{})
 	const want = "dropped events: 13 (ring buffer full 3, entry table full 1, decode errors 4, unknown API 5); returns without their entry: 2; argument read faults: 6; attach failures: 7"
 	if !strings.Contains(out, want) {
 		t.Errorf("drops line missing %q in\n%s", want, out)
@@ -135,7 +141,7 @@ type failWriter struct{}
 func (failWriter) Write([]byte) (int, error) { return 0, errors.New("disk full") }
 
 func TestWriteError(t *testing.T) {
-	if err := Summary(failWriter{}, fixture.Result(), Options{}); err == nil {
+	if err := Summary(failWriter{}, fixture.New().Result, nil, Options{}); err == nil {
 		t.Error("write error not returned")
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/cudatap/cudatap/export/internal/describe"
+	"github.com/cudatap/cudatap/tracer/event"
 	"github.com/cudatap/cudatap/tracer/model"
 )
 
@@ -39,60 +40,157 @@ type Site struct {
 // nativeFrames kept per site.
 const nativeFrames = 6
 
-// Sites groups every synchronization of r by site, most blocked time first.
-func Sites(r *model.Result) []Site {
+// key is what makes two synchronizations one entry of the collector.
+type key struct {
+	pid            uint32
+	kind           model.SyncKind
+	api            event.API
+	symbol         uint8
+	stream         int32
+	stack, pyStack int32
+}
+
+type entry struct {
+	key
+	count     int
+	blocked   uint64
+	maxBlock  uint64
+	maxQueued int
+}
+
+// Collector aggregates synchronizations as the model hands them over: its
+// memory is bounded by the distinct (process, kind, API, stream, stack)
+// combinations, never by the number of syncs. It keeps them in the order
+// first seen.
+type Collector struct {
+	index   map[key]int
+	entries []entry
+}
+
+var _ model.Sink = (*Collector)(nil)
+
+// NewCollector returns an empty collector.
+func NewCollector() *Collector { return &Collector{index: map[key]int{}} }
+
+// Sync adds s to its entry.
+func (c *Collector) Sync(p *model.Process, s *model.Sync) {
+	k := key{pid: p.PID, kind: s.Kind, api: s.API, symbol: s.Symbol, stream: int32(s.Stream), stack: s.Stack, pyStack: s.PyStack}
+	i, ok := c.index[k]
+	if !ok {
+		i = len(c.entries)
+		c.index[k] = i
+		c.entries = append(c.entries, entry{key: k})
+	}
+	e := &c.entries[i]
+	e.count++
+	e.blocked += s.BlockedNs
+	e.maxBlock = max(e.maxBlock, s.BlockedNs)
+	e.maxQueued = max(e.maxQueued, s.QueuedOps)
+}
+
+func (*Collector) Call(*model.Process, *model.Call)             {}
+func (*Collector) GPUOp(*model.Process, *model.GPUOp)           {}
+func (*Collector) Dependency(*model.Process, *model.Dependency) {}
+
+// Totals counts synchronizations split by whether the program asked for
+// them (Kind.Explicit).
+type Totals struct {
+	Explicit, Implicit     int
+	ExplicitNs, ImplicitNs uint64
+}
+
+// StreamTotals sums the synchronizations of process pid per stream id; key
+// -1 holds the device-wide ones.
+func (c *Collector) StreamTotals(pid uint32) map[int]Totals {
+	out := map[int]Totals{}
+	for i := range c.entries {
+		e := &c.entries[i]
+		if e.pid != pid {
+			continue
+		}
+		k := int(e.stream)
+		if k < 0 {
+			k = -1
+		}
+		t := out[k]
+		if e.kind.Explicit() {
+			t.Explicit += e.count
+			t.ExplicitNs += e.blocked
+		} else {
+			t.Implicit += e.count
+			t.ImplicitNs += e.blocked
+		}
+		out[k] = t
+	}
+	return out
+}
+
+// Sites groups every synchronization c collected by site, most blocked
+// time first; r names them.
+func Sites(r *model.Result, c *Collector) []Site {
 	var out []Site
 	for _, p := range r.Processes {
-		out = append(out, ProcessSites(p)...)
+		out = append(out, processSites(r, c, p)...)
 	}
 	sortSites(out)
 	return out
 }
 
-// ProcessSites groups the synchronizations of one process by site (kind,
+// ProcessSites groups the synchronizations of process pid by site (kind,
 // API, innermost Python line, innermost native caller), most blocked time
 // first.
-func ProcessSites(p *model.Process) []Site {
-	type key struct {
+func ProcessSites(r *model.Result, c *Collector, pid uint32) []Site {
+	for _, p := range r.Processes {
+		if p.PID == pid {
+			out := processSites(r, c, p)
+			sortSites(out)
+			return out
+		}
+	}
+	return nil
+}
+
+func processSites(r *model.Result, c *Collector, p *model.Process) []Site {
+	if c == nil {
+		return nil
+	}
+	type siteKey struct {
 		kind    model.SyncKind
 		api, py string
 		native  string
 	}
-	idx := map[key]int{}
+	idx := map[siteKey]int{}
 	var out []Site
-	for i := range p.Syncs {
-		s := &p.Syncs[i]
-		k := key{kind: s.Kind, api: "?"}
-		var py, native []string
-		if s.Call >= 0 && s.Call < len(p.Calls) {
-			c := &p.Calls[s.Call]
-			k.api = c.API.String()
-			py = describe.PyStack(p, c)
-			native = describe.NativeStack(p, c, nativeFrames)
-			if len(py) > 0 {
-				k.py = py[0]
-			}
-			if len(native) > 0 {
-				k.native = native[0]
-			}
+	for i := range c.entries {
+		e := &c.entries[i]
+		if e.pid != p.PID {
+			continue
+		}
+		py := describe.PyStack(r.Names, p, e.pyStack)
+		native := describe.NativeStack(r.Names, p, e.stack, e.api, e.symbol, nativeFrames)
+		k := siteKey{kind: e.kind, api: e.api.String()}
+		if len(py) > 0 {
+			k.py = py[0]
+		}
+		if len(native) > 0 {
+			k.native = native[0]
 		}
 		j, ok := idx[k]
 		if !ok {
 			j = len(out)
 			idx[k] = j
-			out = append(out, Site{PID: p.PID, Process: p.Label(), Kind: s.Kind.String(), Explicit: s.Kind.Explicit(),
-				API: k.api, PythonLine: k.py, PythonStack: py, NativeStack: native, Hint: s.Kind.Hint()})
+			out = append(out, Site{PID: p.PID, Process: p.Label(), Kind: e.kind.String(), Explicit: e.kind.Explicit(),
+				API: k.api, PythonLine: k.py, PythonStack: py, NativeStack: native, Hint: e.kind.Hint()})
 		}
 		st := &out[j]
-		st.Count++
-		st.BlockedNs += s.BlockedNs
-		st.MaxBlockedNs = max(st.MaxBlockedNs, s.BlockedNs)
-		st.QueuedOps = max(st.QueuedOps, s.QueuedOps)
-		if !slices.Contains(st.Streams, s.Stream) {
-			st.Streams = append(st.Streams, s.Stream)
+		st.Count += e.count
+		st.BlockedNs += e.blocked
+		st.MaxBlockedNs = max(st.MaxBlockedNs, e.maxBlock)
+		st.QueuedOps = max(st.QueuedOps, e.maxQueued)
+		if s := int(e.stream); !slices.Contains(st.Streams, s) {
+			st.Streams = append(st.Streams, s)
 		}
 	}
-	sortSites(out)
 	return out
 }
 

@@ -3,6 +3,8 @@ package syncs
 import (
 	"bytes"
 	"encoding/json"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 
@@ -12,29 +14,38 @@ import (
 
 // result: one process with two .item()-like syncs at the same Python line,
 // one at another line, and a cudaFree without a stack.
-func result() *model.Result {
+// A stream sync from the same place on stream 2 joins the site too.
+func result() (*model.Result, *Collector) {
+	const pid = 42
 	py := []model.PyKey{{Code: 1, Instr: 10}, {Code: 2, Instr: 20}}
-	p := &model.Process{
-		PID:      42,
-		Info:     model.ProcessInfo{Comm: "python3"},
-		Stacks:   [][]uint64{{0x100, 0x200}},
-		Frames:   map[uint64]string{0x100: "cudaStreamSynchronize (libcudart.so.13)", 0x200: "at::native::_local_scalar_dense_cuda (libtorch_cuda.so)"},
-		PyStacks: [][]model.PyKey{py, {{Code: 3, Instr: 30}}},
-		PyFrames: map[model.PyKey]string{py[0]: "train.py:12 step", py[1]: "train.py:30 <module>", {Code: 3, Instr: 30}: "train.py:40 eval"},
+	p := &model.Process{PID: pid, Stacks: [][]uint64{{0x100, 0x200}}, PyStacks: [][]model.PyKey{py, {{Code: 3, Instr: 30}}}}
+	n := model.NewNames()
+	n.Procs[pid] = model.ProcessInfo{Comm: "python3"}
+	n.Frames[model.NameKey{PID: pid, Key: 0x100}] = "cudaStreamSynchronize (libcudart.so.13)"
+	n.Frames[model.NameKey{PID: pid, Key: 0x200}] = "at::native::_local_scalar_dense_cuda (libtorch_cuda.so)"
+	for k, name := range map[model.PyKey]string{py[0]: "train.py:12 step", py[1]: "train.py:30 <module>", {Code: 3, Instr: 30}: "train.py:40 eval"} {
+		n.Py[model.PyNameKey{PID: pid, PyKey: k}] = name
 	}
-	add := func(api event.API, kind model.SyncKind, blocked uint64, stack, pystack int32) {
-		p.Calls = append(p.Calls, model.Call{API: api, Stack: stack, PyStack: pystack, Stream: 1})
-		p.Syncs = append(p.Syncs, model.Sync{Kind: kind, Call: len(p.Calls) - 1, Stream: 1, BlockedNs: blocked, QueuedOps: 3})
+	r := &model.Result{Processes: []*model.Process{p}}
+	r.Name(n)
+	c := NewCollector()
+	add := func(api event.API, kind model.SyncKind, stream int, blocked uint64, stack, pystack int32) {
+		c.Sync(p, &model.Sync{Kind: kind, API: api, Stream: stream, BlockedNs: blocked, QueuedOps: 3, Stack: stack, PyStack: pystack})
 	}
-	add(event.CudaStreamSynchronize, model.SyncStream, 1000, 0, 0)
-	add(event.CudaStreamSynchronize, model.SyncStream, 3000, 0, 0)
-	add(event.CudaStreamSynchronize, model.SyncStream, 500, 0, 1)
-	add(event.CudaFree, model.SyncFree, 9000, -1, -1)
-	return &model.Result{Processes: []*model.Process{p}}
+	add(event.CudaStreamSynchronize, model.SyncStream, 1, 1000, 0, 0)
+	add(event.CudaStreamSynchronize, model.SyncStream, 1, 2000, 0, 0)
+	add(event.CudaStreamSynchronize, model.SyncStream, 2, 1000, 0, 0)
+	add(event.CudaStreamSynchronize, model.SyncStream, 1, 500, 0, 1)
+	add(event.CudaFree, model.SyncFree, -1, 9000, -1, -1)
+	return r, c
 }
 
 func TestSites(t *testing.T) {
-	sites := Sites(result())
+	r, c := result()
+	if len(c.entries) != 4 {
+		t.Errorf("%d entries, want 4: the same sync on the same stream is one", len(c.entries))
+	}
+	sites := Sites(r, c)
 	if len(sites) != 3 {
 		t.Fatalf("%d sites, want 3: %+v", len(sites), sites)
 	}
@@ -42,18 +53,48 @@ func TestSites(t *testing.T) {
 	if free.Kind != "free_sync" || free.BlockedNs != 9000 || free.Where() != "" {
 		t.Errorf("first site %+v, want the cudaFree (most blocked, no stack)", free)
 	}
-	if item.Count != 2 || item.BlockedNs != 4000 || item.MaxBlockedNs != 3000 || item.Where() != "train.py:12 step" ||
-		item.NativeStack[0] != "at::native::_local_scalar_dense_cuda (libtorch_cuda.so)" || len(item.PythonStack) != 2 || !item.Explicit {
+	if item.Count != 3 || item.BlockedNs != 4000 || item.MaxBlockedNs != 2000 || item.Where() != "train.py:12 step" ||
+		item.NativeStack[0] != "at::native::_local_scalar_dense_cuda (libtorch_cuda.so)" || len(item.PythonStack) != 2 || !item.Explicit ||
+		!slices.Equal(item.Streams, []int{1, 2}) || item.QueuedOps != 3 {
 		t.Errorf("item site %+v", item)
 	}
 	if eval.Where() != "train.py:40 eval" || eval.Count != 1 {
 		t.Errorf("eval site %+v", eval)
 	}
+	if got := ProcessSites(r, c, 42); !slices.EqualFunc(got, sites, func(a, b Site) bool { return a.Where() == b.Where() && a.Count == b.Count }) {
+		t.Errorf("ProcessSites %+v", got)
+	}
+	if got := ProcessSites(r, c, 43); got != nil {
+		t.Errorf("sites of an unknown process: %+v", got)
+	}
+}
+
+func TestStreamTotals(t *testing.T) {
+	_, c := result()
+	want := map[int]Totals{
+		1:  {Explicit: 3, ExplicitNs: 3500},
+		2:  {Explicit: 1, ExplicitNs: 1000},
+		-1: {Implicit: 1, ImplicitNs: 9000},
+	}
+	if got := c.StreamTotals(42); !maps.Equal(got, want) {
+		t.Errorf("StreamTotals = %v, want %v", got, want)
+	}
+}
+
+// Adding a sync to a known entry allocates nothing.
+func TestCollectorBounded(t *testing.T) {
+	p := &model.Process{PID: 1}
+	s := &model.Sync{Kind: model.SyncStream, API: event.CudaStreamSynchronize, Stack: -1, PyStack: -1}
+	c := NewCollector()
+	c.Sync(p, s)
+	if a := testing.AllocsPerRun(1000, func() { s.BlockedNs++; c.Sync(p, s) }); a != 0 {
+		t.Errorf("%v allocations per sync", a)
+	}
 }
 
 func TestWriters(t *testing.T) {
-	r := result()
-	sites := Sites(r)
+	r, c := result()
+	sites := Sites(r, c)
 	var js bytes.Buffer
 	if err := WriteJSON(&js, r, sites); err != nil {
 		t.Fatal(err)

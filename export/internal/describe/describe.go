@@ -1,6 +1,6 @@
-// Package describe turns model values into the names every exporter shows,
-// so a kernel, a stack frame or the drop counters read the same in a trace,
-// a profile and the text report.
+// Package describe turns model values and the name tables into the names
+// every exporter shows, so a kernel, a stack frame or the drop counters read
+// the same in a trace, a profile and the text report.
 package describe
 
 import (
@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/cudatap/cudatap/symbolize"
+	"github.com/cudatap/cudatap/tracer/event"
 	"github.com/cudatap/cudatap/tracer/model"
 )
 
@@ -16,38 +17,93 @@ import (
 // kilobytes, which no track or flame graph can show.
 const KernelNameMax = 120
 
-// Kernel names the kernel whose host stub is at addr. Mangled is the symbol
-// as found, Full its demangled form and Display a shortened Full; all three
-// are "kernel@0x<addr>" when the stub was never resolved.
+// Kernel names a launched kernel. Mangled is the symbol as found, Full its
+// demangled form and Display a shortened Full; all three are
+// "kernel@0x<func>" when the kernel was never named.
 type Kernel struct {
 	Display, Full, Mangled string
 }
 
-// KernelAt names the kernel with host stub addr in p.
-func KernelAt(p *model.Process, addr uint64) Kernel {
-	mangled, ok := p.Kernels[addr]
-	if !ok || mangled == "" {
-		n := "kernel@0x" + strconv.FormatUint(addr, 16)
-		return Kernel{Display: n, Full: n, Mangled: n}
+// KernelOf names the kernel launched as f in p: by the name a load-time
+// call gave it, else by the ELF symbol at its host stub as n resolved it.
+func KernelOf(n *model.Names, p *model.Process, f uint64) Kernel {
+	mangled, addr := p.KernelSymbol(f)
+	if mangled == "" && n != nil {
+		mangled = n.Kernel(p.PID, addr)
+	}
+	if mangled == "" {
+		s := "kernel@0x" + strconv.FormatUint(f, 16)
+		return Kernel{Display: s, Full: s, Mangled: s}
 	}
 	full := symbolize.Demangle(mangled)
 	return Kernel{Display: symbolize.Shorten(full, KernelNameMax), Full: full, Mangled: mangled}
 }
 
-// Frame names a captured stack address: "function (object)" as resolved
-// while the process lived, else the raw address.
-func Frame(p *model.Process, addr uint64) string {
-	if s, ok := p.Frames[addr]; ok && s != "" {
-		return s
+// Frame names a captured stack address of pid: "function (object)" as
+// resolved while the process lived, else the raw address.
+func Frame(n *model.Names, pid uint32, addr uint64) string {
+	if n != nil {
+		if s := n.Frame(pid, addr); s != "" {
+			return s
+		}
 	}
 	return "0x" + strconv.FormatUint(addr, 16)
 }
 
-// isSelf reports whether frame f names the function c called: the exact
+// PyFrame names a Python frame of pid: "file:line function", else its code
+// object's address.
+func PyFrame(n *model.Names, pid uint32, k model.PyKey) string {
+	if n != nil {
+		if s := n.PyFrame(pid, k); s != "" {
+			return s
+		}
+	}
+	return fmt.Sprintf("<python code 0x%x>", k.Code)
+}
+
+// PyStack names the frames of p's Python stack idx, innermost first, or
+// nil when there is none (idx < 0).
+func PyStack(n *model.Names, p *model.Process, idx int32) []string {
+	if idx < 0 || int(idx) >= len(p.PyStacks) {
+		return nil
+	}
+	keys := p.PyStacks[idx]
+	out := make([]string, 0, len(keys))
+	for _, k := range keys {
+		out = append(out, PyFrame(n, p.PID, k))
+	}
+	return out
+}
+
+// NativeStack names the frames of p's native stack idx that lie outside the
+// probed function (symbol of api), innermost first, at most max.
+func NativeStack(n *model.Names, p *model.Process, idx int32, api event.API, symbol uint8, max int) []string {
+	if idx < 0 || int(idx) >= len(p.Stacks) {
+		return nil
+	}
+	self := [2]string{api.String(), api.String()}
+	if s := event.Lookup(api); s != nil {
+		self[0] = s.Symbol(int(symbol))
+	}
+	var out []string
+	for _, addr := range p.Stacks[idx] {
+		f := Frame(n, p.PID, addr)
+		if len(out) == 0 && isSelf(f, self) {
+			continue
+		}
+		out = append(out, f)
+		if len(out) == max {
+			break
+		}
+	}
+	return out
+}
+
+// isSelf reports whether frame f names the probed function: its exact
 // symbol or the plain API name followed by a non-identifier byte (" (lib)",
 // "@@VER", "+0x10").
-func isSelf(f string, c *model.Call) bool {
-	for _, name := range [2]string{c.SymbolName(), c.API.String()} {
+func isSelf(f string, names [2]string) bool {
+	for _, name := range names {
 		if strings.HasPrefix(f, name) && (len(f) == len(name) || !isIdent(f[len(name)])) {
 			return true
 		}
@@ -77,43 +133,12 @@ func Drops(d model.Drops) string {
 	}
 	fmt.Fprintf(&b, "); returns without their entry: %d; argument read faults: %d; attach failures: %d",
 		d.OrphanReturns, d.ReadFaults, d.AttachFailures)
+	// Not losses, but limits that acted: shown when they did.
+	if d.WindowFull != 0 {
+		fmt.Fprintf(&b, ", %d GPU ops laid out early (window full)", d.WindowFull)
+	}
+	if d.StacksDropped != 0 {
+		fmt.Fprintf(&b, ", %d stacks not kept", d.StacksDropped)
+	}
 	return b.String()
-}
-
-// PyStack names the Python frames of c's stack, innermost first ("file:line
-// function"), or nil when none were captured.
-func PyStack(p *model.Process, c *model.Call) []string {
-	if c.PyStack < 0 || int(c.PyStack) >= len(p.PyStacks) {
-		return nil
-	}
-	keys := p.PyStacks[c.PyStack]
-	out := make([]string, 0, len(keys))
-	for _, k := range keys {
-		name := p.PyFrames[k]
-		if name == "" {
-			name = fmt.Sprintf("<python code 0x%x>", k.Code)
-		}
-		out = append(out, name)
-	}
-	return out
-}
-
-// NativeStack names the frames of c's native stack that lie outside the
-// probed function, innermost first, at most max.
-func NativeStack(p *model.Process, c *model.Call, max int) []string {
-	if c.Stack < 0 || int(c.Stack) >= len(p.Stacks) {
-		return nil
-	}
-	var out []string
-	for _, addr := range p.Stacks[c.Stack] {
-		f := Frame(p, addr)
-		if len(out) == 0 && isSelf(f, c) {
-			continue
-		}
-		out = append(out, f)
-		if len(out) == max {
-			break
-		}
-	}
-	return out
 }
