@@ -69,14 +69,19 @@ func runDemo(cmd *cobra.Command, g *globalOptions, o *demoOptions) error {
 	}
 	defer os.Remove(workloadOut.Name())
 	defer workloadOut.Close()
-	outcome, err := session.Run(cmd.Context(), session.Config{
-		Command: command, Stacks: tracer.StacksSync, Stdout: workloadOut, Stderr: stderr, Logger: g.logger(),
-		OnAttached: printAttached(stderr),
-	})
+	to, err := newTraceOutputs(outs)
 	if err != nil {
 		return err
 	}
-	if err := writeOutputs(cmd, outs, outcome); err != nil {
+	outcome, err := session.Run(cmd.Context(), session.Config{
+		Command: command, Stacks: tracer.StacksSync, Stdout: workloadOut, Stderr: stderr, Logger: g.logger(),
+		OnAttached: printAttached(stderr), Recording: to.recording(), Sink: to.agg.Sink(),
+	})
+	if err != nil {
+		to.abort()
+		return err
+	}
+	if err := to.finish(cmd, outcome.Result); err != nil {
 		return err
 	}
 	trace, prof := outs[0].Path, outs[1].Path

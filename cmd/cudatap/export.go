@@ -8,9 +8,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cudatap/cudatap/export"
-	"github.com/cudatap/cudatap/internal/units"
+	"github.com/cudatap/cudatap/export/report"
+	"github.com/cudatap/cudatap/tracer/model"
 	"github.com/cudatap/cudatap/tracer/recording"
-	"github.com/cudatap/cudatap/tracer/session"
 )
 
 type exportOptions struct {
@@ -35,7 +35,7 @@ func newExportCmd(g *globalOptions) *cobra.Command {
 }
 
 func runExport(cmd *cobra.Command, o *exportOptions, in string) error {
-	outs, err := export.Plan(o.outputs, o.format)
+	outs, err := export.Plan(o.outputs, o.format, in)
 	if err != nil {
 		return err
 	}
@@ -49,22 +49,31 @@ func runExport(cmd *cobra.Command, o *exportOptions, in string) error {
 		return fmt.Errorf("open recording: %w", err)
 	}
 	defer f.Close()
-	var size int64
-	if fi, err := f.Stat(); err == nil {
-		size = fi.Size()
+	if fi, err := f.Stat(); err == nil && !fi.Mode().IsRegular() {
+		return fmt.Errorf("%s is not a regular file: export reads a .cudatap recording twice (names, then events); copy it to a file first", in)
 	}
+	agg := export.NewAggregates()
+	var chrome *export.ChromeSet
 	status := newStatusLine(cmd.ErrOrStderr())
-	res, rp, err := recording.Load(f, func(done int64) {
-		if size > 0 {
-			status.printf("cudatap: reading %s: %.0f%% (%s of %s)", in, 100*float64(done)/float64(size), units.Bytes(uint64(done)), units.Bytes(uint64(size)))
+	res, rp, err := recording.Load(f, func(rp *recording.Replay) model.Sink {
+		var cerr error
+		if chrome, cerr = export.CreateChrome(outs, rp.Names, export.Options{Version: version}); cerr != nil {
+			fmt.Fprintf(cmd.ErrOrStderr(), "cudatap: %v\n", cerr)
 		}
-	})
+		return model.Sinks{agg.Sink(), chrome.Sink()}
+	}, progress(status, "reading "+in, f))
 	status.clear()
 	switch {
 	case errors.Is(err, recording.ErrTruncated) && res != nil:
 		fmt.Fprintf(cmd.ErrOrStderr(), "cudatap: warning: %s: %v; exporting the %d records before the cut (drop counters unknown)\n", in, err, rp.Records)
 	case err != nil:
+		chrome.Abort()
 		return fmt.Errorf("%s: %w", in, err)
 	}
-	return writeOutputs(cmd, outs, &session.Outcome{Result: res})
+	errs := []error{export.WritePprof(outs, res, agg), chrome.Close(res)}
+	if err := report.Summary(cmd.OutOrStdout(), res, agg.Syncs, report.Options{}); err != nil {
+		errs = append(errs, err)
+	}
+	wrote(cmd, outs)
+	return errors.Join(errs...)
 }

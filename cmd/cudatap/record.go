@@ -2,14 +2,12 @@ package main
 
 import (
 	"fmt"
-	"io"
 	"os"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/cudatap/cudatap/export"
-	"github.com/cudatap/cudatap/export/report"
 	"github.com/cudatap/cudatap/tracer"
 	"github.com/cudatap/cudatap/tracer/session"
 )
@@ -91,17 +89,9 @@ func runRecord(cmd *cobra.Command, g *globalOptions, o *recordOptions, command [
 	if err != nil {
 		return err
 	}
-	var recordings []io.Writer
-	for _, out := range outs {
-		if out.Format != export.Recording {
-			continue
-		}
-		f, err := os.Create(out.Path)
-		if err != nil {
-			return fmt.Errorf("cannot write output %s: %w", out.Path, err)
-		}
-		defer f.Close()
-		recordings = append(recordings, f)
+	to, err := newTraceOutputs(outs)
+	if err != nil {
+		return err
 	}
 	stderr := cmd.ErrOrStderr()
 	status := newStatusLine(stderr)
@@ -112,38 +102,18 @@ func runRecord(cmd *cobra.Command, g *globalOptions, o *recordOptions, command [
 		OnAttached: printAttached(stderr),
 		OnStatus:   status.update,
 	}
-	if len(recordings) > 0 {
-		cfg.Recording = io.MultiWriter(recordings...)
-	}
+	cfg.Recording, cfg.Sink = to.recording(), to.agg.Sink()
 	outcome, err := session.Run(cmd.Context(), cfg)
 	status.clear()
 	if err != nil {
+		to.abort()
 		return err
 	}
-	if err := writeOutputs(cmd, outs, outcome); err != nil {
+	if err := to.finish(cmd, outcome.Result); err != nil {
 		return err
 	}
 	if outcome.ExitCode > 0 {
 		return &exitError{code: outcome.ExitCode}
-	}
-	return nil
-}
-
-// writeOutputs writes every non-streamed output and the summary.
-func writeOutputs(cmd *cobra.Command, outs []export.Output, outcome *session.Outcome) error {
-	for _, out := range outs {
-		if out.Format == export.Recording {
-			continue
-		}
-		if err := export.Write(out, outcome.Result, export.Options{Version: version}); err != nil {
-			return fmt.Errorf("write %s: %w", out.Path, err)
-		}
-	}
-	if err := report.Summary(cmd.OutOrStdout(), outcome.Result, report.Options{}); err != nil {
-		return err
-	}
-	for _, out := range outs {
-		fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s (%s)\n", out.Path, out.Format)
 	}
 	return nil
 }

@@ -32,11 +32,12 @@ func newSyncsCmd(g *globalOptions) *cobra.Command {
   sudo cudatap syncs -p 4123 -d 20s
   sudo cudatap syncs --json -- python3 train.py`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			res, err := syncsResult(cmd, g, o, args)
+			col := syncs.NewCollector()
+			res, err := syncsResult(cmd, g, o, args, col)
 			if err != nil {
 				return err
 			}
-			sites := syncs.Sites(res)
+			sites := syncs.Sites(res, col)
 			if o.json {
 				return syncs.WriteJSON(cmd.OutOrStdout(), res, sites)
 			}
@@ -52,7 +53,8 @@ func newSyncsCmd(g *globalOptions) *cobra.Command {
 	return cmd
 }
 
-func syncsResult(cmd *cobra.Command, g *globalOptions, o *syncsOptions, args []string) (*model.Result, error) {
+// syncsResult traces (or replays) with col as the model's sink.
+func syncsResult(cmd *cobra.Command, g *globalOptions, o *syncsOptions, args []string, col *syncs.Collector) (*model.Result, error) {
 	dash := cmd.ArgsLenAtDash()
 	if len(o.pids) == 0 && dash < 0 {
 		if len(args) != 1 {
@@ -63,7 +65,7 @@ func syncsResult(cmd *cobra.Command, g *globalOptions, o *syncsOptions, args []s
 			return nil, fmt.Errorf("open recording: %w", err)
 		}
 		defer f.Close()
-		res, _, err := recording.Load(f, nil)
+		res, _, err := recording.Load(f, func(*recording.Replay) model.Sink { return col }, nil)
 		if errors.Is(err, recording.ErrTruncated) && res != nil {
 			fmt.Fprintf(cmd.ErrOrStderr(), "cudatap: warning: %s: %v\n", args[0], err)
 			err = nil
@@ -81,6 +83,7 @@ func syncsResult(cmd *cobra.Command, g *globalOptions, o *syncsOptions, args []s
 		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Logger: g.logger(),
 		OnAttached: printAttached(stderr),
 		OnStatus:   status.update,
+		Sink:       col,
 	})
 	status.clear()
 	if err != nil {

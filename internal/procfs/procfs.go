@@ -237,3 +237,16 @@ func Exe(pid int) (string, error) {
 
 // OSRelease is the running kernel's release (uname -r).
 func OSRelease() (string, error) { return readTrim("/proc/sys/kernel/osrelease") }
+
+// RSS is the resident set size of pid in bytes (VmRSS), 0 when unknown.
+func RSS(pid int) int64 {
+	v, err := statusField(path(pid, "status"), "VmRSS")
+	if err != nil {
+		return 0
+	}
+	kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+	if err != nil {
+		return 0
+	}
+	return kb << 10
+}

@@ -184,3 +184,12 @@ func TestZombieAndGone(t *testing.T) {
 		t.Errorf("Stat of a reaped process: %v, want ErrNotExist", err)
 	}
 }
+
+func TestRSS(t *testing.T) {
+	if rss := RSS(os.Getpid()); rss < 1<<20 || rss > 1<<40 {
+		t.Errorf("RSS of this test %d bytes", rss)
+	}
+	if RSS(1<<30) != 0 {
+		t.Error("RSS of a process that does not exist")
+	}
+}

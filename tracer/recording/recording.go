@@ -85,6 +85,7 @@ func NewHeader(tool string, wallOffset int64) Header {
 // Writer appends records to a .cudatap stream. Not safe for concurrent use.
 type Writer struct {
 	w     *bufio.Writer
+	hdr   [1 + binary.MaxVarintLen64]byte // a record's type and length (a field: a local would escape)
 	n     uint64
 	bytes int64
 	buf   []byte
@@ -111,10 +112,9 @@ func (w *Writer) record(typ byte, payload []byte) {
 	if w.err != nil {
 		return
 	}
-	var hdr [1 + binary.MaxVarintLen64]byte
-	hdr[0] = typ
-	n := 1 + binary.PutUvarint(hdr[1:], uint64(len(payload)))
-	w.w.Write(hdr[:n])
+	w.hdr[0] = typ
+	n := 1 + binary.PutUvarint(w.hdr[1:], uint64(len(payload)))
+	w.w.Write(w.hdr[:n])
 	_, w.err = w.w.Write(payload)
 	w.n++
 	w.bytes += int64(n + len(payload))

@@ -1,0 +1,170 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/spf13/cobra"
+
+	"github.com/cudatap/cudatap/export"
+	"github.com/cudatap/cudatap/export/report"
+	"github.com/cudatap/cudatap/internal/units"
+	"github.com/cudatap/cudatap/tracer/model"
+	"github.com/cudatap/cudatap/tracer/recording"
+)
+
+// traceOutputs is what a tracing command writes, and how: aggregates feed
+// the profile and the summary while tracing; every raw record goes to the
+// .cudatap outputs, or to a spill file next to the first trace when only
+// Chrome traces were asked for; Chrome traces are then written by
+// replaying that file. Nothing holds the events in memory.
+type traceOutputs struct {
+	outs []export.Output
+	agg  *export.Aggregates
+	// Recordings are written to temporary files in their directory and
+	// renamed once the session ends: a session that fails before tracing
+	// leaves an existing file of that name untouched.
+	recs   []*os.File
+	finals []string
+	spill  bool // recs[0] is a spill file, removed at the end
+}
+
+// newTraceOutputs opens what the session will stream to.
+func newTraceOutputs(outs []export.Output) (*traceOutputs, error) {
+	t := &traceOutputs{outs: outs, agg: export.NewAggregates()}
+	chrome := ""
+	for _, o := range outs {
+		switch o.Format {
+		case export.Recording:
+			f, err := os.CreateTemp(filepath.Dir(o.Path), "."+filepath.Base(o.Path)+".tmp-*")
+			if err != nil {
+				t.abort()
+				return nil, fmt.Errorf("cannot write output %s: %w", o.Path, err)
+			}
+			t.recs, t.finals = append(t.recs, f), append(t.finals, o.Path)
+		case export.Chrome:
+			if chrome == "" {
+				chrome = o.Path
+			}
+		}
+	}
+	if len(t.recs) == 0 && chrome != "" {
+		// Next to the trace rather than in /tmp, which is often memory.
+		f, err := os.CreateTemp(filepath.Dir(chrome), ".cudatap-spill-*.cudatap")
+		if err != nil {
+			return nil, fmt.Errorf("cannot write a spill file beside %s: %w", chrome, err)
+		}
+		t.recs, t.spill = []*os.File{f}, true
+	}
+	return t, nil
+}
+
+// recording is the session's Config.Recording (nil: none needed).
+func (t *traceOutputs) recording() io.Writer {
+	switch len(t.recs) {
+	case 0:
+		return nil
+	case 1:
+		return t.recs[0]
+	}
+	ws := make([]io.Writer, len(t.recs))
+	for i, f := range t.recs {
+		ws[i] = f
+	}
+	return io.MultiWriter(ws...)
+}
+
+// abort removes every temporary file (the session failed).
+func (t *traceOutputs) abort() {
+	for _, f := range t.recs {
+		f.Close()
+		os.Remove(f.Name())
+	}
+}
+
+// finish writes every output from the session's result: the recordings
+// are put in place, the profile comes from the aggregates, the Chrome
+// traces from a replay of the recording. One failing output does not stop
+// the others; each failure is reported.
+func (t *traceOutputs) finish(cmd *cobra.Command, res *model.Result) error {
+	var errs []error
+	for i, f := range t.recs {
+		if t.spill {
+			continue
+		}
+		err := f.Close()
+		if err == nil {
+			err = os.Chmod(f.Name(), 0o644)
+		}
+		if err == nil {
+			err = os.Rename(f.Name(), t.finals[i])
+		}
+		if err != nil {
+			os.Remove(f.Name())
+			errs = append(errs, fmt.Errorf("write %s: %w", t.finals[i], err))
+		}
+	}
+	errs = append(errs, export.WritePprof(t.outs, res, t.agg))
+	errs = append(errs, t.writeChrome(cmd, res))
+	if t.spill {
+		t.recs[0].Close()
+		os.Remove(t.recs[0].Name())
+	}
+	if err := report.Summary(cmd.OutOrStdout(), res, t.agg.Syncs, report.Options{}); err != nil {
+		errs = append(errs, err)
+	}
+	wrote(cmd, t.outs)
+	return errors.Join(errs...)
+}
+
+// writeChrome replays the recording through a fresh model whose sink
+// writes every Chrome output; names come from the session.
+func (t *traceOutputs) writeChrome(cmd *cobra.Command, res *model.Result) error {
+	set, err := export.CreateChrome(t.outs, res.Names, export.Options{Version: version})
+	if err != nil || set == nil {
+		return err
+	}
+	path := t.recs[0].Name()
+	if !t.spill {
+		path = t.finals[0]
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		set.Abort()
+		return fmt.Errorf("read back the recording for the Chrome trace: %w", err)
+	}
+	defer f.Close()
+	status := newStatusLine(cmd.ErrOrStderr())
+	m := model.New(set.Sink())
+	_, err = recording.ReadEvents(f, m, progress(status, "writing the trace", f))
+	status.clear()
+	m.Finish() // lays out what no sync bounded, into the trace
+	if err != nil {
+		set.Abort()
+		return fmt.Errorf("read back the recording for the Chrome trace: %w", err)
+	}
+	return set.Close(res)
+}
+
+// progress reports how far a pass over f has come on the status line.
+func progress(status *statusLine, what string, f *os.File) func(int64) {
+	fi, err := f.Stat()
+	if err != nil || fi.Size() == 0 {
+		return nil
+	}
+	size := fi.Size()
+	return func(done int64) {
+		status.printf("cudatap: %s: %.0f%% (%s of %s)", what, 100*float64(done)/float64(size), units.Bytes(uint64(done)), units.Bytes(uint64(size)))
+	}
+}
+
+func wrote(cmd *cobra.Command, outs []export.Output) {
+	for _, out := range outs {
+		if _, err := os.Stat(out.Path); err == nil {
+			fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s (%s)\n", out.Path, out.Format)
+		}
+	}
+}

@@ -1,0 +1,188 @@
+package session
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cudatap/cudatap/internal/procfs"
+	"github.com/cudatap/cudatap/internal/testutil"
+	"github.com/cudatap/cudatap/tracer"
+)
+
+// floodSrc: T threads, each on its own non-blocking stream, make N
+// cudaLaunchKernel calls as fast as they can (the simulated runtime does
+// no GPU work); or, with N = 0, until stdin closes. It prints "ready" once
+// CUDA is loaded, waits for a line on stdin, then prints launches made.
+const floodSrc = `
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+#include "cuda_sim.h"
+void flood_kernel(void) {}
+static long n;
+static volatile int stop;
+static long made[256];
+static void *run(void *arg) {
+	long id = (long)arg;
+	cudaStream_t s;
+	cudaStreamCreateWithFlags(&s, 1);
+	dim3 one = {1, 1, 1};
+	for (long i = 0; n == 0 ? !stop : i < n; i++) {
+		cudaLaunchKernel((const void *)flood_kernel, one, one, NULL, 0, s);
+		made[id]++;
+	}
+	return NULL;
+}
+int main(int argc, char **argv) {
+	int t = atoi(argv[1]);
+	n = atol(argv[2]);
+	void *p;
+	char line[16];
+	cudaMalloc(&p, 16);
+	cudaFree(p);
+	printf("ready\n"); fflush(stdout);
+	if (!fgets(line, sizeof line, stdin)) return 1;
+	pthread_t th[256];
+	for (long i = 0; i < t; i++) pthread_create(&th[i], NULL, run, (void *)i);
+	if (n == 0) { while (fgets(line, sizeof line, stdin)) ; stop = 1; }
+	long total = 0;
+	for (int i = 0; i < t; i++) { pthread_join(th[i], NULL); total += made[i]; }
+	printf("%ld\n", total);
+	return 0;
+}
+`
+
+func buildFlood(tb testing.TB) string {
+	s := testutil.Sim(tb)
+	src, bin := filepath.Join(s.Dir, "flood.c"), filepath.Join(s.Dir, "flood")
+	if err := os.WriteFile(src, []byte(floodSrc), 0o644); err != nil {
+		tb.Fatal(err)
+	}
+	out, err := exec.Command("cc", "-O2", "-pthread", "-I", s.Dir, "-I", filepath.Join(s.Dir, "csrc"), "-o", bin, src,
+		"-L"+s.Dir, "-l:libcudart.so.13", "-Wl,-rpath,"+s.Dir).CombinedOutput()
+	if err != nil {
+		tb.Fatalf("compile: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// envInt reads a benchmark knob from the environment.
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+// BenchmarkFlood is the whole pipeline under a launch flood, for real: T
+// threads (CUDATAP_FLOOD_THREADS, default 8) make CUDATAP_FLOOD_LAUNCHES
+// launches each (default 250,000) while cudatap, attached, records them to
+// a file with the default ring buffer. Reports events/s offered (made by
+// the workload), recorded and dropped (ring buffer full), and cudatap's
+// peak RSS. On a 2-core VM the producer and the consumer share the CPUs;
+// the consumer alone is BenchmarkConsumer.
+//
+// With CUDATAP_SOAK=10m it floods for that long instead (endless launches)
+// and reports the RSS at the start and the end of the soak.
+func BenchmarkFlood(b *testing.B) {
+	testutil.RequireRoot(b)
+	bin := buildFlood(b)
+	threads := envInt("CUDATAP_FLOOD_THREADS", 8)
+	launches := envInt("CUDATAP_FLOOD_LAUNCHES", 250_000)
+	soak, _ := time.ParseDuration(os.Getenv("CUDATAP_SOAK"))
+	if soak > 0 {
+		launches = 0
+	}
+	for i := 0; i < b.N; i++ {
+		cmd := exec.Command(bin, strconv.Itoa(threads), strconv.Itoa(launches))
+		stdin, _ := cmd.StdinPipe()
+		pr, pw, _ := os.Pipe()
+		cmd.Stdout = pw
+		if err := cmd.Start(); err != nil {
+			b.Fatal(err)
+		}
+		pw.Close()
+		ready := make([]byte, 6)
+		if _, err := pr.Read(ready); err != nil {
+			b.Fatal(err)
+		}
+		rec, err := os.CreateTemp(b.TempDir(), "flood-*.cudatap")
+		if err != nil {
+			b.Fatal(err)
+		}
+		attached := make(chan struct{})
+		var peak, startRSS atomic.Int64
+		done := make(chan struct{})
+		go func() { // cudatap's RSS, once a second and at the end
+			t := time.NewTicker(time.Second)
+			defer t.Stop()
+			for {
+				rss := procfs.RSS(os.Getpid())
+				if rss > peak.Load() {
+					peak.Store(rss)
+				}
+				select {
+				case <-done:
+					return
+				case <-t.C:
+				}
+			}
+		}()
+		type result struct {
+			out *Outcome
+			err error
+		}
+		res := make(chan result, 1)
+		ctx, cancel := context.WithCancel(context.Background())
+		go func() {
+			out, err := Run(ctx, Config{PIDs: []int{cmd.Process.Pid}, Stacks: tracer.StacksNone, NVMLInterval: -1,
+				Recording: rec, NameWindow: -1, OnAttached: func(int) { close(attached) }})
+			res <- result{out, err}
+		}()
+		<-attached
+		start := time.Now()
+		fmt.Fprintln(stdin, "go")
+		if soak > 0 {
+			runtime.GC()
+			startRSS.Store(procfs.RSS(os.Getpid()))
+			time.Sleep(soak) // a benchmark's duration, not a synchronisation
+			stdin.Close()
+		}
+		rest := make([]byte, 64)
+		k, _ := pr.Read(rest)
+		cmd.Wait()
+		elapsed := time.Since(start)
+		cancel()
+		r := <-res
+		close(done)
+		if r.err != nil {
+			b.Fatal(r.err)
+		}
+		made, err := strconv.ParseFloat(strings.TrimSpace(string(rest[:k])), 64)
+		if err != nil {
+			b.Fatalf("flood output %q", rest[:k])
+		}
+		d := r.out.Result.Drops
+		calls := float64(r.out.Result.Processes[0].NCalls)
+		sec := elapsed.Seconds()
+		b.ReportMetric(made/sec, "offered/s")
+		b.ReportMetric(calls/sec, "recorded/s")
+		b.ReportMetric(float64(d.RingbufFull)/sec, "dropped/s")
+		b.ReportMetric(float64(d.Lost()), "lost")
+		b.ReportMetric(float64(peak.Load())/(1<<20), "peakRSS_MB")
+		if soak > 0 {
+			b.ReportMetric(float64(startRSS.Load())/(1<<20), "startRSS_MB")
+		}
+		rec.Close()
+	}
+}
