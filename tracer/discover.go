@@ -3,9 +3,11 @@ package tracer
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"github.com/cudatap/cudatap/internal/procfs"
 	"github.com/cudatap/cudatap/symbolize"
@@ -73,8 +75,13 @@ func Discover(pid int, cache *symbolize.Cache, skip func(key string) bool) (*Dis
 		path := obj.OpenPath(pid)
 		f, err := cache.Open(path)
 		if err != nil {
-			d.Plain = append(d.Plain, key)
-			continue // not ELF, or unreadable: not a CUDA library we can hook
+			// Not ELF, or unreadable: not a CUDA library we can hook. A
+			// file that vanished with its process says nothing about the
+			// file itself: other processes mapping it must still be looked at.
+			if !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ESRCH) {
+				d.Plain = append(d.Plain, key)
+			}
+			continue
 		}
 		found := len(d.Libraries)
 		base := filepath.Base(obj.Path)

@@ -37,7 +37,7 @@ import (
 // The C sources live in csrc/: the go tool refuses .c files in a package
 // directory that does not use cgo.
 //
-//go:embed csrc/cuda_sim.h csrc/cudart_sim.c csrc/workload.c csrc/libcudart.map csrc/pysync.py
+//go:embed csrc/cuda_sim.h csrc/cudart_sim.c csrc/workload.c csrc/libcudart.map csrc/pysync.py csrc/flood.c
 //go:embed csrc/cuda_driver_sim.h csrc/cuda_driver_sim.c csrc/nccl_sim.h csrc/nccl_sim.c
 var sources embed.FS
 
@@ -67,6 +67,9 @@ var DriverKernels = []string{"triton_matmul_kernel", "triton_softmax_kernel"}
 // Build is the set of files Compile produced; every path is absolute.
 type Build struct {
 	Dir string
+	// Flood is a load generator: THREADS threads each make N launches on
+	// their own stream as fast as they can (csrc/flood.c).
+	Flood string
 	// Runtime is the simulated libcudart.so.13, mode 0644 like a pip install.
 	Runtime string
 	// Workload links Runtime dynamically and finds it through rpath $ORIGIN.
@@ -128,6 +131,7 @@ func Compile(dir string) (*Build, error) {
 		DriverWorkload: filepath.Join(dir, "workload-driver"),
 		NCCLWorkload:   filepath.Join(dir, "workload-nccl"),
 		PySync:         filepath.Join(dir, "pysync.py"),
+		Flood:          filepath.Join(dir, "flood"),
 	}
 
 	// Compile each translation unit once, then link every variant from the
@@ -163,6 +167,7 @@ func Compile(dir string) (*Build, error) {
 			compile("workload-dlopen.o", "-DSIM_DLOPEN", "workload.c"),
 			compile("workload-driver.o", "-DSIM_DRIVER", "workload.c"),
 			compile("workload-nccl.o", "-DSIM_NCCL", "workload.c"),
+			compile("flood.o", "flood.c"),
 		},
 		{
 			// No version script: the real libcuda's symbols are unversioned.
@@ -177,6 +182,7 @@ func Compile(dir string) (*Build, error) {
 			link(b.NCCL, slices.Concat([]string{"-shared", "-Wl,-soname," + NCCLSoname, "nccl_sim.o"}, local(DriverSoname))...),
 			link(b.Workload, slices.Concat([]string{"workload.o"}, local(RuntimeSoname))...),
 			link(b.DriverWorkload, slices.Concat([]string{"workload-driver.o"}, local(DriverSoname))...),
+			link(b.Flood, slices.Concat([]string{"flood.o"}, local(RuntimeSoname))...),
 		},
 		{link(b.NCCLWorkload, slices.Concat([]string{"workload-nccl.o"}, local(RuntimeSoname, NCCLSoname))...)},
 	}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -18,65 +17,6 @@ import (
 	"github.com/cudatap/cudatap/tracer"
 )
 
-// floodSrc: T threads, each on its own non-blocking stream, make N
-// cudaLaunchKernel calls as fast as they can (the simulated runtime does
-// no GPU work); or, with N = 0, until stdin closes. It prints "ready" once
-// CUDA is loaded, waits for a line on stdin, then prints launches made.
-const floodSrc = `
-#include <pthread.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <unistd.h>
-#include "cuda_sim.h"
-void flood_kernel(void) {}
-static long n;
-static volatile int stop;
-static long made[256];
-static void *run(void *arg) {
-	long id = (long)arg;
-	cudaStream_t s;
-	cudaStreamCreateWithFlags(&s, 1);
-	dim3 one = {1, 1, 1};
-	for (long i = 0; n == 0 ? !stop : i < n; i++) {
-		cudaLaunchKernel((const void *)flood_kernel, one, one, NULL, 0, s);
-		made[id]++;
-	}
-	return NULL;
-}
-int main(int argc, char **argv) {
-	int t = atoi(argv[1]);
-	n = atol(argv[2]);
-	void *p;
-	char line[16];
-	cudaMalloc(&p, 16);
-	cudaFree(p);
-	printf("ready\n"); fflush(stdout);
-	if (!fgets(line, sizeof line, stdin)) return 1;
-	pthread_t th[256];
-	for (long i = 0; i < t; i++) pthread_create(&th[i], NULL, run, (void *)i);
-	if (n == 0) { while (fgets(line, sizeof line, stdin)) ; stop = 1; }
-	long total = 0;
-	for (int i = 0; i < t; i++) { pthread_join(th[i], NULL); total += made[i]; }
-	printf("%ld\n", total);
-	return 0;
-}
-`
-
-func buildFlood(tb testing.TB) string {
-	s := testutil.Sim(tb)
-	src, bin := filepath.Join(s.Dir, "flood.c"), filepath.Join(s.Dir, "flood")
-	if err := os.WriteFile(src, []byte(floodSrc), 0o644); err != nil {
-		tb.Fatal(err)
-	}
-	out, err := exec.Command("cc", "-O2", "-pthread", "-I", s.Dir, "-I", filepath.Join(s.Dir, "csrc"), "-o", bin, src,
-		"-L"+s.Dir, "-l:libcudart.so.13", "-Wl,-rpath,"+s.Dir).CombinedOutput()
-	if err != nil {
-		tb.Fatalf("compile: %v\n%s", err, out)
-	}
-	return bin
-}
-
-// envInt reads a benchmark knob from the environment.
 func envInt(name string, def int) int {
 	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
 		return v
@@ -96,7 +36,7 @@ func envInt(name string, def int) int {
 // and reports the RSS at the start and the end of the soak.
 func BenchmarkFlood(b *testing.B) {
 	testutil.RequireRoot(b)
-	bin := buildFlood(b)
+	bin := testutil.Sim(b).Flood
 	threads := envInt("CUDATAP_FLOOD_THREADS", 8)
 	launches := envInt("CUDATAP_FLOOD_LAUNCHES", 250_000)
 	soak, _ := time.ParseDuration(os.Getenv("CUDATAP_SOAK"))

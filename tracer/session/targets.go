@@ -92,8 +92,14 @@ func (s *Session) attachProcess(pid int, stopOnLoad, required bool) error {
 		a, err := s.tr.Attach(pid, lib, pol.want)
 		if err != nil {
 			if errors.Is(err, tracer.ErrNoProcess) {
+				// Exited while we attached: trace what was seen, and
+				// release the probes already attached (markExited skips
+				// a target already marked).
+				s.mu.Lock()
 				t.exited = true
-				return nil // exited while we attached: trace what was seen
+				t.closeProbes(s.tr)
+				s.mu.Unlock()
+				return nil
 			}
 			return err
 		}
