@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"syscall"
@@ -89,6 +90,8 @@ func TestContainerFromCgroup(t *testing.T) {
 
 // TestSelf reads this test process's own files.
 func TestSelf(t *testing.T) {
+	runtime.LockOSThread() // the thread-level checks read this thread
+	defer runtime.UnlockOSThread()
 	pid := os.Getpid()
 	if comm, err := Comm(pid); err != nil || !strings.HasPrefix(filepath.Base(os.Args[0]), comm) || comm == "" {
 		t.Errorf("Comm = %q, %v; executable %s", comm, err, os.Args[0])
@@ -112,8 +115,13 @@ func TestSelf(t *testing.T) {
 	if pids, err := PIDs(); err != nil || !slices.Contains(pids, pid) || !slices.Contains(pids, 1) {
 		t.Errorf("PIDs: %d entries without this process or init (%v)", len(pids), err)
 	}
-	if st, err := Stat(pid); err != nil || st.State != 'R' {
-		t.Errorf("Stat = %+v, %v; want state R", st, err)
+	// The leader thread's state: running, or sleeping while another
+	// thread of this process reads the file.
+	if st, err := Stat(pid); err != nil || (st.State != 'R' && st.State != 'S') {
+		t.Errorf("Stat = %+v, %v; want state R or S", st, err)
+	}
+	if st, err := Stat(tid); err != nil || st.State != 'R' {
+		t.Errorf("Stat of this thread = %+v, %v; want state R", st, err)
 	}
 	if !Alive(pid) {
 		t.Error("this process is not alive")
