@@ -3,9 +3,11 @@
 GO      ?= $(shell command -v go || echo /usr/local/go/bin/go)
 BIN     ?= bin/cudatap
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-# clang for `make generate`: Debian's clang-19 (or clang-16)
-BPF_CLANG ?= $(shell command -v clang-19 || command -v clang-16 || command -v clang)
-BPF_STRIP ?= $(shell command -v llvm-strip-19 || command -v llvm-strip-16 || command -v llvm-strip)
+# The committed BPF objects are built with Debian 12's clang-19 and
+# llvm-strip-19 (what .ci/run installs): another compiler makes other bytes,
+# and check-generate would fail for no fault of the sources.
+BPF_CLANG ?= clang-19
+BPF_STRIP ?= llvm-strip-19
 
 .PHONY: all build demo test test-short bench generate check-generate vet gpu-check clean
 
@@ -29,13 +31,14 @@ test-short:
 # Decode + model throughput and tracing overhead; the README quotes these.
 bench:
 	$(GO) test -run '^$$' -bench 'DecodeAndModel|ModelHandle' -benchtime 3s -cpu 1 -benchmem ./tracer/model/
-	$(GO) test -run '^$$' -bench 'LaunchOverhead' -benchtime 1x ./tracer/session/
-	$(GO) test -run '^$$' -bench 'AttachLatency' -benchtime 20x ./tracer/session/
+	$(GO) test -run '^$$' -bench 'LaunchOverhead' -benchtime 1x ./tracer/
+	$(GO) test -run '^$$' -bench 'AttachLatency' -benchtime 20x ./tracer/
 	$(GO) test -run '^$$' -bench 'Unwind' ./symbolize/unwind/
 	$(GO) test -run '^$$' -bench 'Poll' ./tracer/nvml/
 
 generate:
-	cd tracer && BPF_CLANG=$(BPF_CLANG) BPF_STRIP=$(BPF_STRIP) $(GO) generate ./...
+	@command -v $(BPF_CLANG) >/dev/null || { echo "make generate needs $(BPF_CLANG) and $(BPF_STRIP): apt-get install clang-19 llvm-19 libbpf-dev" >&2; exit 1; }
+	cd tracer/probe && BPF_CLANG=$(BPF_CLANG) BPF_STRIP=$(BPF_STRIP) $(GO) generate ./...
 
 # CI: the committed BPF objects must be what the sources produce.
 check-generate: generate

@@ -12,7 +12,7 @@ import (
 	"github.com/cudatap/cudatap/export"
 	"github.com/cudatap/cudatap/internal/sim"
 	"github.com/cudatap/cudatap/tracer"
-	"github.com/cudatap/cudatap/tracer/session"
+	"github.com/cudatap/cudatap/tracer/probe"
 )
 
 type demoOptions struct {
@@ -73,8 +73,8 @@ func runDemo(cmd *cobra.Command, g *globalOptions, o *demoOptions) error {
 	if err != nil {
 		return err
 	}
-	outcome, err := session.Run(cmd.Context(), session.Config{
-		Command: command, Stacks: tracer.StacksSync, Stdout: workloadOut, Stderr: stderr, Logger: g.logger(),
+	outcome, err := tracer.Run(cmd.Context(), tracer.Config{
+		Command: command, Stacks: probe.StacksSync, Stdout: workloadOut, Stderr: stderr, Logger: g.logger(),
 		OnAttached: printAttached(stderr), Recording: to.recording(), Sink: to.agg.Sink(),
 	})
 	if err != nil {

@@ -7,7 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cudatap/cudatap/symbolize"
-	"github.com/cudatap/cudatap/tracer"
+	"github.com/cudatap/cudatap/tracer/probe"
 )
 
 type doctorOptions struct {
@@ -38,7 +38,7 @@ func runDoctor(w io.Writer, o *doctorOptions) error {
 		}
 		fmt.Fprintf(w, "[%s] %-28s %s\n", mark, what, detail)
 	}
-	f := tracer.Features()
+	f := probe.Features()
 	fmt.Fprintf(w, "kernel %s\n", f.Kernel)
 
 	check(len(f.MissingCapabilities) == 0, "privileges", privDetail(f.MissingCapabilities))
@@ -56,7 +56,7 @@ func runDoctor(w io.Writer, o *doctorOptions) error {
 	cache := symbolize.NewCache(128)
 	for _, pid := range o.pids {
 		fmt.Fprintf(w, "\nprocess %d:\n", pid)
-		d, err := tracer.Discover(pid, cache, nil)
+		d, err := probe.Discover(pid, cache, nil)
 		if err != nil {
 			check(false, "discover", err.Error())
 			continue
@@ -86,7 +86,7 @@ func privDetail(missing []string) string {
 	if len(missing) == 0 {
 		return "CAP_BPF, CAP_PERFMON, CAP_SYS_PTRACE available"
 	}
-	return tracer.CheckPrivileges().Error()
+	return probe.CheckPrivileges().Error()
 }
 
 func detailOr(ok bool, yes, no string) string {

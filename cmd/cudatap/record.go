@@ -9,7 +9,7 @@ import (
 
 	"github.com/cudatap/cudatap/export"
 	"github.com/cudatap/cudatap/tracer"
-	"github.com/cudatap/cudatap/tracer/session"
+	"github.com/cudatap/cudatap/tracer/probe"
 )
 
 type recordOptions struct {
@@ -54,7 +54,7 @@ func newRecordCmd(g *globalOptions) *cobra.Command {
 	return cmd
 }
 
-// nameWindow maps the flag (0: never) to session.Config.NameWindow (0: default, negative: never).
+// nameWindow maps the flag (0: never) to tracer.Config.NameWindow (0: default, negative: never).
 func nameWindow(d time.Duration) time.Duration {
 	if d <= 0 {
 		return -1
@@ -62,14 +62,14 @@ func nameWindow(d time.Duration) time.Duration {
 	return d
 }
 
-func parseStacks(s string) (tracer.StackMode, error) {
+func parseStacks(s string) (probe.StackMode, error) {
 	switch s {
 	case "none":
-		return tracer.StacksNone, nil
+		return probe.StacksNone, nil
 	case "sync":
-		return tracer.StacksSync, nil
+		return probe.StacksSync, nil
 	case "all":
-		return tracer.StacksAll, nil
+		return probe.StacksAll, nil
 	}
 	return 0, fmt.Errorf("--stacks %q: use none, sync or all", s)
 }
@@ -95,7 +95,7 @@ func runRecord(cmd *cobra.Command, g *globalOptions, o *recordOptions, command [
 	}
 	stderr := cmd.ErrOrStderr()
 	status := newStatusLine(stderr)
-	cfg := session.Config{
+	cfg := tracer.Config{
 		PIDs: o.pids, Command: command, All: o.all, Container: o.container, Duration: o.duration, Stacks: stacks,
 		RingBufferBytes: o.ringBuffer, WaitForCUDA: o.waitForCUDA, NVMLInterval: o.nvml, NameWindow: nameWindow(o.nameWindow), PerSymbolUprobes: o.perSymbol,
 		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Logger: g.logger(),
@@ -103,7 +103,7 @@ func runRecord(cmd *cobra.Command, g *globalOptions, o *recordOptions, command [
 		OnStatus:   status.update,
 	}
 	cfg.Recording, cfg.Sink = to.recording(), to.agg.Sink()
-	outcome, err := session.Run(cmd.Context(), cfg)
+	outcome, err := tracer.Run(cmd.Context(), cfg)
 	status.clear()
 	if err != nil {
 		to.abort()

@@ -8,7 +8,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/cudatap/cudatap/internal/units"
-	"github.com/cudatap/cudatap/tracer/session"
+	"github.com/cudatap/cudatap/tracer"
 )
 
 // statusLine is a one-line live status on a terminal, and nothing otherwise.
@@ -23,7 +23,7 @@ func newStatusLine(w io.Writer) *statusLine {
 	return &statusLine{w: w, tty: ok && term.IsTerminal(int(f.Fd()))}
 }
 
-func (s *statusLine) update(st session.Status) {
+func (s *statusLine) update(st tracer.Status) {
 	if !s.tty {
 		return
 	}

@@ -11,8 +11,8 @@ import (
 	"github.com/cudatap/cudatap/export/syncs"
 	"github.com/cudatap/cudatap/tracer"
 	"github.com/cudatap/cudatap/tracer/model"
+	"github.com/cudatap/cudatap/tracer/probe"
 	"github.com/cudatap/cudatap/tracer/recording"
-	"github.com/cudatap/cudatap/tracer/session"
 )
 
 type syncsOptions struct {
@@ -78,8 +78,8 @@ func syncsResult(cmd *cobra.Command, g *globalOptions, o *syncsOptions, args []s
 	}
 	stderr := cmd.ErrOrStderr()
 	status := newStatusLine(stderr)
-	out, err := session.Run(cmd.Context(), session.Config{
-		PIDs: o.pids, Command: command, Duration: o.duration, Stacks: tracer.StacksSync, WaitForCUDA: o.wait,
+	out, err := tracer.Run(cmd.Context(), tracer.Config{
+		PIDs: o.pids, Command: command, Duration: o.duration, Stacks: probe.StacksSync, WaitForCUDA: o.wait,
 		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Logger: g.logger(),
 		OnAttached: printAttached(stderr),
 		OnStatus:   status.update,

@@ -11,7 +11,7 @@ import (
 	"github.com/cudatap/cudatap/internal/units"
 	"github.com/cudatap/cudatap/tracer"
 	"github.com/cudatap/cudatap/tracer/model"
-	"github.com/cudatap/cudatap/tracer/session"
+	"github.com/cudatap/cudatap/tracer/probe"
 )
 
 // traceForTop traces the selected processes (no stacks, no outputs) while
@@ -24,8 +24,8 @@ func traceForTop(ctx context.Context, g *globalOptions, pids []int, all bool) (f
 	live := make(chan func() []model.StreamSnap, 1)
 	errc := make(chan error, 1)
 	go func() {
-		_, err := session.Run(ctx, session.Config{
-			PIDs: pids, All: all, Stacks: tracer.StacksNone, NVMLInterval: -1, WaitForCUDA: true,
+		_, err := tracer.Run(ctx, tracer.Config{
+			PIDs: pids, All: all, Stacks: probe.StacksNone, NVMLInterval: -1, WaitForCUDA: true,
 			Stdout: io.Discard, Stderr: io.Discard, Logger: g.logger(),
 			OnLive: func(snap func() []model.StreamSnap) { live <- snap },
 		})

@@ -14,7 +14,7 @@ type StreamSnap struct {
 }
 
 // Snapshot returns every stream's counters so far. Not safe concurrently
-// with Handle: callers serialize (see session.Config.OnLive).
+// with Handle: callers serialize (see tracer.Config.OnLive).
 func (m *Model) Snapshot() []StreamSnap {
 	var out []StreamSnap
 	for _, ps := range m.procs {

@@ -1,7 +1,7 @@
 // Package tracer loads cudatap's BPF programs, attaches them to the CUDA
 // libraries of target processes and reads the events they write. It is the
 // only package that touches cilium/ebpf.
-package tracer
+package probe
 
 import (
 	"encoding"

@@ -1,4 +1,4 @@
-package session
+package tracer
 
 import (
 	"fmt"
@@ -10,8 +10,8 @@ import (
 
 	"github.com/cudatap/cudatap/internal/sim"
 	"github.com/cudatap/cudatap/internal/testutil"
-	"github.com/cudatap/cudatap/tracer"
 	"github.com/cudatap/cudatap/tracer/model"
+	"github.com/cudatap/cudatap/tracer/probe"
 )
 
 // TestPythonLines: a CPython script drives the simulated runtime through
@@ -31,7 +31,7 @@ func TestPythonLines(t *testing.T) {
 			var out *Outcome
 			var rep *sim.Report
 			if mode == "launch" {
-				out, rep = launch(t, tracer.StacksSync, py, b.PySync, b.Runtime, "5", "--linger-ms", "500")
+				out, rep = launch(t, probe.StacksSync, py, b.PySync, b.Runtime, "5", "--linger-ms", "500")
 			} else {
 				cmd := exec.Command(py, b.PySync, b.Runtime, "5", "--wait-stdin", "--linger-ms", "500")
 				testAttach(t, cmd, func(o *Outcome, r *sim.Report) { out, rep = o, r })

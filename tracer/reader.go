@@ -1,4 +1,4 @@
-package session
+package tracer
 
 // The reader stage: ring-buffer record → decode → stack → model → names
 // → recording, on one goroutine.

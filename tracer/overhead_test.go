@@ -1,4 +1,4 @@
-package session
+package tracer
 
 import (
 	"context"
@@ -18,8 +18,8 @@ import (
 
 	"github.com/cudatap/cudatap/internal/testutil"
 	"github.com/cudatap/cudatap/symbolize"
-	"github.com/cudatap/cudatap/tracer"
 	"github.com/cudatap/cudatap/tracer/event"
+	"github.com/cudatap/cudatap/tracer/probe"
 )
 
 // launchLoop times N cudaLaunchKernel calls of one-block kernels (the host
@@ -77,9 +77,9 @@ func BenchmarkLaunchOverhead(b *testing.B) {
 	for r := 0; r < rounds; r++ {
 		base = append(base, runLoop(b, bin, n, nil))
 		empty = append(empty, runLoop(b, bin, n, attachEmpty))
-		traced = append(traced, runLoop(b, bin, n, attachCudatap(-1, tracer.StacksSync)))
-		both = append(both, runLoop(b, bin, n, attachCudatap(time.Hour, tracer.StacksSync)))
-		stacks = append(stacks, runLoop(b, bin, n, attachCudatap(-1, tracer.StacksAll)))
+		traced = append(traced, runLoop(b, bin, n, attachCudatap(-1, probe.StacksSync)))
+		both = append(both, runLoop(b, bin, n, attachCudatap(time.Hour, probe.StacksSync)))
+		stacks = append(stacks, runLoop(b, bin, n, attachCudatap(-1, probe.StacksAll)))
 	}
 	med := func(v []float64) float64 { slices.Sort(v); return v[len(v)/2] }
 	mb, me, mt, m2, ms := med(base), med(empty), med(traced), med(both), med(stacks)
@@ -141,11 +141,11 @@ func attachEmpty(tb testing.TB, pid int) func() {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	d, err := tracer.Discover(pid, symbolize.NewCache(16), nil)
+	d, err := probe.Discover(pid, symbolize.NewCache(16), nil)
 	if err != nil {
 		tb.Fatalf("discover: %v", err)
 	}
-	i := slices.IndexFunc(d.Libraries, func(l tracer.Library) bool { return l.Layer == event.Runtime })
+	i := slices.IndexFunc(d.Libraries, func(l probe.Library) bool { return l.Layer == event.Runtime })
 	if i < 0 {
 		tb.Fatalf("no runtime in process %d", pid)
 	}
@@ -171,13 +171,13 @@ func attachEmpty(tb testing.TB, pid int) func() {
 
 // attachCudatap runs a full recording session on the process, with the
 // runtime's launch probes kept for window (negative: none).
-func attachCudatap(window time.Duration, stacks tracer.StackMode) func(testing.TB, int) func() {
+func attachCudatap(window time.Duration, stacks probe.StackMode) func(testing.TB, int) func() {
 	return func(tb testing.TB, pid int) func() {
 		return attachSession(tb, pid, window, stacks)
 	}
 }
 
-func attachSession(tb testing.TB, pid int, window time.Duration, stacks tracer.StackMode) func() {
+func attachSession(tb testing.TB, pid int, window time.Duration, stacks probe.StackMode) func() {
 	attached := make(chan struct{})
 	done := make(chan error, 1)
 	go func() {
@@ -218,7 +218,7 @@ func BenchmarkAttachLatency(b *testing.B) {
 	defer func() { stdin.Close(); cmd.Process.Kill(); cmd.Wait() }()
 	buf := make([]byte, 32)
 	pr.Read(buf)
-	tr, err := tracer.New(tracer.Config{})
+	tr, err := probe.New(probe.Config{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -226,7 +226,7 @@ func BenchmarkAttachLatency(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		cache := symbolize.NewCache(64) // cold: every library read again
-		d, err := tracer.Discover(cmd.Process.Pid, cache, nil)
+		d, err := probe.Discover(cmd.Process.Pid, cache, nil)
 		if err != nil || len(d.Libraries) == 0 {
 			b.Fatalf("discover: %v", err)
 		}

@@ -1,4 +1,4 @@
-package session
+package tracer
 
 import (
 	"bytes"
@@ -15,9 +15,9 @@ import (
 	"github.com/cudatap/cudatap/internal/testutil"
 	"github.com/cudatap/cudatap/symbolize"
 	"github.com/cudatap/cudatap/symbolize/unwind"
-	"github.com/cudatap/cudatap/tracer"
 	"github.com/cudatap/cudatap/tracer/event"
 	"github.com/cudatap/cudatap/tracer/model"
+	"github.com/cudatap/cudatap/tracer/probe"
 	"github.com/cudatap/cudatap/tracer/recording"
 )
 
@@ -29,7 +29,7 @@ func realRecords(tb testing.TB) [][]byte {
 	b := testutil.Sim(tb)
 	var rec bytes.Buffer
 	_, err := Run(context.Background(), Config{Command: []string{b.Workload, "--scenario", "basic", "--iters", "300", "--streams", "4"},
-		Stacks: tracer.StacksNone, Recording: &rec, Stdout: io.Discard, NVMLInterval: -1, Duration: time.Minute})
+		Stacks: probe.StacksNone, Recording: &rec, Stdout: io.Discard, NVMLInterval: -1, Duration: time.Minute})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -1,8 +1,13 @@
-// Package session runs one recording: it starts or finds the target
-// processes, attaches the tracer to their CUDA libraries (also those loaded
-// later), feeds every event to the stream model and the raw recording, and
-// stops cleanly at a deadline, a signal or when every target has exited.
-package session
+// Package tracer runs one recording: it starts or finds the target
+// processes, attaches probes (tracer/probe) to their CUDA libraries, also
+// those loaded later, and runs the pipeline: ring buffer → decode
+// (tracer/event) → stream model (tracer/model) → names → recording
+// (tracer/recording) and the caller's sinks. It stops cleanly at a
+// deadline, a signal or when every target has exited.
+//
+// Files: session.go the lifecycle, targets.go and watch.go the processes
+// and their probes, reader.go the reader stage, names.go the resolver.
+package tracer
 
 import (
 	"context"
@@ -20,9 +25,9 @@ import (
 
 	"github.com/cudatap/cudatap/symbolize"
 	"github.com/cudatap/cudatap/symbolize/unwind"
-	"github.com/cudatap/cudatap/tracer"
 	"github.com/cudatap/cudatap/tracer/event"
 	"github.com/cudatap/cudatap/tracer/model"
+	"github.com/cudatap/cudatap/tracer/probe"
 	"github.com/cudatap/cudatap/tracer/recording"
 )
 
@@ -33,7 +38,7 @@ type Config struct {
 	All              bool     // every process on the host that maps CUDA, now or later
 	Container        string   // every process of this container (id prefix or cgroup name), now or later
 	Duration         time.Duration
-	Stacks           tracer.StackMode
+	Stacks           probe.StackMode
 	RingBufferBytes  int
 	PerSymbolUprobes bool      // never use uprobe_multi (what kernels before 6.6 get)
 	WaitForCUDA      bool      // a target without CUDA yet is watched instead of refused
@@ -74,7 +79,7 @@ type Status struct {
 // Attached describes the probes of one process.
 type Attached struct {
 	PID       int
-	Libraries []tracer.Library
+	Libraries []probe.Library
 	Hooked    int
 	Missing   []string
 }
@@ -90,7 +95,7 @@ type Outcome struct {
 type Session struct {
 	cfg    Config
 	log    *slog.Logger
-	tr     *tracer.Tracer
+	tr     *probe.Tracer
 	cache  *symbolize.Cache
 	rec    *recording.Writer
 	model  *model.Model
@@ -113,9 +118,9 @@ type Session struct {
 	gpu        *gpuSampler
 
 	// Watch mode (control loop only).
-	loaders     map[string]*tracer.Attachment // host-wide dynamic-linker hooks, by file
-	seenMaps    map[int]uint64                // maps hash of processes looked at
-	plain       map[string]bool               // files ("dev:inode") that hold no CUDA layer
+	loaders     map[string]*probe.Attachment // host-wide dynamic-linker hooks, by file
+	seenMaps    map[int]uint64               // maps hash of processes looked at
+	plain       map[string]bool              // files ("dev:inode") that hold no CUDA layer
 	newTargets  int
 	attachFails atomic.Uint64 // probe sets that could not be attached (shown as "attach failures")
 	finished    []Attached    // targets forgotten after they exited
@@ -146,7 +151,7 @@ func run(ctx context.Context, cfg Config, inspect func(*Session)) (*Outcome, err
 			return nil, fmt.Errorf("process %d does not exist: check the PID (ps -ef | grep ...)", pid)
 		}
 	}
-	tr, err := tracer.New(tracer.Config{RingBufferBytes: cfg.RingBufferBytes, Stacks: cfg.Stacks, Logger: cfg.Logger,
+	tr, err := probe.New(probe.Config{RingBufferBytes: cfg.RingBufferBytes, Stacks: cfg.Stacks, Logger: cfg.Logger,
 		PerSymbolUprobes: cfg.PerSymbolUprobes})
 	if err != nil {
 		return nil, err
@@ -155,7 +160,7 @@ func run(ctx context.Context, cfg Config, inspect func(*Session)) (*Outcome, err
 
 	s := &Session{cfg: cfg, log: cfg.Logger, tr: tr, cache: symbolize.NewCache(512),
 		targets: map[int]*target{}, rescans: map[int]bool{}, rescanWake: make(chan struct{}, 1), unwind: unwind.New(),
-		loaders: map[string]*tracer.Attachment{}, seenMaps: map[int]uint64{}, plain: map[string]bool{}}
+		loaders: map[string]*probe.Attachment{}, seenMaps: map[int]uint64{}, plain: map[string]bool{}}
 	if cfg.Recording != nil {
 		s.rec, err = recording.NewWriter(cfg.Recording, recordingHeader(cfg))
 		if err != nil {

@@ -1,4 +1,4 @@
-package session
+package tracer
 
 import (
 	"bufio"
@@ -15,9 +15,9 @@ import (
 
 	"github.com/cudatap/cudatap/internal/sim"
 	"github.com/cudatap/cudatap/internal/testutil"
-	"github.com/cudatap/cudatap/tracer"
 	"github.com/cudatap/cudatap/tracer/event"
 	"github.com/cudatap/cudatap/tracer/model"
+	"github.com/cudatap/cudatap/tracer/probe"
 )
 
 func TestMain(m *testing.M) {
@@ -208,7 +208,7 @@ func libraryPaths(out *Outcome) []string {
 }
 
 // launch runs a command under a session to completion.
-func launch(t *testing.T, stacks tracer.StackMode, args ...string) (*Outcome, *sim.Report) {
+func launch(t *testing.T, stacks probe.StackMode, args ...string) (*Outcome, *sim.Report) {
 	t.Helper()
 	var stdout strings.Builder
 	out, err := runTraced(context.Background(), Config{Command: args, Stacks: stacks, Stdout: &stdout, Stderr: os.Stderr, Duration: time.Minute})
@@ -228,7 +228,7 @@ func launch(t *testing.T, stacks tracer.StackMode, args ...string) (*Outcome, *s
 func TestLaunchEveryAPIExactCounts(t *testing.T) {
 	testutil.RequireRoot(t)
 	b := testutil.Sim(t)
-	out, rep := launch(t, tracer.StacksSync, b.Workload, "--scenario", "all")
+	out, rep := launch(t, probe.StacksSync, b.Workload, "--scenario", "all")
 	checkCounts(t, out, rep)
 	if libs := libraryPaths(out); !slices.Equal(libs, []string{b.Driver, b.Runtime}) {
 		t.Errorf("attached %v, want the runtime and the driver", libs)
@@ -240,7 +240,7 @@ func TestLaunchEveryAPIExactCounts(t *testing.T) {
 func TestArguments(t *testing.T) {
 	testutil.RequireRoot(t)
 	b := testutil.Sim(t)
-	out, rep := launch(t, tracer.StacksNone, b.Workload, "--scenario", "all")
+	out, rep := launch(t, probe.StacksNone, b.Workload, "--scenario", "all")
 	p := tracedOf(t, out, int(out.Result.Processes[0].PID))
 	if int(p.PID) != rep.PID {
 		t.Fatalf("process %d, workload says %d", p.PID, rep.PID)
@@ -344,7 +344,7 @@ func testAttach(t *testing.T, cmd *exec.Cmd, check func(*Outcome, *sim.Report)) 
 	}
 	done := make(chan result, 1)
 	go func() {
-		out, err := runTraced(context.Background(), Config{PIDs: []int{cmd.Process.Pid}, Stacks: tracer.StacksSync, Duration: time.Minute, WaitForCUDA: true,
+		out, err := runTraced(context.Background(), Config{PIDs: []int{cmd.Process.Pid}, Stacks: probe.StacksSync, Duration: time.Minute, WaitForCUDA: true,
 			OnAttached: func(int) { close(attached) }})
 		done <- result{out, err}
 	}()
@@ -377,7 +377,7 @@ func testAttach(t *testing.T, cmd *exec.Cmd, check func(*Outcome, *sim.Report)) 
 func TestStaticRuntime(t *testing.T) {
 	testutil.RequireRoot(t)
 	b := testutil.Sim(t)
-	out, rep := launch(t, tracer.StacksSync, b.StaticWorkload, "--scenario", "basic", "--iters", "20")
+	out, rep := launch(t, probe.StacksSync, b.StaticWorkload, "--scenario", "basic", "--iters", "20")
 	checkCounts(t, out, rep)
 	if libs := libraryPaths(out); !slices.Equal(libs, []string{b.Driver, b.StaticWorkload}) {
 		t.Errorf("attached %v, want the static executable and the driver", libs)
@@ -394,7 +394,7 @@ func TestStaticRuntime(t *testing.T) {
 func TestHashedLibraryLoadedLate(t *testing.T) {
 	testutil.RequireRoot(t)
 	b := testutil.Sim(t)
-	out, rep := launch(t, tracer.StacksSync, b.DlopenWorkload, "--dlopen", b.HashedRuntime, "--sleep-ms", "50", "--scenario", "all")
+	out, rep := launch(t, probe.StacksSync, b.DlopenWorkload, "--dlopen", b.HashedRuntime, "--sleep-ms", "50", "--scenario", "all")
 	checkCounts(t, out, rep)
 	if libs := libraryPaths(out); !slices.Equal(libs, []string{b.Driver, b.HashedRuntime}) {
 		t.Errorf("attached %v, want %s and the driver", libs, b.HashedRuntime)
@@ -465,7 +465,7 @@ func TestDriverAndNCCL(t *testing.T) {
 		{"nccl", []string{b.NCCLWorkload, "--scenario", "nccl", "--iters", "10"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			out, rep := launch(t, tracer.StacksSync, tc.args...)
+			out, rep := launch(t, probe.StacksSync, tc.args...)
 			checkCounts(t, out, rep)
 			p := tracedOf(t, out, rep.PID)
 			switch tc.name {
@@ -516,7 +516,7 @@ func TestPerSymbolUprobes(t *testing.T) {
 	b := testutil.Sim(t)
 	var stdout strings.Builder
 	out, err := Run(context.Background(), Config{Command: []string{b.Workload, "--scenario", "basic", "--iters", "20"},
-		Stacks: tracer.StacksSync, PerSymbolUprobes: true, NVMLInterval: -1, Stdout: &stdout, Duration: time.Minute})
+		Stacks: probe.StacksSync, PerSymbolUprobes: true, NVMLInterval: -1, Stdout: &stdout, Duration: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package session
+package tracer
 
 import (
 	"fmt"
@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/cudatap/cudatap/tracer"
+	"github.com/cudatap/cudatap/tracer/probe"
 )
 
 // Watch mode (--all, --container): targets are found, not given. Every
@@ -104,7 +104,7 @@ func (s *Session) consider(pid int) {
 		return // gone, or unchanged since we last looked
 	}
 	s.seenMaps[pid] = h
-	d, err := tracer.Discover(pid, s.cache, func(key string) bool { return s.plain[key] })
+	d, err := probe.Discover(pid, s.cache, func(key string) bool { return s.plain[key] })
 	if err != nil {
 		return
 	}
@@ -135,7 +135,7 @@ func (s *Session) consider(pid int) {
 
 // watchLoader hooks a dynamic linker host-wide (once per file): every
 // library load in every process using it reaches the rescan channel.
-func (s *Session) watchLoader(ldso *tracer.Library) {
+func (s *Session) watchLoader(ldso *probe.Library) {
 	key := ldso.Key()
 	if _, ok := s.loaders[key]; ok {
 		return

@@ -1,4 +1,4 @@
-package session
+package tracer
 
 import (
 	"bufio"
@@ -18,9 +18,9 @@ import (
 
 	"github.com/cudatap/cudatap/internal/sim"
 	"github.com/cudatap/cudatap/internal/testutil"
-	"github.com/cudatap/cudatap/tracer"
 	"github.com/cudatap/cudatap/tracer/event"
 	"github.com/cudatap/cudatap/tracer/model"
+	"github.com/cudatap/cudatap/tracer/probe"
 )
 
 // watch runs a session in watch mode until stop is closed. The session
@@ -32,7 +32,7 @@ func watch(t *testing.T, cfg Config, stop <-chan struct{}) (<-chan *Outcome, <-c
 	attached := make(chan *Session, 1)
 	cfg.OnAttached = func(int) { attached <- sess }
 	if cfg.Stacks == 0 {
-		cfg.Stacks = tracer.StacksSync
+		cfg.Stacks = probe.StacksSync
 	}
 	done := make(chan *Outcome, 1)
 	go func() {
@@ -204,7 +204,7 @@ func TestAllManyShortLivedProcesses(t *testing.T) {
 		n = 40
 	}
 	stop := make(chan struct{})
-	done, attached := watch(t, Config{All: true, Stacks: tracer.StacksNone}, stop)
+	done, attached := watch(t, Config{All: true, Stacks: probe.StacksNone}, stop)
 	s := <-attached
 	var reps []*sim.Report
 	runBatch := func(k int) {
@@ -289,7 +289,7 @@ func TestSharedLibraryTwoProcesses(t *testing.T) {
 	attached := make(chan struct{})
 	done := make(chan *Outcome, 1)
 	go func() {
-		out, err := Run(context.Background(), Config{PIDs: pids, Stacks: tracer.StacksSync, Duration: time.Minute, NVMLInterval: -1,
+		out, err := Run(context.Background(), Config{PIDs: pids, Stacks: probe.StacksSync, Duration: time.Minute, NVMLInterval: -1,
 			OnAttached: func(int) { close(attached) }})
 		if err != nil {
 			t.Error(err)
@@ -330,7 +330,7 @@ func TestAllThousandProcessesFlat(t *testing.T) {
 		n = 200
 	}
 	stop := make(chan struct{})
-	done, attached := watch(t, Config{All: true, Stacks: tracer.StacksNone, NVMLInterval: -1}, stop)
+	done, attached := watch(t, Config{All: true, Stacks: probe.StacksNone, NVMLInterval: -1}, stop)
 	s := <-attached
 	var (
 		mu   sync.Mutex

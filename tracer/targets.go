@@ -1,4 +1,4 @@
-package session
+package tracer
 
 // Targets: finding the CUDA libraries of each traced process, attaching
 // and detaching its probes, following library loads and exits.
@@ -16,17 +16,17 @@ import (
 
 	"github.com/cudatap/cudatap/symbolize"
 	"github.com/cudatap/cudatap/symbolize/python"
-	"github.com/cudatap/cudatap/tracer"
 	"github.com/cudatap/cudatap/tracer/event"
+	"github.com/cudatap/cudatap/tracer/probe"
 )
 
 type target struct {
 	pid      int
-	attached map[string]*tracer.Attachment // by library key and layer
-	policy   map[string]policy             // what each attachment hooks
+	attached map[string]*probe.Attachment // by library key and layer
+	policy   map[string]policy            // what each attachment hooks
 	// The runtime's launch probes: they count launches until libcuda is
 	// hooked and name CUfunctions created before cudatap attached.
-	rtLaunch      *tracer.Attachment
+	rtLaunch      *probe.Attachment
 	rtLaunchUntil time.Time // when to close rtLaunch; zero = not scheduled
 	rtLaunchDone  bool
 	pyMu          sync.Mutex          // guards py and pyTried (reader goroutine and control loop)
@@ -34,7 +34,7 @@ type target struct {
 	pyTried       bool                // detection gave a final answer
 	pyResolved    bool                // some Python frame was named (reader goroutine only)
 	layers        uint8               // bit per event.Layer seen in the process
-	loader        *tracer.Attachment
+	loader        *probe.Attachment
 	stopOnLd      bool
 	mapsHash      uint64
 	exited        bool
@@ -44,7 +44,7 @@ type target struct {
 // attachProcess discovers and hooks the CUDA libraries of pid. With
 // required, a process without CUDA is an error (unless WaitForCUDA).
 func (s *Session) attachProcess(pid int, stopOnLoad, required bool) error {
-	d, err := tracer.Discover(pid, s.cache, nil)
+	d, err := probe.Discover(pid, s.cache, nil)
 	if err != nil {
 		return err
 	}
@@ -55,7 +55,7 @@ func (s *Session) attachProcess(pid int, stopOnLoad, required bool) error {
 		// at each library load until what it loaded is hooked, like a
 		// launched one, so its first CUDA calls are not missed.
 		stop := stopOnLoad || (required && len(d.Libraries) == 0 && s.cfg.WaitForCUDA)
-		t = &target{pid: pid, attached: map[string]*tracer.Attachment{}, policy: map[string]policy{}, stopOnLd: stop}
+		t = &target{pid: pid, attached: map[string]*probe.Attachment{}, policy: map[string]policy{}, stopOnLd: stop}
 		s.targets[pid] = t
 	}
 	s.mu.Unlock()
@@ -91,7 +91,7 @@ func (s *Session) attachProcess(pid int, stopOnLoad, required bool) error {
 		}
 		a, err := s.tr.Attach(pid, lib, pol.want)
 		if err != nil {
-			if errors.Is(err, tracer.ErrNoProcess) {
+			if errors.Is(err, probe.ErrNoProcess) {
 				// Exited while we attached: trace what was seen, and
 				// release the probes already attached (markExited skips
 				// a target already marked).
@@ -145,13 +145,13 @@ func (s *Session) detectPython(t *target) {
 }
 
 // runtimeLaunches manages the runtime's launch probes of a target (see
-// tracer.AttachRuntimeLaunches). They are attached while the process has a
+// probe.AttachRuntimeLaunches). They are attached while the process has a
 // runtime and no hooked driver (launches are counted there meanwhile), and
 // after attaching to a running process for NameWindow (kernel names). Once
 // the driver is hooked they go: at once in a process cudatap launched (it is
 // stopped at the library load, and every kernel load is seen), after the
 // window otherwise.
-func (s *Session) runtimeLaunches(t *target, d *tracer.Discovery, launched bool) {
+func (s *Session) runtimeLaunches(t *target, d *probe.Discovery, launched bool) {
 	hasRT := t.layers&(1<<event.Runtime) != 0
 	hasDrv := t.layers&(1<<event.Driver) != 0
 	window := s.cfg.NameWindow
@@ -206,7 +206,7 @@ func (s *Session) endPairings(now time.Time) {
 
 // attachFailed counts a failed attach, unless the process was simply gone.
 func (s *Session) attachFailed(err error) {
-	if !errors.Is(err, tracer.ErrNoProcess) {
+	if !errors.Is(err, probe.ErrNoProcess) {
 		s.attachFails.Add(1)
 	}
 }
@@ -351,13 +351,13 @@ func (t *target) summary() Attached {
 	return at
 }
 
-func (t *target) closeRuntimeLaunches(tr *tracer.Tracer) {
+func (t *target) closeRuntimeLaunches(tr *probe.Tracer) {
 	t.rtLaunch.Close()
 	tr.PairingStop()
 	t.rtLaunch, t.rtLaunchDone = nil, true
 }
 
-func (t *target) closeProbes(tr *tracer.Tracer) {
+func (t *target) closeProbes(tr *probe.Tracer) {
 	for _, a := range t.attached {
 		a.Close()
 	}

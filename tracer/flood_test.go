@@ -1,4 +1,4 @@
-package session
+package tracer
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 
 	"github.com/cudatap/cudatap/internal/procfs"
 	"github.com/cudatap/cudatap/internal/testutil"
-	"github.com/cudatap/cudatap/tracer"
+	"github.com/cudatap/cudatap/tracer/probe"
 )
 
 func envInt(name string, def int) int {
@@ -85,7 +85,7 @@ func BenchmarkFlood(b *testing.B) {
 		res := make(chan result, 1)
 		ctx, cancel := context.WithCancel(context.Background())
 		go func() {
-			out, err := Run(ctx, Config{PIDs: []int{cmd.Process.Pid}, Stacks: tracer.StacksNone, NVMLInterval: -1,
+			out, err := Run(ctx, Config{PIDs: []int{cmd.Process.Pid}, Stacks: probe.StacksNone, NVMLInterval: -1,
 				Recording: rec, NameWindow: -1, OnAttached: func(int) { close(attached) }})
 			res <- result{out, err}
 		}()
