@@ -277,7 +277,7 @@ loop:
 				}
 			}
 		case now := <-liveness.C:
-			s.endPairings(now)
+			s.endNamingWindows(now)
 			for _, pid := range s.livePIDs() {
 				if child != nil && pid == child.pid {
 					continue // reaped by its own waiter

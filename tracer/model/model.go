@@ -111,6 +111,9 @@ type procState struct {
 	stacks  map[string]int32
 	pyIndex map[string]int32
 	overlap overlapTracker
+	// When a kernel was last named from a runtime stub it had no name
+	// before (ns): the naming window can close once this stops changing.
+	newStubAt uint64
 }
 
 // New returns an empty model that hands what it concludes to sink (nil:
@@ -287,6 +290,7 @@ func (m *Model) Handle(ev *event.Event) {
 			// names the CUfunction.
 			if _, known := p.Stubs[a.Func]; !known {
 				p.Stubs[a.Func] = ev.Out
+				ps.newStubAt = ev.Start
 			}
 		}
 		p.Streams[call.Stream].Stats.Launches++
@@ -402,6 +406,15 @@ func (m *Model) Handle(ev *event.Event) {
 	for i := range m.syncs {
 		m.sink.Sync(p, &m.syncs[i])
 	}
+}
+
+// LastNewStub is when a launch last named a kernel from its runtime stub
+// that had no name before (ns, CLOCK_MONOTONIC), 0 if never.
+func (m *Model) LastNewStub(pid uint32) uint64 {
+	if ps := m.procs[pid]; ps != nil {
+		return ps.newStubAt
+	}
+	return 0
 }
 
 // Last is the call the latest Handle built (its Args decoded), valid

@@ -1,0 +1,45 @@
+package tracer
+
+import (
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// namingQuiet is how long the naming window stays open after the last
+// kernel it named for the first time. A training loop launches all its
+// kernels every step, so once a step has gone by without a new name,
+// every kernel of the loop is named and the second trap per launch only
+// costs. Rare kernels (evaluation every N steps) may stay unnamed: their
+// launches are still counted and shown as kernel@0x….
+const namingQuiet = 500 * time.Millisecond
+
+// endNamingWindows closes runtime launch probes whose naming window is
+// over: at its deadline, or once it has named nothing new for namingQuiet.
+func (s *Session) endNamingWindows(now time.Time) {
+	var ts unix.Timespec
+	unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	mono := uint64(ts.Nano())
+	s.mu.Lock()
+	var open []*target
+	for _, t := range s.targets {
+		if t.rtLaunch != nil && !t.rtLaunchUntil.IsZero() {
+			open = append(open, t)
+		}
+	}
+	s.mu.Unlock()
+	for _, t := range open {
+		s.modelMu.Lock()
+		last := s.model.LastNewStub(uint32(t.pid))
+		s.modelMu.Unlock()
+		quiet := t.rtLaunchFrom.Add(namingQuiet).Before(now) && mono-max(last, t.rtLaunchFromMono) > uint64(namingQuiet)
+		if now.After(t.rtLaunchUntil) || quiet {
+			s.mu.Lock()
+			if t.rtLaunch != nil {
+				t.closeRuntimeLaunches(s.tr)
+				s.log.Debug("naming window closed", "pid", t.pid, "early", quiet && !now.After(t.rtLaunchUntil))
+			}
+			s.mu.Unlock()
+		}
+	}
+}

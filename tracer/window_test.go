@@ -1,0 +1,104 @@
+package tracer
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cudatap/cudatap/internal/testutil"
+	"github.com/cudatap/cudatap/tracer/model"
+	"github.com/cudatap/cudatap/tracer/probe"
+)
+
+// TestNamingWindowClosesEarly attaches to a process whose kernels were
+// loaded before cudatap came, with a naming window of an hour: once its
+// loop has run without naming anything new, the runtime's launch probes
+// go (one trap per launch again), every kernel is named from its stub and
+// every launch is counted exactly once.
+func TestNamingWindowClosesEarly(t *testing.T) {
+	testutil.RequireRoot(t)
+	b := testutil.Sim(t)
+	cmd := exec.Command(b.Flood, "2", "0") // two threads, until stdin closes
+	stdin, _ := cmd.StdinPipe()
+	pr, pw, _ := os.Pipe()
+	cmd.Stdout = pw
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pw.Close()
+	defer cmd.Process.Kill()
+	ready := make([]byte, 6)
+	if _, err := pr.Read(ready); err != nil {
+		t.Fatal(err)
+	}
+	sessions := make(chan *Session, 1)
+	attached := make(chan struct{})
+	col := model.NewCollector()
+	type result struct {
+		out *Outcome
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		out, err := run(context.Background(), Config{PIDs: []int{cmd.Process.Pid}, Stacks: probe.StacksNone, NVMLInterval: -1,
+			NameWindow: time.Hour, Sink: col, Duration: 10 * time.Minute, OnAttached: func(int) { close(attached) }},
+			func(s *Session) { sessions <- s })
+		done <- result{out, err}
+	}()
+	s := <-sessions
+	<-attached
+	if !windowOpen(s, cmd.Process.Pid) {
+		t.Fatal("no naming window after attaching to a process with libcuda loaded")
+	}
+	fmt.Fprintln(stdin, "go")
+	for deadline := time.Now().Add(2 * time.Minute); windowOpen(s, cmd.Process.Pid); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the naming window is still open after 2 minutes of the same kernels")
+		}
+	}
+	stdin.Close()
+	rest := make([]byte, 64)
+	k, _ := pr.Read(rest)
+	cmd.Wait()
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	made, err := strconv.Atoi(strings.TrimSpace(string(rest[:k])))
+	if err != nil {
+		t.Fatalf("flood output %q", rest[:k])
+	}
+	p := r.out.Result.Processes[0]
+	// Counted in the driver, or by the runtime probe for the first
+	// launches before the driver probe took over (never both).
+	if got := p.CallCounts()["cuLaunchKernel"] + p.CallCounts()["cudaLaunchKernel"]; got != int64(made) {
+		t.Errorf("%d launches traced, the workload made %d", got, made)
+	}
+	tr := col.Traces[p.PID]
+	named := map[string]int{}
+	for _, op := range tr.GPUOps {
+		name, addr := p.KernelSymbol(op.Func)
+		if name == "" {
+			name = r.out.Result.Names.Kernel(p.PID, addr)
+		}
+		named[name]++
+	}
+	// Launches made before the first stub hand-over reached the driver
+	// probe cannot be named; every later one is.
+	if named["flood_kernel"] == 0 || named["flood_kernel"] < len(tr.GPUOps)-named[""] || named[""] > 2 {
+		t.Errorf("kernels named %v", named)
+	}
+}
+
+// windowOpen reports whether pid's runtime launch probes are attached.
+func windowOpen(s *Session, pid int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := s.targets[pid]
+	return t != nil && t.rtLaunch != nil
+}
