@@ -18,6 +18,7 @@ import (
 	"github.com/cudatap/cudatap/symbolize/python"
 	"github.com/cudatap/cudatap/tracer/event"
 	"github.com/cudatap/cudatap/tracer/probe"
+	"golang.org/x/sys/unix"
 )
 
 type target struct {
@@ -27,18 +28,21 @@ type target struct {
 	// The runtime's launch probes: they count launches until libcuda is
 	// hooked and name CUfunctions created before cudatap attached.
 	rtLaunch      *probe.Attachment
-	rtLaunchUntil time.Time // when to close rtLaunch; zero = not scheduled
-	rtLaunchDone  bool
-	pyMu          sync.Mutex          // guards py and pyTried (reader goroutine and control loop)
-	py            *python.Interpreter // nil until a CPython runtime is found
-	pyTried       bool                // detection gave a final answer
-	pyResolved    bool                // some Python frame was named (reader goroutine only)
-	layers        uint8               // bit per event.Layer seen in the process
-	loader        *probe.Attachment
-	stopOnLd      bool
-	mapsHash      uint64
-	exited        bool
-	symbolize     *symbolize.Process
+	rtLaunchUntil time.Time // when to close rtLaunch at the latest; zero = not scheduled
+	// When the naming window began, on the wall and the trace clock.
+	rtLaunchFrom     time.Time
+	rtLaunchFromMono uint64
+	rtLaunchDone     bool
+	pyMu             sync.Mutex          // guards py and pyTried (reader goroutine and control loop)
+	py               *python.Interpreter // nil until a CPython runtime is found
+	pyTried          bool                // detection gave a final answer
+	pyResolved       bool                // some Python frame was named (reader goroutine only)
+	layers           uint8               // bit per event.Layer seen in the process
+	loader           *probe.Attachment
+	stopOnLd         bool
+	mapsHash         uint64
+	exited           bool
+	symbolize        *symbolize.Process
 }
 
 // attachProcess discovers and hooks the CUDA libraries of pid. With
@@ -188,20 +192,12 @@ func (s *Session) runtimeLaunches(t *target, d *probe.Discovery, launched bool) 
 		s.mu.Unlock()
 		return
 	}
+	var ts unix.Timespec
+	unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
 	s.mu.Lock()
-	t.rtLaunchUntil = time.Now().Add(window)
+	t.rtLaunchFrom, t.rtLaunchFromMono = time.Now(), uint64(ts.Nano())
+	t.rtLaunchUntil = t.rtLaunchFrom.Add(window)
 	s.mu.Unlock()
-}
-
-// endPairings closes runtime launch probes whose naming window is over.
-func (s *Session) endPairings(now time.Time) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, t := range s.targets {
-		if t.rtLaunch != nil && !t.rtLaunchUntil.IsZero() && now.After(t.rtLaunchUntil) {
-			t.closeRuntimeLaunches(s.tr)
-		}
-	}
 }
 
 // attachFailed counts a failed attach, unless the process was simply gone.
