@@ -133,7 +133,15 @@ func runLoop(b *testing.B, bin string, n int, attach func(testing.TB, int) func(
 }
 
 // attachEmpty puts a do-nothing uprobe_multi program on cudaLaunchKernel.
-func attachEmpty(tb testing.TB, pid int) func() {
+func attachEmpty(tb testing.TB, pid int) func() { return attachEmptyOn(tb, pid, "cudaLaunchKernel") }
+
+// attachEmptyOn puts a do-nothing uprobe_multi program on symbol, in the
+// runtime (cuda*) or the driver (cu*) of pid.
+func attachEmptyOn(tb testing.TB, pid int, symbol string) func() {
+	layer := event.Driver
+	if strings.HasPrefix(symbol, "cuda") {
+		layer = event.Runtime
+	}
 	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
 		Type: ebpf.Kprobe, AttachType: ebpf.AttachTraceUprobeMulti, License: "GPL",
 		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()},
@@ -145,16 +153,16 @@ func attachEmpty(tb testing.TB, pid int) func() {
 	if err != nil {
 		tb.Fatalf("discover: %v", err)
 	}
-	i := slices.IndexFunc(d.Libraries, func(l probe.Library) bool { return l.Layer == event.Runtime })
+	i := slices.IndexFunc(d.Libraries, func(l probe.Library) bool { return l.Layer == layer })
 	if i < 0 {
-		tb.Fatalf("no runtime in process %d", pid)
+		tb.Fatalf("no %s library in process %d", layer, pid)
 	}
 	lib := d.Libraries[i]
 	f, err := symbolize.Open(lib.OpenPath)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	off, err := f.SymbolFileOffset("cudaLaunchKernel")
+	off, err := f.SymbolFileOffset(symbol)
 	if err != nil {
 		tb.Fatal(err)
 	}
