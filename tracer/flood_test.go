@@ -26,7 +26,8 @@ func envInt(name string, def int) int {
 
 // BenchmarkFlood is the whole pipeline under a launch flood, for real: T
 // threads (CUDATAP_FLOOD_THREADS, default 8) make CUDATAP_FLOOD_LAUNCHES
-// launches each (default 250,000) while cudatap, attached, records them to
+// launches each (default 250,000), as fast as they can or at
+// CUDATAP_FLOOD_RATE launches/s per thread, while cudatap, attached, records them to
 // a file with the default ring buffer. Reports events/s offered (made by
 // the workload), recorded and dropped (ring buffer full), and cudatap's
 // peak RSS. On a 2-core VM the producer and the consumer share the CPUs;
@@ -39,12 +40,13 @@ func BenchmarkFlood(b *testing.B) {
 	bin := testutil.Sim(b).Flood
 	threads := envInt("CUDATAP_FLOOD_THREADS", 8)
 	launches := envInt("CUDATAP_FLOOD_LAUNCHES", 250_000)
+	rate := envInt("CUDATAP_FLOOD_RATE", 0) // launches/s per thread, 0: as fast as possible
 	soak, _ := time.ParseDuration(os.Getenv("CUDATAP_SOAK"))
 	if soak > 0 {
 		launches = 0
 	}
 	for i := 0; i < b.N; i++ {
-		cmd := exec.Command(bin, strconv.Itoa(threads), strconv.Itoa(launches))
+		cmd := exec.Command(bin, strconv.Itoa(threads), strconv.Itoa(launches), strconv.Itoa(rate))
 		stdin, _ := cmd.StdinPipe()
 		pr, pw, _ := os.Pipe()
 		cmd.Stdout = pw
