@@ -6,6 +6,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/cudatap/cudatap/internal/objfile"
 )
 
 // minAutoRefresh rate-limits the maps re-reads Symbolize does on its own
@@ -15,13 +17,13 @@ const minAutoRefresh = 100 * time.Millisecond
 
 // Process symbolizes addresses of one live process: a snapshot of its
 // mappings (see [Process.Refresh]) and the ELF files behind them, shared
-// through a [Cache]. It is safe for concurrent use.
+// through an [objfile.Cache]. It is safe for concurrent use.
 type Process struct {
 	pid   int
-	cache *Cache
+	cache *objfile.Cache
 
 	mu          sync.Mutex
-	maps        []Mapping // sorted by Start; replaced, never modified
+	maps        []objfile.Mapping // sorted by Start; replaced, never modified
 	files       map[fileID]fileResult
 	lastRefresh time.Time
 }
@@ -32,7 +34,7 @@ type fileID struct {
 }
 
 type fileResult struct {
-	f   *File
+	f   *objfile.File
 	err error
 }
 
@@ -48,9 +50,9 @@ type Frame struct {
 // NewProcess reads the mappings of pid. Files are opened through c, or
 // through a private cache if c is nil. If the process does not exist, the
 // error wraps os.ErrNotExist.
-func NewProcess(pid int, c *Cache) (*Process, error) {
+func NewProcess(pid int, c *objfile.Cache) (*Process, error) {
 	if c == nil {
-		c = NewCache(256)
+		c = objfile.NewCache(256)
 	}
 	p := &Process{pid: pid, cache: c, files: make(map[fileID]fileResult)}
 	if err := p.Refresh(); err != nil {
@@ -64,11 +66,11 @@ func (p *Process) Pid() int { return p.pid }
 
 // Refresh re-reads the process's mappings. Files still mapped stay open.
 func (p *Process) Refresh() error {
-	maps, err := ReadMaps(p.pid)
+	maps, err := objfile.ReadMaps(p.pid)
 	if err != nil {
 		return err
 	}
-	slices.SortFunc(maps, func(a, b Mapping) int {
+	slices.SortFunc(maps, func(a, b objfile.Mapping) int {
 		switch {
 		case a.Start < b.Start:
 			return -1
@@ -97,21 +99,21 @@ func (p *Process) Refresh() error {
 
 // Mappings returns the current snapshot of the mappings, sorted by
 // address. The caller must not modify it.
-func (p *Process) Mappings() []Mapping {
+func (p *Process) Mappings() []objfile.Mapping {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.maps
 }
 
-// Objects returns the mapped files of the process (see [ObjectFiles]).
-func (p *Process) Objects() []ObjectFile { return ObjectFiles(p.Mappings()) }
+// Objects returns the mapped files of the process (see [objfile.ObjectFiles]).
+func (p *Process) Objects() []objfile.ObjectFile { return objfile.ObjectFiles(p.Mappings()) }
 
 // mapping finds the mapping containing addr.
-func (p *Process) mapping(addr uint64) (Mapping, bool) {
+func (p *Process) mapping(addr uint64) (objfile.Mapping, bool) {
 	p.mu.Lock()
 	maps := p.maps
 	p.mu.Unlock()
-	i, _ := slices.BinarySearchFunc(maps, addr, func(m Mapping, a uint64) int {
+	i, _ := slices.BinarySearchFunc(maps, addr, func(m objfile.Mapping, a uint64) int {
 		if m.Start <= a {
 			return -1
 		}
@@ -121,11 +123,11 @@ func (p *Process) mapping(addr uint64) (Mapping, bool) {
 	if i > 0 && maps[i-1].Contains(addr) {
 		return maps[i-1], true
 	}
-	return Mapping{}, false
+	return objfile.Mapping{}, false
 }
 
 // File returns the ELF file behind mapping m of the process.
-func (p *Process) File(m Mapping) (*File, error) {
+func (p *Process) File(m objfile.Mapping) (*objfile.File, error) {
 	if !m.IsFile() {
 		return nil, fmt.Errorf("mapping %#x-%#x is not file-backed", m.Start, m.End)
 	}
@@ -136,7 +138,7 @@ func (p *Process) File(m Mapping) (*File, error) {
 	if ok {
 		return r.f, r.err
 	}
-	var f *File
+	var f *objfile.File
 	path := m.OpenPath(p.pid)
 	err := fmt.Errorf("%s was deleted and /proc/%d/map_files is not accessible", m.Path, p.pid)
 	if !m.Deleted || strings.Contains(path, "/map_files/") {
@@ -194,9 +196,9 @@ func (p *Process) Symbolize(addr uint64) Frame {
 
 // SymbolLocation is where a process has a symbol.
 type SymbolLocation struct {
-	Object     ObjectFile
-	OpenPath   string // path through which to open the object (for uprobes), see Mapping.OpenPath
-	Symbol     Symbol
+	Object     objfile.ObjectFile
+	OpenPath   string // path through which to open the object (for uprobes), see [objfile.Mapping.OpenPath]
+	Symbol     objfile.Symbol
 	FileOffset uint64 // file offset of the symbol: the uprobe offset
 	Addr       uint64 // runtime address in the process; 0 if not mapped
 }

@@ -3,63 +3,55 @@ package symbolize
 import (
 	"errors"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/cudatap/cudatap/internal/objfile"
+	"github.com/cudatap/cudatap/internal/testutil"
 )
 
+// TestProcessSymbolize names addresses in running PIE and non-PIE
+// programs. The /proc/PID/root fallback that unprivileged tracers get in
+// place of /proc/PID/map_files is internal/objfile's TestOpenPathLive.
 func TestProcessSymbolize(t *testing.T) {
-	fx := getFixtures(t)
-	for _, exe := range []string{fx.pie, fx.nopie} {
-		for _, mapFiles := range []bool{true, false} {
-			name := exe[strings.LastIndexByte(exe, '/')+1:]
-			if !mapFiles {
-				name += "/no-map_files"
-			}
-			t.Run(name, func(t *testing.T) {
-				if !mapFiles {
-					// Exercise the /proc/PID/root fallback that
-					// unprivileged tracers get.
-					old := mapFilesState.Load()
-					mapFilesState.Store(2)
-					t.Cleanup(func() { mapFilesState.Store(old) })
-				}
-				testProcessSymbolize(t, fx, exe)
-			})
-		}
+	fx := testutil.ELF(t)
+	for _, exe := range []string{fx.PIE, fx.NoPIE} {
+		t.Run(filepath.Base(exe), func(t *testing.T) { testProcessSymbolize(t, fx, exe) })
 	}
 }
 
-func testProcessSymbolize(t *testing.T, fx *fixtures, exe string) {
-	c := startChild(t, exe)
-	p, err := NewProcess(c.cmd.Process.Pid, NewCache(16))
+func testProcessSymbolize(t *testing.T, fx *testutil.ELFFixtures, exe string) {
+	c := testutil.StartChild(t, exe)
+	p, err := NewProcess(c.Pid(), objfile.NewCache(16))
 	if err != nil {
 		t.Fatal(err)
 	}
 
-	fr := p.Symbolize(c.mainAddr)
+	fr := p.Symbolize(c.MainAddr)
 	if fr.Function != "main_marker" || fr.Raw != "main_marker" || fr.Offset != 0 || fr.Object != exe {
 		t.Errorf("Symbolize(main_marker) = %+v", fr)
 	}
-	fr = p.Symbolize(c.mainAddr + 1)
+	fr = p.Symbolize(c.MainAddr + 1)
 	if fr.Function != "main_marker" || fr.Offset != 1 {
 		t.Errorf("Symbolize(main_marker+1) = %+v", fr)
 	}
 
-	fr = p.Symbolize(c.twiceAddr)
-	if fr.Function != "int ns::twice<int>(int)" || !strings.HasPrefix(fr.Raw, "_ZN2ns5twice") || fr.Object != fx.lib {
+	fr = p.Symbolize(c.TwiceAddr)
+	if fr.Function != "int ns::twice<int>(int)" || !strings.HasPrefix(fr.Raw, "_ZN2ns5twice") || fr.Object != fx.Lib {
 		t.Errorf("Symbolize(ns::twice<int>) = %+v", fr)
 	}
 	if got := Shorten(fr.Function, 0); got != "ns::twice<int>" {
 		t.Errorf("Shorten(%q) = %q", fr.Function, got)
 	}
-	fr = p.Symbolize(c.libAddr + 2)
-	if exe == fx.nopie {
+	fr = p.Symbolize(c.LibAddr + 2)
+	if exe == fx.NoPIE {
 		// In non-PIE code, the address of a library function is the
 		// executable's PLT stub for it, which has no symbol.
 		if fr.Raw != "" || fr.Object != exe {
 			t.Errorf("Symbolize(&lib_plain+2) = %+v, want an unnamed address in %s", fr, exe)
 		}
-	} else if fr.Function != "lib_plain" || fr.Offset != 2 || fr.Object != fx.lib {
+	} else if fr.Function != "lib_plain" || fr.Offset != 2 || fr.Object != fx.Lib {
 		t.Errorf("Symbolize(lib_plain+2) = %+v", fr)
 	}
 
@@ -80,16 +72,16 @@ func testProcessSymbolize(t *testing.T, fx *fixtures, exe string) {
 
 	// Discovery by symbol: lib_plain is exported by the library only.
 	locs := p.FindSymbol("lib_plain", false)
-	if len(locs) != 1 || locs[0].Object.Path != fx.lib {
+	if len(locs) != 1 || locs[0].Object.Path != fx.Lib {
 		t.Fatalf("FindSymbol(lib_plain) = %+v", locs)
 	}
-	if fr := p.Symbolize(locs[0].Addr); fr.Raw != "lib_plain" || fr.Offset != 0 || exe == fx.pie && locs[0].Addr != c.libAddr {
+	if fr := p.Symbolize(locs[0].Addr); fr.Raw != "lib_plain" || fr.Offset != 0 || exe == fx.PIE && locs[0].Addr != c.LibAddr {
 		t.Errorf("FindSymbol(lib_plain).Addr = %#x is %+v", locs[0].Addr, fr)
 	}
-	if want := expectedFileOffset(t, fx.lib, locs[0].Symbol.Value); locs[0].FileOffset != want {
+	if want := testutil.FileOffset(t, fx.Lib, locs[0].Symbol.Value); locs[0].FileOffset != want {
 		t.Errorf("FindSymbol FileOffset = %#x, want %#x", locs[0].FileOffset, want)
 	}
-	if f, err := Open(locs[0].OpenPath); err != nil {
+	if f, err := objfile.Open(locs[0].OpenPath); err != nil {
 		t.Errorf("Open(%s): %v", locs[0].OpenPath, err)
 	} else {
 		f.Close()
@@ -99,7 +91,7 @@ func testProcessSymbolize(t *testing.T, fx *fixtures, exe string) {
 		t.Errorf("FindSymbol(main_marker, dynamic) = %+v", locs)
 	}
 	locs = p.FindSymbol("main_marker", true)
-	if len(locs) != 1 || locs[0].Addr != c.mainAddr || locs[0].Object.Path != exe {
+	if len(locs) != 1 || locs[0].Addr != c.MainAddr || locs[0].Object.Path != exe {
 		t.Errorf("FindSymbol(main_marker, all) = %+v", locs)
 	}
 }
@@ -122,7 +114,11 @@ func TestProcessSelf(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := openT(t, exe)
+	f, err := objfile.Open(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
 	fr := p.Symbolize(funcAddr())
 	if f.HasSymtab() {
 		if fr.Function != "github.com/cudatap/cudatap/symbolize.funcAddr" || fr.Offset != 0 || fr.Object != exe {

@@ -16,8 +16,8 @@ import (
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
 
+	"github.com/cudatap/cudatap/internal/objfile"
 	"github.com/cudatap/cudatap/internal/testutil"
-	"github.com/cudatap/cudatap/symbolize"
 	"github.com/cudatap/cudatap/tracer/event"
 	"github.com/cudatap/cudatap/tracer/probe"
 )
@@ -149,7 +149,7 @@ func attachEmptyOn(tb testing.TB, pid int, symbol string) func() {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	d, err := probe.Discover(pid, symbolize.NewCache(16), nil)
+	d, err := probe.Discover(pid, objfile.NewCache(16), nil)
 	if err != nil {
 		tb.Fatalf("discover: %v", err)
 	}
@@ -158,7 +158,7 @@ func attachEmptyOn(tb testing.TB, pid int, symbol string) func() {
 		tb.Fatalf("no %s library in process %d", layer, pid)
 	}
 	lib := d.Libraries[i]
-	f, err := symbolize.Open(lib.OpenPath)
+	f, err := objfile.Open(lib.OpenPath)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -233,7 +233,7 @@ func BenchmarkAttachLatency(b *testing.B) {
 	defer tr.Close()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		cache := symbolize.NewCache(64) // cold: every library read again
+		cache := objfile.NewCache(64) // cold: every library read again
 		d, err := probe.Discover(cmd.Process.Pid, cache, nil)
 		if err != nil || len(d.Libraries) == 0 {
 			b.Fatalf("discover: %v", err)

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cudatap/cudatap/internal/objfile"
 	"github.com/cudatap/cudatap/internal/testutil"
-	"github.com/cudatap/cudatap/symbolize"
 	"github.com/cudatap/cudatap/symbolize/unwind"
 	"github.com/cudatap/cudatap/tracer/event"
 	"github.com/cudatap/cudatap/tracer/model"
@@ -65,7 +65,7 @@ func eventRecords(tb testing.TB, file []byte) [][]byte {
 // readerOnly is a session with its reader stage and nothing else: no BPF,
 // no targets. Records are fed to handleRecord as the ring buffer would.
 func readerOnly(tb testing.TB, rec io.Writer, sink model.Sink) *Session {
-	s := &Session{cfg: Config{}, log: slog.New(slog.DiscardHandler), cache: symbolize.NewCache(64),
+	s := &Session{cfg: Config{}, log: slog.New(slog.DiscardHandler), cache: objfile.NewCache(64),
 		targets: map[int]*target{}, rescans: map[int]bool{}, rescanWake: make(chan struct{}, 1), unwind: unwind.New()}
 	if rec != nil {
 		w, err := recording.NewWriter(rec, recording.NewHeader("bench", 0))

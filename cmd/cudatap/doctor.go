@@ -6,7 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/cudatap/cudatap/symbolize"
+	"github.com/cudatap/cudatap/internal/objfile"
 	"github.com/cudatap/cudatap/tracer/probe"
 )
 
@@ -53,7 +53,7 @@ func runDoctor(w io.Writer, o *doctorOptions) error {
 		}
 	}
 
-	cache := symbolize.NewCache(128)
+	cache := objfile.NewCache(128)
 	for _, pid := range o.pids {
 		fmt.Fprintf(w, "\nprocess %d:\n", pid)
 		d, err := probe.Discover(pid, cache, nil)

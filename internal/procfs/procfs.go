@@ -1,8 +1,8 @@
-// Package procfs reads the few /proc files cudatap needs outside the hot
-// path, and is the only package that parses them (the memory maps, read for
-// every stack, are symbolize's). Every function takes and returns plain
-// values; a process that has gone shows as an error wrapping
-// os.ErrNotExist, or as false.
+// Package procfs reads the /proc files cudatap needs, and is the only
+// package that parses them, but for the memory maps: it hands those over
+// raw, and internal/objfile, which owns the mappings, parses them. Every
+// function takes and returns plain values; a process that has gone shows as
+// an error wrapping os.ErrNotExist, or as false.
 package procfs
 
 import (
@@ -191,6 +191,17 @@ func Alive(pid int) bool {
 func ThreadAlive(tid int) bool {
 	_, err := os.Stat("/proc/" + strconv.Itoa(tid))
 	return err == nil
+}
+
+// Maps is the text of /proc/PID/maps; internal/objfile parses it. The
+// error wraps os.ErrNotExist when the process is gone, also when it exited
+// while being read (ESRCH).
+func Maps(pid int) ([]byte, error) {
+	b, err := os.ReadFile(path(pid, "maps"))
+	if errors.Is(err, syscall.ESRCH) {
+		err = fmt.Errorf("%w: %w", os.ErrNotExist, err)
+	}
+	return b, err
 }
 
 // Cgroup is the text of /proc/PID/cgroup.

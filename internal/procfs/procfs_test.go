@@ -1,6 +1,7 @@
 package procfs
 
 import (
+	"bytes"
 	"errors"
 	"os"
 	"os/exec"
@@ -129,6 +130,9 @@ func TestSelf(t *testing.T) {
 	if _, err := Cgroup(pid); err != nil {
 		t.Error(err)
 	}
+	if maps, err := Maps(pid); err != nil || !bytes.Contains(maps, []byte(mustExecutable(t))) {
+		t.Errorf("Maps: %d bytes without this executable (%v)", len(maps), err)
+	}
 	if _, err := CapEff(); err != nil {
 		t.Error(err)
 	}
@@ -190,6 +194,9 @@ func TestZombieAndGone(t *testing.T) {
 	}
 	if _, err := Stat(pid); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("Stat of a reaped process: %v, want ErrNotExist", err)
+	}
+	if _, err := Maps(pid); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("Maps of a reaped process: %v, want ErrNotExist", err)
 	}
 }
 

@@ -18,8 +18,8 @@ import (
 	"github.com/cilium/ebpf/btf"
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"
-
-	"github.com/cudatap/cudatap/symbolize"
+	"github.com/cudatap/cudatap/internal/objfile"
+	"github.com/cudatap/cudatap/internal/procfs"
 )
 
 // The BPF test compiles testdata/walk.bpf.c (bpf/python.h's walk_python
@@ -186,11 +186,11 @@ func nextEvent(t *testing.T, rd *ringbuf.Reader, el eventLayout, pid int) pyEven
 
 func libcPath(t *testing.T, pid int) string {
 	t.Helper()
-	maps, err := symbolize.ReadMaps(pid)
+	maps, err := objfile.ReadMaps(pid)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, o := range symbolize.ObjectFiles(maps) {
+	for _, o := range objfile.ObjectFiles(maps) {
 		if b := filepath.Base(o.Path); strings.HasPrefix(b, "libc.so") || strings.HasPrefix(b, "libc-") {
 			return o.Path
 		}
@@ -283,7 +283,7 @@ func TestBPFWalk(t *testing.T) {
 			nstid, _ := strconv.Atoi(strings.Fields(tg.expect("tid"))[1])
 			tg.expect("done")
 			ev = nextEvent(t, rd, el, tg.pid)
-			if n, err := nsTID(tg.pid, int(ev.tid)); err == nil && n != nstid {
+			if n, err := procfs.ThreadNSPID(tg.pid, int(ev.tid)); err == nil && n != nstid {
 				t.Errorf("event from thread %d, want %d", n, nstid)
 			}
 			want := append(tg.recFrames(p.minor, "call", 1), tg.frame("worker", "worker"))

@@ -5,13 +5,13 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"os"
 	"path"
 	"regexp"
 	"strconv"
 	"strings"
 
-	"github.com/cudatap/cudatap/symbolize"
+	"github.com/cudatap/cudatap/internal/objfile"
+	"github.com/cudatap/cudatap/internal/procfs"
 )
 
 // nameVersion finds the version in "libpython3.12.so.1.0", "python3.9",
@@ -34,21 +34,20 @@ func Detect(pid int) (*Config, *Interpreter, error) {
 
 // DetectCache is Detect with ELF files opened through c (nil: a private
 // cache).
-func DetectCache(pid int, c *symbolize.Cache) (*Config, *Interpreter, error) {
+func DetectCache(pid int, c *objfile.Cache) (*Config, *Interpreter, error) {
 	if c == nil {
-		c = symbolize.NewCache(16)
+		c = objfile.NewCache(16)
 	}
-	maps, err := symbolize.ReadMaps(pid)
+	maps, err := objfile.ReadMaps(pid)
 	if err != nil {
 		return nil, nil, err
 	}
-	objs := symbolize.ObjectFiles(maps)
-	exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
-	exe = strings.TrimSuffix(exe, " (deleted)")
+	objs := objfile.ObjectFiles(maps)
+	exe, _ := procfs.Exe(pid)
 
 	// libpython first: a python executable linked against it has no
 	// _PyRuntime of its own, and an embedding program is not called python.
-	var cands []symbolize.ObjectFile
+	var cands []objfile.ObjectFile
 	for _, o := range objs {
 		if strings.HasPrefix(path.Base(o.Path), "libpython") {
 			cands = append(cands, o)
@@ -91,7 +90,7 @@ func DetectCache(pid int, c *symbolize.Cache) (*Config, *Interpreter, error) {
 	return nil, nil, fmt.Errorf("process %d: %w", pid, ErrNotPython)
 }
 
-func newInterpreter(pid int, o symbolize.ObjectFile, f *symbolize.File, runtime, bias uint64) (*Interpreter, error) {
+func newInterpreter(pid int, o objfile.ObjectFile, f *objfile.File, runtime, bias uint64) (*Interpreter, error) {
 	in := &Interpreter{pid: pid, mem: mem{pid}, path: o.Path}
 	addr := func(name string) uint64 {
 		if s, ok := f.LookupDynamic(name); ok {
@@ -300,7 +299,7 @@ func (in *Interpreter) validate() error {
 // pthreadTIDOffset returns offsetof(struct pthread, tid) from glibc's
 // libthread_db descriptor _thread_db_pthread_tid ({bits, count, offset}),
 // or 0x2d0 (the x86-64 value for years of glibc) when libc does not say.
-func pthreadTIDOffset(pid int, objs []symbolize.ObjectFile, c *symbolize.Cache) uint64 {
+func pthreadTIDOffset(pid int, objs []objfile.ObjectFile, c *objfile.Cache) uint64 {
 	const fallback = 0x2d0
 	for _, o := range objs {
 		if b := path.Base(o.Path); !strings.HasPrefix(b, "libc.so") && !strings.HasPrefix(b, "libc-") {

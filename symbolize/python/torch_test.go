@@ -6,8 +6,7 @@ import (
 	"testing"
 
 	"github.com/cilium/ebpf/link"
-
-	"github.com/cudatap/cudatap/symbolize"
+	"github.com/cudatap/cudatap/internal/objfile"
 )
 
 // TestBPFTorch runs on a GPU machine: CUDATAP_TEST_TORCH names a python
@@ -36,13 +35,13 @@ func TestBPFTorch(t *testing.T) {
 	// library defines it.
 	syms := []string{"cudaStreamSynchronize", "cudaMemcpyAsync", "cudaDeviceSynchronize",
 		"cuStreamSynchronize", "cuStreamSynchronize_ptsz", "cuMemcpyDtoHAsync_v2", "cuMemcpyAsync", "cuCtxSynchronize"}
-	maps, err := symbolize.ReadMaps(tg.pid)
+	maps, err := objfile.ReadMaps(tg.pid)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cache := symbolize.NewCache(64)
+	cache := objfile.NewCache(64)
 	attached := 0
-	for _, o := range symbolize.ObjectFiles(maps) {
+	for _, o := range objfile.ObjectFiles(maps) {
 		if !strings.Contains(o.Path, "cud") && !strings.Contains(o.Path, "torch") {
 			continue
 		}

@@ -34,6 +34,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/cudatap/cudatap/internal/objfile"
 	"github.com/cudatap/cudatap/symbolize"
 )
 
@@ -46,7 +47,7 @@ type Regs struct {
 const defaultMaxObjects = 512
 
 // Unwinder unwinds stack snapshots. It caches the parsed CFI of object
-// files, keyed by GNU build-id (or by the [symbolize.File] for files
+// files, keyed by GNU build-id (or by the [objfile.File] for files
 // without one), and is safe for concurrent use.
 type Unwinder struct {
 	mu    sync.Mutex
@@ -59,7 +60,7 @@ type Unwinder struct {
 // the File the symbolize package opened.
 type objectKey struct {
 	buildID string
-	file    *symbolize.File
+	file    *objfile.File
 }
 
 // entry is the CFI of one object file, loaded once.
@@ -129,12 +130,12 @@ func (u *Unwinder) Unwind(p *symbolize.Process, regs Regs, stack []byte, max int
 type walker struct {
 	u    *Unwinder
 	p    *symbolize.Process
-	maps []symbolize.Mapping
+	maps []objfile.Mapping
 	snap snapshot
 
 	// The mapping of the previous lookup, its file and CFI.
-	last     symbolize.Mapping
-	lastFile *symbolize.File
+	last     objfile.Mapping
+	lastFile *objfile.File
 	lastObj  *object
 }
 
@@ -158,12 +159,12 @@ func (w *walker) step(f frame, exact bool) (next frame, nextExact bool, ok bool)
 }
 
 // object returns the file mapped at pc and its CFI, nil if none.
-func (w *walker) object(pc uint64) (*symbolize.File, *object) {
+func (w *walker) object(pc uint64) (*objfile.File, *object) {
 	if w.last.Contains(pc) {
 		return w.lastFile, w.lastObj
 	}
-	w.last, w.lastFile, w.lastObj = symbolize.Mapping{}, nil, nil
-	i, _ := slices.BinarySearchFunc(w.maps, pc, func(m symbolize.Mapping, pc uint64) int {
+	w.last, w.lastFile, w.lastObj = objfile.Mapping{}, nil, nil
+	i, _ := slices.BinarySearchFunc(w.maps, pc, func(m objfile.Mapping, pc uint64) int {
 		if m.Start <= pc {
 			return -1
 		}
@@ -274,7 +275,7 @@ func (w *walker) fpStep(f frame) (next frame, nextExact bool, ok bool) {
 
 // object returns the CFI of file, mapped by p at m, loading it on first
 // use; nil if it has none or cannot be read now.
-func (u *Unwinder) object(p *symbolize.Process, m symbolize.Mapping, file *symbolize.File) *object {
+func (u *Unwinder) object(p *symbolize.Process, m objfile.Mapping, file *objfile.File) *object {
 	key := objectKey{buildID: file.BuildID()}
 	if key.buildID == "" {
 		key.file = file
@@ -316,7 +317,7 @@ func (u *Unwinder) removeLocked(el *list.Element) {
 var errBadObject = errors.New("bad object")
 
 // loadObject reads the CFI of file through mapping m of process p.
-func loadObject(p *symbolize.Process, m symbolize.Mapping, file *symbolize.File) (*object, error) {
+func loadObject(p *symbolize.Process, m objfile.Mapping, file *objfile.File) (*object, error) {
 	paths := []string{m.OpenPath(p.Pid())}
 	if fp := file.Path(); fp != paths[0] {
 		paths = append(paths, fp)
@@ -324,7 +325,7 @@ func loadObject(p *symbolize.Process, m symbolize.Mapping, file *symbolize.File)
 	var err error
 	for _, path := range paths {
 		var fd *os.File
-		if fd, err = symbolize.OpenFile(path); err != nil {
+		if fd, err = objfile.OpenFile(path); err != nil {
 			continue
 		}
 		var fi os.FileInfo

@@ -9,7 +9,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/cudatap/cudatap/symbolize"
+	"github.com/cudatap/cudatap/internal/objfile"
 )
 
 func TestUnwindChain(t *testing.T) {
@@ -303,7 +303,7 @@ func TestGarbage(t *testing.T) {
 	recoverPanics = false
 	defer func() { recoverPanics = old }()
 	u := New()
-	var code []symbolize.Mapping
+	var code []objfile.Mapping
 	for _, m := range c.proc.Mappings() {
 		if m.Exec() {
 			code = append(code, m)
@@ -369,7 +369,7 @@ func putWord(b []byte, at int, w uint64) {
 func FuzzUnwind(f *testing.F) {
 	exe := fixture(f, variants[0])
 	c := runFixture(f, exe, 1)
-	var code []symbolize.Mapping
+	var code []objfile.Mapping
 	for _, m := range c.proc.Mappings() {
 		if m.Exec() {
 			code = append(code, m)

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/cudatap/cudatap/internal/objfile"
 	"github.com/cudatap/cudatap/internal/procfs"
-	"github.com/cudatap/cudatap/symbolize"
 	"github.com/cudatap/cudatap/tracer/event"
 )
 
@@ -28,7 +28,7 @@ type Library struct {
 	Dev      string
 	Inode    uint64
 	Static   bool // symbols found only in .symtab (runtime linked into the executable)
-	file     *symbolize.File
+	file     *objfile.File
 }
 
 // Key identifies the library file across processes (same inode = same probes).
@@ -52,8 +52,8 @@ type Discovery struct {
 // skip, if not nil, names files ("dev:inode") already known to hold no
 // hooked layer; they are not opened again (watch mode looks at every
 // process on the host).
-func Discover(pid int, cache *symbolize.Cache, skip func(key string) bool) (*Discovery, error) {
-	maps, err := symbolize.ReadMaps(pid)
+func Discover(pid int, cache *objfile.Cache, skip func(key string) bool) (*Discovery, error) {
+	maps, err := objfile.ReadMaps(pid)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return nil, fmt.Errorf("process %d: %w", pid, ErrNoProcess)
@@ -62,7 +62,7 @@ func Discover(pid int, cache *symbolize.Cache, skip func(key string) bool) (*Dis
 	}
 	exe, _ := procfs.Exe(pid)
 	d := &Discovery{PID: pid}
-	for _, obj := range symbolize.ObjectFiles(maps) {
+	for _, obj := range objfile.ObjectFiles(maps) {
 		if !hasExec(obj) {
 			continue
 		}
@@ -116,7 +116,7 @@ func Discover(pid int, cache *symbolize.Cache, skip func(key string) bool) (*Dis
 	return d, nil
 }
 
-func hasExec(o symbolize.ObjectFile) bool {
+func hasExec(o objfile.ObjectFile) bool {
 	for _, m := range o.Mappings {
 		if m.Exec() {
 			return true

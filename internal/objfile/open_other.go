@@ -1,6 +1,6 @@
 //go:build !linux
 
-package symbolize
+package objfile
 
 import "os"
 

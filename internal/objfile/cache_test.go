@@ -1,10 +1,12 @@
-package symbolize
+package objfile
 
 import (
 	"os"
 	"path/filepath"
 	"sync"
 	"testing"
+
+	"github.com/cudatap/cudatap/internal/testutil"
 )
 
 func copyFile(t *testing.T, src, dst string) {
@@ -19,25 +21,25 @@ func copyFile(t *testing.T, src, dst string) {
 }
 
 func TestCache(t *testing.T) {
-	fx := getFixtures(t)
+	fx := testutil.ELF(t)
 	c := NewCache(8)
-	a, err := c.Open(fx.lib)
+	a, err := c.Open(fx.Lib)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := c.Open(fx.lib)
+	b, err := c.Open(fx.Lib)
 	if err != nil || b != a {
 		t.Fatalf("second Open = %p, %v; want the cached %p", b, err, a)
 	}
 
 	// A copy (other inode, same build-id) shares the entry.
 	cp := filepath.Join(t.TempDir(), "copy.so")
-	copyFile(t, fx.lib, cp)
+	copyFile(t, fx.Lib, cp)
 	if b, err := c.Open(cp); err != nil || b != a {
 		t.Errorf("Open(copy) = %p, %v; want the cached %p", b, err, a)
 	}
 	// So does the stripped copy: the unstripped one has more symbols.
-	if b, err := c.Open(fx.stripped); err != nil || b != a {
+	if b, err := c.Open(fx.Stripped); err != nil || b != a {
 		t.Errorf("Open(stripped) = %p, %v; want the cached unstripped %p", b, err, a)
 	}
 	if c.Len() != 1 {
@@ -46,26 +48,26 @@ func TestCache(t *testing.T) {
 
 	// The other way round: an unstripped file replaces a stripped one.
 	c2 := NewCache(8)
-	s, _ := c2.Open(fx.stripped)
+	s, _ := c2.Open(fx.Stripped)
 	if s == nil || s.HasSymtab() {
 		t.Fatalf("Open(stripped) = %v", s)
 	}
-	if u, err := c2.Open(fx.lib); err != nil || !u.HasSymtab() {
+	if u, err := c2.Open(fx.Lib); err != nil || !u.HasSymtab() {
 		t.Errorf("Open(lib) after stripped = %v, %v; want the unstripped file", u, err)
 	}
-	if s2, _ := c2.Open(fx.stripped); s2 == nil || !s2.HasSymtab() {
+	if s2, _ := c2.Open(fx.Stripped); s2 == nil || !s2.HasSymtab() {
 		t.Errorf("Open(stripped) again = %v, want the unstripped file", s2)
 	}
 }
 
 func TestCacheEviction(t *testing.T) {
-	fx := getFixtures(t)
+	fx := testutil.ELF(t)
 	c := NewCache(1)
-	lib, err := c.Open(fx.lib)
+	lib, err := c.Open(fx.Lib)
 	if err != nil {
 		t.Fatal(err)
 	}
-	exe, err := c.Open(fx.pie)
+	exe, err := c.Open(fx.PIE)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,15 +81,15 @@ func TestCacheEviction(t *testing.T) {
 	if _, ok := exe.Lookup("main_marker"); !ok {
 		t.Errorf("Lookup failed: %v", exe.Index())
 	}
-	if again, _ := c.Open(fx.lib); again == lib {
+	if again, _ := c.Open(fx.Lib); again == lib {
 		t.Errorf("evicted file still cached")
 	}
 }
 
 func TestCacheConcurrent(t *testing.T) {
-	fx := getFixtures(t)
+	fx := testutil.ELF(t)
 	c := NewCache(2)
-	paths := []string{fx.lib, fx.stripped, fx.pie, fx.nopie}
+	paths := []string{fx.Lib, fx.Stripped, fx.PIE, fx.NoPIE}
 	var wg sync.WaitGroup
 	for i := range 16 {
 		wg.Add(1)

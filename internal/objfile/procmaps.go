@@ -1,4 +1,4 @@
-package symbolize
+package objfile
 
 import (
 	"bytes"
@@ -9,7 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"syscall"
+
+	"github.com/cudatap/cudatap/internal/procfs"
 )
 
 // Mapping is one line of /proc/PID/maps.
@@ -101,12 +102,8 @@ func splitProcRoot(path string) (root, rel string, ok bool) {
 // ReadMaps reads and parses /proc/PID/maps. When the process does not
 // exist (any more), the error wraps os.ErrNotExist.
 func ReadMaps(pid int) ([]Mapping, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
+	data, err := procfs.Maps(pid)
 	if err != nil {
-		// A process exiting while we read its maps yields ESRCH.
-		if errors.Is(err, syscall.ESRCH) {
-			err = fmt.Errorf("%w: %w", os.ErrNotExist, err)
-		}
 		return nil, err
 	}
 	return parseMaps(data)

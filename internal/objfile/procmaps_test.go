@@ -1,4 +1,4 @@
-package symbolize
+package objfile
 
 import (
 	"errors"
@@ -7,6 +7,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/cudatap/cudatap/internal/testutil"
 )
 
 const mapsFixture = `55d4c2a00000-55d4c2a02000 r--p 00000000 fd:01 1048602                    /usr/bin/python3.12
@@ -164,6 +166,45 @@ func TestOpenPath(t *testing.T) {
 	for _, p := range []string{"[vdso]", ""} {
 		if got := (Mapping{Path: p}).OpenPath(42); got != "" {
 			t.Errorf("OpenPath(%q) = %q, want \"\"", p, got)
+		}
+	}
+}
+
+// TestOpenPathLive opens a library of a running program through both
+// paths OpenPath gives: /proc/PID/map_files where this process may use it,
+// and the /proc/PID/root fallback that unprivileged tracers get. Through
+// either, the symbol lands at the address the program printed.
+func TestOpenPathLive(t *testing.T) {
+	fx := testutil.ELF(t)
+	c := testutil.StartChild(t, fx.PIE)
+	maps, err := ReadMaps(c.Pid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lib ObjectFile
+	for _, o := range ObjectFiles(maps) {
+		if o.Path == fx.Lib {
+			lib = o
+		}
+	}
+	if lib.Path == "" {
+		t.Fatalf("%s not mapped by %s", fx.Lib, fx.PIE)
+	}
+	defer mapFilesState.Store(mapFilesState.Load())
+	for _, state := range []int32{0, 2} {
+		mapFilesState.Store(state)
+		path := lib.OpenPath(c.Pid())
+		if want := fmt.Sprintf("/proc/%d/root%s", c.Pid(), fx.Lib); state == 2 && path != want {
+			t.Errorf("OpenPath without map_files = %q, want %q", path, want)
+		}
+		f, err := NewCache(4).Open(path)
+		if err != nil {
+			t.Fatalf("Open(%s): %v", path, err)
+		}
+		bias, ok := lib.Bias(f)
+		s, found := f.LookupDynamic("lib_plain")
+		if !ok || !found || s.Value+bias != c.LibAddr {
+			t.Errorf("through %s: lib_plain at %#x+%#x (%v, %v), want %#x", path, s.Value, bias, ok, found, c.LibAddr)
 		}
 	}
 }
