@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 	"unsafe"
+
+	"github.com/cudatap/cudatap/internal/procfs"
 )
 
 func TestMarshalBinary(t *testing.T) {
@@ -320,7 +322,7 @@ func hostTID(t *testing.T, pid, nstid int) int {
 	}
 	for _, e := range ents {
 		tid, _ := strconv.Atoi(e.Name())
-		if n, err := nsTID(pid, tid); err == nil && n == nstid {
+		if n, err := procfs.ThreadNSPID(pid, tid); err == nil && n == nstid {
 			return tid
 		}
 	}

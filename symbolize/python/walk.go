@@ -1,11 +1,9 @@
 package python
 
 import (
-	"bufio"
 	"fmt"
-	"os"
-	"strconv"
-	"strings"
+
+	"github.com/cudatap/cudatap/internal/procfs"
 )
 
 // The bounds of walk_python (bpf/python.h), which the Go walker keeps too.
@@ -57,7 +55,9 @@ func WalkThread(pid, tid int) ([]Frame, error) {
 
 // findThread returns the PyThreadState of host thread tid, or 0.
 func (in *Interpreter) findThread(tid int) (uint64, error) {
-	want, err := nsTID(in.pid, tid)
+	// CPython stores the thread's id in its own pid namespace as
+	// native_thread_id.
+	want, err := procfs.ThreadNSPID(in.pid, tid)
 	if err != nil {
 		return 0, err
 	}
@@ -152,25 +152,4 @@ func (in *Interpreter) walkFrom(ts uint64, limit int) ([]RawFrame, bool, error) 
 		}
 	}
 	return out, truncated, nil
-}
-
-// nsTID returns the id of host thread tid in the target's own pid
-// namespace (the last NSpid of /proc/PID/task/TID/status), which is what
-// CPython stores as native_thread_id.
-func nsTID(pid, tid int) (int, error) {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/task/%d/status", pid, tid))
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		if rest, ok := strings.CutPrefix(s.Text(), "NSpid:"); ok {
-			fs := strings.Fields(rest)
-			if len(fs) > 0 {
-				return strconv.Atoi(fs[len(fs)-1])
-			}
-		}
-	}
-	return tid, s.Err()
 }
