@@ -3,18 +3,17 @@ package tracer
 import (
 	"context"
 	"fmt"
-	"strings"
+	"math"
 	"sync"
 	"time"
 
 	"github.com/cudatap/cudatap/internal/procfs"
-	"github.com/cudatap/cudatap/internal/units"
 	"github.com/cudatap/cudatap/tracer/model"
 	"github.com/cudatap/cudatap/tracer/nvml"
 )
 
 // gpuSampler runs the NVML sampler beside a recording and turns its samples
-// into model counters, device summaries and verdicts.
+// into model counters and the numbers of the GPU report.
 type gpuSampler struct {
 	s       *nvml.Sampler
 	status  string // why there is no sampler
@@ -73,7 +72,8 @@ func (g *gpuSampler) markCPU(pid uint32) {
 	}
 }
 
-// finish stops sampling and fills the result's counters and GPU report.
+// finish stops sampling and fills the result's counters and GPU report:
+// numbers only, which the summary judges and words.
 func (g *gpuSampler) finish(r *model.Result) {
 	if g.s == nil {
 		r.GPU.Status = g.status
@@ -89,39 +89,57 @@ func (g *gpuSampler) finish(r *model.Result) {
 	for _, smp := range g.samples {
 		r.Counters = append(r.Counters, model.Counter{Device: smp.Device, Name: fmt.Sprintf("GPU %d %s", smp.Device, smp.Name), TS: smp.TS, Values: smp.Counters()})
 	}
-	sums := nvml.Summarize(g.samples)
-	for _, d := range sums {
-		line := fmt.Sprintf("GPU %d %s: %d samples, utilization mean %.0f%% peak %.0f%%, memory peak %s of %s, power mean %.0f W peak %.0f W",
-			d.Device.Index, d.Device.Name, d.Samples, d.GPUUtilMean, d.GPUUtilPeak, units.Bytes(d.MemPeak), units.Bytes(d.Device.MemTotal), d.PowerMeanW, d.PowerPeakW)
-		if len(d.Throttled) > 0 {
-			line += ", throttle reasons seen: " + strings.Join(d.Throttled, ", ")
-		}
-		r.GPU.Devices = append(r.GPU.Devices, line)
-	}
-	hostBusy, calls := map[uint32]float64{}, map[uint32]int{}
+	r.GPU.GPUs = gpuStats(nvml.Summarize(g.samples))
 	for _, p := range r.Processes {
-		calls[p.PID] = int(p.NCalls)
-		if m, ok := g.cpu0[p.PID]; ok {
-			if t, ok := cpuTicks(p.PID); ok {
-				wall := time.Since(m.at).Seconds()
-				var blocked uint64
-				for _, s := range p.Streams {
-					blocked += s.Stats.SyncBlockedNs
-				}
-				// CPU time outside synchronizations (CUDA spins while it waits).
-				busy := float64(t-m.ticks)/clockTicks - float64(blocked)/1e9
-				if wall > 0 {
-					hostBusy[p.PID] = min(max(busy/wall, 0), 1)
-				}
-			}
-		}
-	}
-	for _, v := range nvml.Verdicts(sums, g.samples, hostBusy, calls) {
-		r.GPU.Verdicts = append(r.GPU.Verdicts, v.String())
+		r.GPU.Traced = append(r.GPU.Traced, model.TracedHost{PID: p.PID, CUDACalls: p.NCalls, HostBusy: model.Reading(g.hostBusy(p))})
 	}
 	for _, e := range g.events {
-		r.GPU.Verdicts = append(r.GPU.Verdicts, fmt.Sprintf("GPU %d: %s event (data %d)", e.Device, e.Kind, e.Data))
+		r.GPU.Events = append(r.GPU.Events, model.GPUEvent{TS: e.TS, Device: e.Device, Kind: e.Kind, Data: e.Data})
 	}
+}
+
+// hostBusy is the share of wall time since tracing of p began that its
+// threads spent on a CPU outside synchronizations (CUDA spins while it
+// waits), 0..1; NaN when its CPU time could not be read.
+func (g *gpuSampler) hostBusy(p *model.Process) float64 {
+	m, ok := g.cpu0[p.PID]
+	if !ok {
+		return math.NaN()
+	}
+	t, ok := cpuTicks(p.PID)
+	wall := time.Since(m.at).Seconds()
+	if !ok || wall <= 0 {
+		return math.NaN()
+	}
+	var blocked uint64
+	for _, s := range p.Streams {
+		blocked += s.Stats.SyncBlockedNs
+	}
+	busy := float64(t-m.ticks)/clockTicks - float64(blocked)/1e9
+	return min(max(busy/wall, 0), 1)
+}
+
+// gpuStats copies the sampler's device summaries into the result's report.
+func gpuStats(sums []nvml.DeviceSummary) []model.GPUStats {
+	out := make([]model.GPUStats, 0, len(sums))
+	for _, d := range sums {
+		st := model.GPUStats{
+			Index: d.Device.Index, UUID: d.Device.UUID, Name: d.Device.Name,
+			Samples: d.Samples, StartNs: d.Start, EndNs: d.End,
+			UtilMean: model.Reading(d.GPUUtilMean), UtilPeak: model.Reading(d.GPUUtilPeak), MemUtilMean: model.Reading(d.MemUtilMean),
+			MemPeak: d.MemPeak, MemTotal: d.Device.MemTotal,
+			MemPeakPID: d.PeakHolder.PID, MemPeakPIDBytes: d.PeakHolder.MemUsed,
+			PowerMeanW: model.Reading(d.PowerMeanW), PowerPeakW: model.Reading(d.PowerPeakW), PowerLimitW: model.Reading(d.Device.PowerLimitW),
+			TempPeakC:      model.Reading(d.TempPeakC),
+			SMClockMeanMHz: model.Reading(d.SMClockMeanMHz), SMClockMinMHz: d.SMClockMinMHz, SMClockMaxMHz: d.Device.MaxSMClock,
+			ThrottlePolls: d.ThrottlePolls,
+		}
+		for _, p := range d.Processes {
+			st.Processes = append(st.Processes, model.GPUProcess{PID: p.PID, MemPeak: p.MemPeak, Polls: p.Polls, SMUtilMean: model.Reading(p.SMUtilMean)})
+		}
+		out = append(out, st)
+	}
+	return out
 }
 
 // clockTicks is USER_HZ, the unit of utime/stime in /proc (100 on Linux).

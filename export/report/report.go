@@ -1,6 +1,7 @@
 // Package report writes the text summary cudatap prints at the end of every
 // record and export: per process and stream what was enqueued and copied,
-// where the host waited for the GPU, and what the recording lost.
+// where the host waited for the GPU, what NVML measured on each GPU and the
+// verdicts drawn from it (gpu.go), and what the recording lost.
 package report
 
 import (
@@ -40,30 +41,10 @@ func Summary(w io.Writer, r *model.Result, sites *syncs.Collector, opts Options)
 		buf.WriteByte('\n')
 		process(&buf, r, p, sites, top)
 	}
-	gpus(&buf, &r.GPU)
+	gpus(&buf, &r.GPU, r.Start)
 	fmt.Fprintf(&buf, "\n%s\n", describe.Drops(r.Drops))
 	_, err := w.Write(buf.Bytes())
 	return err
-}
-
-// gpus writes what NVML saw: each device and the verdicts, or why there
-// were no samples.
-func gpus(buf *bytes.Buffer, g *model.GPUReport) {
-	buf.WriteString("\nGPUs (NVML)\n")
-	if g.Status != "" {
-		fmt.Fprintf(buf, "  not sampled: %s\n", g.Status)
-		return
-	}
-	for _, d := range g.Devices {
-		fmt.Fprintf(buf, "  %s\n", d)
-	}
-	if len(g.Verdicts) == 0 {
-		buf.WriteString("  verdicts: none (not host bound, no out-of-memory risk, no throttling, no idle holder)\n")
-	}
-	for _, v := range g.Verdicts {
-		fmt.Fprintf(buf, "  verdict: %s\n", v)
-	}
-	fmt.Fprintf(buf, "  clock: NVML samples placed on the trace clock within ±%s\n", duration(uint64(g.ClockErrorNs)))
 }
 
 // deviceWide keys the syncs that wait on no single stream.

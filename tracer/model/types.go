@@ -378,15 +378,6 @@ type Counter struct {
 	Values map[string]float64 `json:"values"`
 }
 
-// GPUReport is what the NVML sampler concluded, for the summary: one line
-// per device and the verdicts with the numbers behind them.
-type GPUReport struct {
-	Status       string   `json:"status"` // "" when sampled, else why not (no NVML, ...)
-	Devices      []string `json:"devices,omitempty"`
-	Verdicts     []string `json:"verdicts,omitempty"`
-	ClockErrorNs int64    `json:"clock_error_ns"` // bound of the NVML → tracer clock conversion
-}
-
 // Result is the finished model of a recording.
 type Result struct {
 	Processes []*Process // sorted by PID

@@ -9,7 +9,9 @@
 // wraps ErrNVMLUnavailable and says, in one line, what is missing; everything
 // else in cudatap works without it.
 //
-// Summarize and Verdicts are pure functions over a series of samples.
+// Summarize is a pure function over a series of samples: numbers per device
+// and per process. Judging them (verdicts) and wording them is the report's
+// job (export/report).
 package nvml
 
 import (
