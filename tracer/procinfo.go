@@ -1,7 +1,6 @@
 package tracer
 
 import (
-	"os"
 	"strings"
 
 	"github.com/cudatap/cudatap/internal/procfs"
@@ -27,19 +26,4 @@ func readProcessInfo(pid uint32) model.ProcessInfo {
 func readThreadName(pid, tid uint32) string {
 	name, _ := procfs.ThreadComm(int(pid), int(tid))
 	return name
-}
-
-// readTrim is a file's text without surrounding space, "" when unreadable.
-// Only recordingHeader (session.go) uses it, for the kernel release: drop it
-// once that calls procfs.OSRelease.
-func readTrim(path string) string {
-	b, _ := os.ReadFile(path)
-	return strings.TrimSpace(string(b))
-}
-
-// ContainerFromCgroup is procfs.ContainerFromCgroup.
-//
-// Deprecated: kept for CgroupMatches (watch.go); call procfs.ContainerFromCgroup.
-func ContainerFromCgroup(cgroup string) (container, pod string) {
-	return procfs.ContainerFromCgroup(cgroup)
 }

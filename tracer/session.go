@@ -23,6 +23,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/cudatap/cudatap/internal/procfs"
 	"github.com/cudatap/cudatap/symbolize"
 	"github.com/cudatap/cudatap/symbolize/unwind"
 	"github.com/cudatap/cudatap/tracer/event"
@@ -178,7 +179,7 @@ func run(ctx context.Context, cfg Config, inspect func(*Session)) (*Outcome, err
 func recordingHeader(cfg Config) recording.Header {
 	h := recording.NewHeader("cudatap", WallOffset())
 	h.Host, _ = os.Hostname()
-	h.Kernel = readTrim("/proc/sys/kernel/osrelease")
+	h.Kernel, _ = procfs.OSRelease()
 	h.Command = cfg.Command
 	return h
 }

@@ -7,13 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"os"
 	"sort"
-	"strconv"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/cudatap/cudatap/internal/procfs"
 	"github.com/cudatap/cudatap/symbolize"
 	"github.com/cudatap/cudatap/symbolize/python"
 	"github.com/cudatap/cudatap/tracer/event"
@@ -280,7 +279,7 @@ func (s *Session) sweep() {
 }
 
 func mapsHash(pid int) uint64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
+	b, err := procfs.Maps(pid)
 	if err != nil {
 		return 0
 	}
@@ -374,26 +373,9 @@ func (s *Session) attachedSummary() []Attached {
 	return out
 }
 
-// threadAlive reports whether a (host) thread id still exists.
-func threadAlive(tid uint32) bool {
-	_, err := os.Stat("/proc/" + strconv.FormatUint(uint64(tid), 10))
-	return err == nil
-}
+// threadAlive is procfs.ThreadAlive for a thread id as BPF reports it (the
+// callback Tracer.PruneInflight takes).
+func threadAlive(tid uint32) bool { return procfs.ThreadAlive(int(tid)) }
 
 // alive reports whether pid exists and is not a zombie.
-func alive(pid int) bool {
-	if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
-		return false
-	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	// The state follows the last ')' of the comm field.
-	for i := len(b) - 1; i >= 0; i-- {
-		if b[i] == ')' {
-			return i+2 < len(b) && b[i+2] != 'Z' && b[i+2] != 'X'
-		}
-	}
-	return true
-}
+func alive(pid int) bool { return procfs.Alive(pid) }

@@ -1,11 +1,10 @@
 package tracer
 
 import (
-	"fmt"
 	"os"
-	"strconv"
 	"strings"
 
+	"github.com/cudatap/cudatap/internal/procfs"
 	"github.com/cudatap/cudatap/tracer/probe"
 )
 
@@ -24,17 +23,17 @@ func (s *Session) matches(pid int) bool {
 	if s.cfg.Container == "" {
 		return true
 	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	cgroup, err := procfs.Cgroup(pid)
 	if err != nil {
 		return false
 	}
-	return CgroupMatches(string(b), s.cfg.Container)
+	return CgroupMatches(cgroup, s.cfg.Container)
 }
 
 // CgroupMatches reports whether a /proc/PID/cgroup text belongs to the
 // container: by container id prefix, or else by a cgroup path component.
 func CgroupMatches(cgroup, container string) bool {
-	if id, _ := ContainerFromCgroup(cgroup); id != "" && strings.HasPrefix(id, container) {
+	if id, _ := procfs.ContainerFromCgroup(cgroup); id != "" && strings.HasPrefix(id, container) {
 		return true
 	}
 	for _, line := range strings.Split(cgroup, "\n") {
@@ -54,25 +53,13 @@ func CgroupMatches(cgroup, container string) bool {
 // maxPlain bounds the set of files known to hold no CUDA.
 const maxPlain = 1 << 16
 
-// procPIDs lists the numeric entries of /proc.
-func procPIDs() []int {
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
-	var pids []int
-	for _, e := range ents {
-		if pid, err := strconv.Atoi(e.Name()); err == nil {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
-}
-
 // discoverAll hooks every matching process that maps CUDA now and watches
 // library loads in all of them.
 func (s *Session) discoverAll() {
-	pids := procPIDs()
+	pids, err := procfs.PIDs()
+	if err != nil {
+		return // no /proc to sweep: forget nothing
+	}
 	live := make(map[int]bool, len(pids))
 	for _, pid := range pids {
 		live[pid] = true
