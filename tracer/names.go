@@ -8,24 +8,33 @@ import (
 	"github.com/cudatap/cudatap/tracer/model"
 )
 
-// maxPyTries bounds how often a Python frame that did not resolve is
-// asked again (a launched interpreter's layout is confirmed only once it
-// runs).
-const maxPyTries = 3
+// pyRetry is what the resolver remembers of a Python frame that did not
+// resolve: how often it was seen, and the process's resolution count at
+// its last try.
+type pyRetry struct {
+	seen     uint32
+	resolved uint32
+}
 
 // resolver names the raw keys of each event (process, thread, kernel stub,
 // stack addresses, Python frames) while the process lives, once per key,
 // into the session's name tables and the recording. It runs on the reader
 // goroutine, outside the model lock; the model never waits for it.
 type resolver struct {
-	s       *Session
-	names   *model.Names
-	procs   map[uint32]bool
-	pyTries map[model.PyNameKey]uint8
+	s     *Session
+	names *model.Names
+	procs map[uint32]bool
+	// Python frames that did not resolve yet, and per process how many
+	// did: a launched interpreter is readable only once it runs, so a
+	// frame that failed is asked again as soon as another one of its
+	// process resolved, and otherwise at its 2nd, 4th, 8th... sighting.
+	pyFailed   map[model.PyNameKey]pyRetry
+	pyResolved map[uint32]uint32
 }
 
 func newResolver(s *Session) *resolver {
-	return &resolver{s: s, names: model.NewNames(), procs: map[uint32]bool{}, pyTries: map[model.PyNameKey]uint8{}}
+	return &resolver{s: s, names: model.NewNames(), procs: map[uint32]bool{},
+		pyFailed: map[model.PyNameKey]pyRetry{}, pyResolved: map[uint32]uint32{}}
 }
 
 // event names what ev, which the model just handled as call c, refers to.
@@ -54,9 +63,19 @@ func (r *resolver) event(ev *event.Event, c *model.Call) {
 	}
 	for _, py := range ev.Py[:ev.NPy] {
 		k := model.PyNameKey{PID: ev.PID, PyKey: model.PyKey{Code: py[0], Instr: py[1]}}
-		if r.names.Py[k] == "" && r.pyTries[k] < maxPyTries {
-			r.pyFrame(k)
+		if r.names.Py[k] != "" {
+			continue
 		}
+		f, failed := r.pyFailed[k]
+		f.seen++
+		if !failed || f.resolved != r.pyResolved[k.PID] || f.seen&(f.seen-1) == 0 {
+			if r.pyFrame(k) {
+				delete(r.pyFailed, k)
+				continue
+			}
+			f.resolved = r.pyResolved[k.PID]
+		}
+		r.pyFailed[k] = f
 	}
 }
 
@@ -123,15 +142,16 @@ func (r *resolver) frame(k model.NameKey) {
 	}
 }
 
-func (r *resolver) pyFrame(k model.PyNameKey) {
-	r.pyTries[k]++
+// pyFrame names a Python frame from the live interpreter; false when it
+// could not (yet).
+func (r *resolver) pyFrame(k model.PyNameKey) bool {
 	s := r.s
 	s.mu.Lock()
 	t := s.targets[int(k.PID)]
 	s.mu.Unlock()
 	in := t.python()
 	if in == nil {
-		return
+		return false
 	}
 	f, err := in.Frame(k.Code, k.Instr)
 	if err != nil && !in.Started() && !t.pyResolved {
@@ -142,13 +162,14 @@ func (r *resolver) pyFrame(k model.PyNameKey) {
 	}
 	if err != nil {
 		s.log.Debug("python frame", "pid", k.PID, "err", err)
-		return
+		return false
 	}
 	t.pyResolved = true
+	r.pyResolved[k.PID]++
 	name := f.String()
 	r.names.Py[k] = name
-	delete(r.pyTries, k)
 	if s.rec != nil {
 		s.rec.PyFrame(k.PID, k.Code, k.Instr, name)
 	}
+	return true
 }
