@@ -4,6 +4,7 @@ package tracer
 // → recording, on one goroutine.
 
 import (
+	"github.com/cudatap/cudatap/internal/objfile"
 	"github.com/cudatap/cudatap/symbolize"
 	"github.com/cudatap/cudatap/symbolize/unwind"
 	"github.com/cudatap/cudatap/tracer/event"
@@ -88,7 +89,7 @@ func (s *Session) prepareStack(ev *event.Event) {
 	ev.NStack = n
 }
 
-func executable(maps []symbolize.Mapping, addr uint64) bool {
+func executable(maps []objfile.Mapping, addr uint64) bool {
 	for i := range maps {
 		if maps[i].Contains(addr) {
 			return maps[i].Exec()

@@ -23,8 +23,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/cudatap/cudatap/internal/objfile"
 	"github.com/cudatap/cudatap/internal/procfs"
-	"github.com/cudatap/cudatap/symbolize"
 	"github.com/cudatap/cudatap/symbolize/unwind"
 	"github.com/cudatap/cudatap/tracer/event"
 	"github.com/cudatap/cudatap/tracer/model"
@@ -97,7 +97,7 @@ type Session struct {
 	cfg    Config
 	log    *slog.Logger
 	tr     *probe.Tracer
-	cache  *symbolize.Cache
+	cache  *objfile.Cache
 	rec    *recording.Writer
 	model  *model.Model
 	events atomic.Uint64
@@ -159,7 +159,7 @@ func run(ctx context.Context, cfg Config, inspect func(*Session)) (*Outcome, err
 	}
 	defer tr.Close()
 
-	s := &Session{cfg: cfg, log: cfg.Logger, tr: tr, cache: symbolize.NewCache(512),
+	s := &Session{cfg: cfg, log: cfg.Logger, tr: tr, cache: objfile.NewCache(512),
 		targets: map[int]*target{}, rescans: map[int]bool{}, rescanWake: make(chan struct{}, 1), unwind: unwind.New(),
 		loaders: map[string]*probe.Attachment{}, seenMaps: map[int]uint64{}, plain: map[string]bool{}}
 	if cfg.Recording != nil {
@@ -283,7 +283,7 @@ loop:
 				if child != nil && pid == child.pid {
 					continue // reaped by its own waiter
 				}
-				if !alive(pid) {
+				if !procfs.Alive(pid) {
 					s.markExited(pid)
 				}
 			}

@@ -374,8 +374,5 @@ func (s *Session) attachedSummary() []Attached {
 }
 
 // threadAlive is procfs.ThreadAlive for a thread id as BPF reports it (the
-// callback Tracer.PruneInflight takes).
+// entry table's keys).
 func threadAlive(tid uint32) bool { return procfs.ThreadAlive(int(tid)) }
-
-// alive reports whether pid exists and is not a zombie.
-func alive(pid int) bool { return procfs.Alive(pid) }
