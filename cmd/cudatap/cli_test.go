@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -129,6 +131,59 @@ func TestRecordThenExport(t *testing.T) {
 	if stdout2 != stdout {
 		t.Errorf("export summary differs from record's:\n%s\n---\n%s", stdout2, stdout)
 	}
+
+	// The same recording with every name record moved behind the events
+	// exports byte-identical outputs: names are joined at export time.
+	moved := filepath.Join(dir, "moved.cudatap")
+	if err := os.WriteFile(moved, namesLast(t, rec), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var outs [2][]string
+	for i, in := range []string{rec, moved} {
+		j, pb := filepath.Join(dir, fmt.Sprintf("o%d.json", i)), filepath.Join(dir, fmt.Sprintf("o%d.pb.gz", i))
+		if _, stderr, err := run(t, "export", in, "-o", j, "-o", pb); err != nil {
+			t.Fatalf("export %s: %v\n%s", in, err, stderr)
+		}
+		outs[i] = []string{j, pb}
+	}
+	for k := range outs[0] {
+		a, _ := os.ReadFile(outs[0][k])
+		b, _ := os.ReadFile(outs[1][k])
+		if len(a) == 0 || !bytes.Equal(a, b) {
+			t.Errorf("%s and %s differ (%d and %d bytes)", outs[0][k], outs[1][k], len(a), len(b))
+		}
+	}
+}
+
+// namesLast rewrites a recording with its name records (process, thread,
+// kernel, frame, Python frame) moved just before the end record.
+func namesLast(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	off := 16 + int(binary.LittleEndian.Uint32(b[12:]))
+	out := bytes.Clone(b[:off])
+	var names []byte
+	for off < len(b) {
+		n, k := binary.Uvarint(b[off+1:])
+		end := off + 1 + k + int(n)
+		switch b[off] {
+		case 2, 3, 4, 5, 8: // process, thread, kernel, frame, Python frame
+			names = append(names, b[off:end]...)
+		case 0xff: // end
+			out = append(out, names...)
+			out = append(out, b[off:end]...)
+		default:
+			out = append(out, b[off:end]...)
+		}
+		off = end
+	}
+	if len(names) == 0 {
+		t.Fatal("the recording has no name records")
+	}
+	return out
 }
 
 func TestRecordRejectsBadInput(t *testing.T) {
