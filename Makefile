@@ -31,6 +31,8 @@ test-short:
 # Decode + model throughput and tracing overhead; the README quotes these.
 bench:
 	$(GO) test -run '^$$' -bench 'DecodeAndModel|ModelHandle' -benchtime 3s -cpu 1 -benchmem ./tracer/model/
+	$(GO) test -run '^$$' -bench 'Consumer' -benchtime 2s -cpu 1 ./tracer/
+	$(GO) test -run '^$$' -bench 'BenchmarkFlood$$' -benchtime 1x ./tracer/
 	$(GO) test -run '^$$' -bench 'LaunchOverhead' -benchtime 1x ./tracer/
 	$(GO) test -run '^$$' -bench 'AttachLatency' -benchtime 20x ./tracer/
 	$(GO) test -run '^$$' -bench 'Unwind' ./symbolize/unwind/

@@ -3,6 +3,7 @@ package tracer
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"runtime"
@@ -14,7 +15,9 @@ import (
 
 	"github.com/cudatap/cudatap/internal/procfs"
 	"github.com/cudatap/cudatap/internal/testutil"
+	"github.com/cudatap/cudatap/tracer/model"
 	"github.com/cudatap/cudatap/tracer/probe"
+	"github.com/cudatap/cudatap/tracer/recording"
 )
 
 func envInt(name string, def int) int {
@@ -125,6 +128,17 @@ func BenchmarkFlood(b *testing.B) {
 		if soak > 0 {
 			b.ReportMetric(float64(startRSS.Load())/(1<<20), "startRSS_MB")
 		}
+		// Baseline, same run: the recording read back through decode and
+		// the model alone (no ring buffer, no names, no writing).
+		if _, err := rec.Seek(0, io.SeekStart); err != nil {
+			b.Fatal(err)
+		}
+		t0 := time.Now()
+		m := model.New(nil)
+		if _, err := recording.ReadEvents(rec, m, nil); err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(float64(m.Calls())/time.Since(t0).Seconds(), "replay/s")
 		rec.Close()
 	}
 }
