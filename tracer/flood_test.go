@@ -2,13 +2,10 @@ package tracer
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"runtime"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -49,18 +46,7 @@ func BenchmarkFlood(b *testing.B) {
 		launches = 0
 	}
 	for i := 0; i < b.N; i++ {
-		cmd := exec.Command(bin, strconv.Itoa(threads), strconv.Itoa(launches), strconv.Itoa(rate))
-		stdin, _ := cmd.StdinPipe()
-		pr, pw, _ := os.Pipe()
-		cmd.Stdout = pw
-		if err := cmd.Start(); err != nil {
-			b.Fatal(err)
-		}
-		pw.Close()
-		ready := make([]byte, 6)
-		if _, err := pr.Read(ready); err != nil {
-			b.Fatal(err)
-		}
+		w := startWaiter(b, bin, strconv.Itoa(threads), strconv.Itoa(launches), strconv.Itoa(rate))
 		rec, err := os.CreateTemp(b.TempDir(), "flood-*.cudatap")
 		if err != nil {
 			b.Fatal(err)
@@ -90,22 +76,19 @@ func BenchmarkFlood(b *testing.B) {
 		res := make(chan result, 1)
 		ctx, cancel := context.WithCancel(context.Background())
 		go func() {
-			out, err := Run(ctx, Config{PIDs: []int{cmd.Process.Pid}, Stacks: probe.StacksNone, NVMLInterval: -1,
+			out, err := Run(ctx, Config{PIDs: []int{w.pid()}, Stacks: probe.StacksNone, NVMLInterval: -1,
 				Recording: rec, NameWindow: -1, OnAttached: func(int) { close(attached) }})
 			res <- result{out, err}
 		}()
 		<-attached
 		start := time.Now()
-		fmt.Fprintln(stdin, "go")
+		w.start()
 		if soak > 0 {
 			runtime.GC()
 			startRSS.Store(procfs.RSS(os.Getpid()))
 			time.Sleep(soak) // a benchmark's duration, not a synchronisation
-			stdin.Close()
 		}
-		rest := make([]byte, 64)
-		k, _ := pr.Read(rest)
-		cmd.Wait()
+		out := w.result(b) // ends an endless flood
 		elapsed := time.Since(start)
 		cancel()
 		r := <-res
@@ -113,9 +96,9 @@ func BenchmarkFlood(b *testing.B) {
 		if r.err != nil {
 			b.Fatal(r.err)
 		}
-		made, err := strconv.ParseFloat(strings.TrimSpace(string(rest[:k])), 64)
+		made, err := strconv.ParseFloat(out, 64)
 		if err != nil {
-			b.Fatalf("flood output %q", rest[:k])
+			b.Fatalf("flood output %q", out)
 		}
 		d := r.out.Result.Drops
 		calls := float64(r.out.Result.Processes[0].NCalls)

@@ -2,7 +2,6 @@ package tracer
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -100,34 +99,19 @@ func BenchmarkLaunchOverhead(b *testing.B) {
 // runLoop runs the loop once; attach, if given, hooks the waiting process
 // and returns a function that detaches and waits for the tracer to finish.
 func runLoop(b *testing.B, bin string, n int, attach func(testing.TB, int) func()) float64 {
-	cmd := exec.Command(bin, strconv.Itoa(n))
-	stdin, _ := cmd.StdinPipe()
-	var stdout strings.Builder
-	pr, pw, _ := os.Pipe()
-	cmd.Stdout = pw
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	pw.Close()
-	buf := make([]byte, 6)
-	if _, err := pr.Read(buf); err != nil {
-		b.Fatal(err)
-	}
+	w := startWaiter(b, bin, strconv.Itoa(n))
 	var detach func()
 	if attach != nil {
-		detach = attach(b, cmd.Process.Pid)
+		detach = attach(b, w.pid())
 	}
-	fmt.Fprintln(stdin, "go")
-	rest := make([]byte, 64)
-	k, _ := pr.Read(rest)
-	stdout.Write(rest[:k])
-	cmd.Wait()
+	w.start()
+	out := w.result(b)
 	if detach != nil {
 		detach()
 	}
-	v, err := strconv.ParseFloat(strings.TrimSpace(stdout.String()), 64)
+	v, err := strconv.ParseFloat(out, 64)
 	if err != nil {
-		b.Fatalf("loop output %q: %v", stdout.String(), err)
+		b.Fatalf("loop output %q: %v", out, err)
 	}
 	return v
 }

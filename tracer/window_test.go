@@ -2,11 +2,7 @@ package tracer
 
 import (
 	"context"
-	"fmt"
-	"os"
-	"os/exec"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -23,19 +19,9 @@ import (
 func TestNamingWindowClosesEarly(t *testing.T) {
 	testutil.RequireRoot(t)
 	b := testutil.Sim(t)
-	cmd := exec.Command(b.Flood, "2", "0") // two threads, until stdin closes
-	stdin, _ := cmd.StdinPipe()
-	pr, pw, _ := os.Pipe()
-	cmd.Stdout = pw
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	pw.Close()
-	defer cmd.Process.Kill()
-	ready := make([]byte, 6)
-	if _, err := pr.Read(ready); err != nil {
-		t.Fatal(err)
-	}
+	w := startWaiter(t, b.Flood, "2", "0") // two threads, until stdin closes
+	defer w.cmd.Process.Kill()
+	pid := w.pid()
 	sessions := make(chan *Session, 1)
 	attached := make(chan struct{})
 	col := model.NewCollector()
@@ -45,33 +31,30 @@ func TestNamingWindowClosesEarly(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		out, err := run(context.Background(), Config{PIDs: []int{cmd.Process.Pid}, Stacks: probe.StacksNone, NVMLInterval: -1,
+		out, err := run(context.Background(), Config{PIDs: []int{pid}, Stacks: probe.StacksNone, NVMLInterval: -1,
 			NameWindow: time.Hour, Sink: col, Duration: 10 * time.Minute, OnAttached: func(int) { close(attached) }},
 			func(s *Session) { sessions <- s })
 		done <- result{out, err}
 	}()
 	s := <-sessions
 	<-attached
-	if !windowOpen(s, cmd.Process.Pid) {
+	if !windowOpen(s, pid) {
 		t.Fatal("no naming window after attaching to a process with libcuda loaded")
 	}
-	fmt.Fprintln(stdin, "go")
-	for deadline := time.Now().Add(2 * time.Minute); windowOpen(s, cmd.Process.Pid); time.Sleep(10 * time.Millisecond) {
+	w.start()
+	for deadline := time.Now().Add(2 * time.Minute); windowOpen(s, pid); time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the naming window is still open after 2 minutes of the same kernels")
 		}
 	}
-	stdin.Close()
-	rest := make([]byte, 64)
-	k, _ := pr.Read(rest)
-	cmd.Wait()
+	out := w.result(t)
 	r := <-done
 	if r.err != nil {
 		t.Fatal(r.err)
 	}
-	made, err := strconv.Atoi(strings.TrimSpace(string(rest[:k])))
+	made, err := strconv.Atoi(out)
 	if err != nil {
-		t.Fatalf("flood output %q", rest[:k])
+		t.Fatalf("flood output %q", out)
 	}
 	p := r.out.Result.Processes[0]
 	// Counted in the driver, or by the runtime probe for the first
