@@ -31,7 +31,13 @@ func BenchmarkTorchProbeCost(b *testing.B) {
 		b.Skip("set CUDATAP_PROBECOST_SCRIPT=testdata/gpu/probecost.py on a GPU machine")
 	}
 	rounds := envInt("CUDATAP_PROBECOST_ROUNDS", 5)
-	cmd := exec.Command("python3", script)
+	// CUDATAP_PROBECOST_CPU pins the PyTorch process to one CPU (run the
+	// benchmark itself pinned elsewhere, with taskset): less noise.
+	args := []string{"python3", script}
+	if cpu := os.Getenv("CUDATAP_PROBECOST_CPU"); cpu != "" {
+		args = append([]string{"taskset", "-c", cpu}, args...)
+	}
+	cmd := exec.Command(args[0], args[1:]...)
 	stdin, _ := cmd.StdinPipe()
 	out, _ := cmd.StdoutPipe()
 	cmd.Stderr = os.Stderr
