@@ -44,14 +44,15 @@ func runExport(cmd *cobra.Command, o *exportOptions, in string) error {
 			return fmt.Errorf("%s: export writes traces and profiles; copy the .cudatap file to duplicate a recording", out.Path)
 		}
 	}
+	// Before opening: opening a FIFO would block until a writer comes.
+	if fi, err := os.Stat(in); err == nil && !fi.Mode().IsRegular() {
+		return fmt.Errorf("%s is not a regular file: export reads a .cudatap recording twice (names, then events); copy it to a file first", in)
+	}
 	f, err := os.Open(in)
 	if err != nil {
 		return fmt.Errorf("open recording: %w", err)
 	}
 	defer f.Close()
-	if fi, err := f.Stat(); err == nil && !fi.Mode().IsRegular() {
-		return fmt.Errorf("%s is not a regular file: export reads a .cudatap recording twice (names, then events); copy it to a file first", in)
-	}
 	agg := export.NewAggregates()
 	var chrome *export.ChromeSet
 	status := newStatusLine(cmd.ErrOrStderr())
