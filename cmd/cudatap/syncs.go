@@ -60,6 +60,9 @@ func syncsResult(cmd *cobra.Command, g *globalOptions, o *syncsOptions, args []s
 		if len(args) != 1 {
 			return nil, errors.New("give a .cudatap recording, -p PID, or a command after --")
 		}
+		if fi, err := os.Stat(args[0]); err == nil && !fi.Mode().IsRegular() {
+			return nil, fmt.Errorf("%s is not a regular file: a recording is read twice (names, then events); copy it to a file first", args[0])
+		}
 		f, err := os.Open(args[0])
 		if err != nil {
 			return nil, fmt.Errorf("open recording: %w", err)
