@@ -3,6 +3,7 @@ package tracer
 import (
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"runtime"
 	"syscall"
@@ -11,10 +12,20 @@ import (
 
 // launched is a command cudatap started itself.
 type launched struct {
-	pid  int
-	cmd  *exec.Cmd
-	done chan struct{}
-	code int
+	pid     int
+	cmd     *exec.Cmd
+	done    chan struct{}
+	exit    Exit
+	stopped bool // cudatap ended it (deadline, signal)
+}
+
+// Exit is how a launched command ended.
+type Exit struct {
+	Code   int            // exit status; 128+N when killed by signal N (as a shell reports it); -1 unknown
+	Signal syscall.Signal // the signal that killed it, 0 if it exited
+	// Stopped says cudatap ended the command itself (the recording's
+	// deadline, Ctrl-C): its status is then not the command's own.
+	Stopped bool
 }
 
 // launch starts the command stopped at its first instruction (ptrace stops
@@ -57,10 +68,10 @@ func (s *Session) launch() (*launched, error) {
 			res <- result{err: attachErr}
 			return
 		}
-		l := &launched{pid: pid, cmd: cmd, done: make(chan struct{}), code: -1}
+		l := &launched{pid: pid, cmd: cmd, done: make(chan struct{}), exit: Exit{Code: -1}}
 		go func() {
-			err := cmd.Wait()
-			l.code = exitCode(cmd, err)
+			cmd.Wait()
+			l.exit = exitOf(cmd.ProcessState)
 			close(l.done)
 		}()
 		res <- result{l: l}
@@ -69,24 +80,30 @@ func (s *Session) launch() (*launched, error) {
 	return r.l, r.err
 }
 
-func exitCode(cmd *exec.Cmd, err error) int {
-	if cmd.ProcessState == nil {
-		return -1
+// exitOf reads a wait status the way a shell reports it.
+func exitOf(ps *os.ProcessState) Exit {
+	if ps == nil {
+		return Exit{Code: -1}
 	}
-	if err != nil && cmd.ProcessState.ExitCode() < 0 {
-		return -1
+	ws, ok := ps.Sys().(syscall.WaitStatus)
+	switch {
+	case ok && ws.Signaled():
+		return Exit{Code: 128 + int(ws.Signal()), Signal: ws.Signal()}
+	case ok && ws.Exited():
+		return Exit{Code: ws.ExitStatus()}
 	}
-	return cmd.ProcessState.ExitCode()
+	return Exit{Code: ps.ExitCode()}
 }
 
 // stop ends the command if it still runs (SIGTERM, then SIGKILL after 5 s)
-// and returns its exit code.
-func (l *launched) stop() int {
+// and returns how it ended.
+func (l *launched) stop() Exit {
 	select {
 	case <-l.done:
-		return l.code
+		return l.exit
 	default:
 	}
+	l.stopped = true
 	l.cmd.Process.Signal(syscall.SIGTERM)
 	// A process stopped by the linker hook must be continued to die.
 	l.cmd.Process.Signal(syscall.SIGCONT)
@@ -96,5 +113,7 @@ func (l *launched) stop() int {
 		l.cmd.Process.Kill()
 		<-l.done
 	}
-	return l.code
+	e := l.exit
+	e.Stopped = true
+	return e
 }

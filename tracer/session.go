@@ -89,7 +89,8 @@ type Attached struct {
 type Outcome struct {
 	Result   *model.Result
 	Attached []Attached
-	ExitCode int // of the launched command, -1 if none or killed
+	ExitCode int  // of the launched command: its status, 128+N if signal N killed it; -1 if none
+	Exit     Exit // how the launched command ended
 }
 
 // Session state shared between the reader and the control loop.
@@ -335,7 +336,8 @@ loop:
 		s.model.SetAttachFailures(s.attachFails.Load())
 	}
 	if child != nil {
-		out.ExitCode = child.stop()
+		out.Exit = child.stop()
+		out.ExitCode = out.Exit.Code
 	}
 	res := s.model.Finish()
 	res.Name(s.names.names)

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -273,5 +274,35 @@ func TestTopTracesStreams(t *testing.T) {
 	}
 	if !strings.Contains(out, "LAUNCHES/S") || !strings.Contains(out, "stream 0 (legacy default)") {
 		t.Errorf("top shows no traced stream:\n%s", out)
+	}
+}
+
+// TestRecordExitStatus: record exits with the traced command's status, as
+// a shell reports it, and says which signal killed it.
+func TestRecordExitStatus(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.Sim(t)
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		script string
+		code   int
+		says   string
+	}{
+		{"exit 0", 0, ""},
+		{"exit 3", 3, ""},
+		{"kill -SEGV $$", 139, "killed by SIGSEGV (exit status 139)"},
+		{"kill -KILL $$", 137, "killed by SIGKILL (exit status 137)"},
+	} {
+		_, stderr, err := run(t, "record", "--nvml-interval=-1s", "-o", filepath.Join(dir, "x.pb.gz"), "--", "sh", "-c", tc.script)
+		code := 0
+		var ee *exitError
+		if errors.As(err, &ee) {
+			code = ee.code
+		} else if err != nil {
+			t.Fatalf("%s: %v\n%s", tc.script, err, stderr)
+		}
+		if code != tc.code || !strings.Contains(stderr, tc.says) {
+			t.Errorf("%s: exit %d, want %d; stderr:\n%s", tc.script, code, tc.code, stderr)
+		}
 	}
 }

@@ -2,10 +2,13 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 
 	"github.com/cudatap/cudatap/export"
 	"github.com/cudatap/cudatap/tracer"
@@ -112,8 +115,33 @@ func runRecord(cmd *cobra.Command, g *globalOptions, o *recordOptions, command [
 	if err := to.finish(cmd, outcome.Result); err != nil {
 		return err
 	}
-	if outcome.ExitCode > 0 {
-		return &exitError{code: outcome.ExitCode}
+	return commandStatus(cmd.ErrOrStderr(), outcome.Exit, len(command) > 0)
+}
+
+// commandStatus is record's exit status: the launched command's own, as a
+// shell reports it (128+N when signal N killed it), said in words when a
+// signal ended it. A command cudatap itself stopped (-d, Ctrl-C) does not
+// fail the recording.
+func commandStatus(w io.Writer, e tracer.Exit, launched bool) error {
+	switch {
+	case !launched:
+		return nil
+	case e.Stopped:
+		fmt.Fprintf(w, "cudatap: stopped the traced command at the end of the recording\n")
+		return nil
+	case e.Signal != 0:
+		fmt.Fprintf(w, "cudatap: the traced command was killed by %s (exit status %d)\n", signalName(e.Signal), e.Code)
+	}
+	if e.Code > 0 {
+		return &exitError{code: e.Code}
 	}
 	return nil
+}
+
+// signalName is "SIGSEGV" for syscall.SIGSEGV.
+func signalName(s syscall.Signal) string {
+	if n := unix.SignalName(s); n != "" {
+		return n
+	}
+	return s.String()
 }
