@@ -230,11 +230,28 @@ func TestExportGarbageAndTruncated(t *testing.T) {
 	if err != nil {
 		t.Fatalf("truncated recording should still export: %v", err)
 	}
-	if !strings.Contains(stderr, "truncated") || !strings.Contains(stdout, "dropped events") {
+	if !strings.Contains(stderr, "truncated") || !strings.Contains(stdout, "recording truncated (") ||
+		!strings.Contains(stdout, "dropped events") {
 		t.Errorf("stderr %q / stdout %q", stderr, stdout)
 	}
-	if tr := readChrome(t, out); countLaunches(tr) == 0 {
+	tr := readChrome(t, out)
+	if countLaunches(tr) == 0 {
 		t.Errorf("no launches exported from the part before the cut")
+	}
+	// The trace says it too: in its footer and on the timeline.
+	if tr.Cudatap["drops_known"] != false || !strings.Contains(fmt.Sprint(tr.Cudatap["truncated"]), "truncated") {
+		t.Errorf("footer of a truncated export: %v", tr.Cudatap)
+	}
+	marked := false
+	for _, e := range tr.TraceEvents {
+		marked = marked || (e["ph"] == "i" && e["name"] == "recording truncated")
+	}
+	if !marked {
+		t.Error("no 'recording truncated' instant event")
+	}
+	// A directory is named as one.
+	if _, _, err := run(t, "export", dir, "-o", filepath.Join(dir, "d.json")); err == nil || !strings.Contains(err.Error(), "is a directory") {
+		t.Errorf("export of a directory: %v", err)
 	}
 }
 

@@ -45,7 +45,9 @@ func runExport(cmd *cobra.Command, o *exportOptions, in string) error {
 		}
 	}
 	// Before opening: opening a FIFO would block until a writer comes.
-	if fi, err := os.Stat(in); err == nil && !fi.Mode().IsRegular() {
+	if fi, err := os.Stat(in); err == nil && fi.IsDir() {
+		return fmt.Errorf("%s is a directory: give the .cudatap recording inside it", in)
+	} else if err == nil && !fi.Mode().IsRegular() {
 		return fmt.Errorf("%s is not a regular file: export reads a .cudatap recording twice (names, then events); copy it to a file first", in)
 	}
 	f, err := os.Open(in)
@@ -66,6 +68,7 @@ func runExport(cmd *cobra.Command, o *exportOptions, in string) error {
 	status.clear()
 	switch {
 	case errors.Is(err, recording.ErrTruncated) && res != nil:
+		res.Truncated = err.Error()
 		fmt.Fprintf(cmd.ErrOrStderr(), "cudatap: warning: %s: %v; exporting the %d records before the cut (drop counters unknown)\n", in, err, rp.Records)
 	case err != nil:
 		chrome.Abort()

@@ -137,6 +137,17 @@ func (w *Writer) Close(r *model.Result) error {
 		}
 		w.counter(c)
 	}
+	if r.Truncated != "" {
+		// Visible on the timeline, not only in the footer: a global
+		// instant event where the recording stops.
+		w.begin("i", 0, 0, r.End)
+		w.str("name", "recording truncated")
+		w.str("s", "g")
+		w.open("args")
+		w.str("reason", r.Truncated)
+		w.close()
+		w.end()
+	}
 	w.write([]byte("\n],"))
 	w.footer(r)
 	w.write([]byte("}\n"))
@@ -528,6 +539,11 @@ func (w *Writer) footer(r *model.Result) {
 	w.uint("stacks_dropped", d.StacksDropped)
 	w.close()
 	w.uint("lost_events", d.Lost())
+	if r.Truncated != "" {
+		// The drop record comes last: after a cut, what was lost is unknown.
+		w.str("truncated", r.Truncated)
+		w.bool("drops_known", false)
+	}
 	w.close()
 	w.write(w.b)
 }

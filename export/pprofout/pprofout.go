@@ -121,7 +121,7 @@ func Build(r *model.Result, c *Collector, opts Options) (*profile.Profile, error
 		PeriodType:        &profile.ValueType{Type: "cuda_api", Unit: "count"},
 		Period:            1,
 		TimeNanos:         int64(r.Start) + r.WallOffsetNs,
-		Comments:          []string{"cudatap: " + describe.Drops(r.Drops)},
+		Comments:          []string{"cudatap: " + describe.Account(r)},
 	}
 	if r.End > r.Start {
 		p.DurationNanos = int64(r.End - r.Start)

@@ -101,7 +101,7 @@ func TestTotals(t *testing.T) {
 	if p.TimeNanos != int64(r.Start)+r.WallOffsetNs || p.DurationNanos != int64(r.End-r.Start) {
 		t.Errorf("time %d duration %d", p.TimeNanos, p.DurationNanos)
 	}
-	want := "cudatap: " + describe.Drops(r.Drops)
+	want := "cudatap: " + describe.Account(r)
 	if len(p.Comments) != 1 || p.Comments[0] != want || !strings.Contains(want, "dropped events: 0 (") {
 		t.Errorf("comments %q", p.Comments)
 	}

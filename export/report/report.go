@@ -42,7 +42,7 @@ func Summary(w io.Writer, r *model.Result, sites *syncs.Collector, opts Options)
 		process(&buf, r, p, sites, top)
 	}
 	gpus(&buf, &r.GPU, r.Start)
-	fmt.Fprintf(&buf, "\n%s\n", describe.Drops(r.Drops))
+	fmt.Fprintf(&buf, "\n%s\n", describe.Account(r))
 	_, err := w.Write(buf.Bytes())
 	return err
 }

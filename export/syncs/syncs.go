@@ -257,7 +257,7 @@ func WriteText(w io.Writer, r *model.Result, sites []Site, top int) error {
 		}
 		fmt.Fprintf(w, "    fix: %s\n", s.Hint)
 	}
-	fmt.Fprintf(w, "\n%s\n", describe.Drops(r.Drops))
+	fmt.Fprintf(w, "\n%s\n", describe.Account(r))
 	return nil
 }
 

@@ -389,6 +389,10 @@ type Result struct {
 	Counters     []Counter // device samples (NVML), time ordered
 	GPU          GPUReport
 	Names        *Names // what was resolved while the processes lived; never nil after Name
+	// Truncated, when not "", says why the recording ends early (a killed
+	// recorder): what is before the cut is complete, the drop counters of
+	// the whole run are unknown.
+	Truncated string
 }
 
 // Name attaches the name tables and fills every process's Info from them.

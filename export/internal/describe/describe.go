@@ -142,3 +142,13 @@ func Drops(d model.Drops) string {
 	}
 	return b.String()
 }
+
+// Account is the loss account of a result: its drop line, after a warning
+// when the recording was cut short (the counters then cover only what was
+// read, and the run's own are unknown).
+func Account(r *model.Result) string {
+	if r.Truncated == "" {
+		return Drops(r.Drops)
+	}
+	return "recording truncated (" + r.Truncated + "): the drop counters of the whole run are unknown; " + Drops(r.Drops)
+}
