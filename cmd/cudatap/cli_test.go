@@ -323,3 +323,16 @@ func TestRecordExitStatus(t *testing.T) {
 		}
 	}
 }
+
+// TestContainerMatchingNothing: --container with an id no process has
+// says so, instead of a bare "attached to 0 process(es)".
+func TestContainerMatchingNothing(t *testing.T) {
+	testutil.RequireRoot(t)
+	_, stderr, err := run(t, "record", "--container", "deadbeef0000", "-d", "50ms", "--nvml-interval=-1s", "-o", filepath.Join(t.TempDir(), "c.pb.gz"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(stderr, `no process on this host belongs to container "deadbeef0000"`) {
+		t.Errorf("stderr:\n%s", stderr)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cudatap/cudatap/export"
+	"github.com/cudatap/cudatap/internal/procfs"
 	"github.com/cudatap/cudatap/tracer"
 	"github.com/cudatap/cudatap/tracer/probe"
 )
@@ -105,6 +106,14 @@ func runRecord(cmd *cobra.Command, g *globalOptions, o *recordOptions, command [
 		OnAttached: printAttached(stderr),
 		OnStatus:   status.update,
 	}
+	if o.container != "" {
+		cfg.OnAttached = func(n int) {
+			printAttached(stderr)(n)
+			if n == 0 {
+				fmt.Fprintln(stderr, "cudatap: "+containerHint(o.container))
+			}
+		}
+	}
 	cfg.Recording, cfg.Sink = to.recording(), to.agg.Sink()
 	outcome, err := tracer.Run(cmd.Context(), cfg)
 	status.clear()
@@ -144,4 +153,20 @@ func signalName(s syscall.Signal) string {
 		return n
 	}
 	return s.String()
+}
+
+// containerHint says why --container attached to nothing: no process of
+// that container at all (a typo?), or none that maps CUDA yet.
+func containerHint(container string) string {
+	pids, _ := procfs.PIDs()
+	n := 0
+	for _, pid := range pids {
+		if cg, err := procfs.Cgroup(pid); err == nil && tracer.CgroupMatches(cg, container) {
+			n++
+		}
+	}
+	if n == 0 {
+		return fmt.Sprintf("no process on this host belongs to container %q: check the id or name (docker ps, crictl ps); waiting for one to start", container)
+	}
+	return fmt.Sprintf("%d process(es) of container %q, none uses CUDA yet; waiting for one to load it", n, container)
 }
