@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"github.com/google/pprof/profile"
 	"golang.org/x/sys/unix"
@@ -105,8 +106,9 @@ func Plan(paths []string, override string, inputs ...string) ([]Output, error) {
 	return outs, nil
 }
 
-// resolve is the file an output path names: through a symbolic link, so
-// that the link stays and its target is replaced. An existing output must
+// resolve is the file an output path names: through a symbolic link of
+// this user's, so that the link stays and its target is replaced; another
+// user's link is refused. An existing output must
 // be a regular file: a rename over a device or a directory is never meant.
 func resolve(path string) (string, error) {
 	fi, err := os.Lstat(path)
@@ -116,6 +118,11 @@ func resolve(path string) (string, error) {
 	case err != nil:
 		return "", fmt.Errorf("cannot write output %s: %w", path, err)
 	case fi.Mode()&fs.ModeSymlink != 0:
+		// Another user's link could point anywhere this process may
+		// write (as root: anywhere), planted in a shared directory.
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
+			return "", fmt.Errorf("cannot write output %s: it is a symbolic link owned by uid %d, and cudatap does not write through another user's link; remove it or choose another path", path, st.Uid)
+		}
 		target, err := filepath.EvalSymlinks(path)
 		if err != nil {
 			return "", fmt.Errorf("cannot write output %s: resolve link: %w", path, err)

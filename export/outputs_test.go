@@ -278,3 +278,29 @@ func TestChromeAbort(t *testing.T) {
 	}
 	none.Abort()
 }
+
+// TestPlanRefusesForeignLink: a link another user planted where an output
+// goes is not written through (as root it could point at any file).
+func TestPlanRefusesForeignLink(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to give a link to another user: go test -exec sudo ./export/")
+	}
+	dir := t.TempDir()
+	victim := filepath.Join(dir, "victim")
+	if err := os.WriteFile(victim, []byte("keep"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "trace.json")
+	if err := os.Symlink(victim, link); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Lchown(link, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Plan([]string{link}, ""); err == nil || !strings.Contains(err.Error(), "owned by uid 65534") {
+		t.Fatalf("Plan through another user's link: %v", err)
+	}
+	if b, _ := os.ReadFile(victim); string(b) != "keep" {
+		t.Errorf("victim now %q", b)
+	}
+}
