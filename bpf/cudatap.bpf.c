@@ -221,12 +221,23 @@ static __always_inline void fill_full(struct pt_regs *ctx, struct event *e, __u6
 	e->rbp = ctx->rbp;
 	/* The Python line that led here, when the process runs CPython. */
 	walk_python(e, e->pid, e->tid);
-	/* A thread's stack may end less than STACK_COPY above rsp. */
+	/* A thread's stack may end less than STACK_COPY above rsp (the main
+	 * thread near its top, a small thread stack): the read of the whole
+	 * copy then faults. Halve until a read fits, down to 256 bytes, so the
+	 * copy goes as far as the stack does (within a factor of two). */
 	void *sp = (void *)e->rsp;
 	if (bpf_probe_read_user(e->copy, STACK_COPY, sp) == 0)
 		e->copy_len = STACK_COPY;
+	else if (bpf_probe_read_user(e->copy, STACK_COPY / 2, sp) == 0)
+		e->copy_len = STACK_COPY / 2;
 	else if (bpf_probe_read_user(e->copy, STACK_COPY / 4, sp) == 0)
 		e->copy_len = STACK_COPY / 4;
+	else if (bpf_probe_read_user(e->copy, STACK_COPY / 8, sp) == 0)
+		e->copy_len = STACK_COPY / 8;
+	else if (bpf_probe_read_user(e->copy, STACK_COPY / 16, sp) == 0)
+		e->copy_len = STACK_COPY / 16;
+	else if (bpf_probe_read_user(e->copy, STACK_COPY / 32, sp) == 0)
+		e->copy_len = STACK_COPY / 32;
 }
 
 static __always_inline int emit_entry(struct pt_regs *ctx, __u64 cookie, __u64 pid_tgid, __u64 now, __u64 stub, const bool full)

@@ -526,3 +526,32 @@ func TestPerSymbolUprobes(t *testing.T) {
 	}
 	checkCounts(t, out, rep)
 }
+
+// TestStackNearStackTop: syncs made a few hundred bytes below the top of
+// their stack (the next page unmapped) still carry a stack copy, so they
+// unwind to the function that made them.
+func TestStackNearStackTop(t *testing.T) {
+	testutil.RequireRoot(t)
+	b := testutil.Sim(t)
+	out, rep := launch(t, probe.StacksSync, b.Workload, "--scenario", "stacktop", "--iters", "5")
+	p := tracedOf(t, out, rep.PID)
+	n := 0
+	for _, s := range p.Syncs {
+		if s.Kind != model.SyncStream && s.Kind != model.SyncDevice {
+			continue
+		}
+		n++
+		var frames []string
+		if s.Stack >= 0 {
+			for _, pc := range p.Stacks[s.Stack] {
+				frames = append(frames, p.frame(pc))
+			}
+		}
+		if !slices.ContainsFunc(frames, func(f string) bool { return strings.HasPrefix(f, "stacktop_sync") }) {
+			t.Errorf("%s: native stack %q does not reach stacktop_sync", s.Kind, frames)
+		}
+	}
+	if n != 10 {
+		t.Errorf("%d stream and device syncs, want 10", n)
+	}
+}

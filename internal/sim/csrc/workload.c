@@ -46,7 +46,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 /* Every entry point of the simulated runtime. */
@@ -858,12 +860,48 @@ static void scenario_nccl(const struct options *o)
 }
 #endif /* SIM_NCCL */
 
+/* stacktop: syncs made a few hundred bytes below the top of a stack whose
+ * next page is unmapped (a coroutine's stack, or a thread's near its top):
+ * a fixed-size copy of the user stack faults there. */
+static long stacktop_iters;
+static ucontext_t stacktop_main, stacktop_ctx;
+
+__attribute__((noinline)) static void stacktop_sync(void)
+{
+	CK(cudaStreamSynchronize, NULL);
+	CK(cudaDeviceSynchronize);
+}
+
+static void stacktop_fn(void)
+{
+	for (long i = 0; i < stacktop_iters; i++)
+		stacktop_sync();
+}
+
+static void scenario_stacktop(const struct options *o)
+{
+	/* 64 KiB of stack, then a page that is not mapped. */
+	size_t size = 64 * KiB, page = (size_t)sysconf(_SC_PAGESIZE);
+	char *m = mmap(NULL, size + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (m == MAP_FAILED || munmap(m + size, page))
+		die("mmap failed");
+	stacktop_iters = o->iters;
+	getcontext(&stacktop_ctx);
+	stacktop_ctx.uc_stack.ss_sp = m;
+	stacktop_ctx.uc_stack.ss_size = size;
+	stacktop_ctx.uc_link = &stacktop_main;
+	makecontext(&stacktop_ctx, stacktop_fn, 0);
+	if (swapcontext(&stacktop_main, &stacktop_ctx))
+		die("swapcontext failed");
+	munmap(m, size);
+}
+
 static const struct {
 	const char *name;
 	void (*run)(const struct options *);
 } scenarios[] = {
 	{ "basic", scenario_basic },   { "launches", scenario_launches }, { "ptsz", scenario_ptsz },
-	{ "timing", scenario_timing }, { "all", scenario_all },
+	{ "timing", scenario_timing }, { "all", scenario_all },   { "stacktop", scenario_stacktop },
 #ifdef SIM_DRIVER
 	{ "driver", scenario_driver }, { "driver-all", scenario_driver_all }, { "mixed", scenario_mixed },
 #endif
