@@ -114,6 +114,7 @@ type Session struct {
 	encBuf     []byte     // re-encoded records (reader goroutine only)
 	modelMu    sync.Mutex // the model is fed by the reader and read by OnLive snapshots
 	names      *resolver
+	guard      *guardian   // continues held targets if cudatap dies (nil: nothing is held)
 	ev         event.Event // the record being handled (reader goroutine only)
 	call       model.Call  // the model's call for it
 	unwind     *unwind.Unwinder
@@ -171,6 +172,13 @@ func run(ctx context.Context, cfg Config, inspect func(*Session)) (*Outcome, err
 	}
 	s.model = model.New(cfg.Sink)
 	s.names = newResolver(s)
+	if len(cfg.Command) > 0 || cfg.WaitForCUDA {
+		// These targets are held at library loads: never without a guardian.
+		if s.guard, err = startGuardian(); err != nil {
+			return nil, fmt.Errorf("%w; without it a cudatap killed while a target is held at a library load would leave it stopped", err)
+		}
+		defer s.guard.close()
+	}
 	if inspect != nil {
 		inspect(s)
 	}

@@ -63,6 +63,9 @@ func (s *Session) attachProcess(pid int, stopOnLoad, required bool) error {
 	}
 	s.mu.Unlock()
 	if d.LdSo != nil && t.loader == nil {
+		if t.stopOnLd {
+			s.guard.hold(pid) // before the hook can stop it
+		}
 		a, err := s.tr.AttachLoader(pid, d.LdSo, t.stopOnLd)
 		if err != nil {
 			s.attachFailed(err)
@@ -309,6 +312,9 @@ func (s *Session) markExited(pid int) {
 		s.tr.ForgetPython(pid)
 		// The probes die with the process's memory; release the links now.
 		t.closeProbes(s.tr)
+		if t.stopOnLd {
+			s.guard.free(pid)
+		}
 	}
 }
 
@@ -316,11 +322,18 @@ func (s *Session) allExited() bool {
 	return len(s.livePIDs()) == 0
 }
 
+// closeAll detaches every probe. A target held at a library load right
+// now (its rescan not handled yet) is continued: with the hook gone,
+// nothing else would.
 func (s *Session) closeAll() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, t := range s.targets {
+	for pid, t := range s.targets {
 		t.closeProbes(s.tr)
+		if t.stopOnLd && !t.exited {
+			syscall.Kill(pid, syscall.SIGCONT)
+			s.guard.free(pid)
+		}
 	}
 }
 

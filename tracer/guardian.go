@@ -1,0 +1,150 @@
+package tracer
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Holds that cannot outlive cudatap. A target cudatap launched (or a
+// --wait-for-cuda one) is stopped by the BPF linker hook at every library
+// load until cudatap has hooked the library and continues it. If cudatap
+// dies in that window (kill -9, the OOM killer, a crash), nothing would
+// continue it. The guardian is a small process of its own (this binary
+// again) that knows which targets may be held; when cudatap is gone, and so
+// are its probes (the kernel closes them with its descriptors), it
+// continues them all and exits. SIGCONT to a process that runs is a no-op.
+
+// guardianEnv marks the re-executed binary as a guardian; its value is the
+// pid of the cudatap it guards.
+const guardianEnv = "CUDATAP_GUARDIAN_OF"
+
+// init runs the guardian instead of the program when this binary was
+// re-executed as one: the re-exec pattern (any binary that links the
+// tracer, cudatap or a test, can be its own guardian). It sets nothing.
+func init() {
+	if v := os.Getenv(guardianEnv); v != "" {
+		pid, err := strconv.Atoi(v)
+		if err == nil {
+			guard(pid, os.Stdin)
+		}
+		os.Exit(0)
+	}
+}
+
+// guardian is cudatap's end: the targets that may be held are told to it
+// one line at a time ("hold PID", "free PID"; "done" when cudatap released
+// every hold itself).
+type guardian struct {
+	mu  sync.Mutex
+	w   io.WriteCloser
+	cmd *exec.Cmd
+	err error
+}
+
+// startGuardian starts the guardian process.
+func startGuardian() (*guardian, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("start the hold guardian: %w", err)
+	}
+	cmd := exec.Command(exe)
+	cmd.Env = append(os.Environ(), guardianEnv+"="+strconv.Itoa(os.Getpid()))
+	// Its own process group: a Ctrl-C meant for cudatap and its target
+	// must not end the guardian before it has done its work.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	w, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, fmt.Errorf("start the hold guardian: %w", err)
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start the hold guardian: %w", err)
+	}
+	return &guardian{w: w, cmd: cmd}, nil
+}
+
+func (g *guardian) say(verb string, pid int) {
+	if g == nil {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.err == nil {
+		_, g.err = fmt.Fprintf(g.w, "%s %d\n", verb, pid)
+	}
+}
+
+// hold tells the guardian that pid may be stopped at a library load.
+func (g *guardian) hold(pid int) { g.say("hold", pid) }
+
+// free tells the guardian that pid is no longer held (it exited, or its
+// hook is gone).
+func (g *guardian) free(pid int) { g.say("free", pid) }
+
+// close ends the guardian: cudatap released every hold itself.
+func (g *guardian) close() {
+	if g == nil {
+		return
+	}
+	g.mu.Lock()
+	fmt.Fprintln(g.w, "done")
+	g.w.Close()
+	g.mu.Unlock()
+	g.cmd.Wait()
+}
+
+// guard is the guardian's loop: it follows the holds cudatap reports on in
+// and, if in ends without "done", waits until cudatap has exited (its
+// probes closed) and continues every process that may be held.
+func guard(parent int, in io.Reader) {
+	signal.Ignore(syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGPIPE)
+	// pidfd first: if the parent is already gone, the pidfd of whatever
+	// now has its pid must not be waited on.
+	pidfd, err := unix.PidfdOpen(parent, 0)
+	if err != nil || os.Getppid() != parent {
+		pidfd = -1
+	}
+	held := map[int]bool{}
+	sc := bufio.NewScanner(in)
+	for sc.Scan() {
+		verb, arg, _ := strings.Cut(sc.Text(), " ")
+		pid, _ := strconv.Atoi(arg)
+		switch verb {
+		case "hold":
+			held[pid] = true
+		case "free":
+			delete(held, pid)
+		case "done":
+			return
+		}
+	}
+	// cudatap is dying or dead. Its probes go with its descriptors, which
+	// the kernel closes before the process counts as exited: once the
+	// pidfd says so, no probe can stop a target again.
+	if pidfd >= 0 {
+		fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
+		for {
+			if _, err := unix.Poll(fds, -1); err != unix.EINTR {
+				break
+			}
+		}
+	} else {
+		// No pidfd (Linux < 5.3): orphaned once the parent has exited.
+		for os.Getppid() == parent {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	for pid := range held {
+		unix.Kill(pid, unix.SIGCONT)
+	}
+}
