@@ -301,7 +301,7 @@ func CreateChrome(outs []Output, names *model.Names, opts Options) (*ChromeSet, 
 		c.t = t
 		var w io.Writer = t.f
 		if strings.HasSuffix(o.Path, ".gz") {
-			c.zw = gzip.NewWriter(t.f)
+			c.zw, _ = gzip.NewWriterLevel(t.f, gzip.BestSpeed)
 			w = c.zw
 		}
 		c.w = chrome.NewWriter(w, names, chrome.Options{Version: opts.Version, Counters: opts.Counters})
