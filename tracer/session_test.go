@@ -533,7 +533,7 @@ func TestPerSymbolUprobes(t *testing.T) {
 func TestStackNearStackTop(t *testing.T) {
 	testutil.RequireRoot(t)
 	b := testutil.Sim(t)
-	out, rep := launch(t, probe.StacksSync, b.Workload, "--scenario", "stacktop", "--iters", "5")
+	out, rep := launchUntilSyncs(t, probe.StacksSync, 10, b.Workload, "--scenario", "stacktop", "--iters", "5")
 	p := tracedOf(t, out, rep.PID)
 	n := 0
 	for _, s := range p.Syncs {
@@ -554,4 +554,43 @@ func TestStackNearStackTop(t *testing.T) {
 	if n != 10 {
 		t.Errorf("%d stream and device syncs, want 10", n)
 	}
+}
+
+// launchUntilSyncs runs a command (a simulated workload, which is given
+// --wait-before-exit) under a session and lets it exit only once the model
+// has seen n synchronizations: its stacks are then named while it lives,
+// however loaded the machine.
+func launchUntilSyncs(t *testing.T, stacks probe.StackMode, n int64, args ...string) (*Outcome, *sim.Report) {
+	t.Helper()
+	pr, pw := io.Pipe()
+	var stdout strings.Builder
+	cfg := Config{Command: append(args, "--wait-before-exit"), Stacks: stacks, Stdin: pr, Stdout: &stdout, Stderr: os.Stderr,
+		Duration: time.Minute, NVMLInterval: -1}
+	cfg.OnLive = func(snapshot func() []model.StreamSnap) {
+		go func() {
+			defer pw.Close()
+			for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+				var seen int64
+				for _, st := range snapshot() {
+					seen += st.Syncs
+				}
+				if seen >= n {
+					break
+				}
+			}
+			fmt.Fprintln(pw, "exit")
+		}()
+	}
+	out, err := runTraced(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("record %v: %v", args, err)
+	}
+	if out.ExitCode != 0 {
+		t.Fatalf("%v exited %d; output:\n%s", args, out.ExitCode, stdout.String())
+	}
+	rep, err := sim.ParseReport([]byte(stdout.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out, rep
 }

@@ -26,6 +26,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <sys/mman.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -424,14 +425,16 @@ static CUresult host_alloc(void **p, size_t size)
 	if (!p)
 		return CUDA_ERROR_INVALID_VALUE;
 	size_t len = size ? (size + PAGE_SIZE - 1) / PAGE_SIZE * PAGE_SIZE : PAGE_SIZE;
-	void *m = aligned_alloc(PAGE_SIZE, len);
-	if (!m)
+	/* Shared anonymous memory, as the real driver maps pinned host memory:
+	 * /proc/PID/maps shows it as "/dev/zero (deleted)", rw-s. */
+	void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (m == MAP_FAILED)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	pthread_mutex_lock(&mu);
 	CUresult err = pinned_add_locked(m, len, 1);
 	pthread_mutex_unlock(&mu);
 	if (err) {
-		free(m);
+		munmap(m, len);
 		return err;
 	}
 	*p = m;
@@ -446,11 +449,15 @@ static CUresult host_free(void *p)
 		return CUDA_SUCCESS;
 	device_wait();
 	pthread_mutex_lock(&mu);
+	size_t len = 0;
+	for (size_t i = 0; i < npinned; i++)
+		if (pinned[i].start == (uintptr_t)p && pinned[i].owned)
+			len = pinned[i].len;
 	int found = pinned_remove_locked(p, 1);
 	pthread_mutex_unlock(&mu);
 	if (!found)
 		return CUDA_ERROR_INVALID_VALUE;
-	free(p);
+	munmap(p, len);
 	return CUDA_SUCCESS;
 }
 

@@ -3,7 +3,7 @@
  * application, then prints one JSON line with the exact number of calls it
  * made to each entry point, for tests to compare a tracer's counts against.
  *
- *   workload [--iters N] [--streams K] [--wait-stdin] [--wait-file PATH]
+ *   workload [--iters N] [--streams K] [--wait-stdin] [--wait-after-setup] [--wait-before-exit] [--wait-file PATH]
  *            [--sleep-ms MS] [--scenario NAME]
  *            [--dlopen PATH]   (required by, and only in, the -DSIM_DLOPEN build)
  *
@@ -200,6 +200,8 @@ struct options {
 	long iters;
 	int streams;
 	int wait_stdin;
+	int wait_setup;
+	int wait_exit;
 	const char *wait_file;
 	long sleep_ms;
 	void (*scenario)(const struct options *);
@@ -231,6 +233,15 @@ static void scenario_basic(const struct options *o)
 	CK(cudaMalloc, &dev, MiB);
 	CK(cudaHostAlloc, &pinned, MiB, cudaHostAllocDefault);
 	CK(cudaEventCreate, &ev);
+	if (o->wait_setup) {
+		/* Set up, not yet running: a tracer attaching now finds pinned
+		 * memory and streams that exist already. */
+		printf("setup %d\n", (int)getpid());
+		fflush(stdout);
+		char line[256];
+		if (!fgets(line, sizeof line, stdin))
+			die("stdin closed before the go-ahead line");
+	}
 
 	dim3 gemm_grid = { 20, 1, 1 }, gemm_block = { 256, 1, 1 };
 	dim3 relu_grid = { 4, 1, 1 }, relu_block = { 128, 1, 1 };
@@ -956,7 +967,7 @@ static void load_runtime_beside(void)
 
 __attribute__((noreturn)) static void usage(void)
 {
-	fprintf(stderr, "usage: workload [--iters N] [--streams K] [--wait-stdin] [--wait-file PATH]\n"
+	fprintf(stderr, "usage: workload [--iters N] [--streams K] [--wait-stdin] [--wait-after-setup] [--wait-before-exit] [--wait-file PATH]\n"
 			"                [--sleep-ms MS] [--scenario ");
 	for (size_t i = 0; i < sizeof scenarios / sizeof scenarios[0]; i++)
 		fprintf(stderr, "%s%s", i ? "|" : "", scenarios[i].name);
@@ -993,6 +1004,8 @@ static struct options parse(int argc, char **argv)
 		{ "iters", required_argument, NULL, 'i' },
 		{ "streams", required_argument, NULL, 'k' },
 		{ "wait-stdin", no_argument, NULL, 'w' },
+		{ "wait-after-setup", no_argument, NULL, 'a' },
+		{ "wait-before-exit", no_argument, NULL, 'e' },
 		{ "wait-file", required_argument, NULL, 'f' },
 		{ "sleep-ms", required_argument, NULL, 's' },
 		{ "scenario", required_argument, NULL, 'c' },
@@ -1006,6 +1019,8 @@ static struct options parse(int argc, char **argv)
 		case 'i': o.iters = parse_long(optarg, 0); break;
 		case 'k': o.streams = (int)parse_long(optarg, 2); break; /* basic uses streams 0 and 1 */
 		case 'w': o.wait_stdin = 1; break;
+		case 'a': o.wait_setup = 1; break;
+		case 'e': o.wait_exit = 1; break;
 		case 'f': o.wait_file = optarg; break;
 		case 's': o.sleep_ms = parse_long(optarg, 0); break;
 		case 'c': o.scenario = find_scenario(optarg); break;
@@ -1103,6 +1118,14 @@ int main(int argc, char **argv)
 #endif
 
 	o.scenario(&o);
+	if (o.wait_exit) {
+		/* Done, still alive: a tracer can name everything it saw. */
+		printf("done %d\n", (int)getpid());
+		fflush(stdout);
+		char line[256];
+		if (!fgets(line, sizeof line, stdin))
+			die("stdin closed before the exit line");
+	}
 
 	print_report();
 	return 0;
