@@ -21,6 +21,13 @@ type waiter struct {
 // startWaiter starts the program and waits for its "ready" line.
 func startWaiter(tb testing.TB, name string, args ...string) *waiter {
 	tb.Helper()
+	return startWaiterLine(tb, "ready", name, args...)
+}
+
+// startWaiterLine starts the program and waits for a line that starts
+// with first.
+func startWaiterLine(tb testing.TB, first, name string, args ...string) *waiter {
+	tb.Helper()
 	cmd := exec.Command(name, args...)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -34,8 +41,8 @@ func startWaiter(tb testing.TB, name string, args ...string) *waiter {
 		tb.Fatal(err)
 	}
 	w := &waiter{cmd: cmd, stdin: stdin, out: bufio.NewReader(stdout)}
-	if line := w.line(tb); line != "ready" {
-		tb.Fatalf("%s printed %q, want ready", name, line)
+	if line := w.line(tb); !strings.HasPrefix(line, first) {
+		tb.Fatalf("%s printed %q, want %s", name, line, first)
 	}
 	return w
 }

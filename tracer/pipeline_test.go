@@ -66,7 +66,7 @@ func eventRecords(tb testing.TB, file []byte) [][]byte {
 // no targets. Records are fed to handleRecord as the ring buffer would.
 func readerOnly(tb testing.TB, rec io.Writer, sink model.Sink) *Session {
 	s := &Session{cfg: Config{}, log: slog.New(slog.DiscardHandler), cache: objfile.NewCache(64),
-		targets: map[int]*target{}, rescans: map[int]bool{}, rescanWake: make(chan struct{}, 1), unwind: unwind.New()}
+		targets: map[int]*target{}, rescans: map[int]rescan{}, rescanWake: make(chan struct{}, 1), unwind: unwind.New()}
 	if rec != nil {
 		w, err := recording.NewWriter(rec, recording.NewHeader("bench", 0))
 		if err != nil {
@@ -213,3 +213,4 @@ func (c *countingSink) Call(*model.Process, *model.Call)             { c.calls++
 func (c *countingSink) Sync(*model.Process, *model.Sync)             { c.syncs++ }
 func (c *countingSink) GPUOp(*model.Process, *model.GPUOp)           { c.ops++ }
 func (c *countingSink) Dependency(*model.Process, *model.Dependency) {}
+func (c *countingSink) Hold(*model.Process, *model.Hold)             {}

@@ -14,6 +14,7 @@ import (
 // model. The model lock is held only while the model handles the event:
 // naming and writing happen outside it.
 func (s *Session) handleRecord(raw []byte) {
+	s.applyNotes()
 	ev := &s.ev
 	if err := event.Decode(raw, ev); err != nil {
 		s.modelMu.Lock()
@@ -29,7 +30,7 @@ func (s *Session) handleRecord(raw []byte) {
 		if s.rec != nil {
 			s.rec.Event(raw)
 		}
-		s.queueRescan(int(ev.PID), ev.Cookie&event.CookieStop != 0)
+		s.queueRescan(int(ev.PID), rescan{held: ev.Cookie&event.CookieStop != 0, tid: ev.TID, at: ev.Start})
 		return
 	}
 	if ev.NStack > 0 || len(ev.Copy) > 0 {

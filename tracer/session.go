@@ -109,16 +109,20 @@ type Session struct {
 	// Library loads reported by the reader, coalesced per process for the
 	// control loop (a set, so a burst of loads cannot overflow it).
 	rescanMu   sync.Mutex
-	rescans    map[int]bool // pid → the process is held (SIGSTOP) at the load
+	rescans    map[int]rescan
 	rescanWake chan struct{}
 	encBuf     []byte     // re-encoded records (reader goroutine only)
 	modelMu    sync.Mutex // the model is fed by the reader and read by OnLive snapshots
 	names      *resolver
-	guard      *guardian   // continues held targets if cudatap dies (nil: nothing is held)
-	ev         event.Event // the record being handled (reader goroutine only)
-	call       model.Call  // the model's call for it
-	unwind     *unwind.Unwinder
-	gpu        *gpuSampler
+	guard      *guardian // continues held targets if cudatap dies (nil: nothing is held)
+	// Notes from the control loop for the reader (see notes.go).
+	notesMu     sync.Mutex
+	notes       []note
+	notesQueued atomic.Bool
+	ev          event.Event // the record being handled (reader goroutine only)
+	call        model.Call  // the model's call for it
+	unwind      *unwind.Unwinder
+	gpu         *gpuSampler
 
 	// Watch mode (control loop only).
 	loaders     map[string]*probe.Attachment // host-wide dynamic-linker hooks, by file
@@ -162,7 +166,7 @@ func run(ctx context.Context, cfg Config, inspect func(*Session)) (*Outcome, err
 	defer tr.Close()
 
 	s := &Session{cfg: cfg, log: cfg.Logger, tr: tr, cache: objfile.NewCache(512),
-		targets: map[int]*target{}, rescans: map[int]bool{}, rescanWake: make(chan struct{}, 1), unwind: unwind.New(),
+		targets: map[int]*target{}, rescans: map[int]rescan{}, rescanWake: make(chan struct{}, 1), unwind: unwind.New(),
 		loaders: map[string]*probe.Attachment{}, seenMaps: map[int]uint64{}, plain: map[string]bool{}}
 	if cfg.Recording != nil {
 		s.rec, err = recording.NewWriter(cfg.Recording, recordingHeader(cfg))
@@ -280,8 +284,8 @@ loop:
 				break loop
 			}
 		case <-s.rescanWake:
-			for pid, held := range s.takeRescans() {
-				s.handleRescan(pid, held)
+			for pid, r := range s.takeRescans() {
+				s.handleRescan(pid, r)
 				if s.watching() {
 					s.consider(pid)
 				}
@@ -331,6 +335,7 @@ loop:
 	if err := <-readerDone; err != nil {
 		return nil, err
 	}
+	s.applyNotes() // noted after the last record
 	if st, err := s.tr.Stats(); err == nil {
 		s.model.SetKernelStats(st.Submitted, st.RingbufFull, st.InflightFull, st.OrphanReturns, st.ReadFaults)
 		s.model.SetNested(st.Nested)

@@ -39,6 +39,7 @@ type target struct {
 	layers           uint8               // bit per event.Layer seen in the process
 	loader           *probe.Attachment
 	stopOnLd         bool
+	recovered        bool // what existed before the attach was looked for
 	mapsHash         uint64
 	exited           bool
 	symbolize        *symbolize.Process
@@ -117,6 +118,12 @@ func (s *Session) attachProcess(pid int, stopOnLoad, required bool) error {
 	}
 	s.runtimeLaunches(t, d, t.stopOnLd)
 	s.detectPython(t)
+	if required && !t.stopOnLd && !t.recovered {
+		// A running process: what it set up before cudatap came.
+		t.recovered = true
+		s.queueNote(note{kind: noteAttachedLate, pid: uint32(pid)})
+		s.recoverPinned(pid)
+	}
 	t.mapsHash = mapsHash(pid)
 	return nil
 }
@@ -214,20 +221,31 @@ func (s *Session) attachFailed(err error) {
 // once-a-second sweep, and counted.
 const maxRescans = 1 << 16
 
+// rescan is a library load waiting for the control loop.
+type rescan struct {
+	held bool   // the process is stopped at the load until the rescan
+	tid  uint32 // the thread that loaded, and when: the hold's start
+	at   uint64
+}
+
 // queueRescan asks the control loop to look at pid again (a library was
-// loaded); held says the process is stopped at the load until then.
-func (s *Session) queueRescan(pid int, held bool) {
+// loaded by thread tid at time at); held says the process is stopped at
+// the load until then.
+func (s *Session) queueRescan(pid int, r rescan) {
 	s.rescanMu.Lock()
-	_, queued := s.rescans[pid]
+	old, queued := s.rescans[pid]
 	if !queued && len(s.rescans) >= maxRescans {
 		s.rescanMu.Unlock()
 		s.attachFails.Add(1)
-		if held {
+		if r.held {
 			syscall.Kill(pid, syscall.SIGCONT)
 		}
 		return
 	}
-	s.rescans[pid] = s.rescans[pid] || held
+	if queued && old.held && !r.held {
+		r = old // the earlier load is the one holding the process
+	}
+	s.rescans[pid] = r
 	s.rescanMu.Unlock()
 	select {
 	case s.rescanWake <- struct{}{}:
@@ -236,21 +254,23 @@ func (s *Session) queueRescan(pid int, held bool) {
 }
 
 // takeRescans returns and clears the processes waiting for a rescan.
-func (s *Session) takeRescans() map[int]bool {
+func (s *Session) takeRescans() map[int]rescan {
 	s.rescanMu.Lock()
 	defer s.rescanMu.Unlock()
 	out := s.rescans
-	s.rescans = make(map[int]bool, len(out))
+	s.rescans = make(map[int]rescan, len(out))
 	return out
 }
 
-// handleRescan reacts to the dynamic linker hook.
-func (s *Session) handleRescan(pid int, held bool) {
+// handleRescan reacts to the dynamic linker hook. A process held at the
+// load is continued once its new libraries are hooked, and the hold is
+// noted: its time is cudatap's, not the call's that loaded the library.
+func (s *Session) handleRescan(pid int, r rescan) {
 	s.mu.Lock()
 	t := s.targets[pid]
 	s.mu.Unlock()
 	if t == nil || t.exited {
-		if held {
+		if r.held {
 			syscall.Kill(pid, syscall.SIGCONT)
 		}
 		return
@@ -261,8 +281,11 @@ func (s *Session) handleRescan(pid int, held bool) {
 		s.log.Warn("rescan after library load failed", "pid", pid, "err", err)
 	}
 	s.log.Debug("rescan", "pid", pid, "took", time.Since(start))
-	if t.stopOnLd || held {
+	if t.stopOnLd || r.held {
 		syscall.Kill(pid, syscall.SIGCONT)
+		if r.held && r.at != 0 {
+			s.queueNote(note{kind: noteHold, pid: uint32(pid), tid: r.tid, start: r.at, end: monoNow()})
+		}
 	}
 }
 

@@ -256,8 +256,19 @@ func (w *Writer) Call(p *model.Process, c *model.Call) {
 	} else {
 		w.str("name", c.API.String())
 	}
-	w.micros("dur", c.Duration())
+	// The slice spans the call on the wall clock; time cudatap held the
+	// thread inside it is its own slice, nested, and left out of the
+	// call's CUDA time (args.cuda_time_ns).
+	var wall uint64
+	if c.End > c.Start {
+		wall = c.End - c.Start
+	}
+	w.micros("dur", wall)
 	w.open("args")
+	if c.HoldNs > 0 {
+		w.uint("held_by_cudatap_ns", c.HoldNs)
+		w.uint("cuda_time_ns", c.Duration())
+	}
 	if spec != nil {
 		w.str("symbol", spec.Symbol(int(c.Symbol)))
 	} else {
@@ -476,6 +487,22 @@ func (w *Writer) GPUOp(p *model.Process, op *model.GPUOp) {
 // Dependency writes nothing: the GPU op a wait held back carries the
 // dependency (GPUOp.After), and is drawn with it.
 func (w *Writer) Dependency(*model.Process, *model.Dependency) {}
+
+// Hold draws the time cudatap held a thread while hooking a library it had
+// just loaded: not the program's time, and marked so.
+func (w *Writer) Hold(p *model.Process, h *model.Hold) {
+	if w.err != nil || w.closed {
+		return
+	}
+	w.begin("X", int(p.PID), int(h.TID), h.Start)
+	w.str("cat", "cudatap")
+	w.str("name", "cudatap: target held while a library is hooked")
+	w.micros("dur", h.End-h.Start)
+	w.open("args")
+	w.bool("not_cuda_time", true)
+	w.close()
+	w.end()
+}
 
 func ncclType(t uint8) string {
 	if int(t) < len(event.NCCLTypeName) {

@@ -108,6 +108,7 @@ func (c *Collector) Call(p *model.Process, x *model.Call) {
 func (*Collector) Sync(*model.Process, *model.Sync)             {}
 func (*Collector) GPUOp(*model.Process, *model.GPUOp)           {}
 func (*Collector) Dependency(*model.Process, *model.Dependency) {}
+func (*Collector) Hold(*model.Process, *model.Hold)             {}
 
 // Build makes a valid profile of the calls c collected, named from r.
 func Build(r *model.Result, c *Collector, opts Options) (*profile.Profile, error) {

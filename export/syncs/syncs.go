@@ -91,6 +91,7 @@ func (c *Collector) Sync(p *model.Process, s *model.Sync) {
 func (*Collector) Call(*model.Process, *model.Call)             {}
 func (*Collector) GPUOp(*model.Process, *model.GPUOp)           {}
 func (*Collector) Dependency(*model.Process, *model.Dependency) {}
+func (*Collector) Hold(*model.Process, *model.Hold)             {}
 
 // Totals counts synchronizations split by whether the program asked for
 // them (Kind.Explicit).

@@ -114,6 +114,7 @@ type procState struct {
 	// When a kernel was last named from a runtime stub it had no name
 	// before (ns): the naming window can close once this stops changing.
 	newStubAt uint64
+	holds     map[uint32][]Hold // by thread, until a call covers them
 }
 
 // New returns an empty model that hands what it concludes to sink (nil:
@@ -256,6 +257,9 @@ func (m *Model) Handle(ev *event.Event) {
 		p.BySymbol[i]++
 	}
 	m.syncs = m.syncs[:0]
+	if ps.holds != nil {
+		call.HoldNs = ps.heldDuring(ev.TID, call.Start, call.End)
+	}
 	a := &call.Args
 	ev.Decode(a)
 	ok := !call.HasRet || call.Ret == 0

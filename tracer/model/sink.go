@@ -11,6 +11,7 @@ type Sink interface {
 	Sync(p *Process, s *Sync)
 	GPUOp(p *Process, op *GPUOp)
 	Dependency(p *Process, d *Dependency)
+	Hold(p *Process, h *Hold)
 }
 
 // Sinks fans out to several sinks, in order.
@@ -40,6 +41,12 @@ func (s Sinks) Dependency(p *Process, d *Dependency) {
 	}
 }
 
+func (s Sinks) Hold(p *Process, h *Hold) {
+	for _, k := range s {
+		k.Hold(p, h)
+	}
+}
+
 // Discard is a sink that keeps nothing.
 type Discard struct{}
 
@@ -47,6 +54,7 @@ func (Discard) Call(*Process, *Call)             {}
 func (Discard) Sync(*Process, *Sync)             {}
 func (Discard) GPUOp(*Process, *GPUOp)           {}
 func (Discard) Dependency(*Process, *Dependency) {}
+func (Discard) Hold(*Process, *Hold)             {}
 
 // Trace is everything a Collector kept of one process.
 type Trace struct {
@@ -54,6 +62,7 @@ type Trace struct {
 	GPUOps []GPUOp
 	Syncs  []Sync
 	Deps   []Dependency
+	Holds  []Hold
 }
 
 // Collector keeps every call, sync, op and dependency, per process: for
@@ -97,4 +106,9 @@ func (c *Collector) GPUOp(p *Process, op *GPUOp) {
 func (c *Collector) Dependency(p *Process, d *Dependency) {
 	t := c.trace(p.PID)
 	t.Deps = append(t.Deps, *d)
+}
+
+func (c *Collector) Hold(p *Process, h *Hold) {
+	t := c.trace(p.PID)
+	t.Holds = append(t.Holds, *h)
 }

@@ -166,6 +166,7 @@ type Call struct {
 	Seq         int    // position of the call in its process (0, 1, ...)
 	GPUOp       int    // ID of the GPU op it enqueued, -1 = none
 	BlockedNs   uint64 // host time blocked in the (last) synchronization it caused
+	HoldNs      uint64 // time within the call the thread was held by cudatap (hooking a library)
 	TID         uint32
 	Stream      int32    // stream id, -1 when the call takes none
 	Stack       int32    // index into Process.Stacks, -1 = none
@@ -179,10 +180,11 @@ type Call struct {
 	Pageable    bool // a copy whose host side is not pinned
 }
 
-// Duration of the call on the host (0 when only the entry was probed).
+// Duration of the call on the host (0 when only the entry was probed),
+// without the time cudatap held the thread while hooking a library.
 func (c *Call) Duration() uint64 {
-	if c.End > c.Start {
-		return c.End - c.Start
+	if c.End > c.Start+c.HoldNs {
+		return c.End - c.Start - c.HoldNs
 	}
 	return 0
 }
@@ -291,8 +293,14 @@ type Process struct {
 	DeviceMemInUse uint64
 	DeviceMemPeak  uint64
 	PinnedBytes    uint64 // pinned host memory currently registered or allocated
-	FirstSeen      uint64
-	LastSeen       uint64
+	// PinnedRecovered is the part of it found in the memory map when
+	// cudatap attached; AttachedLate says the process ran before cudatap
+	// came, so DeviceMemInUse/Peak count only what was allocated since.
+	PinnedRecovered uint64
+	AttachedLate    bool
+	HeldNs          uint64 // time its threads were held while cudatap hooked libraries
+	FirstSeen       uint64
+	LastSeen        uint64
 }
 
 // symbolsPerAPI bounds the symbols of one API (cudaMemcpy, cudaMemcpy_ptds).

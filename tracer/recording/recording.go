@@ -38,6 +38,7 @@ const (
 	recCounter = 7
 	recPyFrame = 8
 	recGPU     = 9
+	recNote    = 10 // a fact the session learnt outside the ring buffer: a hold, a pinned range
 	recEnd     = 0xff
 )
 
@@ -155,6 +156,34 @@ func (w *Writer) PyFrame(pid uint32, code, instr uint64, name string) {
 	w.buf = b
 	w.record(recPyFrame, b)
 }
+
+// Kinds of note records.
+const (
+	noteHold         = 1 // [a, b) the thread was held while cudatap hooked a library
+	notePinned       = 2 // [a, a+b) was pinned host memory when cudatap attached
+	noteAttachedLate = 3 // the process ran before cudatap attached
+)
+
+func (w *Writer) note(kind byte, pid, tid uint32, a, b uint64) {
+	buf := append(w.buf[:0], kind)
+	buf = binary.LittleEndian.AppendUint32(buf, pid)
+	buf = binary.LittleEndian.AppendUint32(buf, tid)
+	buf = binary.LittleEndian.AppendUint64(buf, a)
+	buf = binary.LittleEndian.AppendUint64(buf, b)
+	w.buf = buf
+	w.record(recNote, buf)
+}
+
+// Hold records that thread tid of pid was held from start to end while
+// cudatap hooked a library. It must precede the events of the calls that
+// contain it.
+func (w *Writer) Hold(pid, tid uint32, start, end uint64) { w.note(noteHold, pid, tid, start, end) }
+
+// Pinned records a pinned host range found when cudatap attached.
+func (w *Writer) Pinned(pid uint32, start, size uint64) { w.note(notePinned, pid, 0, start, size) }
+
+// AttachedLate records that pid ran before cudatap attached.
+func (w *Writer) AttachedLate(pid uint32) { w.note(noteAttachedLate, pid, 0, 0, 0) }
 
 // Counter records one sample of a time series.
 func (w *Writer) Counter(c Counter) {
@@ -277,7 +306,7 @@ func scan(r io.Reader, rp *Replay, m *model.Model, progress func(int64)) error {
 			lastTick = consumed
 		}
 		// Records of the other pass are skipped unread.
-		if (typ == recEvent) != (m != nil) && typ != recEnd && typ != recProcess {
+		if (typ == recEvent || typ == recNote) != (m != nil) && typ != recEnd && typ != recProcess {
 			if _, err := br.Discard(int(n)); err != nil {
 				return fmt.Errorf("%w after %d records", ErrTruncated, rp.Records)
 			}
@@ -363,6 +392,20 @@ func (rp *Replay) record(typ byte, buf []byte, m *model.Model, ev *event.Event) 
 			return fmt.Errorf("%w: GPU record: %v", ErrFormat, err)
 		}
 		rp.GPU = &g
+	case recNote:
+		if len(buf) < 25 {
+			return fmt.Errorf("%w: short note record", ErrFormat)
+		}
+		pid, tid := binary.LittleEndian.Uint32(buf[1:]), binary.LittleEndian.Uint32(buf[5:])
+		a, b := binary.LittleEndian.Uint64(buf[9:]), binary.LittleEndian.Uint64(buf[17:])
+		switch buf[0] {
+		case noteHold:
+			m.AddHold(pid, tid, a, b)
+		case notePinned:
+			m.AddPinned(pid, a, b)
+		case noteAttachedLate:
+			m.AttachedLate(pid)
+		}
 	case recEnd:
 	default:
 		return fmt.Errorf("%w: unknown record type %d", ErrFormat, typ)
