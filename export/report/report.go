@@ -59,9 +59,20 @@ func merge(t *syncs.Totals, o syncs.Totals) {
 
 func process(buf *bytes.Buffer, r *model.Result, p *model.Process, collected *syncs.Collector, top int) {
 	fmt.Fprintf(buf, "%s\n", p.Label())
-	fmt.Fprintf(buf, "  %s over %s, %s (inferred), device memory peak %s\n",
+	mem := "device memory peak " + units.Bytes(p.DeviceMemPeak)
+	if p.AttachedLate {
+		// Allocations made before the attach were not seen.
+		mem = "device memory allocated since attaching: peak " + units.Bytes(p.DeviceMemPeak) + " (earlier allocations unknown)"
+	}
+	fmt.Fprintf(buf, "  %s over %s, %s (inferred), %s\n",
 		plural(p.NCalls, "call", "calls"), duration(span(p.FirstSeen, p.LastSeen)),
-		plural(p.NGPUOps, "GPU op", "GPU ops"), units.Bytes(p.DeviceMemPeak))
+		plural(p.NGPUOps, "GPU op", "GPU ops"), mem)
+	if p.PinnedRecovered > 0 {
+		fmt.Fprintf(buf, "  pinned host memory found at attach: %s (copies from it are not pageable)\n", units.Bytes(p.PinnedRecovered))
+	}
+	if p.HeldNs > 0 {
+		fmt.Fprintf(buf, "  held by cudatap while it hooked libraries: %s (not counted as CUDA time)\n", duration(p.HeldNs))
+	}
 
 	totals := collected.StreamTotals(p.PID)
 
