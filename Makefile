@@ -19,10 +19,13 @@ build:
 demo: build
 	./$(BIN) demo
 
-# Everything, including the root tests with real uprobes.
+# Everything, including the root tests with real uprobes. One package at a
+# time (-p 1): the --all tests trace every CUDA process on the host, and
+# another package's test programs (some killed mid-call on purpose) would
+# be theirs too.
 test:
 	$(GO) vet ./...
-	$(GO) test -count=1 ./...
+	$(GO) test -p 1 -count=1 ./...
 
 # Without root: unit tests only (root tests skip with a message).
 test-short:

@@ -47,6 +47,9 @@ func TestKilledRecorderReleasesHolds(t *testing.T) {
 	if testing.Short() {
 		rounds = 5
 	}
+	if n, err := strconv.Atoi(os.Getenv("CUDATAP_KILL_ROUNDS")); err == nil && n > 0 {
+		rounds = n // the 100, or more, by hand
+	}
 	rng := rand.New(rand.NewPCG(7, 11))
 	dir := t.TempDir()
 	for i := 0; i < rounds; i++ {
@@ -103,7 +106,16 @@ func reapAll(t *testing.T, d time.Duration) []int {
 		if time.Now().After(deadline) {
 			for _, p := range children() {
 				st, _ := procfs.Stat(p)
-				t.Errorf("process %d still there after %v, state %c", p, d, st.State)
+				status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", p))
+				cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p))
+				var why []string
+				for _, l := range strings.Split(string(status), "\n") {
+					if strings.HasPrefix(l, "TracerPid:") || strings.HasPrefix(l, "SigPnd:") || strings.HasPrefix(l, "ShdPnd:") {
+						why = append(why, strings.Join(strings.Fields(l), " "))
+					}
+				}
+				t.Errorf("process %d (%s) still there after %v, state %c; %s", p, strings.ReplaceAll(string(cmdline), "\x00", " "),
+					d, st.State, strings.Join(why, ", "))
 				unix.Kill(p, unix.SIGKILL)
 				unix.Kill(p, unix.SIGCONT)
 			}
