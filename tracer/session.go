@@ -304,6 +304,12 @@ loop:
 				break loop
 			}
 		case now := <-status.C:
+			if s.rec != nil && s.rec.Err() != nil {
+				// Disk full, file gone: noticed now, not after the run.
+				// What was modeled so far still makes every other output.
+				s.log.Error("writing the recording failed: stopping the trace here", "err", s.rec.Err())
+				break loop
+			}
 			s.sweep()
 			if now.Sub(lastPrune) >= 10*time.Second {
 				lastPrune = now

@@ -336,3 +336,37 @@ func TestContainerMatchingNothing(t *testing.T) {
 		t.Errorf("stderr:\n%s", stderr)
 	}
 }
+
+// TestRecordingDiskFull: when the recording cannot be written (its disk
+// is full), the trace stops at once, and every other output is written
+// from what was modeled; the error names the failed write.
+func TestRecordingDiskFull(t *testing.T) {
+	testutil.RequireRoot(t)
+	b := testutil.Sim(t)
+	dir := t.TempDir()
+	small := filepath.Join(dir, "small")
+	if err := os.Mkdir(small, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", small).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a small tmpfs: %v %s", err, out)
+	}
+	defer exec.Command("umount", small).Run()
+	prof := filepath.Join(dir, "p.pb.gz")
+	stdout, stderr, err := run(t, "record", "--nvml-interval=-1s", "-o", filepath.Join(small, "r.cudatap"), "-o", prof,
+		"--", b.Workload, "--scenario", "launches", "--iters", "100000000")
+	if err == nil || !strings.Contains(err.Error(), "no space left on device") {
+		t.Fatalf("record onto a full disk: %v\n%s", err, stderr)
+	}
+	if !strings.Contains(stdout, "dropped events") || !strings.Contains(stderr, "wrote "+prof) {
+		t.Errorf("stderr:\n%s\nstdout:\n%s", stderr, stdout)
+	}
+	f, err := os.Open(prof)
+	if err != nil {
+		t.Fatalf("the profile was not written: %v", err)
+	}
+	defer f.Close()
+	if p, err := profile.Parse(f); err != nil || p.CheckValid() != nil || len(p.Sample) == 0 {
+		t.Errorf("profile: %v", err)
+	}
+}

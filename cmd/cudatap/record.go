@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -117,12 +118,14 @@ func runRecord(cmd *cobra.Command, g *globalOptions, o *recordOptions, command [
 	cfg.Recording, cfg.Sink = to.recording(), to.agg.Sink()
 	outcome, err := tracer.Run(cmd.Context(), cfg)
 	status.clear()
-	if err != nil {
+	if outcome == nil || outcome.Result == nil {
 		to.abort()
 		return err
 	}
-	if err := to.finish(cmd, outcome.Result); err != nil {
-		return err
+	// A session that failed late (its recording could not be written)
+	// still has everything it modeled: every other output is written.
+	if ferr := to.finish(cmd, outcome.Result); ferr != nil || err != nil {
+		return errors.Join(err, ferr)
 	}
 	return commandStatus(cmd.ErrOrStderr(), outcome.Exit, len(command) > 0)
 }

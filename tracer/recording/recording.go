@@ -203,6 +203,10 @@ func (w *Writer) Drops(d model.Drops) {
 	w.record(recDrops, js)
 }
 
+// Err is the first write error, nil while every write succeeded. Writes
+// are buffered: an error shows within about a megabyte of records.
+func (w *Writer) Err() error { return w.err }
+
 // Size is the number of bytes written so far.
 func (w *Writer) Size() int64 { return w.bytes }
 
