@@ -115,6 +115,7 @@ type Session struct {
 	modelMu    sync.Mutex // the model is fed by the reader and read by OnLive snapshots
 	names      *resolver
 	guard      *guardian // continues held targets if cudatap dies (nil: nothing is held)
+	closer     *closer   // closes the probes of exited processes off the control loop
 	// Notes from the control loop for the reader (see notes.go).
 	notesMu     sync.Mutex
 	notes       []note
@@ -176,6 +177,8 @@ func run(ctx context.Context, cfg Config, inspect func(*Session)) (*Outcome, err
 	}
 	s.model = model.New(cfg.Sink)
 	s.names = newResolver(s)
+	s.closer = newCloser()
+	defer s.closer.stop() // before tr.Close: links go before the BPF objects
 	if len(cfg.Command) > 0 || cfg.WaitForCUDA {
 		// These targets are held at library loads: never without a guardian.
 		if s.guard, err = startGuardian(); err != nil {

@@ -40,6 +40,7 @@ type target struct {
 	loader           *probe.Attachment
 	stopOnLd         bool
 	recovered        bool // what existed before the attach was looked for
+	detached         bool // its probes were handed over for closing
 	mapsHash         uint64
 	exited           bool
 	symbolize        *symbolize.Process
@@ -333,8 +334,9 @@ func (s *Session) markExited(pid int) {
 	if t := s.targets[pid]; t != nil && !t.exited {
 		t.exited = true
 		s.tr.ForgetPython(pid)
-		// The probes die with the process's memory; release the links now.
-		t.closeProbes(s.tr)
+		// The probes die with the process's memory; release the links, off
+		// the control loop.
+		s.closer.add(t.detach(s.tr)...)
 		if t.stopOnLd {
 			s.guard.free(pid)
 		}
@@ -349,6 +351,7 @@ func (s *Session) allExited() bool {
 // now (its rescan not handled yet) is continued: with the hook gone,
 // nothing else would.
 func (s *Session) closeAll() {
+	s.closer.wait()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for pid, t := range s.targets {
@@ -388,15 +391,32 @@ func (t *target) closeRuntimeLaunches(tr *probe.Tracer) {
 	t.rtLaunch, t.rtLaunchDone = nil, true
 }
 
-func (t *target) closeProbes(tr *probe.Tracer) {
+// detach hands over the target's probes for closing, once: the returned
+// work closes them (the runtime launch probes before the stub hand-over
+// stops, as closeRuntimeLaunches does).
+func (t *target) detach(tr *probe.Tracer) []func() {
+	if t.detached {
+		return nil
+	}
+	t.detached = true
+	var work []func()
 	for _, a := range t.attached {
-		a.Close()
+		work = append(work, func() { a.Close() })
 	}
-	if t.loader != nil {
-		t.loader.Close()
+	if l := t.loader; l != nil {
+		work = append(work, func() { l.Close() })
 	}
-	if t.rtLaunch != nil {
-		t.closeRuntimeLaunches(tr)
+	if rt := t.rtLaunch; rt != nil {
+		t.rtLaunch, t.rtLaunchDone = nil, true
+		work = append(work, func() { rt.Close(); tr.PairingStop() })
+	}
+	return work
+}
+
+// closeProbes closes the target's probes now.
+func (t *target) closeProbes(tr *probe.Tracer) {
+	for _, f := range t.detach(tr) {
+		f()
 	}
 }
 

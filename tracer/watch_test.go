@@ -117,6 +117,7 @@ func waitForgotten(t *testing.T, s *Session, pids []int) {
 	if err := waitFor("exited processes to be dropped", func() bool { return holding(s, pids) == 0 }); err != nil {
 		t.Fatalf("%v: %d of %d targets still held after their processes exited", err, holding(s, pids), len(pids))
 	}
+	s.closer.wait() // and their probes closed (off the control loop)
 }
 
 // TestAllCatchesNewProcess: --all hooks a CUDA process started after
