@@ -182,7 +182,8 @@ func run(ctx context.Context, cfg Config, inspect func(*Session)) (*Outcome, err
 	if len(cfg.Command) > 0 || cfg.WaitForCUDA {
 		// These targets are held at library loads: never without a guardian.
 		if s.guard, err = startGuardian(); err != nil {
-			return nil, fmt.Errorf("%w; without it a cudatap killed while a target is held at a library load would leave it stopped", err)
+			return nil, fmt.Errorf("%w; without it a cudatap killed while a target is held at a library load would leave it stopped: "+
+				"make sure the cudatap binary can be run again from where it is (not deleted, not on a noexec mount), or attach with -p instead", err)
 		}
 		defer s.guard.close()
 	}

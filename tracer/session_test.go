@@ -210,13 +210,21 @@ func libraryPaths(out *Outcome) []string {
 // launch runs a command under a session to completion.
 func launch(t *testing.T, stacks probe.StackMode, args ...string) (*Outcome, *sim.Report) {
 	t.Helper()
+	return launchWith(t, Config{Command: args, Stacks: stacks, Stderr: os.Stderr, Duration: time.Minute})
+}
+
+// launchWith runs cfg's command (a simulated workload) to completion and
+// returns the session's outcome and the workload's report.
+func launchWith(t *testing.T, cfg Config) (*Outcome, *sim.Report) {
+	t.Helper()
 	var stdout strings.Builder
-	out, err := runTraced(context.Background(), Config{Command: args, Stacks: stacks, Stdout: &stdout, Stderr: os.Stderr, Duration: time.Minute})
+	cfg.Stdout = &stdout
+	out, err := runTraced(context.Background(), cfg)
 	if err != nil {
-		t.Fatalf("record %v: %v", args, err)
+		t.Fatalf("record %v: %v", cfg.Command, err)
 	}
 	if out.ExitCode != 0 {
-		t.Fatalf("%v exited %d; output:\n%s", args, out.ExitCode, stdout.String())
+		t.Fatalf("%v exited %d; output:\n%s", cfg.Command, out.ExitCode, stdout.String())
 	}
 	rep, err := sim.ParseReport([]byte(stdout.String()))
 	if err != nil {
@@ -563,8 +571,7 @@ func TestStackNearStackTop(t *testing.T) {
 func launchUntilSyncs(t *testing.T, stacks probe.StackMode, n int64, args ...string) (*Outcome, *sim.Report) {
 	t.Helper()
 	pr, pw := io.Pipe()
-	var stdout strings.Builder
-	cfg := Config{Command: append(args, "--wait-before-exit"), Stacks: stacks, Stdin: pr, Stdout: &stdout, Stderr: os.Stderr,
+	cfg := Config{Command: append(args, "--wait-before-exit"), Stacks: stacks, Stdin: pr, Stderr: os.Stderr,
 		Duration: time.Minute, NVMLInterval: -1}
 	cfg.OnLive = func(snapshot func() []model.StreamSnap) {
 		go func() {
@@ -581,16 +588,5 @@ func launchUntilSyncs(t *testing.T, stacks probe.StackMode, n int64, args ...str
 			fmt.Fprintln(pw, "exit")
 		}()
 	}
-	out, err := runTraced(context.Background(), cfg)
-	if err != nil {
-		t.Fatalf("record %v: %v", args, err)
-	}
-	if out.ExitCode != 0 {
-		t.Fatalf("%v exited %d; output:\n%s", args, out.ExitCode, stdout.String())
-	}
-	rep, err := sim.ParseReport([]byte(stdout.String()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out, rep
+	return launchWith(t, cfg)
 }
