@@ -169,6 +169,14 @@ func liveSession(t testing.TB) (*model.Result, *model.Collector, []byte) {
 	l.w.Process(300, liveProcs[300])
 	aux := event.Event{Cookie: uint64(event.LibraryLoad) | event.CookieStop, PID: 100, TID: 100, Start: 1}
 	l.ev(aux)
+	// What the session notes outside the ring buffer: the hold at that
+	// load (inside the first call below), pinned memory found at attach.
+	l.m.AddHold(100, 100, 1*ms+100, 1*ms+5000)
+	l.w.Hold(100, 100, 1*ms+100, 1*ms+5000)
+	l.m.AttachedLate(200)
+	l.w.AttachedLate(200)
+	l.m.AddPinned(200, 0x7f30_0000_0000, 1<<21)
+	l.w.Pinned(200, 0x7f30_0000_0000, 1<<21)
 
 	e := mk(event.CudaStreamCreateWithFlags, 100, 100, 1*ms, 10_000, 0x7ffd0000, 1)
 	e.Out = 0xa0
@@ -271,6 +279,9 @@ func TestRoundTrip(t *testing.T) {
 		n.Frame(100, 0x7f00_0000_2000) != "forward (libtorch_cuda.so)" ||
 		n.PyFrame(100, model.PyKey{Code: 0xc0de, Instr: 43}) != "train.py:43 step" || len(p.Stacks) != 2 || len(p.PyStacks) != 2 {
 		t.Errorf("names not replayed: %+v %+v", p.Info, n)
+	}
+	if q := got.Processes[1]; p.HeldNs != 4900 || wantCol.Traces[100].Calls[0].HoldNs != 4900 || !q.AttachedLate || q.PinnedRecovered != 1<<21 {
+		t.Errorf("notes not replayed: held %d, attached late %v, pinned found %d", p.HeldNs, q.AttachedLate, q.PinnedRecovered)
 	}
 	if p := got.Processes[2]; p.PID != 300 || p.Info.Comm != "idle" || p.NCalls != 0 {
 		t.Errorf("process without calls: %+v", p)
@@ -449,6 +460,7 @@ func TestGarbage(t *testing.T) {
 		{"short Python frame record", append(append(bytes.Clone(good), recPyFrame, 12), make([]byte, 12)...), ErrFormat},
 		{"drops not JSON", append(append(bytes.Clone(good), recDrops, 3), "{{{"...), ErrFormat},
 		{"counter not JSON", append(append(bytes.Clone(good), recCounter, 2), "[]"...), ErrFormat},
+		{"short note record", append(append(bytes.Clone(good), recNote, 3), 1, 2, 3), ErrFormat},
 		{"no end record", bytes.Clone(good), ErrTruncated},
 		{"record length past the end", binary.AppendUvarint(append(bytes.Clone(good), recEvent), 1000), ErrTruncated},
 		{"varint cut", append(append(bytes.Clone(good), recEvent), 0x80), ErrTruncated},
