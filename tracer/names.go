@@ -37,8 +37,9 @@ func newResolver(s *Session) *resolver {
 		pyFailed: map[model.PyNameKey]pyRetry{}, pyResolved: map[uint32]uint32{}}
 }
 
-// event names what ev, which the model just handled as call c, refers to.
-func (r *resolver) event(ev *event.Event, c *model.Call) {
+// event names what ev refers to; fn is the function argument the model
+// decoded from it (a launch's host stub or CUfunction).
+func (r *resolver) event(ev *event.Event, fn uint64) {
 	r.process(ev.PID)
 	if k := (model.NameKey{PID: ev.PID, Key: uint64(ev.TID)}); !hasKey(r.names.Threads, k) {
 		r.thread(k)
@@ -46,7 +47,7 @@ func (r *resolver) event(ev *event.Event, c *model.Call) {
 	if spec := ev.Spec(); spec.Class == event.ClassLaunch {
 		// A runtime launch names its host stub; a driver launch made by a
 		// runtime launch carries that stub (see model.Process.KernelSymbol).
-		addr := c.Args.Func
+		addr := fn
 		if spec.Layer == event.Driver {
 			addr = ev.Out
 		}

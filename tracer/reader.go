@@ -38,10 +38,10 @@ func (s *Session) handleRecord(raw []byte) {
 	}
 	s.modelMu.Lock()
 	s.model.Handle(ev)
-	s.call = *s.model.Last()
+	fn := s.model.Last().Args.Func // all the resolver needs of the decoded call
 	s.modelMu.Unlock()
 	if ev.Spec() != nil {
-		s.names.event(ev, &s.call)
+		s.names.event(ev, fn)
 	}
 	if s.rec != nil {
 		if event.CookieHasStack(ev.Cookie) && len(raw) > event.CopyOffset {

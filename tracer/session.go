@@ -121,7 +121,6 @@ type Session struct {
 	notes       []note
 	notesQueued atomic.Bool
 	ev          event.Event // the record being handled (reader goroutine only)
-	call        model.Call  // the model's call for it
 	unwind      *unwind.Unwinder
 	gpu         *gpuSampler
 

@@ -466,15 +466,6 @@ func holding(s *Session, pids []int) int {
 	return n
 }
 
-func processOf(res *model.Result, pid int) *model.Process {
-	for _, p := range res.Processes {
-		if int(p.PID) == pid {
-			return p
-		}
-	}
-	return nil
-}
-
 // tracedWorkloads counts the simulated workloads in the result.
 func tracedWorkloads(out *Outcome) int {
 	n := 0

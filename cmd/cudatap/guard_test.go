@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -150,7 +149,12 @@ func children() []int {
 func buildCudatap(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "cudatap")
-	gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	// The go that runs this test; under sudo PATH may lack it: then where
+	// the Makefile also looks.
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		gobin = "/usr/local/go/bin/go"
+	}
 	if out, err := exec.Command(gobin, "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}

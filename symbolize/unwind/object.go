@@ -261,6 +261,3 @@ func (o *object) find(pc uint64) (fde, bool) {
 	}
 	return f, true
 }
-
-// size is the memory the object holds, roughly.
-func (o *object) size() int { return len(o.eh) + len(o.hdr) + 16*len(o.index) }

@@ -44,7 +44,6 @@ func (e *ev) ptsz() *ev {
 func (e *ev) out(v uint64) *ev { e.Out = v; return e }
 func (e *ev) ret(r int64) *ev  { e.Ret = r; return e }
 func (e *ev) pid(p uint32) *ev { e.PID = p; return e }
-func (e *ev) noRet() *ev       { e.Flags &^= event.FlagHasRet; e.End = 0; return e }
 func (e *ev) frames(pc ...uint64) *ev {
 	e.Cookie |= event.CookieStack
 	e.HasStack = true

@@ -98,8 +98,6 @@ func TestStacksBounded(t *testing.T) {
 	}
 }
 
-func itoa(v uint64) string { return big.NewInt(0).SetUint64(v).String() }
-
 func TestCallFields(t *testing.T) {
 	col := NewCollector()
 	m := New(col)
