@@ -349,17 +349,28 @@ func (s *Session) allExited() bool {
 
 // closeAll detaches every probe. A target held at a library load right
 // now (its rescan not handled yet) is continued: with the hook gone,
-// nothing else would.
+// nothing else would. The links are closed outside the session lock: that
+// takes the kernel milliseconds per link (seconds on the per-symbol path),
+// and the reader, which names processes under that lock, must keep
+// draining the ring buffer meanwhile.
 func (s *Session) closeAll() {
 	s.closer.wait()
+	var work []func()
+	held := map[int]bool{}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	for pid, t := range s.targets {
-		t.closeProbes(s.tr)
+		work = append(work, t.detach(s.tr)...)
 		if t.stopOnLd && !t.exited {
-			syscall.Kill(pid, syscall.SIGCONT)
-			s.guard.free(pid)
+			held[pid] = true
 		}
+	}
+	s.mu.Unlock()
+	for _, f := range work {
+		f()
+	}
+	for pid := range held {
+		syscall.Kill(pid, syscall.SIGCONT)
+		s.guard.free(pid)
 	}
 }
 

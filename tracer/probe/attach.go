@@ -18,14 +18,18 @@ type Attachment struct {
 	Library Library
 	Hooked  []string // exact symbols with a probe
 	Missing []string // symbols this build of the library does not have (older CUDA)
-	links   []link.Link
+	links   []link.Link // entry links first, then return links (Close relies on it)
 }
 
-// Close removes the probes.
+// Close removes the probes, return probes first: closing a link takes the
+// kernel milliseconds (one per symbol on the per-symbol path), and a call
+// entered after its entry probe was gone but while its return probe still
+// stood would come back as a return without its entry. Return probes go
+// first, so a call in that window is simply not seen.
 func (a *Attachment) Close() error {
 	var errs []error
-	for _, l := range a.links {
-		errs = append(errs, l.Close())
+	for i := len(a.links) - 1; i >= 0; i-- {
+		errs = append(errs, a.links[i].Close())
 	}
 	a.links = nil
 	return errors.Join(errs...)
