@@ -16,8 +16,8 @@ import (
 type Attachment struct {
 	PID     int
 	Library Library
-	Hooked  []string // exact symbols with a probe
-	Missing []string // symbols this build of the library does not have (older CUDA)
+	Hooked  []string    // exact symbols with a probe
+	Missing []string    // symbols this build of the library does not have (older CUDA)
 	links   []link.Link // entry links first, then return links (Close relies on it)
 }
 
