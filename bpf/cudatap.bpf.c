@@ -142,6 +142,8 @@ static __always_inline void count(__u32 which)
 		*v += 1;
 }
 
+#include "pycode.h"
+
 /* Copy registers, stack arguments and the config struct per the cookie. */
 static __always_inline __u32 read_args(struct pt_regs *ctx, __u64 cookie, __u64 *args, __u64 *ext)
 {
@@ -219,8 +221,10 @@ static __always_inline void fill_full(struct pt_regs *ctx, struct event *e, __u6
 	e->rip = PT_REGS_IP(ctx);
 	e->rsp = PT_REGS_SP(ctx);
 	e->rbp = ctx->rbp;
-	/* The Python line that led here, when the process runs CPython. */
+	/* The Python line that led here, when the process runs CPython, and
+	 * a copy of each code object not seen before. */
 	walk_python(e, e->pid, e->tid);
+	py_snapshot_frames(e);
 	/* A thread's stack may end less than STACK_COPY above rsp (the main
 	 * thread near its top, a small thread stack): the read of the whole
 	 * copy then faults. Halve until a read fits, down to 256 bytes, so the
@@ -426,3 +430,4 @@ int cuda_return(struct pt_regs *ctx) { return on_return(ctx); }
 /* Referenced so that bpf2go can export the types to Go. */
 const struct event *unused_event __attribute__((unused));
 const enum stat *unused_stat __attribute__((unused));
+const struct py_code *unused_py_code __attribute__((unused));

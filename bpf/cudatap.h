@@ -72,6 +72,38 @@ struct event {
 	__u8 copy[STACK_COPY];    /* the user stack from rsp upwards */
 };
 
+/*
+ * A copy of one Python code object and what naming a frame of it needs
+ * (file name, function name, line table), taken in BPF the first time a
+ * stack record refers to it, so that its frames are named exactly even when
+ * the code object, or the whole process, is gone a moment later (a script's
+ * module level, code compiled and freed). Shares the first 32 bytes with
+ * struct event: cookie carries API_PY_CODE. addr[i] and len[i] say where
+ * each copied object lives in the target and how many bytes of it were
+ * read (0: not read); user space reads the objects from the copies as it
+ * would from the live process.
+ */
+#define API_PY_CODE 0xfff1
+#define PY_CODE_HEAD 256   /* bytes of the code object */
+#define PY_STR_COPY 512    /* bytes of a str object (header and characters) */
+#define PY_TABLE_COPY 8192 /* bytes of the line table's bytes object */
+
+struct py_code {
+	__u64 start_ns;
+	__u64 end_ns;   /* 0 */
+	__u64 cookie;   /* API_PY_CODE */
+	__u32 pid;
+	__u32 tid;
+	__u64 code;     /* address of the code object */
+	__u64 addr[3];  /* filename, name (qualname from 3.11), line table */
+	__u32 len[3];
+	__u32 head_len; /* bytes of head[] */
+	__u8 head[PY_CODE_HEAD];
+	__u8 filename[PY_STR_COPY];
+	__u8 name[PY_STR_COPY];
+	__u8 table[PY_TABLE_COPY];
+};
+
 /* Per-CPU counters; index with enum stat. */
 enum stat {
 	STAT_SUBMITTED = 0,  /* events handed to the ring buffer */
@@ -81,6 +113,7 @@ enum stat {
 	STAT_READ_FAULT,     /* a user-memory read failed: event kept, field zero */
 	STAT_NESTED,         /* a launch seen by both layers, counted once (not a loss) */
 	STAT_ENTRY_REPLACED, /* an entry saved over one still waiting: a nested call of the same API */
+	STAT_PY_CODE_LOST,   /* no room for a code object's copy: its frames are named from the live process */
 	STAT_MAX,
 };
 

@@ -15,9 +15,10 @@
  *      prev_instr (3.11/3.12) or instr_ptr (3.13) pointer otherwise.
  *
  * User space turns a pair into "file:line function" by reading the code
- * object later (python.Interpreter.Frame). Nothing is written to the target
- * and nothing is counted here; a read that faults ends the walk with what
- * was collected so far.
+ * object (python.Interpreter.Frame), or from the copy pycode.h made of it
+ * while the call ran. Nothing is written to the target and nothing is
+ * counted here; a read that faults ends the walk with what was collected
+ * so far.
  *
  * Needs: <linux/bpf.h>, <bpf/bpf_helpers.h> and cudatap.h (struct event,
  * MAX_PY, EV_PY_TRUNCATED) included before this file. Uses CO-RE for one
@@ -33,7 +34,7 @@
 
 /*
  * Per-process interpreter layout, filled by user space (symbolize/python:
- * Config, whose MarshalBinary gives exactly these 64 bytes). All offsets
+ * Config, whose MarshalBinary gives exactly these 72 bytes). All offsets
  * are byte offsets into the named CPython structure.
  */
 struct py_config {
@@ -54,7 +55,9 @@ struct py_config {
 	__u32 instr_is_ptr;            /* 1: off_frame_instr is a pointer; 0: a C int */
 	__u32 off_tstate_thread_id;    /* PyThreadState.thread_id (pthread_self() of the thread);
 	                                * NO_OFFSET to match native_thread_id instead */
-	__u32 _pad;
+	__u32 off_code_filename;       /* PyCodeObject.co_filename */
+	__u32 off_code_name;           /* co_qualname (3.11+), else co_name */
+	__u32 off_code_linetable;      /* co_lnotab (3.9) / co_linetable */
 };
 
 /* How the calling thread is recognised:

@@ -4,6 +4,7 @@ import (
 	"path/filepath"
 	"sort"
 
+	"github.com/cudatap/cudatap/symbolize/python"
 	"github.com/cudatap/cudatap/tracer/event"
 	"github.com/cudatap/cudatap/tracer/model"
 )
@@ -143,8 +144,50 @@ func (r *resolver) frame(k model.NameKey) {
 	}
 }
 
-// pyFrame names a Python frame from the live interpreter; false when it
-// could not (yet).
+// pyCode takes the copy the BPF side made of a Python code object: it
+// follows the first stack record of the process that refers to it. Frames
+// of it that the live process could not name (the code object or the
+// process was gone already) are named from the copy now; if the copy shows
+// that another code object had lived at that address before, the names
+// given to frames of the old one are given anew.
+func (r *resolver) pyCode(raw []byte) {
+	c, err := event.DecodePyCode(raw)
+	if err != nil {
+		r.s.log.Debug("python code copy", "err", err)
+		return
+	}
+	in := r.interpreter(c.PID)
+	if in == nil {
+		return
+	}
+	replaced, err := in.AddCopy(c.Code, c.Head, c.Addr, c.Data)
+	if err != nil {
+		r.s.log.Debug("python code copy", "pid", c.PID, "code", c.Code, "err", err)
+		return
+	}
+	for k := range r.pyFailed {
+		if k.PID == c.PID && k.Code == c.Code && r.pyFrame(k) {
+			delete(r.pyFailed, k)
+		}
+	}
+	if replaced {
+		for k := range r.names.Py {
+			if k.PID == c.PID && k.Code == c.Code {
+				r.pyFrame(k)
+			}
+		}
+	}
+}
+
+func (r *resolver) interpreter(pid uint32) *python.Interpreter {
+	r.s.mu.Lock()
+	t := r.s.targets[int(pid)]
+	r.s.mu.Unlock()
+	return t.python()
+}
+
+// pyFrame names a Python frame from the live interpreter, or from the copy
+// of its code object; false when it could not (yet).
 func (r *resolver) pyFrame(k model.PyNameKey) bool {
 	s := r.s
 	s.mu.Lock()

@@ -15,6 +15,12 @@ import (
 // naming and writing happen outside it.
 func (s *Session) handleRecord(raw []byte) {
 	s.applyNotes()
+	if event.IsPyCode(raw) {
+		// Not an event: a copy of a Python code object the record before
+		// it refers to. Used for naming only, never recorded.
+		s.names.pyCode(raw)
+		return
+	}
 	ev := &s.ev
 	if err := event.Decode(raw, ev); err != nil {
 		s.modelMu.Lock()

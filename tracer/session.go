@@ -349,6 +349,7 @@ loop:
 		s.model.SetKernelStats(st.Submitted, st.RingbufFull, st.InflightFull, st.OrphanReturns, st.ReadFaults)
 		s.model.SetNested(st.Nested)
 		s.model.SetProgramSkips(st.ProgramSkips)
+		s.model.SetPyCodeLost(st.PyCodeLost)
 		if st.OrphanReturns > 0 {
 			s.log.Debug("entries replaced while waiting", "n", st.EntryReplaced)
 			for api, n := range s.tr.OrphansByAPI() {

@@ -564,6 +564,7 @@ func (w *Writer) footer(r *model.Result) {
 	w.uint("program_skips", d.ProgramSkips)
 	w.uint("window_full", d.WindowFull)
 	w.uint("stacks_dropped", d.StacksDropped)
+	w.uint("python_code_not_copied", d.PyCodeLost)
 	w.close()
 	w.uint("lost_events", d.Lost())
 	if r.Truncated != "" {

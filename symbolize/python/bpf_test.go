@@ -119,7 +119,7 @@ func readEventLayout(t *testing.T, spec *ebpf.CollectionSpec) eventLayout {
 	want := []string{"runtime_addr", "version", "off_runtime_interp_head", "off_interp_threads_head",
 		"off_tstate_next", "off_tstate_native_tid", "off_tstate_frame", "off_cframe_current",
 		"off_frame_back", "off_frame_code", "off_frame_instr", "off_frame_owner", "instr_is_ptr",
-		"off_tstate_thread_id", "_pad"}
+		"off_tstate_thread_id", "off_code_filename", "off_code_name", "off_code_linetable"}
 	if len(cfg.Members) != len(want) {
 		t.Fatalf("struct py_config has %d fields, want %d", len(cfg.Members), len(want))
 	}

@@ -21,16 +21,16 @@ import (
 func TestMarshalBinary(t *testing.T) {
 	c := Config{RuntimeAddr: 0x1122334455667788, Version: 0x030c, OffRuntimeInterpHead: 1, OffInterpThreadsHead: 2,
 		OffTstateNext: 3, OffTstateNativeTID: 4, OffTstateFrame: 5, OffCFrameCurrent: 6, OffFrameBack: 7,
-		OffFrameCode: 8, OffFrameInstr: 9, OffFrameOwner: 10, InstrIsPtr: 11, OffTstateThreadID: 12}
+		OffFrameCode: 8, OffFrameInstr: 9, OffFrameOwner: 10, InstrIsPtr: 11, OffTstateThreadID: 12,
+		OffCodeFilename: 13, OffCodeName: 14, OffCodeLineTable: 15}
 	b, err := c.MarshalBinary()
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := []byte{0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11, 0x0c, 0x03, 0, 0}
-	for i := uint32(1); i <= 12; i++ {
+	for i := uint32(1); i <= 15; i++ {
 		want = append(want, byte(i), 0, 0, 0)
 	}
-	want = append(want, 0, 0, 0, 0)
 	if n := unsafe.Sizeof(c); n != ConfigSize {
 		t.Errorf("sizeof(Config) = %d", n)
 	}

@@ -1,6 +1,7 @@
 package python
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -115,20 +116,53 @@ func (in *Interpreter) code(addr uint64) (*codeInfo, error) {
 	if ci != nil {
 		return ci, nil
 	}
-	ci, err := in.readCode(addr)
+	ci, err := in.readCode(in.mem, addr)
 	if err != nil {
 		return nil, err
 	}
-	in.mu.Lock()
-	if in.codes == nil || len(in.codes) >= maxCodes {
-		in.codes = make(map[uint64]*codeInfo)
-	}
-	in.codes[addr] = ci
-	in.mu.Unlock()
+	in.keep(addr, ci)
 	return ci, nil
 }
 
-func (in *Interpreter) readCode(addr uint64) (*codeInfo, error) {
+// keep caches ci as the code object at addr and returns the one it replaces.
+func (in *Interpreter) keep(addr uint64, ci *codeInfo) *codeInfo {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.codes == nil || len(in.codes) >= maxCodes {
+		in.codes = make(map[uint64]*codeInfo)
+	}
+	old := in.codes[addr]
+	in.codes[addr] = ci
+	return old
+}
+
+// AddCopy takes the copy the BPF side made of the code object at code
+// (bpf/pycode.h): head holds its first bytes, data[i] the bytes at addr[i]
+// (file name, function name and line table objects). The code object is
+// then named from the copy, also once it or the process is gone; what the
+// copy lacks is read from the live process. replaced says that a
+// different code object was known at that address before (it was freed
+// and the address reused): names given to its frames are stale.
+func (in *Interpreter) AddCopy(code uint64, head []byte, addr [3]uint64, data [3][]byte) (replaced bool, err error) {
+	m := copied{regions: []region{{code, head}}, live: in.mem}
+	for i := range addr {
+		if addr[i] != 0 && len(data[i]) > 0 {
+			m.regions = append(m.regions, region{addr[i], data[i]})
+		}
+	}
+	ci, err := in.readCode(m, code)
+	if err != nil {
+		return false, err
+	}
+	old := in.keep(code, ci)
+	return old != nil && !old.same(ci), nil
+}
+
+func (ci *codeInfo) same(o *codeInfo) bool {
+	return ci.file == o.file && ci.name == o.name && ci.first == o.first && bytes.Equal(ci.table, o.table)
+}
+
+func (in *Interpreter) readCode(m memory, addr uint64) (*codeInfo, error) {
 	if addr == 0 {
 		return nil, errors.New("null code object")
 	}
@@ -136,7 +170,7 @@ func (in *Interpreter) readCode(addr uint64) (*codeInfo, error) {
 	end := max(l.codeFilename, l.codeName, l.codeQualname, l.codeLineTable, offObType) + 8
 	end = max(end, l.codeFirstLineno+4)
 	buf := make([]byte, end)
-	if err := in.mem.read(addr, buf); err != nil {
+	if err := m.read(addr, buf); err != nil {
 		return nil, fmt.Errorf("code object: %w", err)
 	}
 	ptr := func(off uint64) uint64 { return binary.LittleEndian.Uint64(buf[off:]) }
@@ -145,17 +179,17 @@ func (in *Interpreter) readCode(addr uint64) (*codeInfo, error) {
 	}
 	ci := &codeInfo{first: int(int32(binary.LittleEndian.Uint32(buf[l.codeFirstLineno:])))}
 	var err error
-	if ci.file, err = in.readString(ptr(l.codeFilename)); err != nil {
+	if ci.file, err = in.readString(m, ptr(l.codeFilename)); err != nil {
 		return nil, fmt.Errorf("co_filename: %w", err)
 	}
 	nameOff := l.codeName
 	if l.codeQualname != 0 {
 		nameOff = l.codeQualname
 	}
-	if ci.name, err = in.readString(ptr(nameOff)); err != nil {
+	if ci.name, err = in.readString(m, ptr(nameOff)); err != nil {
 		return nil, fmt.Errorf("code name: %w", err)
 	}
-	if ci.table, err = in.readBytes(ptr(l.codeLineTable)); err != nil {
+	if ci.table, err = in.readBytes(m, ptr(l.codeLineTable)); err != nil {
 		return nil, fmt.Errorf("line table: %w", err)
 	}
 	return ci, nil
@@ -195,13 +229,13 @@ func (ci *codeInfo) line(in *Interpreter, code, instr uint64) int {
 }
 
 // readString reads a str object.
-func (in *Interpreter) readString(addr uint64) (string, error) {
+func (in *Interpreter) readString(m memory, addr uint64) (string, error) {
 	if addr == 0 {
 		return "", errors.New("null string")
 	}
 	l := &in.l
 	hdr := make([]byte, l.compactSize+8)
-	if err := in.mem.read(addr, hdr); err != nil {
+	if err := m.read(addr, hdr); err != nil {
 		return "", err
 	}
 	if in.unicodeType != 0 {
@@ -230,7 +264,7 @@ func (in *Interpreter) readString(addr uint64) (string, error) {
 	}
 	raw := make([]byte, n*kind)
 	if len(raw) > 0 {
-		if err := in.mem.read(data, raw); err != nil {
+		if err := m.read(data, raw); err != nil {
 			return "", err
 		}
 	}
@@ -257,12 +291,12 @@ func (in *Interpreter) readString(addr uint64) (string, error) {
 }
 
 // readBytes reads a bytes object.
-func (in *Interpreter) readBytes(addr uint64) ([]byte, error) {
+func (in *Interpreter) readBytes(m memory, addr uint64) ([]byte, error) {
 	if addr == 0 {
 		return nil, errors.New("null bytes")
 	}
 	var hdr [offBytesData]byte
-	if err := in.mem.read(addr, hdr[:]); err != nil {
+	if err := m.read(addr, hdr[:]); err != nil {
 		return nil, err
 	}
 	if in.bytesType != 0 {
@@ -276,7 +310,7 @@ func (in *Interpreter) readBytes(addr uint64) ([]byte, error) {
 	}
 	b := make([]byte, n)
 	if n > 0 {
-		if err := in.mem.read(addr+offBytesData, b); err != nil {
+		if err := m.read(addr+offBytesData, b); err != nil {
 			return nil, err
 		}
 	}

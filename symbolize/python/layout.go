@@ -122,6 +122,12 @@ func (l *layout) config(runtimeAddr uint64) Config {
 		OffFrameInstr:        l.frameInstr,
 		OffFrameOwner:        l.frameOwner,
 		OffTstateThreadID:    l.tstateThreadID,
+		OffCodeFilename:      uint32(l.codeFilename),
+		OffCodeName:          uint32(l.codeName),
+		OffCodeLineTable:     uint32(l.codeLineTable),
+	}
+	if l.codeQualname != 0 {
+		c.OffCodeName = uint32(l.codeQualname)
 	}
 	if l.instrIsPtr {
 		c.InstrIsPtr = 1

@@ -7,6 +7,12 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// memory is where code objects are read from: the live process (mem) or
+// the copies the BPF side made of them (copied).
+type memory interface {
+	read(addr uint64, b []byte) error
+}
+
 // mem reads another process's memory with process_vm_readv: no ptrace
 // stop, no write, and a fault is an error instead of a signal.
 type mem struct{ pid int }
@@ -52,4 +58,28 @@ func (m mem) u8(addr uint64) (uint8, error) {
 		return 0, err
 	}
 	return b[0], nil
+}
+
+// region is a copy of the target's memory at addr.
+type region struct {
+	addr uint64
+	data []byte
+}
+
+// copied serves reads from copies of the target's memory, and what no copy
+// holds whole from the live process (a string or line table longer than
+// its copy), which may be gone.
+type copied struct {
+	regions []region
+	live    mem
+}
+
+func (c copied) read(addr uint64, b []byte) error {
+	for _, r := range c.regions {
+		if addr >= r.addr && addr-r.addr+uint64(len(b)) <= uint64(len(r.data)) {
+			copy(b, r.data[addr-r.addr:])
+			return nil
+		}
+	}
+	return c.live.read(addr, b)
 }

@@ -41,7 +41,7 @@ var (
 
 // Config is the layout of one process's interpreter that walk_python
 // needs: struct py_config of bpf/python.h, field for field, in the same
-// order (the Go struct has the C struct's memory layout too: 64 bytes).
+// order (the Go struct has the C struct's memory layout too: 72 bytes).
 // See bpf/python.h for what each offset is.
 type Config struct {
 	RuntimeAddr          uint64 // address of _PyRuntime in the target
@@ -61,11 +61,15 @@ type Config struct {
 	// thread), which walk_python compares with the task's fs base; when
 	// NoOffset it compares native_thread_id with the host tid instead.
 	OffTstateThreadID uint32
-	_                 uint32 // padding to 8 bytes, as in C
+	// Where the code object keeps what naming a frame needs: pycode.h
+	// copies those objects the first time a record refers to the code.
+	OffCodeFilename  uint32 // co_filename
+	OffCodeName      uint32 // co_qualname (3.11+), else co_name
+	OffCodeLineTable uint32 // co_lnotab (3.9) / co_linetable
 }
 
 // ConfigSize is the size of struct py_config.
-const ConfigSize = 64
+const ConfigSize = 72
 
 // MarshalBinary returns the bytes of struct py_config (little endian, as
 // on x86-64). It implements encoding.BinaryMarshaler, so a Config can be
@@ -77,10 +81,11 @@ func (c Config) MarshalBinary() ([]byte, error) {
 		c.Version, c.OffRuntimeInterpHead, c.OffInterpThreadsHead, c.OffTstateNext,
 		c.OffTstateNativeTID, c.OffTstateFrame, c.OffCFrameCurrent, c.OffFrameBack,
 		c.OffFrameCode, c.OffFrameInstr, c.OffFrameOwner, c.InstrIsPtr, c.OffTstateThreadID,
+		c.OffCodeFilename, c.OffCodeName, c.OffCodeLineTable,
 	} {
 		b = binary.LittleEndian.AppendUint32(b, v)
 	}
-	return append(b, 0, 0, 0, 0), nil // padding
+	return b, nil
 }
 
 // Frame is one Python frame.

@@ -150,6 +150,9 @@ func (m *Model) SetKernelStats(submitted, ringbufFull, inflightFull, orphans, re
 // skipped (recursion protection).
 func (m *Model) SetProgramSkips(n uint64) { m.drops.ProgramSkips = n }
 
+// SetPyCodeLost records how many Python code object copies found no room.
+func (m *Model) SetPyCodeLost(n uint64) { m.drops.PyCodeLost = n }
+
 // SetNested records how many launches both layers saw and the BPF side
 // counted once.
 func (m *Model) SetNested(n uint64) { m.drops.Nested = n }

@@ -367,6 +367,9 @@ type Drops struct {
 	// and stacks not kept because a process had too many distinct ones.
 	WindowFull    uint64
 	StacksDropped uint64
+	// Python code objects not copied at the call (ring buffer full): their
+	// frames are named from the live process, "?" once it is gone.
+	PyCodeLost uint64
 }
 
 // Lost is the number of calls that happened while traced but are missing

@@ -54,6 +54,37 @@ type cudatapInflightKey struct {
 	Api uint32
 }
 
+type cudatapPyCode struct {
+	_        structs.HostLayout
+	StartNs  uint64
+	EndNs    uint64
+	Cookie   uint64
+	Pid      uint32
+	Tid      uint32
+	Code     uint64
+	Addr     [3]uint64
+	Len      [3]uint32
+	HeadLen  uint32
+	Head     [256]uint8
+	Filename [512]uint8
+	Name     [512]uint8
+	Table    [8192]uint8
+}
+
+type cudatapPyCodeIds struct {
+	_        structs.HostLayout
+	Filename uint64
+	Name     uint64
+	Table    uint64
+}
+
+type cudatapPyCodeKey struct {
+	_    structs.HostLayout
+	Tgid uint32
+	Pad  uint32
+	Code uint64
+}
+
 type cudatapPyConfig struct {
 	_                    structs.HostLayout
 	RuntimeAddr          uint64
@@ -70,7 +101,9 @@ type cudatapPyConfig struct {
 	OffFrameOwner        uint32
 	InstrIsPtr           uint32
 	OffTstateThreadId    uint32
-	Pad                  uint32
+	OffCodeFilename      uint32
+	OffCodeName          uint32
+	OffCodeLinetable     uint32
 }
 
 type cudatapStat uint32
@@ -83,7 +116,8 @@ const (
 	cudatapStatSTAT_READ_FAULT     cudatapStat = 4
 	cudatapStatSTAT_NESTED         cudatapStat = 5
 	cudatapStatSTAT_ENTRY_REPLACED cudatapStat = 6
-	cudatapStatSTAT_MAX            cudatapStat = 7
+	cudatapStatSTAT_PY_CODE_LOST   cudatapStat = 7
+	cudatapStatSTAT_MAX            cudatapStat = 8
 )
 
 // Names of all BPF objects in the ELF.
@@ -96,6 +130,7 @@ const (
 	cudatapMapOrphans          = "orphans"
 	cudatapMapPairing          = "pairing"
 	cudatapMapPendingStub      = "pending_stub"
+	cudatapMapPyCodeSeen       = "py_code_seen"
 	cudatapMapPyConfigs        = "py_configs"
 	cudatapMapScratch          = "scratch"
 	cudatapMapStats            = "stats"
@@ -106,6 +141,7 @@ const (
 	cudatapProgLdso            = "ldso"
 	cudatapProgLdsoMulti       = "ldso_multi"
 	cudatapVarUnusedEvent      = "unused_event"
+	cudatapVarUnusedPyCode     = "unused_py_code"
 	cudatapVarUnusedStat       = "unused_stat"
 	cudatapVarWakeupBytes      = "wakeup_bytes"
 )
@@ -170,6 +206,7 @@ type cudatapMapSpecs struct {
 	Orphans     *ebpf.MapSpec `ebpf:"orphans"`
 	Pairing     *ebpf.MapSpec `ebpf:"pairing"`
 	PendingStub *ebpf.MapSpec `ebpf:"pending_stub"`
+	PyCodeSeen  *ebpf.MapSpec `ebpf:"py_code_seen"`
 	PyConfigs   *ebpf.MapSpec `ebpf:"py_configs"`
 	Scratch     *ebpf.MapSpec `ebpf:"scratch"`
 	Stats       *ebpf.MapSpec `ebpf:"stats"`
@@ -179,9 +216,10 @@ type cudatapMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type cudatapVariableSpecs struct {
-	UnusedEvent *ebpf.VariableSpec `ebpf:"unused_event"`
-	UnusedStat  *ebpf.VariableSpec `ebpf:"unused_stat"`
-	WakeupBytes *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
+	UnusedEvent  *ebpf.VariableSpec `ebpf:"unused_event"`
+	UnusedPyCode *ebpf.VariableSpec `ebpf:"unused_py_code"`
+	UnusedStat   *ebpf.VariableSpec `ebpf:"unused_stat"`
+	WakeupBytes  *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
 }
 
 // cudatapObjects contains all objects after they have been loaded into the kernel.
@@ -210,6 +248,7 @@ type cudatapMaps struct {
 	Orphans     *ebpf.Map `ebpf:"orphans"`
 	Pairing     *ebpf.Map `ebpf:"pairing"`
 	PendingStub *ebpf.Map `ebpf:"pending_stub"`
+	PyCodeSeen  *ebpf.Map `ebpf:"py_code_seen"`
 	PyConfigs   *ebpf.Map `ebpf:"py_configs"`
 	Scratch     *ebpf.Map `ebpf:"scratch"`
 	Stats       *ebpf.Map `ebpf:"stats"`
@@ -223,6 +262,7 @@ func (m *cudatapMaps) Close() error {
 		m.Orphans,
 		m.Pairing,
 		m.PendingStub,
+		m.PyCodeSeen,
 		m.PyConfigs,
 		m.Scratch,
 		m.Stats,
@@ -233,9 +273,10 @@ func (m *cudatapMaps) Close() error {
 //
 // It can be passed to loadCudatapObjects or ebpf.CollectionSpec.LoadAndAssign.
 type cudatapVariables struct {
-	UnusedEvent *ebpf.Variable `ebpf:"unused_event"`
-	UnusedStat  *ebpf.Variable `ebpf:"unused_stat"`
-	WakeupBytes *ebpf.Variable `ebpf:"wakeup_bytes"`
+	UnusedEvent  *ebpf.Variable `ebpf:"unused_event"`
+	UnusedPyCode *ebpf.Variable `ebpf:"unused_py_code"`
+	UnusedStat   *ebpf.Variable `ebpf:"unused_stat"`
+	WakeupBytes  *ebpf.Variable `ebpf:"wakeup_bytes"`
 }
 
 // cudatapPrograms contains all programs after they have been loaded into the kernel.

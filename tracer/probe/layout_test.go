@@ -94,3 +94,32 @@ func TestEventDecodesGeneratedStruct(t *testing.T) {
 		t.Errorf("stack copy: %v", got.Copy)
 	}
 }
+
+// A struct py_code written by the C layout decodes field for field.
+func TestPyCodeLayout(t *testing.T) {
+	var c cudatapPyCode
+	if got := int(unsafe.Sizeof(c)); got != event.PyCodeRecordSize {
+		t.Fatalf("struct py_code is %d bytes, decoder assumes %d", got, event.PyCodeRecordSize)
+	}
+	c.Cookie = uint64(event.PyCode)
+	c.Pid, c.Tid, c.Code = 7, 8, 0x1000
+	c.Addr = [3]uint64{0x2000, 0x3000, 0x4000}
+	c.Len = [3]uint32{3, 2, 5}
+	c.HeadLen = 4
+	copy(c.Head[:], "head")
+	copy(c.Filename[:], "a.py")
+	copy(c.Name[:], "fn")
+	copy(c.Table[:], "table")
+	raw := unsafe.Slice((*byte)(unsafe.Pointer(&c)), unsafe.Sizeof(c))
+	if !event.IsPyCode(raw) {
+		t.Fatal("IsPyCode = false")
+	}
+	got, err := event.DecodePyCode(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.PID != 7 || got.TID != 8 || got.Code != 0x1000 || got.Addr != c.Addr ||
+		string(got.Head) != "head" || string(got.Data[0]) != "a.p" || string(got.Data[1]) != "fn" || string(got.Data[2]) != "table" {
+		t.Errorf("decoded %+v", got)
+	}
+}

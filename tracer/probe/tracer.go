@@ -50,6 +50,9 @@ type Stats struct {
 	// recursion (another BPF program was running on that CPU): each is a
 	// lost entry or return.
 	ProgramSkips uint64
+	// PyCodeLost counts Python code objects whose copy found no room in
+	// the ring buffer: their frames are named from the live process.
+	PyCodeLost uint64
 }
 
 // programs is the set of programs one kernel variant uses. The object
@@ -226,6 +229,7 @@ func (s *Stats) counters() [cudatapStatSTAT_MAX]*uint64 {
 		cudatapStatSTAT_READ_FAULT:     &s.ReadFaults,
 		cudatapStatSTAT_NESTED:         &s.Nested,
 		cudatapStatSTAT_ENTRY_REPLACED: &s.EntryReplaced,
+		cudatapStatSTAT_PY_CODE_LOST:   &s.PyCodeLost,
 	}
 }
 

@@ -470,6 +470,7 @@ func Load(r io.ReadSeeker, newSink func(*Replay) model.Sink, progress func(int64
 		m.SetAttachFailures(d.AttachFailures)
 		m.SetNested(d.Nested)
 		m.SetProgramSkips(d.ProgramSkips)
+		m.SetPyCodeLost(d.PyCodeLost)
 	}
 	res := m.Finish()
 	res.WallOffsetNs = rp.Header.WallOffsetNs

@@ -140,6 +140,9 @@ func Drops(d model.Drops) string {
 	if d.StacksDropped != 0 {
 		fmt.Fprintf(&b, ", %d stacks not kept", d.StacksDropped)
 	}
+	if d.PyCodeLost != 0 {
+		fmt.Fprintf(&b, ", %d Python code objects not copied (ring buffer full)", d.PyCodeLost)
+	}
 	return b.String()
 }
 

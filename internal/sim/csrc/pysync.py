@@ -3,7 +3,7 @@
 training step, so a tracer can be checked for naming the Python lines that
 block on the GPU.
 
-    pysync.py LIBCUDART [ITERS] [--wait-stdin] [--linger-ms MS]
+    pysync.py LIBCUDART [ITERS] [--wait-stdin] [--linger-ms MS] [--module-syncs]
 
 Each CUDA call is made directly from the function whose line the tracer
 should report (no Python wrapper frame in between). At the end it prints one
@@ -11,6 +11,11 @@ JSON line: {"pid": ..., "calls": {name: count}, "internal": {name: count},
 "lines": {function: line}}, where internal counts the driver calls the
 runtime made underneath and lines gives, for each function, the line of its
 interesting call.
+
+With --module-syncs it also syncs where code objects do not outlive the
+call: a stream sync at module level ("module" in lines) and a device sync
+from code compiled as compiled.py and freed right after it ran (line 2),
+and then exits at once, so a tracer cannot read those code objects later.
 """
 import ctypes
 import inspect
@@ -122,7 +127,8 @@ if __name__ == "__main__":
         i = argv.index("--linger-ms")
         linger = int(argv[i + 1])
         del argv[i : i + 2]
-    args = [a for a in argv if a != "--wait-stdin"]
+    module_syncs = "--module-syncs" in argv
+    args = [a for a in argv if a not in ("--wait-stdin", "--module-syncs")]
     if not 1 <= len(args) <= 2:
         sys.exit("usage: pysync.py LIBCUDART [ITERS] [--wait-stdin] [--linger-ms MS]")
     iters = int(args[1]) if len(args) == 2 else 20
@@ -133,12 +139,19 @@ if __name__ == "__main__":
     load(os.path.abspath(args[0]))
     for _ in range(iters):
         main()
+    if module_syncs:
+        ok("cudaStreamSynchronize", LIB.cudaStreamSynchronize(None))  # module-level sync
+        exec(compile("\nok('cudaDeviceSynchronize', LIB.cudaDeviceSynchronize())\n", "compiled.py", "exec"))
     ok("cudaFree", LIB.cudaFree(DEV))
     lines = {
         "step_item": line_of(step_item, "LIB.cudaStreamSynchronize("),
         "pageable_copy": line_of(pageable_copy, "LIB.cudaMemcpyAsync("),
         "device_sync": line_of(device_sync, "LIB.cudaDeviceSynchronize("),
     }
+    if module_syncs:
+        with open(__file__) as f:
+            lines["module"] = 1 + next(i for i, t in enumerate(f) if t.rstrip().endswith("# module-level sync"))
+        lines["compiled"] = 2
     report = {"pid": os.getpid(), "calls": CALLS, "internal": driver_internal(), "lines": lines}
     print(json.dumps(report, separators=(",", ":")), flush=True)
     # A tracer reads code objects while the process lives: stay a moment.
