@@ -2,8 +2,8 @@ package tracer
 
 import (
 	"fmt"
-	"os/exec"
 	"maps"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
