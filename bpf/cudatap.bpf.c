@@ -103,6 +103,56 @@ static __always_inline bool pairing_active(void)
 	return n && *n;
 }
 
+/*
+ * Shared probes (one link per library file, for every process: --all and
+ * --container) cost nothing per process: a process that maps a library
+ * already hooked is traced from its first call, and one that exits leaves
+ * nothing behind to detach. Which of its calls count is decided here, per
+ * process, with the rule per-process attachments follow (tracer/policy.go):
+ * in a process with a runtime, the driver counts only launches and kernel
+ * loads. A process is known to have a runtime from its first runtime call
+ * (or from user space, which reads its mappings); the driver calls a
+ * runtime makes underneath come after that call's entry.
+ */
+#define PROC_HAS_RUNTIME 1
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u32);  /* tgid */
+	__type(value, __u8); /* PROC_* */
+} proc_flags SEC(".maps");
+
+/* --container: the cgroups (v2 ids) whose processes are traced. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u64);
+	__type(value, __u8);
+} cgroups SEC(".maps");
+
+/* Whether a shared probe's hit counts for the calling process. */
+static __always_inline bool admit(__u64 cookie, __u32 tgid)
+{
+	if (cookie & COOKIE_CGROUP) {
+		__u64 cg = bpf_get_current_cgroup_id();
+		if (!bpf_map_lookup_elem(&cgroups, &cg))
+			return false;
+	}
+	if (cookie & COOKIE_RUNTIME) {
+		__u8 *f = bpf_map_lookup_elem(&proc_flags, &tgid);
+		if (!f || !(*f & PROC_HAS_RUNTIME)) {
+			__u8 v = PROC_HAS_RUNTIME;
+			bpf_map_update_elem(&proc_flags, &tgid, &v, BPF_ANY);
+		}
+	} else if (cookie & COOKIE_SHADOWED) {
+		__u8 *f = bpf_map_lookup_elem(&proc_flags, &tgid);
+		if (f && (*f & PROC_HAS_RUNTIME))
+			return false;
+	}
+	return true;
+}
+
 /* Scratch space for building an inflight entry (too big for the BPF stack). */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -272,6 +322,8 @@ static __always_inline int on_entry(struct pt_regs *ctx)
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u64 now = bpf_ktime_get_ns();
 
+	if ((cookie & COOKIE_SHARED) && !admit(cookie, pid_tgid >> 32))
+		return 0;
 	if (cookie & COOKIE_RET) {
 		__u32 zero = 0;
 		struct inflight *in = bpf_map_lookup_elem(&scratch, &zero);
@@ -366,6 +418,10 @@ static __always_inline int on_return(struct pt_regs *ctx)
 	__u64 cookie = bpf_get_attach_cookie(ctx);
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u64 now = bpf_ktime_get_ns();
+	/* The same decision as at entry, so that a call skipped there is no
+	 * orphan here. */
+	if ((cookie & COOKIE_SHARED) && !admit(cookie, pid_tgid >> 32))
+		return 0;
 	struct inflight_key key = { .tid = (__u32)pid_tgid, .api = COOKIE_API(cookie) };
 
 	struct inflight *in = bpf_map_lookup_elem(&inflight, &key);
@@ -401,6 +457,10 @@ static __always_inline int on_ldso(struct pt_regs *ctx)
 	__builtin_memset(e, 0, __builtin_offsetof(struct event, stack));
 	fill_common(e, cookie, pid_tgid);
 	e->start_ns = bpf_ktime_get_ns();
+	/* The process's name, in args[0..1]: a short-lived process may be gone
+	 * before user space reads /proc, and library loads come before any
+	 * CUDA call. */
+	bpf_get_current_comm(e->args, 16);
 	bpf_ringbuf_submit(e, BPF_RB_FORCE_WAKEUP);
 	count(STAT_SUBMITTED);
 	if (cookie & COOKIE_STOP)

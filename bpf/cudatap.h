@@ -20,6 +20,12 @@
  *                underneath; emit only while the driver's launches are not hooked
  *   bit  37      (driver launch) take the stub a runtime launch left, into out;
  *                stay silent if that runtime launch was already emitted
+ *   bit  38      shared probe: one link per library file for every process
+ *                (--all, --container); the bits below decide per process
+ *   bit  39      (shared, driver) an API the runtime covers: skip it in a
+ *                process that has a runtime
+ *   bit  40      (shared, runtime) mark the process as having a runtime
+ *   bit  41      (shared) only processes in a cgroup of the `cgroups` map
  */
 #define COOKIE_API(c) ((c) & 0xffff)
 #define COOKIE_NSTACK(c) (((c) >> 24) & 0x3)
@@ -31,6 +37,10 @@
 #define COOKIE_STRARG(c) (((c) >> 33) & 0x7)
 #define COOKIE_PAIR (1ULL << 36)
 #define COOKIE_TAKE_STUB (1ULL << 37)
+#define COOKIE_SHARED (1ULL << 38)
+#define COOKIE_SHADOWED (1ULL << 39)
+#define COOKIE_RUNTIME (1ULL << 40)
+#define COOKIE_CGROUP (1ULL << 41)
 /* Records with a stack or a string are full size; others end at stack[]. */
 #define COOKIE_FULL(c) (((c) & COOKIE_STACK) || (COOKIE_STRARG(c) && !((c) & COOKIE_PAIR)))
 

@@ -1,6 +1,8 @@
 package tracer
 
 import (
+	"bytes"
+	"encoding/binary"
 	"path/filepath"
 	"sort"
 
@@ -31,11 +33,37 @@ type resolver struct {
 	// process resolved, and otherwise at its 2nd, 4th, 8th... sighting.
 	pyFailed   map[model.PyNameKey]pyRetry
 	pyResolved map[uint32]uint32
+	// Process names from library-load records, for processes not named
+	// yet: one gone before /proc is read keeps its name.
+	comms map[uint32]string
 }
+
+// maxComms bounds the remembered process names: library loads come from
+// every process on the host under --all, most of which never use CUDA.
+const maxComms = 1 << 14
 
 func newResolver(s *Session) *resolver {
 	return &resolver{s: s, names: model.NewNames(), procs: map[uint32]bool{},
-		pyFailed: map[model.PyNameKey]pyRetry{}, pyResolved: map[uint32]uint32{}}
+		pyFailed: map[model.PyNameKey]pyRetry{}, pyResolved: map[uint32]uint32{}, comms: map[uint32]string{}}
+}
+
+// comm remembers the process name a library-load record carries (in its
+// first two argument words) until the process is named.
+func (r *resolver) comm(ev *event.Event) {
+	if r.procs[ev.PID] {
+		return
+	}
+	var b [16]byte
+	binary.LittleEndian.PutUint64(b[:], ev.Args[0])
+	binary.LittleEndian.PutUint64(b[8:], ev.Args[1])
+	name, _, _ := bytes.Cut(b[:], []byte{0})
+	if len(name) == 0 {
+		return
+	}
+	if len(r.comms) >= maxComms {
+		clear(r.comms)
+	}
+	r.comms[ev.PID] = string(name)
 }
 
 // event names what ev refers to; fn is the function argument the model
@@ -94,6 +122,10 @@ func (r *resolver) process(pid uint32) {
 	}
 	r.procs[pid] = true
 	info := readProcessInfo(pid)
+	if info.Comm == "" {
+		info.Comm = r.comms[pid] // gone already: the name it loaded libraries under
+	}
+	delete(r.comms, pid)
 	s := r.s
 	s.mu.Lock()
 	if t := s.targets[int(pid)]; t != nil {

@@ -30,6 +30,7 @@ func (s *Session) handleRecord(raw []byte) {
 		return
 	}
 	if ev.API() == event.LibraryLoad {
+		s.names.comm(ev)
 		s.modelMu.Lock()
 		s.model.Auxiliary()
 		s.modelMu.Unlock()

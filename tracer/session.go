@@ -131,6 +131,13 @@ type Session struct {
 	newTargets  int
 	attachFails atomic.Uint64 // probe sets that could not be attached (shown as "attach failures")
 	finished    []Attached    // targets forgotten after they exited
+	// Shared probes (see shared.go): by library key and layer, guarded by
+	// mu; the cgroups the BPF side counts (control loop only); live is set
+	// once the processes running at the start are attached.
+	shared  map[string]*probe.Attachment
+	cgroups map[uint64]bool
+	cgroup2 string // where the cgroup v2 hierarchy is mounted, "" if nowhere
+	live    bool
 }
 
 // Run records until ctx is done, the duration passes, or every target exits.
@@ -167,7 +174,8 @@ func run(ctx context.Context, cfg Config, inspect func(*Session)) (*Outcome, err
 
 	s := &Session{cfg: cfg, log: cfg.Logger, tr: tr, cache: objfile.NewCache(512),
 		targets: map[int]*target{}, rescans: map[int]rescan{}, rescanWake: make(chan struct{}, 1), unwind: unwind.New(),
-		loaders: map[string]*probe.Attachment{}, seenMaps: map[int]uint64{}, plain: map[string]bool{}}
+		loaders: map[string]*probe.Attachment{}, seenMaps: map[int]uint64{}, plain: map[string]bool{},
+		shared: map[string]*probe.Attachment{}, cgroups: map[uint64]bool{}, cgroup2: procfs.Cgroup2Mount()}
 	if cfg.Recording != nil {
 		s.rec, err = recording.NewWriter(cfg.Recording, recordingHeader(cfg))
 		if err != nil {
@@ -229,6 +237,7 @@ func (s *Session) run(ctx context.Context) (*Outcome, error) {
 	if s.watching() {
 		s.discoverAll()
 	}
+	s.live = true
 	// Processes that make no call while traced still appear in every output.
 	for _, pid := range s.livePIDs() {
 		s.model.AddProcess(uint32(pid))
@@ -319,6 +328,9 @@ loop:
 				if n, err := s.tr.PruneInflight(threadAlive); err == nil && n > 0 {
 					s.log.Debug("pruned entries of dead threads", "n", n)
 				}
+				if s.sharedProbes() {
+					s.tr.PruneProcesses(procfs.Alive)
+				}
 			}
 			if s.watching() {
 				s.discoverAll()
@@ -339,6 +351,7 @@ loop:
 
 	// Stop: detach first so nothing new arrives, then drain what is queued.
 	s.closeAll()
+	s.closeShared()
 	s.closeLoaders()
 	s.tr.Drain()
 	if err := <-readerDone; err != nil {

@@ -23,7 +23,11 @@ import (
 type target struct {
 	pid      int
 	attached map[string]*probe.Attachment // by library key and layer
-	policy   map[string]policy            // what each attachment hooks
+	shared   map[string]*probe.Attachment // shared probes of the files it maps (not its own: never closed with it)
+	// driverReady: shared probes wait on a driver the process has not
+	// loaded yet (see prehookDriver).
+	driverReady bool
+	policy      map[string]policy // what each attachment hooks
 	// The runtime's launch probes: they count launches until libcuda is
 	// hooked and name CUfunctions created before cudatap attached.
 	rtLaunch      *probe.Attachment
@@ -52,6 +56,9 @@ func (s *Session) attachProcess(pid int, stopOnLoad, required bool) error {
 	d, err := probe.Discover(pid, s.cache, nil)
 	if err != nil {
 		return err
+	}
+	if s.sharedProbes() {
+		return s.adopt(pid, d)
 	}
 	s.mu.Lock()
 	t := s.targets[pid]
@@ -334,6 +341,7 @@ func (s *Session) markExited(pid int) {
 	if t := s.targets[pid]; t != nil && !t.exited {
 		t.exited = true
 		s.tr.ForgetPython(pid)
+		s.tr.ForgetProcess(pid)
 		// The probes die with the process's memory; release the links, off
 		// the control loop.
 		s.closer.add(t.detach(s.tr)...)
@@ -386,10 +394,12 @@ func (t *target) python() *python.Interpreter {
 
 func (t *target) summary() Attached {
 	at := Attached{PID: t.pid}
-	for _, a := range t.attached {
-		at.Libraries = append(at.Libraries, a.Library)
-		at.Hooked += len(a.Hooked)
-		at.Missing = append(at.Missing, a.Missing...)
+	for _, set := range []map[string]*probe.Attachment{t.attached, t.shared} {
+		for _, a := range set {
+			at.Libraries = append(at.Libraries, a.Library)
+			at.Hooked += len(a.Hooked)
+			at.Missing = append(at.Missing, a.Missing...)
+		}
 	}
 	sort.Slice(at.Libraries, func(i, j int) bool { return at.Libraries[i].Path < at.Libraries[j].Path })
 	sort.Strings(at.Missing)

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cudatap/cudatap/internal/procfs"
 	"github.com/cudatap/cudatap/internal/sim"
 	"github.com/cudatap/cudatap/internal/testutil"
 	"github.com/cudatap/cudatap/tracer/event"
@@ -141,18 +142,19 @@ func TestAllCatchesNewProcess(t *testing.T) {
 // container's, in its own mount and PID namespaces, by container id prefix.
 func TestContainer(t *testing.T) {
 	testutil.RequireRoot(t)
-	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err != nil {
-		t.Skip("needs cgroup v2 at /sys/fs/cgroup")
+	root := procfs.Cgroup2Mount()
+	if root == "" {
+		t.Skip("needs a cgroup v2 hierarchy")
 	}
 	b := testutil.Sim(t)
 	id := strings.Repeat("c0ffee", 10) + "abcd" // 64 hex digits, like a container id
-	cg := "/sys/fs/cgroup/cudatap-test-" + id
+	cg := filepath.Join(root, "cudatap-test-"+id)
 	if err := os.Mkdir(cg, 0o755); err != nil && !os.IsExist(err) {
 		t.Fatal(err)
 	}
 	defer os.Remove(cg)
 	dir := "/tmp/cudatap-ctr-only"
-	script := fmt.Sprintf(`echo $$ > %[4]s/cgroup.procs && mkdir -p %[1]s && mount -t tmpfs none %[1]s && cp %[2]s %[3]s %[5]s %[1]s/ && exec %[1]s/workload --wait-stdin --scenario basic --iters 10`,
+	script := fmt.Sprintf(`echo $$ > %[4]s/cgroup.procs && mkdir -p %[1]s && mount -t tmpfs none %[1]s && cp %[2]s %[3]s %[5]s %[1]s/ && exec %[1]s/workload --wait-stdin --wait-before-exit --scenario basic --iters 10`,
 		dir, b.Workload, b.Runtime, cg, filepath.Join(filepath.Dir(b.Runtime), "libcuda.so.1"))
 	cmd := exec.Command("unshare", "-m", "-p", "-f", "--mount-proc", "--propagation", "private", "sh", "-c", script)
 	stdin, _ := cmd.StdinPipe()
@@ -170,10 +172,28 @@ func TestContainer(t *testing.T) {
 	done, attached := watch(t, Config{Container: id[:12]}, stop)
 	<-attached
 	fmt.Fprintln(stdin, "go")
+	if line, err := br.ReadString('\n'); err != nil || !strings.HasPrefix(line, "done ") {
+		t.Fatalf("workload did not finish: %q %v", line, err)
+	}
+	// A process outside the container running the container's very files
+	// (through the container's root), once the container's process has
+	// them all hooked: the probes on those files must not count its calls.
+	inside := fmt.Sprintf("/proc/%d/root%s", cmd.Process.Pid, dir)
+	outside := exec.Command(inside+"/workload", "--scenario", "basic", "--iters", "10")
+	outside.Env = append(os.Environ(), "LD_LIBRARY_PATH="+inside)
+	if msg, err := outside.CombinedOutput(); err != nil {
+		t.Fatalf("workload outside the container: %v\n%s", err, msg)
+	}
+	fmt.Fprintln(stdin, "exit")
 	rest, _ := io.ReadAll(br)
 	cmd.Wait()
 	close(stop)
 	res := <-done
+	for _, q := range res.Result.Processes {
+		if int(q.PID) == outside.Process.Pid && q.NCalls > 0 {
+			t.Errorf("process %d outside the container traced: %d calls", q.PID, q.NCalls)
+		}
+	}
 	rep, err := sim.ParseReport(rest)
 	if err != nil {
 		t.Fatal(err)
@@ -334,11 +354,15 @@ func TestAllThousandProcessesFlat(t *testing.T) {
 	done, attached := watch(t, Config{All: true, Stacks: probe.StacksNone, NVMLInterval: -1}, stop)
 	s := <-attached
 	var (
-		mu   sync.Mutex
-		reps []*sim.Report
-		held int
+		mu       sync.Mutex
+		reps     []*sim.Report
+		expected int // reports to check: the held processes, and the second batch
 	)
-	batch := func(k int) {
+	// batch runs k processes, 4 at a time; with exact, every one of them,
+	// not only the held ones, must be traced with exact counts (the files
+	// they map are hooked by then: shared probes trace them from their
+	// first call, however short they live).
+	batch := func(k int, exact bool) {
 		t.Helper()
 		var (
 			wg   sync.WaitGroup
@@ -366,11 +390,15 @@ func TestAllThousandProcessesFlat(t *testing.T) {
 				for held := range jobs {
 					if !held {
 						cmd := exec.Command(b.Workload, "--scenario", "launches", "--iters", "20")
-						err := cmd.Run()
+						stdout, err := cmd.Output()
+						var rep *sim.Report
+						if err == nil && exact {
+							rep, err = sim.ParseReport(stdout)
+						}
 						if cmd.Process == nil {
 							add(0, nil, err)
 						} else {
-							add(cmd.Process.Pid, nil, err)
+							add(cmd.Process.Pid, rep, err)
 						}
 						continue
 					}
@@ -390,8 +418,8 @@ func TestAllThousandProcessesFlat(t *testing.T) {
 			}()
 		}
 		for i := 0; i < k; i++ {
-			if i%100 == 0 {
-				held++
+			if i%100 == 0 || exact {
+				expected++
 			}
 			jobs <- i%100 == 0
 		}
@@ -411,14 +439,20 @@ func TestAllThousandProcessesFlat(t *testing.T) {
 		runtime.ReadMemStats(&m)
 		return m.HeapAlloc
 	}
-	batch(n / 10)
+	batch(n/10, false)
 	fds0, gr0, heap0 := openFDs(t), runtime.NumGoroutine(), heap()
-	batch(n - n/10)
+	batch(n-n/10, true)
 	fds1, gr1, heap1 := openFDs(t), runtime.NumGoroutine(), heap()
 	close(stop)
 	out := <-done
-	t.Logf("%d processes, %d traced; fds %d→%d, goroutines %d→%d, heap %d→%d KiB",
-		n, tracedWorkloads(out), fds0, fds1, gr0, gr1, heap0>>10, heap1>>10)
+	unnamed := 0
+	for _, p := range out.Result.Processes {
+		if p.Info.Comm == "" {
+			unnamed++
+		}
+	}
+	t.Logf("%d processes, %d traced, %d unnamed; fds %d→%d, goroutines %d→%d, heap %d→%d KiB",
+		n, tracedWorkloads(out), unnamed, fds0, fds1, gr0, gr1, heap0>>10, heap1>>10)
 	// Slack for other packages' CUDA processes the session may be tracing.
 	if fds1 > fds0+10 {
 		t.Errorf("open files grew from %d to %d: %v", fds0, fds1, fdNames())
@@ -431,11 +465,12 @@ func TestAllThousandProcessesFlat(t *testing.T) {
 	if grew, limit := int64(heap1)-int64(heap0), int64(n-n/10)*(64<<10); grew > limit {
 		t.Errorf("heap grew %d KiB over %d processes, more than %d KiB", grew>>10, n-n/10, limit>>10)
 	}
-	if len(reps) != held {
-		t.Fatalf("%d reports from the %d held processes", len(reps), held)
+	if len(reps) != expected {
+		t.Fatalf("%d reports, want %d (the held processes, and every one of the second batch)", len(reps), expected)
 	}
-	// The others, attached mid-call, leave returns without their entry:
-	// the session-wide drop counters are not checked.
+	// Processes of the first batch that started before the files were
+	// hooked leave returns without their entry: the session-wide drop
+	// counters are not checked.
 	for _, rep := range reps {
 		checkCallCounts(t, out, rep)
 	}
@@ -450,7 +485,15 @@ func hooked(s *Session, pid int) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	t := s.targets[pid]
-	return t != nil && !t.exited && len(t.attached) > 0 && t.rtLaunch != nil
+	if t == nil || t.exited {
+		return false
+	}
+	if len(t.shared) > 0 {
+		// Shared probes: the files it maps are hooked, and the driver it
+		// will load too.
+		return t.driverReady || t.layers&(1<<event.Driver) != 0
+	}
+	return len(t.attached) > 0 && t.rtLaunch != nil
 }
 
 // holding counts the targets s still holds among pids.
@@ -485,12 +528,23 @@ func checkCallCounts(t *testing.T, out *Outcome, rep *sim.Report) {
 	if g, w := launches(got), launches(rep.Calls); g != w {
 		t.Errorf("process %d: traced %d launches, the workload made %d (%v)", rep.PID, g, w, got)
 	}
-	for sym, n := range expectedCounts(rep, layersOf(out, rep.PID)) {
+	// The layers its calls went through, also when it was gone before
+	// cudatap could list its libraries (the shared probes traced it all
+	// the same).
+	layers := layersOf(out, rep.PID)
+	for _, calls := range []map[string]int{rep.Calls, rep.Internal} {
+		for sym := range calls {
+			if s := specOf(sym); s != nil {
+				layers |= 1 << s.Layer
+			}
+		}
+	}
+	for sym, n := range expectedCounts(rep, layers) {
 		if s := specOf(sym); s.Class == event.ClassFuncName && got[sym] <= n {
 			continue // kernel loads before libcuda was hooked: at most that many
 		}
 		if got[sym] != n {
-			t.Errorf("process %d: %s: traced %d calls, want %d", rep.PID, sym, got[sym], n)
+			t.Errorf("process %d: %s: traced %d calls, want %d (layers %b)", rep.PID, sym, got[sym], n, layers)
 		}
 	}
 }

@@ -246,6 +246,39 @@ func Exe(pid int) (string, error) {
 	return strings.TrimSuffix(p, " (deleted)"), err
 }
 
+// Cgroup2Mount is where this process sees the cgroup v2 hierarchy mounted
+// (/sys/fs/cgroup, or /sys/fs/cgroup/unified on hybrid hosts), "" if none.
+func Cgroup2Mount() string {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		// ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS... - FSTYPE SOURCE SUPER
+		pre, post, ok := strings.Cut(line, " - ")
+		f := strings.Fields(pre)
+		if ok && len(f) >= 5 && strings.HasPrefix(post, "cgroup2 ") {
+			return f[4]
+		}
+	}
+	return ""
+}
+
+// Getenv is the value of the environment variable name in pid's initial
+// environment (what it was started with), "" when unset or unreadable.
+func Getenv(pid int, name string) string {
+	b, err := os.ReadFile(path(pid, "environ"))
+	if err != nil {
+		return ""
+	}
+	for _, kv := range strings.Split(string(b), "\x00") {
+		if v, ok := strings.CutPrefix(kv, name+"="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
 // OSRelease is the running kernel's release (uname -r).
 func OSRelease() (string, error) { return readTrim("/proc/sys/kernel/osrelease") }
 

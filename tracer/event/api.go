@@ -102,6 +102,16 @@ const (
 	// while the process's driver launches are not hooked (see the BPF side).
 	CookiePair     = 1 << 36
 	cookieTakeStub = 1 << 37
+	// Shared probes (one link per library file for every process): the BPF
+	// side decides per process whether a hit counts (see bpf/cudatap.bpf.c,
+	// admit). CookieShadowed marks a driver API the runtime covers (skipped
+	// in a process with a runtime), CookieRuntime a runtime API (its hit
+	// marks the process as having one), CookieCgroup a probe that counts
+	// only processes in the traced cgroups.
+	CookieShared   = 1 << 38
+	CookieShadowed = 1 << 39
+	CookieRuntime  = 1 << 40
+	CookieCgroup   = 1 << 41
 )
 
 // PairCookie is the cookie of runtime launch symbol sym when the driver

@@ -68,6 +68,25 @@ func (lib *Library) symbolOffset(sym string) (uint64, bool) {
 // that want selects (all when nil), scoped to pid. A symbol the library
 // lacks is listed in Missing, not an error. On failure nothing stays attached.
 func (t *Tracer) Attach(pid int, lib *Library, want func(*event.Spec) bool) (*Attachment, error) {
+	return t.attach(pid, lib, want, nil)
+}
+
+// AttachShared puts probes on lib for every process that maps the file
+// (one link set per file, not per process): the APIs want selects, each
+// with the extra cookie bits of bits (event.CookieShadowed, ...), which
+// the BPF side applies per process. With cgroupOnly, only processes in a
+// cgroup given to AllowCgroup count.
+func (t *Tracer) AttachShared(lib *Library, want func(*event.Spec) bool, bits func(*event.Spec) uint64, cgroupOnly bool) (*Attachment, error) {
+	return t.attach(0, lib, want, func(s *event.Spec) uint64 {
+		c := uint64(event.CookieShared) | bits(s)
+		if cgroupOnly {
+			c |= event.CookieCgroup
+		}
+		return c
+	})
+}
+
+func (t *Tracer) attach(pid int, lib *Library, want func(*event.Spec) bool, bits func(*event.Spec) uint64) (*Attachment, error) {
 	a := &Attachment{PID: pid, Library: *lib}
 	var entry, ret probeSet
 	for _, spec := range event.Specs(lib.Layer) {
@@ -81,6 +100,9 @@ func (t *Tracer) Attach(pid int, lib *Library, want func(*event.Spec) bool) (*At
 				continue
 			}
 			cookie := spec.Cookie(i)
+			if bits != nil {
+				cookie |= bits(spec)
+			}
 			stacks := t.cfg.Stacks == StacksAll || (t.cfg.Stacks == StacksSync && spec.Return)
 			if stacks && spec.Class != event.ClassFuncName {
 				cookie |= event.CookieStack

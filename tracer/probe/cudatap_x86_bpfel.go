@@ -124,12 +124,14 @@ const (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	cudatapMapCgroups          = "cgroups"
 	cudatapMapDriverLive       = "driver_live"
 	cudatapMapEvents           = "events"
 	cudatapMapInflight         = "inflight"
 	cudatapMapOrphans          = "orphans"
 	cudatapMapPairing          = "pairing"
 	cudatapMapPendingStub      = "pending_stub"
+	cudatapMapProcFlags        = "proc_flags"
 	cudatapMapPyCodeSeen       = "py_code_seen"
 	cudatapMapPyConfigs        = "py_configs"
 	cudatapMapScratch          = "scratch"
@@ -200,12 +202,14 @@ type cudatapProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type cudatapMapSpecs struct {
+	Cgroups     *ebpf.MapSpec `ebpf:"cgroups"`
 	DriverLive  *ebpf.MapSpec `ebpf:"driver_live"`
 	Events      *ebpf.MapSpec `ebpf:"events"`
 	Inflight    *ebpf.MapSpec `ebpf:"inflight"`
 	Orphans     *ebpf.MapSpec `ebpf:"orphans"`
 	Pairing     *ebpf.MapSpec `ebpf:"pairing"`
 	PendingStub *ebpf.MapSpec `ebpf:"pending_stub"`
+	ProcFlags   *ebpf.MapSpec `ebpf:"proc_flags"`
 	PyCodeSeen  *ebpf.MapSpec `ebpf:"py_code_seen"`
 	PyConfigs   *ebpf.MapSpec `ebpf:"py_configs"`
 	Scratch     *ebpf.MapSpec `ebpf:"scratch"`
@@ -242,12 +246,14 @@ func (o *cudatapObjects) Close() error {
 //
 // It can be passed to loadCudatapObjects or ebpf.CollectionSpec.LoadAndAssign.
 type cudatapMaps struct {
+	Cgroups     *ebpf.Map `ebpf:"cgroups"`
 	DriverLive  *ebpf.Map `ebpf:"driver_live"`
 	Events      *ebpf.Map `ebpf:"events"`
 	Inflight    *ebpf.Map `ebpf:"inflight"`
 	Orphans     *ebpf.Map `ebpf:"orphans"`
 	Pairing     *ebpf.Map `ebpf:"pairing"`
 	PendingStub *ebpf.Map `ebpf:"pending_stub"`
+	ProcFlags   *ebpf.Map `ebpf:"proc_flags"`
 	PyCodeSeen  *ebpf.Map `ebpf:"py_code_seen"`
 	PyConfigs   *ebpf.Map `ebpf:"py_configs"`
 	Scratch     *ebpf.Map `ebpf:"scratch"`
@@ -256,12 +262,14 @@ type cudatapMaps struct {
 
 func (m *cudatapMaps) Close() error {
 	return _CudatapClose(
+		m.Cgroups,
 		m.DriverLive,
 		m.Events,
 		m.Inflight,
 		m.Orphans,
 		m.Pairing,
 		m.PendingStub,
+		m.ProcFlags,
 		m.PyCodeSeen,
 		m.PyConfigs,
 		m.Scratch,

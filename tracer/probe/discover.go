@@ -12,6 +12,7 @@ import (
 	"github.com/cudatap/cudatap/internal/objfile"
 	"github.com/cudatap/cudatap/internal/procfs"
 	"github.com/cudatap/cudatap/tracer/event"
+	"golang.org/x/sys/unix"
 )
 
 // ErrNoCUDA means a process maps no library that exports a hooked CUDA API.
@@ -136,4 +137,35 @@ func (d *Discovery) NoCUDAError() error {
 	return fmt.Errorf("process %d: %w: searched %d executable mappings for cudaLaunchKernel, cuLaunchKernel and ncclAllReduce (%s%s); "+
 		"if the program loads CUDA later (PyTorch does on first use), start cudatap first or wait until CUDA is initialized",
 		d.PID, ErrNoCUDA, d.Searched, strings.Join(names, ", "), more)
+}
+
+// OpenDriver opens a file that a process may load later as its CUDA driver:
+// openPath is how cudatap opens it (under /proc/PID/root), path how the
+// process names it. It fails unless the file exports the driver's launch.
+func OpenDriver(openPath, path string, cache *objfile.Cache) (*Library, error) {
+	var st syscall.Stat_t
+	if err := syscall.Stat(openPath, &st); err != nil {
+		return nil, err
+	}
+	f, err := cache.Open(openPath)
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := f.LookupDynamic(event.Driver.ProbeSymbol()); !ok {
+		f.Close()
+		return nil, fmt.Errorf("%s exports no %s: not a CUDA driver", path, event.Driver.ProbeSymbol())
+	}
+	return &Library{Layer: event.Driver, Path: path, OpenPath: openPath,
+		Dev: fmt.Sprintf("%02x:%02x", unix.Major(st.Dev), unix.Minor(st.Dev)), Inode: st.Ino, file: f}, nil
+}
+
+// FileID identifies the file behind a library as the kernel does (device
+// and inode of the opened file), whatever path or mapping it was found
+// through: two probe sets on one file would count every call twice.
+func (l *Library) FileID() (string, error) {
+	var st syscall.Stat_t
+	if err := syscall.Stat(l.OpenPath, &st); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%d:%d", st.Dev, st.Ino), nil
 }

@@ -213,6 +213,51 @@ func (t *Tracer) addPairing(d int) {
 	t.maps.Pairing.Put(uint32(0), uint32(t.pairingN))
 }
 
+// SetRuntime tells the shared probes that process pid has a CUDA runtime:
+// its driver calls other than launches and kernel loads are the runtime's
+// and do not count (the BPF side also learns it from the first runtime call).
+func (t *Tracer) SetRuntime(pid int) error {
+	if err := t.maps.ProcFlags.Put(uint32(pid), uint8(1)); err != nil {
+		return fmt.Errorf("mark process %d as using the CUDA runtime: %w", pid, err)
+	}
+	return nil
+}
+
+// ForgetProcess drops what the shared probes know of an exited process.
+func (t *Tracer) ForgetProcess(pid int) {
+	t.maps.ProcFlags.Delete(uint32(pid))
+}
+
+// PruneProcesses drops what the shared probes know of processes that are
+// gone (those that exited before user space saw them): a new process under
+// a reused PID must not inherit it.
+func (t *Tracer) PruneProcesses(alive func(pid int) bool) int {
+	var (
+		pid  uint32
+		flag uint8
+		dead []uint32
+	)
+	it := t.maps.ProcFlags.Iterate()
+	for it.Next(&pid, &flag) {
+		if !alive(int(pid)) {
+			dead = append(dead, pid)
+		}
+	}
+	for _, p := range dead {
+		t.maps.ProcFlags.Delete(p)
+	}
+	return len(dead)
+}
+
+// AllowCgroup makes shared probes attached with cgroupOnly count the
+// processes of cgroup id (the cgroup v2 directory's inode number).
+func (t *Tracer) AllowCgroup(id uint64) error {
+	if err := t.maps.Cgroups.Put(id, uint8(1)); err != nil {
+		return fmt.Errorf("trace cgroup %d: %w", id, err)
+	}
+	return nil
+}
+
 // ForgetPython removes a process's CPython layout (it exited).
 func (t *Tracer) ForgetPython(pid int) {
 	t.maps.PyConfigs.Delete(uint32(pid))
