@@ -58,9 +58,12 @@ func TestNamingWindowClosesEarly(t *testing.T) {
 	}
 	p := r.out.Result.Processes[0]
 	// Counted in the driver, or by the runtime probe for the first
-	// launches before the driver probe took over (never both).
-	if got := p.CallCounts()["cuLaunchKernel"] + p.CallCounts()["cudaLaunchKernel"]; got != int64(made) {
-		t.Errorf("%d launches traced, the workload made %d", got, made)
+	// launches before the driver probe took over (never both). The flood
+	// runs as fast as it can: on a loaded machine the reader may fall
+	// behind and the ring buffer overflow, which is counted.
+	got := p.CallCounts()["cuLaunchKernel"] + p.CallCounts()["cudaLaunchKernel"]
+	if lost := int64(r.out.Result.Drops.RingbufFull); got+lost != int64(made) {
+		t.Errorf("%d launches traced and %d lost to a full ring buffer, the workload made %d", got, lost, made)
 	}
 	tr := col.Traces[p.PID]
 	named := map[string]int{}

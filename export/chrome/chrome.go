@@ -54,6 +54,9 @@ func DevicePID(index int) int { return devicePIDBase + index }
 // GPU activity is drawn there, one thread track per stream.
 func GPUPID(pid uint32) int { return gpuPIDBase + int(pid) }
 
+// SyncCategory is the category of host-blocking synchronization slices.
+const SyncCategory = "cuda_host_sync"
+
 // Flow ids: ac2g flows use the correlation id itself, as Kineto does (the
 // model numbers correlations across the whole recording); event
 // dependencies get a range of their own above any correlation.
@@ -62,6 +65,20 @@ const depFlowBase = 1 << 40
 // minDur is the duration of GPU ops whose inferred end is not after their
 // start: a zero-length slice would be invisible and could not anchor flows.
 const minDur = 1 // ns
+
+// snapped is where a slice of (nearly) no duration is drawn: at the whole
+// microsecond it falls in. HTA, like every Kineto reader, rounds a slice's
+// start up and its end down to whole microseconds: a slice of no duration
+// inside a microsecond would come out at -1 µs. Only slices with no
+// duration of their own move (entry-only calls, GPU ops with no inferred
+// length), by less than a microsecond, so no slice partially overlaps a
+// neighbour.
+func snapped(ts, dur uint64) uint64 {
+	if dur > minDur {
+		return ts
+	}
+	return ts - ts%1000
+}
 
 // kernelKey identifies a kernel: the same function handle names different
 // code in another process.
@@ -98,7 +115,7 @@ func NewWriter(out io.Writer, names *model.Names, opts Options) *Writer {
 	}
 	w := &Writer{out: bufio.NewWriterSize(out, 256<<10), names: names, opts: opts, b: make([]byte, 0, 1024),
 		kernels: map[kernelKey]describe.Kernel{}}
-	w.write([]byte(`{"schemaVersion":1,"deviceProperties":[],"displayTimeUnit":"ns","traceEvents":[` + "\n"))
+	w.write([]byte(`{"schemaVersion":1,"displayTimeUnit":"ns","traceEvents":[` + "\n"))
 	return w
 }
 
@@ -149,6 +166,7 @@ func (w *Writer) Close(r *model.Result) error {
 		w.end()
 	}
 	w.write([]byte("\n],"))
+	w.deviceProperties(r)
 	w.footer(r)
 	w.write([]byte("}\n"))
 	if err := w.out.Flush(); err != nil && w.err == nil {
@@ -249,7 +267,11 @@ func (w *Writer) Call(p *model.Process, c *model.Call) {
 	if spec != nil {
 		cat, name, class = spec.Layer.Category(), spec.Name, spec.Class
 	}
-	w.begin("X", int(p.PID), int(c.TID), c.Start)
+	var wall uint64
+	if c.End > c.Start {
+		wall = c.End - c.Start
+	}
+	w.begin("X", int(p.PID), int(c.TID), snapped(c.Start, wall))
 	w.str("cat", cat)
 	if spec != nil {
 		w.str("name", name)
@@ -259,10 +281,6 @@ func (w *Writer) Call(p *model.Process, c *model.Call) {
 	// The slice spans the call on the wall clock; time cudatap held the
 	// thread inside it is its own slice, nested, and left out of the
 	// call's CUDA time (args.cuda_time_ns).
-	var wall uint64
-	if c.End > c.Start {
-		wall = c.End - c.Start
-	}
 	w.micros("dur", wall)
 	w.open("args")
 	if c.HoldNs > 0 {
@@ -274,8 +292,11 @@ func (w *Writer) Call(p *model.Process, c *model.Call) {
 	} else {
 		w.str("symbol", c.API.String())
 	}
+	// The stream the call targets: not "stream", which Kineto and HTA
+	// keep for GPU activity (HTA takes any event with a stream for a
+	// kernel).
 	if c.Stream >= 0 {
-		w.int("stream", int64(c.Stream))
+		w.int("target_stream", int64(c.Stream))
 	}
 	if c.Correlation != 0 {
 		w.uint("correlation", c.Correlation)
@@ -323,7 +344,9 @@ func (w *Writer) Sync(p *model.Process, s *model.Sync) {
 	}
 	kind := s.Kind.String()
 	w.begin("X", int(p.PID), int(s.TID), s.Start)
-	w.str("cat", "cuda_sync")
+	// Not Kineto's "cuda_sync", which is GPU-side CUPTI activity: this is
+	// the host thread blocked.
+	w.str("cat", SyncCategory)
 	w.key("name")
 	w.b = append(w.b, `"sync: `...)
 	w.b = append(w.b, kind...) // identifier-like, needs no escaping
@@ -334,7 +357,7 @@ func (w *Writer) Sync(p *model.Process, s *model.Sync) {
 	w.bool("explicit", s.Kind.Explicit())
 	w.uint("blocked_ns", s.BlockedNs)
 	if s.Stream >= 0 {
-		w.int("stream", int64(s.Stream))
+		w.int("target_stream", int64(s.Stream))
 	}
 	w.int("queued_ops", int64(s.QueuedOps))
 	if s.Kind == model.SyncQueryPoll {
@@ -408,11 +431,14 @@ func (w *Writer) GPUOp(p *model.Process, op *model.GPUOp) {
 		k = w.kernel(p, op.Func)
 	}
 
-	w.begin("X", gpid, op.Stream, op.Start)
+	start := snapped(op.Start, dur)
+	w.begin("X", gpid, op.Stream, start)
 	w.str("cat", op.Kind.Category())
 	switch op.Kind {
 	case model.OpKernel:
-		w.str("name", k.Display)
+		// The full demangled name, as Kineto writes it: a shortened one
+		// would merge distinct template instances.
+		w.str("name", k.Full)
 	case model.OpMemcpy:
 		w.key("name")
 		w.b = append(w.b, `"Memcpy `...)
@@ -456,7 +482,7 @@ func (w *Writer) GPUOp(p *model.Process, op *model.GPUOp) {
 	w.int("device", 0)
 	switch op.Kind {
 	case model.OpKernel:
-		w.str("kernel_full", k.Full)
+		w.str("kernel_short", k.Display)
 		w.str("kernel_mangled", k.Mangled)
 		w.dim3("grid", op.Grid)
 		w.dim3("block", op.Block)
@@ -471,8 +497,12 @@ func (w *Writer) GPUOp(p *model.Process, op *model.GPUOp) {
 	w.end()
 
 	if op.Correlation != 0 {
-		w.flow("s", "ac2g", op.Correlation, int(p.PID), int(op.TID), op.Enqueued)
-		w.flow("f", "ac2g", op.Correlation, gpid, op.Stream, op.Start)
+		enq := op.Enqueued
+		if op.EnqueueOnly {
+			enq = snapped(enq, 0) // where its call's slice is drawn
+		}
+		w.flow("s", "ac2g", op.Correlation, int(p.PID), int(op.TID), enq)
+		w.flow("f", "ac2g", op.Correlation, gpid, op.Stream, start)
 	}
 	// An event dependency: from the op the record followed on its stream
 	// to this op, the one the wait held back.
@@ -480,7 +510,7 @@ func (w *Writer) GPUOp(p *model.Process, op *model.GPUOp) {
 		id := depFlowBase + w.deps
 		w.deps++
 		w.flow("s", "cuda_event", id, gpid, int(op.AfterStream), op.AfterStart)
-		w.flow("f", "cuda_event", id, gpid, op.Stream, op.Start)
+		w.flow("f", "cuda_event", id, gpid, op.Stream, start)
 	}
 }
 
@@ -538,6 +568,29 @@ func (w *Writer) counter(c *Counter) {
 	}
 	w.close()
 	w.end()
+}
+
+// deviceProperties lists the GPUs NVML described, as Kineto does (it is
+// known only at the end, and written after the events: keys of a JSON
+// object are unordered). Empty without NVML.
+func (w *Writer) deviceProperties(r *model.Result) {
+	w.b = append(w.b[:0], `"deviceProperties":[`...)
+	for i, g := range r.GPU.GPUs {
+		if i > 0 {
+			w.b = append(w.b, ',')
+		}
+		w.b = append(w.b, '{')
+		w.sep = false
+		w.int("id", int64(g.Index))
+		w.str("name", g.Name)
+		w.uint("totalGlobalMem", g.MemTotal)
+		if g.UUID != "" {
+			w.str("uuid", g.UUID)
+		}
+		w.b = append(w.b, '}')
+	}
+	w.b = append(w.b, "],"...)
+	w.write(w.b)
 }
 
 // footer writes the "cudatap" block: which clock the timestamps use and

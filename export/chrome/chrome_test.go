@@ -112,7 +112,7 @@ func TestSchema(t *testing.T) {
 	if tf.SchemaVersion == nil || *tf.SchemaVersion != 1 || tf.DisplayTimeUnit != "ns" || tf.DeviceProperties == nil {
 		t.Errorf("Kineto header: schemaVersion %v, displayTimeUnit %q, deviceProperties %v", tf.SchemaVersion, tf.DisplayTimeUnit, tf.DeviceProperties)
 	}
-	cats := map[string]bool{"cuda_runtime": true, "cuda_driver": true, "nccl": true, "cuda_sync": true,
+	cats := map[string]bool{"cuda_runtime": true, "cuda_driver": true, "nccl": true, SyncCategory: true,
 		"kernel": true, "gpu_memcpy": true, "gpu_memset": true, "ac2g": true, "cuda_event": true}
 	for _, ev := range tf.TraceEvents {
 		for _, k := range []string{"ph", "pid", "tid", "ts"} {
@@ -130,6 +130,11 @@ func TestSchema(t *testing.T) {
 			if num(t, ev["dur"]) < 0 {
 				t.Errorf("negative dur: %v", ev)
 			}
+			// HTA rounds starts up and ends down to whole µs: a slice of
+			// no duration must sit on one, or it comes out at -1 µs.
+			if ts := num(t, ev["ts"]); num(t, ev["dur"]) <= 0.001 && ts != math.Trunc(ts) {
+				t.Errorf("slice of no duration inside a microsecond: %v", ev)
+			}
 			if !cats[ev["cat"].(string)] {
 				t.Errorf("unexpected category %q", ev["cat"])
 			}
@@ -141,8 +146,12 @@ func TestSchema(t *testing.T) {
 		default:
 			t.Errorf("unexpected ph %q", ev["ph"])
 		}
+		// "stream" only on GPU activity (HTA takes any event with one
+		// for a kernel); host slices say which stream they target.
 		if s, ok := args(ev)["stream"]; ok {
-			integer(t, s)
+			if integer(t, s); integer(t, ev["pid"]) < gpuPIDBase {
+				t.Errorf("host event with a stream: %v", ev)
+			}
 		}
 	}
 
@@ -164,7 +173,7 @@ func TestSchema(t *testing.T) {
 	if n := len(find(tf, host)); n != calls {
 		t.Errorf("%d host call slices, want %d", n, calls)
 	}
-	if n := len(find(tf, func(ev map[string]any) bool { return ev["cat"] == "cuda_sync" })); n != syncs {
+	if n := len(find(tf, func(ev map[string]any) bool { return ev["cat"] == SyncCategory })); n != syncs {
 		t.Errorf("%d sync slices, want %d", n, syncs)
 	}
 	gpu := find(tf, func(ev map[string]any) bool { return ev["ph"] == "X" && integer(t, ev["pid"]) >= gpuPIDBase })
@@ -275,9 +284,10 @@ func TestHostCalls(t *testing.T) {
 	}
 
 	ptsz := args(one(t, tf, "launch on the worker thread", onThread(4130, "cudaLaunchKernel")))
-	if ptsz["symbol"] != "cudaLaunchKernel_ptsz" || ptsz["grid"] != "[128, 1, 1]" || ptsz["block"] != "[256, 1, 1]" ||
-		integer(t, ptsz["shared_mem"]) != 1024 || ptsz["kernel"] != "kernel@0x409990" ||
-		integer(t, ptsz["stream"]) != 1 || integer(t, ptsz["correlation"]) != 2 || ptsz["dur_measured"] != false {
+	if ptsz["symbol"] != "cudaLaunchKernel_ptsz" || !reflect.DeepEqual(dims(t, ptsz["grid"]), []int64{128, 1, 1}) ||
+		!reflect.DeepEqual(dims(t, ptsz["block"]), []int64{256, 1, 1}) ||
+		integer(t, ptsz["shared_mem"]) != 1024 || ptsz["kernel"] != "kernel@0x409990" || ptsz["stream"] != nil ||
+		integer(t, ptsz["target_stream"]) != 1 || integer(t, ptsz["correlation"]) != 2 || ptsz["dur_measured"] != false {
 		t.Errorf("launch args: %v", ptsz)
 	}
 
@@ -299,7 +309,7 @@ func TestHostCalls(t *testing.T) {
 		t.Errorf("memset args: %v", ma)
 	}
 	// A call that takes no stream has none.
-	if _, ok := args(one(t, tf, "device sync", onThread(4123, "cudaDeviceSynchronize")))["stream"]; ok {
+	if _, ok := args(one(t, tf, "device sync", onThread(4123, "cudaDeviceSynchronize")))["target_stream"]; ok {
 		t.Error("cudaDeviceSynchronize carries a stream")
 	}
 
@@ -328,7 +338,7 @@ func TestSyncSlices(t *testing.T) {
 		t.Errorf("stack %v, want %v", pa["stack"], wantStack)
 	}
 	if pa["kind"] != "pageable_memcpy" || pa["explicit"] != false || integer(t, pa["blocked_ns"]) != 30_000 ||
-		integer(t, pa["stream"]) != 2 || integer(t, pa["queued_ops"]) != 4 || pa["hint"] != model.SyncPageableMemcpy.Hint() ||
+		integer(t, pa["target_stream"]) != 2 || pa["stream"] != nil || integer(t, pa["queued_ops"]) != 4 || pa["hint"] != model.SyncPageableMemcpy.Hint() ||
 		num(t, ps["dur"]) != 30 || integer(t, ps["tid"]) != 4123 {
 		t.Errorf("pageable sync: %v", ps)
 	}
@@ -346,7 +356,7 @@ func TestSyncSlices(t *testing.T) {
 		t.Errorf("python_stack %v, want %v", es["python_stack"], want)
 	}
 	for _, ev := range find(tf, named("X", "sync: device_sync")) {
-		if _, ok := args(ev)["stream"]; ok {
+		if _, ok := args(ev)["target_stream"]; ok {
 			t.Errorf("device-wide sync carries a stream: %v", ev)
 		}
 	}
@@ -356,8 +366,8 @@ func TestGPUSlices(t *testing.T) {
 	tf, _ := write(t, fixture.New(), Options{})
 
 	full := symbolize.Demangle(fixture.KernelLong)
-	long := args(one(t, tf, "templated kernel", named("X", symbolize.Shorten(full, 120))))
-	if long["kernel_full"] != full || long["kernel_mangled"] != fixture.KernelLong || long["bounded"] != true {
+	long := args(one(t, tf, "templated kernel", named("X", full)))
+	if long["kernel_short"] != symbolize.Shorten(full, 120) || long["kernel_mangled"] != fixture.KernelLong || long["bounded"] != true {
 		t.Errorf("kernel args: %v", long)
 	}
 	one(t, tf, "unresolved kernel", named("X", "kernel@0x409990"))
@@ -367,8 +377,9 @@ func TestGPUSlices(t *testing.T) {
 	if ms := one(t, tf, "memset", named("X", "Memset")); num(t, ms["dur"]) != 0.001 || ms["cat"] != "gpu_memset" {
 		t.Errorf("zero-length op: %v", ms)
 	}
-	fill := args(one(t, tf, "driver-launched kernel", named("X", "fill")))
-	if fill["kernel_mangled"] != fixture.KernelFill || fill["kernel_full"] != "fill(float*, int)" || fill["grid"] != "[1, 1, 1]" || fill["block"] != "[32, 1, 1]" {
+	fill := args(one(t, tf, "driver-launched kernel", named("X", "fill(float*, int)")))
+	if fill["kernel_mangled"] != fixture.KernelFill || fill["kernel_short"] != "fill" ||
+		!reflect.DeepEqual(dims(t, fill["grid"]), []int64{1, 1, 1}) || !reflect.DeepEqual(dims(t, fill["block"]), []int64{32, 1, 1}) {
 		t.Errorf("driver-launched kernel args: %v", fill)
 	}
 	if nc := one(t, tf, "collective", func(ev map[string]any) bool {
@@ -569,4 +580,68 @@ func BenchmarkWriter(b *testing.B) {
 	b.ReportMetric(events*float64(b.N)/b.Elapsed().Seconds(), "events/s")
 	b.ReportMetric(float64(ms1.Mallocs-ms0.Mallocs)/(events*float64(b.N)), "allocs/event")
 	w.Close(&model.Result{Processes: []*model.Process{p}})
+}
+
+// dims reads a launch dimension, written as a JSON array as Kineto does.
+func dims(t *testing.T, v any) []int64 {
+	t.Helper()
+	a, ok := v.([]any)
+	if !ok {
+		t.Errorf("launch dimension %v (%T), want an array", v, v)
+		return nil
+	}
+	out := make([]int64, len(a))
+	for i, x := range a {
+		out[i] = integer(t, x)
+	}
+	return out
+}
+
+// Slices of no duration (an entry-only launch, a GPU op with no inferred
+// length) sit on a whole microsecond, with the flows that bind to them:
+// HTA rounds starts up and ends down, and one inside a microsecond would
+// come out at -1 µs. Slices with a duration keep their exact time.
+func TestNoDurationOnWholeMicrosecond(t *testing.T) {
+	var buf bytes.Buffer
+	w := NewWriter(&buf, nil, Options{})
+	p := &model.Process{PID: 7}
+	w.Call(p, &model.Call{API: event.CudaLaunchKernel, TID: 7, Start: 1_000_300, End: 1_000_300, Stream: 0, Correlation: 1, GPUOp: 0})
+	w.Call(p, &model.Call{API: event.CudaMemcpyAsync, TID: 7, Start: 1_002_300, End: 1_002_700, HasRet: true})
+	w.GPUOp(p, &model.GPUOp{Kind: model.OpKernel, Correlation: 1, Enqueued: 1_000_300, EnqueueOnly: true, Start: 1_004_400, End: 1_004_400, After: -1, AfterStream: -1})
+	if err := w.Close(&model.Result{}); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]float64{"cudaLaunchKernel": 1000, "cudaMemcpyAsync": 1002.3, "kernel@0x0": 1004}
+	flows := map[string]float64{"s": 1000, "f": 1004}
+	for _, ev := range parse(t, buf.Bytes()).TraceEvents {
+		switch ev["ph"] {
+		case "X":
+			if ts, ok := want[ev["name"].(string)]; !ok || num(t, ev["ts"]) != ts {
+				t.Errorf("%v at %v, want %v", ev["name"], ev["ts"], ts)
+			}
+		case "s", "f":
+			if num(t, ev["ts"]) != flows[ev["ph"].(string)] {
+				t.Errorf("flow %v at %v, want %v", ev["ph"], ev["ts"], flows[ev["ph"].(string)])
+			}
+		}
+	}
+}
+
+// The GPUs NVML described are the trace's deviceProperties, as in Kineto.
+func TestDeviceProperties(t *testing.T) {
+	var buf bytes.Buffer
+	w := NewWriter(&buf, nil, Options{})
+	r := &model.Result{}
+	r.GPU.GPUs = []model.GPUStats{{Index: 0, Name: "NVIDIA H200", MemTotal: 150_000_000_000, UUID: "GPU-1"}, {Index: 1, Name: "NVIDIA H200"}}
+	if err := w.Close(r); err != nil {
+		t.Fatal(err)
+	}
+	dp := parse(t, buf.Bytes()).DeviceProperties
+	if len(dp) != 2 {
+		t.Fatalf("deviceProperties %v", dp)
+	}
+	d0 := dp[0].(map[string]any)
+	if integer(t, d0["id"]) != 0 || d0["name"] != "NVIDIA H200" || integer(t, d0["totalGlobalMem"]) != 150_000_000_000 || integer(t, dp[1].(map[string]any)["id"]) != 1 {
+		t.Errorf("deviceProperties %v", dp)
+	}
 }

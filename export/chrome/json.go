@@ -53,16 +53,16 @@ func (w *Writer) micros(k string, ns uint64) {
 	w.b = append(w.b, '.', byte('0'+frac/100), byte('0'+frac/10%10), byte('0'+frac%10))
 }
 
-// dim3 appends a launch dimension as the string "[x, y, z]".
+// dim3 appends a launch dimension as the array [x, y, z], as Kineto does.
 func (w *Writer) dim3(k string, d event.Dim3) {
 	w.key(k)
-	w.b = append(w.b, '"', '[')
+	w.b = append(w.b, '[')
 	w.b = strconv.AppendUint(w.b, uint64(d.X), 10)
-	w.b = append(w.b, ", "...)
+	w.b = append(w.b, ',')
 	w.b = strconv.AppendUint(w.b, uint64(d.Y), 10)
-	w.b = append(w.b, ", "...)
+	w.b = append(w.b, ',')
 	w.b = strconv.AppendUint(w.b, uint64(d.Z), 10)
-	w.b = append(w.b, ']', '"')
+	w.b = append(w.b, ']')
 }
 
 // open starts a nested object under k; close ends it.

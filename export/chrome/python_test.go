@@ -35,7 +35,7 @@ func TestSyncPythonStack(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, e := range tr.TraceEvents {
-		if e.Cat == "cuda_sync" {
+		if e.Cat == SyncCategory {
 			st, _ := e.Args["python_stack"].([]any)
 			if len(st) != 1 || st[0] != "train.py:12 step" {
 				t.Errorf("python_stack %v", e.Args["python_stack"])
@@ -43,5 +43,5 @@ func TestSyncPythonStack(t *testing.T) {
 			return
 		}
 	}
-	t.Fatal("no cuda_sync slice")
+	t.Fatal("no sync slice")
 }

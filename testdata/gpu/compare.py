@@ -96,7 +96,7 @@ if os.path.exists(p):
             b = byproc.setdefault(e["pid"], {"calls": 0, "bytes": 0, "streams": set()})
             b["calls"] += 1
             b["bytes"] += e["args"].get("bytes", 0)
-            b["streams"].add(e["args"].get("stream"))
+            b["streams"].add(e["args"].get("target_stream", e["args"].get("stream")))
     print("\n== DDP (2 ranks): all-reduce bytes vs gradient bytes")
     steps, grad = r["steps"], r["grad_bytes_per_step"]
     for pid, b in sorted(byproc.items()):

@@ -314,6 +314,11 @@ func (m *Model) Handle(ev *event.Event) {
 	case event.ClassEventRecord:
 		sid := int(call.Stream)
 		ps.events[a.Event] = eventPos{stream: sid, op: ps.st[sid].lastOp, call: call.Seq}
+		// A record enqueues a marker on the stream: it gets a correlation
+		// id of its own, as CUPTI gives it (Kineto traces, and HTA's
+		// critical path, match waits to records by it).
+		m.corr++
+		call.Correlation = m.corr
 	case event.ClassStreamWaitEvent:
 		if pos, found := ps.events[a.Event]; found {
 			m.sink.Dependency(p, &Dependency{Event: a.Event, RecordCall: pos.call, WaitCall: call.Seq,
@@ -535,6 +540,7 @@ func (m *Model) enqueue(ps *procState, op GPUOp) int {
 	m.corr++
 	st := ps.st[sid]
 	op.ID, op.Stream, op.Call, op.Correlation, op.Enqueued, op.API, op.TID = ps.nextOp, sid, call.Seq, m.corr, call.Start, call.API, call.TID
+	op.EnqueueOnly = call.End <= call.Start
 	op.Start, op.End = call.Start, call.Start
 	op.After, st.waitAfter = st.waitAfter, -1
 	op.AfterStream = -1

@@ -162,7 +162,7 @@ type Call struct {
 	Start, End  uint64 // ns, CLOCK_MONOTONIC; End == Start when only the entry was probed
 	Ret         int64
 	Args        event.Args
-	Correlation uint64 // links the call to its GPU op; 0 = none
+	Correlation uint64 // links the call to its GPU op (or to the marker an event record enqueues); 0 = none
 	Seq         int    // position of the call in its process (0, 1, ...)
 	GPUOp       int    // ID of the GPU op it enqueued, -1 = none
 	BlockedNs   uint64 // host time blocked in the (last) synchronization it caused
@@ -223,6 +223,7 @@ type GPUOp struct {
 	Kind        OpKind
 	CopyKind    event.MemcpyKind
 	Bounded     bool // End is bounded by an observed completion (sync, ready query)
+	EnqueueOnly bool // the enqueue call has no duration (only its entry was probed)
 	Pageable    bool
 	final       bool // handed to the sink
 }
