@@ -9,7 +9,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 BPF_CLANG ?= clang-19
 BPF_STRIP ?= llvm-strip-19
 
-.PHONY: all build demo test test-short bench generate check-generate vet gpu-check clean
+.PHONY: all build demo test test-deps test-short bench generate check-generate vet gpu-check clean
 
 all: build
 
@@ -23,9 +23,19 @@ demo: build
 # time (-p 1): the --all tests trace every CUDA process on the host, and
 # another package's test programs (some killed mid-call on purpose) would
 # be theirs too.
-test:
+test: test-deps
 	$(GO) vet ./...
 	$(GO) test -p 1 -count=1 ./...
+
+# What the tests need beyond Go and a C compiler: Debian's Python packages
+# for HolisticTraceAnalysis (testdata/hta), which checks that the traces
+# read as Kineto traces. Installed when missing.
+HTA_DEPS = python3-pandas python3-numpy python3-networkx python3-plotly python3-yaml python3-psutil python3-pydot
+test-deps:
+	@/usr/bin/python3 -c 'import pandas, numpy, networkx, plotly, yaml, psutil, pydot' 2>/dev/null || { \
+		command -v apt-get >/dev/null || { echo "the tests need $(HTA_DEPS) (Debian package names) for /usr/bin/python3" >&2; exit 1; }; \
+		echo "installing $(HTA_DEPS)"; \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(HTA_DEPS) >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(HTA_DEPS) >/dev/null; }; }
 
 # Without root: unit tests only (root tests skip with a message).
 test-short:

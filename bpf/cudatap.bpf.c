@@ -194,8 +194,11 @@ static __always_inline void count(__u32 which)
 
 #include "pycode.h"
 
-/* Copy registers, stack arguments and the config struct per the cookie. */
-static __always_inline __u32 read_args(struct pt_regs *ctx, __u64 cookie, __u64 *args, __u64 *ext)
+/* Copy registers, stack arguments and the config struct per the cookie;
+ * for a driver launch also the return address (*caller): whether the
+ * runtime called it tells which API the program used, at no extra read
+ * where stack arguments are copied anyway. */
+static __always_inline __u32 read_args(struct pt_regs *ctx, __u64 cookie, __u64 *args, __u64 *ext, __u64 *caller)
 {
 	__u32 flags = 0;
 	args[0] = PT_REGS_PARM1(ctx);
@@ -206,12 +209,22 @@ static __always_inline __u32 read_args(struct pt_regs *ctx, __u64 cookie, __u64 
 	args[5] = ctx->r9;
 
 	__u32 nstack = COOKIE_NSTACK(cookie);
-	if (nstack) {
-		/* At a function-entry probe, rsp points at the return address and
-		 * stack argument k (1-based) lives at rsp + 8k. */
-		__u64 sp = PT_REGS_SP(ctx);
+	/* At a function-entry probe, rsp points at the return address and
+	 * stack argument k (1-based) lives at rsp + 8k. */
+	__u64 sp = PT_REGS_SP(ctx);
+	if (nstack && caller && (cookie & COOKIE_TAKE_STUB)) {
+		__u64 words[4] = {};
+		if (bpf_probe_read_user(words, 8 * 3 < 8 * nstack ? 32 : 8 + 8 * nstack, (void *)sp) < 0)
+			flags |= EV_STACKARG_FAULT;
+		*caller = words[0];
+		args[6] = words[1];
+		args[7] = words[2];
+		args[8] = words[3];
+	} else if (nstack) {
 		if (bpf_probe_read_user(&args[6], 8 * 3 < 8 * nstack ? 24 : 8 * nstack, (void *)(sp + 8)) < 0)
 			flags |= EV_STACKARG_FAULT;
+	} else if (caller && (cookie & COOKIE_TAKE_STUB)) {
+		bpf_probe_read_user(caller, 8, (void *)sp);
 	}
 	if (cookie & COOKIE_DEREF0) {
 		if (bpf_probe_read_user(ext, 8 * NEXT, (void *)args[0]) < 0)
@@ -241,9 +254,7 @@ static __always_inline void fill_common(struct event *e, __u64 cookie, __u64 pid
 	e->cookie = cookie;
 	e->pid = pid_tgid >> 32;
 	e->tid = (__u32)pid_tgid;
-	/* Containers are identified per process from /proc in user space:
-	 * reading the cgroup here would cost every call. */
-	e->cgroup = 0;
+	e->caller = 0;
 	e->cpu = bpf_get_smp_processor_id();
 	e->nstack = 0;
 	e->_pad = 0;
@@ -306,7 +317,7 @@ static __always_inline int emit_entry(struct pt_regs *ctx, __u64 cookie, __u64 p
 	e->out = stub;
 	e->args[6] = e->args[7] = e->args[8] = 0;
 	__builtin_memset(e->ext, 0, sizeof(e->ext));
-	e->flags = read_args(ctx, cookie, e->args, e->ext);
+	e->flags = read_args(ctx, cookie, e->args, e->ext, &e->caller);
 	if (full)
 		fill_full(ctx, e, cookie);
 	/* Stacks are resolved (Python code objects read, frames symbolized)
@@ -332,7 +343,7 @@ static __always_inline int on_entry(struct pt_regs *ctx)
 		in->start_ns = now;
 		in->ext[0] = in->ext[1] = in->ext[2] = in->ext[3] = in->ext[4] = in->ext[5] = 0;
 		in->args[6] = in->args[7] = in->args[8] = 0;
-		in->flags = read_args(ctx, cookie, in->args, in->ext);
+		in->flags = read_args(ctx, cookie, in->args, in->ext, NULL);
 		struct inflight_key key = { .tid = (__u32)pid_tgid, .api = COOKIE_API(cookie) };
 		if (bpf_map_lookup_elem(&inflight, &key))
 			count(STAT_ENTRY_REPLACED);

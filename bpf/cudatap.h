@@ -67,7 +67,7 @@ struct event {
 	__u64 out;       /* *(u64 *)out_arg read at return */
 	__u64 args[NARGS];
 	__u64 ext[NEXT];
-	__u64 cgroup;
+	__u64 caller;    /* (driver launches) the return address: which library called */
 	__u32 cpu;
 	__u32 flags;
 	__u32 nstack;    /* frames in stack[] (only when the cookie asks) */

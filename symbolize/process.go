@@ -108,6 +108,18 @@ func (p *Process) Mappings() []objfile.Mapping {
 // Objects returns the mapped files of the process (see [objfile.ObjectFiles]).
 func (p *Process) Objects() []objfile.ObjectFile { return objfile.ObjectFiles(p.Mappings()) }
 
+// MappingAt returns the mapping containing addr, refreshing the snapshot
+// once when none does (a library loaded since).
+func (p *Process) MappingAt(addr uint64) (objfile.Mapping, bool) {
+	if m, ok := p.mapping(addr); ok {
+		return m, true
+	}
+	if p.Refresh() != nil {
+		return objfile.Mapping{}, false
+	}
+	return p.mapping(addr)
+}
+
 // mapping finds the mapping containing addr.
 func (p *Process) mapping(addr uint64) (objfile.Mapping, bool) {
 	p.mu.Lock()

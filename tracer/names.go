@@ -36,6 +36,9 @@ type resolver struct {
 	// Process names from library-load records, for processes not named
 	// yet: one gone before /proc is read keeps its name.
 	comms map[uint32]string
+	// Whether a driver launch's return address lies in the CUDA runtime,
+	// by process and address (launches come from a handful of call sites).
+	callers map[model.NameKey]bool
 }
 
 // maxComms bounds the remembered process names: library loads come from
@@ -44,7 +47,30 @@ const maxComms = 1 << 14
 
 func newResolver(s *Session) *resolver {
 	return &resolver{s: s, names: model.NewNames(), procs: map[uint32]bool{},
-		pyFailed: map[model.PyNameKey]pyRetry{}, pyResolved: map[uint32]uint32{}, comms: map[uint32]string{}}
+		pyFailed: map[model.PyNameKey]pyRetry{}, pyResolved: map[uint32]uint32{}, comms: map[uint32]string{},
+		callers: map[model.NameKey]bool{}}
+}
+
+// viaRuntime reports whether driver launch ev was made by the CUDA runtime
+// (the program called cudaLaunchKernel, ...): its return address lies in
+// the process's runtime library, or in an executable the runtime is linked
+// into.
+func (r *resolver) viaRuntime(ev *event.Event) bool {
+	k := model.NameKey{PID: ev.PID, Key: ev.Caller}
+	if v, ok := r.callers[k]; ok {
+		return v
+	}
+	v := false
+	if p := r.s.symProcess(ev.PID); p != nil {
+		if m, ok := p.MappingAt(ev.Caller); ok {
+			v = r.s.isRuntimeFile(int(ev.PID), m.Dev, m.Inode, m.Path)
+		}
+	}
+	if len(r.callers) >= maxComms {
+		clear(r.callers)
+	}
+	r.callers[k] = v
+	return v
 }
 
 // comm remembers the process name a library-load record carries (in its

@@ -40,6 +40,10 @@ func (s *Session) handleRecord(raw []byte) {
 		s.queueRescan(int(ev.PID), rescan{held: ev.Cookie&event.CookieStop != 0, tid: ev.TID, at: ev.Start})
 		return
 	}
+	if ev.Caller != 0 && s.names.viaRuntime(ev) {
+		ev.Flags |= event.FlagViaRuntime
+		event.SetFlags(raw, ev.Flags) // recorded with the event
+	}
 	if ev.NStack > 0 || len(ev.Copy) > 0 {
 		s.prepareStack(ev)
 	}

@@ -476,6 +476,31 @@ func TestDriverAndNCCL(t *testing.T) {
 			out, rep := launch(t, probe.StacksSync, tc.args...)
 			checkCounts(t, out, rep)
 			p := tracedOf(t, out, rep.PID)
+			// Launches counted in the driver are told apart by their
+			// caller: those the runtime made are the program's runtime
+			// launches, the others its own driver launches (Triton-style).
+			var viaRuntime, direct, wantRuntime, wantDirect int
+			for i := range p.Calls {
+				if s := p.Calls[i].Spec(); s != nil && s.Class == event.ClassLaunch {
+					if s.Layer == event.Runtime || p.Calls[i].ViaRuntime {
+						viaRuntime++
+					} else {
+						direct++
+					}
+				}
+			}
+			for sym, n := range rep.Calls {
+				if s := specOf(sym); s != nil && s.Class == event.ClassLaunch {
+					if s.Layer == event.Runtime {
+						wantRuntime += n
+					} else {
+						wantDirect += n
+					}
+				}
+			}
+			if viaRuntime != wantRuntime || direct != wantDirect {
+				t.Errorf("launches: %d through the runtime, %d direct; the workload made %d and %d", viaRuntime, direct, wantRuntime, wantDirect)
+			}
 			switch tc.name {
 			case "driver":
 				// Triton-style kernels are named from cuModuleGetFunction /

@@ -152,6 +152,31 @@ func (s *Session) prehookDriver(t *target, d *probe.Discovery, cgroupOnly bool) 
 	}
 }
 
+// isRuntimeFile reports whether the file (as a mapping names it) is a CUDA
+// runtime cudatap found in process pid; for a process it never looked at
+// (gone before, under shared probes), whether it is named like one.
+func (s *Session) isRuntimeFile(pid int, dev string, inode uint64, path string) bool {
+	s.mu.Lock()
+	t := s.targets[pid]
+	known := false
+	if t != nil {
+		for _, set := range []map[string]*probe.Attachment{t.attached, t.shared} {
+			for _, a := range set {
+				if a.Library.Layer != event.Runtime {
+					continue
+				}
+				known = true
+				if a.Library.Inode == inode && a.Library.Dev == dev {
+					s.mu.Unlock()
+					return true
+				}
+			}
+		}
+	}
+	s.mu.Unlock()
+	return !known && strings.Contains(filepath.Base(path), "cudart")
+}
+
 // allowCgroupOf lets the shared probes count the processes of pid's cgroup.
 func (s *Session) allowCgroupOf(pid int) {
 	text, err := procfs.Cgroup(pid)

@@ -266,6 +266,12 @@ func (w *Writer) Call(p *model.Process, c *model.Call) {
 	spec := c.Spec()
 	if spec != nil {
 		cat, name, class = spec.Layer.Category(), spec.Name, spec.Class
+		if rt := event.Lookup(event.RuntimeLaunch(c.API)); c.ViaRuntime && rt != nil {
+			// Counted where it reached the driver, named as the program
+			// called it (as the PyTorch profiler does); args.symbol keeps
+			// the driver's symbol.
+			cat, name = rt.Layer.Category(), rt.Name
+		}
 	}
 	var wall uint64
 	if c.End > c.Start {
@@ -343,7 +349,7 @@ func (w *Writer) Sync(p *model.Process, s *model.Sync) {
 		return
 	}
 	kind := s.Kind.String()
-	w.begin("X", int(p.PID), int(s.TID), s.Start)
+	w.begin("X", int(p.PID), int(s.TID), snapped(s.Start, s.BlockedNs))
 	// Not Kineto's "cuda_sync", which is GPU-side CUPTI activity: this is
 	// the host thread blocked.
 	w.str("cat", SyncCategory)

@@ -408,6 +408,20 @@ func (s *Spec) PerThreadDefault(i int) bool {
 // never reach the model.
 const LibraryLoad API = 0xfff0
 
+// RuntimeLaunch is the runtime API that makes driver launch api underneath
+// (cuLaunchKernelEx: cudaLaunchKernelExC), 0 when api is none.
+func RuntimeLaunch(api API) API {
+	switch api {
+	case CuLaunchKernel:
+		return CudaLaunchKernel
+	case CuLaunchKernelEx:
+		return CudaLaunchKernelExC
+	case CuLaunchCooperativeKernel:
+		return CudaLaunchCooperativeKernel
+	}
+	return 0
+}
+
 // CookieStop asks the library-load hook to stop the process until the
 // tracer has hooked what was loaded (used for processes cudatap launches).
 const CookieStop = 1 << 32

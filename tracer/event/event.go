@@ -29,7 +29,21 @@ const (
 	FlagOutFault      = 0x4  // the out pointer could not be read at return
 	FlagHasRet        = 0x8  // the record was written at return
 	FlagPyTruncated   = 0x10 // the thread had more Python frames than MaxPy
+	// Set by the tracer, not BPF: a driver launch whose caller is the CUDA
+	// runtime (the program called cudaLaunchKernel...). Recorded with the
+	// event.
+	FlagViaRuntime = 0x10000
 )
+
+// offFlags is where struct event keeps its flags.
+const offFlags = 48 + 8*NArgs + 8*NExt + 12
+
+// SetFlags overwrites the flags of raw record b (an event, not a code copy).
+func SetFlags(b []byte, flags uint32) {
+	if len(b) >= offFlags+4 {
+		binary.LittleEndian.PutUint32(b[offFlags:], flags)
+	}
+}
 
 // Regs are the user registers where a stack was taken.
 type Regs struct{ RIP, RSP, RBP uint64 }
@@ -44,7 +58,7 @@ type Event struct {
 	Out        uint64 // value read through the out pointer at return
 	Args       [NArgs]uint64
 	Ext        [NExt]uint64
-	Cgroup     uint64
+	Caller     uint64 // driver launches: the return address (which library called)
 	CPU        uint32
 	Flags      uint32
 	NStack     int
@@ -103,7 +117,7 @@ func Decode(b []byte, e *Event) error {
 		e.Ext[i] = le.Uint64(b[off:])
 		off += 8
 	}
-	e.Cgroup = le.Uint64(b[off:])
+	e.Caller = le.Uint64(b[off:])
 	e.CPU = le.Uint32(b[off+8:])
 	e.Flags = le.Uint32(b[off+12:])
 	n := int(le.Uint32(b[off+16:]))
@@ -153,7 +167,7 @@ func Encode(dst []byte, e *Event) []byte {
 		le.PutUint64(hdr[off:], a)
 		off += 8
 	}
-	le.PutUint64(hdr[off:], e.Cgroup)
+	le.PutUint64(hdr[off:], e.Caller)
 	le.PutUint32(hdr[off+8:], e.CPU)
 	le.PutUint32(hdr[off+12:], e.Flags)
 	n := min(max(e.NStack, 0), MaxStack)

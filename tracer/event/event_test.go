@@ -16,7 +16,7 @@ func sample() Event {
 		Cookie: Lookup(CudaLaunchKernel).Cookie(1),
 		PID:    4123, TID: 4124,
 		Ret: -7, Out: 0xdead_beef_0000_0001,
-		Cgroup: 0xc0ffee, CPU: 31, Flags: FlagHasRet | FlagOutFault,
+		Caller: 0xc0ffee, CPU: 31, Flags: FlagHasRet | FlagOutFault,
 	}
 	for i := range e.Args {
 		e.Args[i] = 0xa0a0_0000_0000_0000 | uint64(i)
@@ -97,7 +97,7 @@ func TestEncodeOffsets(t *testing.T) {
 		{"args[8]@112", u64(112), e.Args[8]},
 		{"ext[0]@120", u64(120), e.Ext[0]},
 		{"ext[5]@160", u64(160), e.Ext[5]},
-		{"cgroup@168", u64(168), e.Cgroup},
+		{"caller@168", u64(168), e.Caller},
 		{"cpu@176", u32(176), uint64(e.CPU)},
 		{"flags@180", u32(180), uint64(e.Flags)},
 		{"nstack@184", u32(184), 2},
@@ -153,7 +153,7 @@ func TestRoundTrip(t *testing.T) {
 		{"frames, Python frames and a stack copy", copied(withPy(withStack(sample(), 1, 2, 3), fullPy[:3]...), []byte("stack bytes")), CopyOffset + 11},
 		{"everything full", copied(withPy(withStack(sample(), full...), fullPy...), bigCopy), RecordSize},
 		{"max values", Event{Start: ^uint64(0), End: ^uint64(0), Cookie: ^uint64(0), PID: ^uint32(0),
-			TID: ^uint32(0), Ret: -1 << 63, Out: ^uint64(0), Cgroup: ^uint64(0), CPU: ^uint32(0),
+			TID: ^uint32(0), Ret: -1 << 63, Out: ^uint64(0), Caller: ^uint64(0), CPU: ^uint32(0),
 			Flags: ^uint32(0)}, HeaderSize},
 	}
 	for _, tc := range tests {
@@ -366,5 +366,15 @@ func TestEventAccessors(t *testing.T) {
 	e.End = 50 // clock went backwards across CPUs
 	if e.Duration() != 0 {
 		t.Errorf("Duration with End < Start = %d, want 0", e.Duration())
+	}
+}
+
+func TestSetFlags(t *testing.T) {
+	e := sample()
+	b := Encode(nil, &e)
+	SetFlags(b, e.Flags|FlagViaRuntime)
+	var got Event
+	if err := Decode(b, &got); err != nil || got.Flags != e.Flags|FlagViaRuntime {
+		t.Errorf("flags %#x, want %#x (%v)", got.Flags, e.Flags|FlagViaRuntime, err)
 	}
 }

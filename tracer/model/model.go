@@ -249,7 +249,8 @@ func (m *Model) Handle(ev *event.Event) {
 	*call = Call{
 		Start: ev.Start, End: end, TID: ev.TID, API: spec.API, Symbol: uint8(ev.SymbolIndex()), Seq: ps.calls,
 		Stream: -1, Ret: ev.Ret, HasRet: ev.HasReturn(), GPUOp: -1, Stack: -1, PyStack: -1,
-		ReadFault: ev.Flags&(event.FlagStackArgFault|event.FlagDerefFault|event.FlagOutFault) != 0,
+		ReadFault:  ev.Flags&(event.FlagStackArgFault|event.FlagDerefFault|event.FlagOutFault) != 0,
+		ViaRuntime: ev.Flags&event.FlagViaRuntime != 0,
 	}
 	ps.calls++
 	p.NCalls++

@@ -178,6 +178,7 @@ type Call struct {
 	ReadFault   bool // some argument could not be read
 	Captured    bool // enqueued on a capturing stream: recorded into a graph, not executed
 	Pageable    bool // a copy whose host side is not pinned
+	ViaRuntime  bool // a driver launch the CUDA runtime made: the program called the runtime's launch
 }
 
 // Duration of the call on the host (0 when only the entry was probed),

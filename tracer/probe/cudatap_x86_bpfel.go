@@ -24,7 +24,7 @@ type cudatapEvent struct {
 	Out     uint64
 	Args    [9]uint64
 	Ext     [6]uint64
-	Cgroup  uint64
+	Caller  uint64
 	Cpu     uint32
 	Flags   uint32
 	Nstack  uint32

@@ -50,7 +50,7 @@ func TestEventDecodesGeneratedStruct(t *testing.T) {
 	for i := range e.Ext {
 		e.Ext[i] = uint64(200 + i)
 	}
-	e.Cgroup, e.Cpu, e.Flags, e.Nstack = 8, 9, 10, 3
+	e.Caller, e.Cpu, e.Flags, e.Nstack = 8, 9, 10, 3
 	for i := range e.Stack {
 		e.Stack[i] = uint64(300 + i)
 	}
@@ -68,7 +68,7 @@ func TestEventDecodesGeneratedStruct(t *testing.T) {
 		t.Fatal(err)
 	}
 	if got.Start != 1 || got.End != 2 || got.Cookie != 3 || got.PID != 4 || got.TID != 5 || got.Ret != -6 || got.Out != 7 ||
-		got.Cgroup != 8 || got.CPU != 9 || got.Flags != 10 {
+		got.Caller != 8 || got.CPU != 9 || got.Flags != 10 {
 		t.Errorf("header: %+v", got)
 	}
 	for i := range e.Args {

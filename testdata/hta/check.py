@@ -1,0 +1,108 @@
+"""Runs HolisticTraceAnalysis's analyses on one trace, as a Kineto trace of
+rank 0, and fails when one raises or finds nothing where a profiler trace of
+a comparable run finds something. Prints one line per analysis.
+
+    python3 check.py TRACE.json [--comm]
+
+--comm: the trace has collectives (checks the comm/compute overlap too).
+Analyses that need what cudatap traces do not have (ProfilerStep markers for
+the stragglers) are not run."""
+import contextlib
+import io
+import logging
+import os
+import shutil
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+logging.disable(logging.WARNING)
+
+from hta.trace_analysis import TraceAnalysis  # noqa: E402
+
+trace, comm = sys.argv[1], "--comm" in sys.argv[2:]
+work = tempfile.mkdtemp()
+shutil.copy(trace, os.path.join(work, "rank-0.json"))
+failed = []
+
+
+def check(name, fn, ok):
+    buf = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(buf):
+            res = fn()
+        why = ok(res)
+    except Exception as e:  # an analysis that raises is what this catches
+        why = f"raised {type(e).__name__}: {e}"
+    print(f"{'FAIL' if why else 'ok  '} {name}{': ' + why if why else ''}")
+    if why:
+        failed.append(name)
+
+
+def nonempty(df):
+    return None if df is not None and len(df) > 0 else "empty"
+
+
+def rounding(path):
+    """Slices HTA's rounding (start up, end down to whole µs) turns negative."""
+    import json
+    import math
+    with open(path) as f:
+        events = json.load(f)["traceEvents"]
+    bad = [e["name"] for e in events if e.get("ph") == "X" and math.ceil(e["ts"]) > math.floor(e["ts"] + e["dur"])]
+    return f"{len(bad)} slices round to a negative duration, e.g. {bad[:3]}" if bad else None
+
+
+check("no negative durations after rounding", lambda: trace, rounding)
+ta = TraceAnalysis(trace_dir=work)
+host_api = ("cuda", "cu", "sync:", "cudatap")
+
+
+def temporal(df):
+    r = df.iloc[0]
+    if r["kernel_time(us)"] <= 0:
+        return f"no kernel time: {r.to_dict()}"
+    if not 0 <= r["idle_time_pctg"] <= 100 or not 0 <= r["compute_time_pctg"] <= 100:
+        return f"shares out of range: {r.to_dict()}"
+    return None
+
+
+def kernels(res):
+    names = list(res[1]["name"])
+    host = [n for n in names if n.startswith(host_api) and not n.startswith(("cutlass", "cub"))]
+    if host:
+        return f"host calls counted as GPU kernels: {host}"
+    if (res[1]["min (us)"] < 0).any():
+        return f"negative durations: {res[1][res[1]['min (us)'] < 0]['name'].tolist()}"
+    return nonempty(res[1])
+
+
+def launches(res):
+    df = res[0] if isinstance(res, dict) and 0 in res else next(iter(res.values()))
+    if len(df) == 0:
+        return "empty"
+    if (df["cpu_duration"] < 0).any():
+        return "negative launch durations"
+    return None
+
+
+def critical(res):
+    graph, ok = res
+    return None if ok and graph is not None else "no critical path"
+
+
+check("temporal breakdown", lambda: ta.get_temporal_breakdown(visualize=False), temporal)
+check("idle time breakdown", lambda: ta.get_idle_time_breakdown(ranks=[0], visualize=False)[0], nonempty)
+check("GPU kernel breakdown", lambda: ta.get_gpu_kernel_breakdown(visualize=False), kernels)
+check("queue length summary", lambda: ta.get_queue_length_summary(ranks=[0]), nonempty)
+check("queue length time series", lambda: ta.get_queue_length_time_series(ranks=[0])[0], nonempty)
+check("kernel launch stats", lambda: ta.get_cuda_kernel_launch_stats(ranks=[0], visualize=False), launches)
+check("memory bandwidth", lambda: ta.get_memory_bw_summary(ranks=[0]), lambda r: None)
+check("critical path", lambda: ta.critical_path_analysis(rank=0, annotation="", instance_id=None), critical)
+if comm:
+    def overlap(df):
+        pct = df["comp_comm_overlap_pctg"].iloc[0]
+        return None if 0 <= pct <= 100 else f"overlap {pct}%"
+    check("comm/compute overlap", lambda: ta.get_comm_comp_overlap(visualize=False), overlap)
+shutil.rmtree(work, ignore_errors=True)
+sys.exit(1 if failed else 0)
