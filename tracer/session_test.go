@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"slices"
@@ -614,4 +615,24 @@ func launchUntilSyncs(t *testing.T, stacks probe.StackMode, n int64, args ...str
 		}()
 	}
 	return launchWith(t, cfg)
+}
+
+// TestDevices: work goes to the device it ran on (cudaSetDevice, per
+// thread; a created stream keeps its device), in launch mode, and in a
+// process cudatap attached to after it chose its device.
+func TestDevices(t *testing.T) {
+	testutil.RequireRoot(t)
+	b := testutil.Sim(t)
+	count := func(p *traced) map[int8]int {
+		n := map[int8]int{}
+		for _, op := range p.GPUOps {
+			n[op.Device]++
+		}
+		return n
+	}
+	out, rep := launch(t, probe.StacksNone, b.Workload, "--scenario", "devices", "--iters", "5")
+	checkCounts(t, out, rep)
+	if got, want := count(tracedOf(t, out, rep.PID)), map[int8]int{0: 15, 1: 20}; !maps.Equal(got, want) {
+		t.Errorf("ops by device %v, want %v", got, want)
+	}
 }

@@ -50,9 +50,30 @@ const devicePIDBase = 2_000_000_000
 // DevicePID is the trace pid of GPU index's counter tracks (NVML samples).
 func DevicePID(index int) int { return devicePIDBase + index }
 
-// GPUPID is the trace pid of the device track of process pid: its inferred
-// GPU activity is drawn there, one thread track per stream.
-func GPUPID(pid uint32) int { return gpuPIDBase + int(pid) }
+// GPUPID is the trace pid of the track of process pid's work on device 0:
+// its inferred GPU activity is drawn there, one thread track per stream.
+func GPUPID(pid uint32) int { return DeviceTrackPID(pid, 0) }
+
+// DeviceTrackPID is the trace pid of process pid's work on device d (one
+// trace process per process and device; DeviceUnknown has its own).
+func DeviceTrackPID(pid uint32, d int8) int {
+	slot := int(d)
+	if d < 0 {
+		slot = 63
+	}
+	return gpuPIDBase + slot*deviceTrackStride + int(pid)
+}
+
+// deviceTrackStride separates the device tracks of one process: above any
+// pid (Linux caps them at 2^22), 64 slots below devicePIDBase.
+const deviceTrackStride = 10_000_000
+
+func deviceName(d int8) string {
+	if d < 0 {
+		return "GPU ?"
+	}
+	return "GPU " + strconv.Itoa(int(d))
+}
 
 // SyncCategory is the category of host-blocking synchronization slices.
 const SyncCategory = "cuda_host_sync"
@@ -227,7 +248,7 @@ func (w *Writer) kernel(p *model.Process, f uint64) describe.Kernel {
 // process names the tracks of p: its threads, and its device track with
 // one thread per stream.
 func (w *Writer) process(idx int, p *model.Process) {
-	pid, gpid := int(p.PID), GPUPID(p.PID)
+	pid := int(p.PID)
 
 	// Each process's device track sorts right after the process itself.
 	w.meta("process_name", pid, 0, p.Label())
@@ -244,11 +265,22 @@ func (w *Writer) process(idx int, p *model.Process) {
 		}
 		w.meta("thread_name", pid, int(tid), name)
 	}
-	if len(p.Streams) > 0 || p.NGPUOps > 0 {
-		w.meta("process_name", gpid, 0, "GPU 0 — "+p.Label()+" (inferred)")
+	if len(p.Streams) == 0 && p.NGPUOps == 0 {
+		return
+	}
+	// One track per device the process's work ran on ("GPU ?" for work
+	// cudatap could not attribute), each stream under the devices it
+	// served; a process with no GPU work yet shows its streams on device 0.
+	devices := model.DeviceBits(p.Devices)
+	if len(devices) == 0 {
+		devices = []int8{0}
+	}
+	for _, d := range devices {
+		gpid := DeviceTrackPID(p.PID, d)
+		w.meta("process_name", gpid, 0, deviceName(d)+" — "+p.Label()+" (inferred)")
 		w.metaSort("process_sort_index", gpid, 0, 2*idx+1)
 		for _, s := range p.Streams {
-			if s == nil {
+			if s == nil || (s.Devices&model.DeviceBitsOf(d) == 0 && !(s.Devices == 0 && d == devices[0])) {
 				continue
 			}
 			w.meta("thread_name", gpid, s.ID, s.Label())
@@ -427,7 +459,7 @@ func (w *Writer) GPUOp(p *model.Process, op *model.GPUOp) {
 	if w.err != nil || w.closed {
 		return
 	}
-	gpid := GPUPID(p.PID)
+	gpid := DeviceTrackPID(p.PID, op.Device)
 	dur := uint64(minDur)
 	if op.End > op.Start {
 		dur = op.End - op.Start
@@ -485,7 +517,7 @@ func (w *Writer) GPUOp(p *model.Process, op *model.GPUOp) {
 	if op.Correlation != 0 {
 		w.uint("correlation", op.Correlation)
 	}
-	w.int("device", 0)
+	w.int("device", int64(op.Device))
 	switch op.Kind {
 	case model.OpKernel:
 		w.str("kernel_short", k.Display)
@@ -515,7 +547,7 @@ func (w *Writer) GPUOp(p *model.Process, op *model.GPUOp) {
 	if op.AfterStream >= 0 {
 		id := depFlowBase + w.deps
 		w.deps++
-		w.flow("s", "cuda_event", id, gpid, int(op.AfterStream), op.AfterStart)
+		w.flow("s", "cuda_event", id, DeviceTrackPID(p.PID, op.AfterDevice), int(op.AfterStream), op.AfterStart)
 		w.flow("f", "cuda_event", id, gpid, op.Stream, start)
 	}
 }

@@ -645,3 +645,33 @@ func TestDeviceProperties(t *testing.T) {
 		t.Errorf("deviceProperties %v", dp)
 	}
 }
+
+// Each device a process's work ran on gets its own track, named after it,
+// with the streams that served it; work cudatap cannot attribute goes to
+// "GPU ?".
+func TestDeviceTracks(t *testing.T) {
+	var buf bytes.Buffer
+	w := NewWriter(&buf, nil, Options{})
+	p := &model.Process{PID: 7, Devices: model.DeviceBitsOf(1) | model.DeviceBitsOf(model.DeviceUnknown),
+		Streams: []*model.Stream{{ID: 0, Kind: model.StreamLegacy, Devices: model.DeviceBitsOf(1)},
+			{ID: 1, Kind: model.StreamPreExisting, Device: model.DeviceUnknown, Devices: model.DeviceBitsOf(model.DeviceUnknown)}}}
+	w.GPUOp(p, &model.GPUOp{Kind: model.OpMemset, Stream: 0, Device: 1, Start: 5000, End: 9000, After: -1, AfterStream: -1})
+	w.GPUOp(p, &model.GPUOp{Kind: model.OpMemset, Stream: 1, Device: model.DeviceUnknown, Start: 5000, End: 9000, After: -1, AfterStream: -1})
+	if err := w.Close(&model.Result{Processes: []*model.Process{p}}); err != nil {
+		t.Fatal(err)
+	}
+	tracks := map[int64]string{}
+	ops := map[int64]int64{}
+	for _, ev := range parse(t, buf.Bytes()).TraceEvents {
+		switch {
+		case ev["ph"] == "M" && ev["name"] == "process_name":
+			tracks[integer(t, ev["pid"])] = args(ev)["name"].(string)
+		case ev["ph"] == "X":
+			ops[integer(t, ev["pid"])] = integer(t, args(ev)["device"])
+		}
+	}
+	d1, unknown := int64(DeviceTrackPID(7, 1)), int64(DeviceTrackPID(7, model.DeviceUnknown))
+	if !strings.HasPrefix(tracks[d1], "GPU 1 — ") || !strings.HasPrefix(tracks[unknown], "GPU ? — ") || ops[d1] != 1 || ops[unknown] != -1 {
+		t.Errorf("tracks %v, ops by track %v", tracks, ops)
+	}
+}

@@ -72,6 +72,7 @@ const (
 	ClassCaptureBegin
 	ClassCaptureEnd
 	ClassGraphInstantiate
+	ClassSetDevice // the calling thread's current device
 )
 
 // Spec describes one hooked API: its symbols and how the BPF side reads it.
@@ -235,6 +236,9 @@ const (
 	CuStreamBeginCapture
 	CuStreamEndCapture
 	CuGraphInstantiate
+
+	// The calling thread's device (appended).
+	CudaSetDevice
 	numAPIs
 )
 
@@ -334,6 +338,10 @@ var specs = [...]Spec{
 		Symbols: []string{"cuStreamBeginCapture_v2", "cuStreamBeginCapture_v2_ptsz"}},
 	{API: CuStreamEndCapture, Name: "cuStreamEndCapture", Layer: Driver, Class: ClassCaptureEnd, Return: true, OutArg: 2, Symbols: ptsz("cuStreamEndCapture")},
 	{API: CuGraphInstantiate, Name: "cuGraphInstantiateWithFlags", Layer: Driver, Class: ClassGraphInstantiate, Return: true, OutArg: 1},
+
+	// Streams created, and work enqueued on the default streams, belong to
+	// the calling thread's current device. Rare; its result matters.
+	{API: CudaSetDevice, Name: "cudaSetDevice", Class: ClassSetDevice, Return: true},
 }
 
 // The per-thread-default-stream builds export each stream call twice.

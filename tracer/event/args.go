@@ -54,6 +54,8 @@ type Args struct {
 	DataType uint8
 	RedOp    uint8
 
+	Device int32 // cudaSetDevice
+
 	HasStream bool
 	Kind      MemcpyKind
 }
@@ -88,6 +90,8 @@ func (e *Event) Decode(a *Args) {
 		a.Ptr, a.Stream, a.HasStream, a.Flags, a.Priority = r[0], e.Out, true, uint32(r[1]), int32(r[2])
 	case CudaStreamDestroy, CudaStreamSynchronize, CudaStreamQuery:
 		a.Stream, a.HasStream = r[0], true
+	case CudaSetDevice:
+		a.Device = int32(r[0])
 	case CudaLaunchKernel, CudaLaunchCooperativeKernel:
 		// dim3 by value takes two registers: x|y, then z.
 		a.Func, a.Grid, a.Block = r[0], dim3(r[1], r[2]), dim3(r[3], r[4])

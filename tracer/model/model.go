@@ -115,6 +115,20 @@ type procState struct {
 	// before (ns): the naming window can close once this stops changing.
 	newStubAt uint64
 	holds     map[uint32][]Hold // by thread, until a call covers them
+	devices   map[uint32]int8   // by thread: its current device, once cudaSetDevice was seen
+}
+
+// currentDevice is thread tid's current device: the last it set, else
+// CUDA's default, device 0 — unknown in a process that ran before cudatap
+// attached (it may have set one then).
+func (ps *procState) currentDevice(tid uint32) int8 {
+	if d, ok := ps.devices[tid]; ok {
+		return d
+	}
+	if ps.p.AttachedLate {
+		return DeviceUnknown
+	}
+	return 0
 }
 
 // New returns an empty model that hands what it concludes to sink (nil:
@@ -181,7 +195,7 @@ func (m *Model) proc(pid uint32) *procState {
 	ps := &procState{p: p, byHandle: map[uint64]int{}, perThread: map[uint32]int{},
 		events: map[uint64]eventPos{}, polls: map[pollKey]pollState{},
 		capturing: map[int]int32{}, graphs: map[uint64]int32{}, execs: map[uint64]int32{},
-		ops: make([]GPUOp, 64), stacks: map[string]int32{}, pyIndex: map[string]int32{}}
+		ops: make([]GPUOp, 64), stacks: map[string]int32{}, pyIndex: map[string]int32{}, devices: map[uint32]int8{}}
 	// Stream 0 always exists: the legacy default stream.
 	ps.newStream(&Stream{Kind: StreamLegacy})
 	m.procs[pid] = ps
@@ -215,7 +229,7 @@ func (ps *procState) streamID(handle uint64, perThreadDefault bool, tid uint32, 
 	if id, ok := ps.byHandle[handle]; ok {
 		return id
 	}
-	id := ps.newStream(&Stream{Kind: StreamPreExisting, Handle: handle})
+	id := ps.newStream(&Stream{Kind: StreamPreExisting, Handle: handle, Device: DeviceUnknown})
 	ps.byHandle[handle] = id
 	return id
 }
@@ -282,9 +296,13 @@ func (m *Model) Handle(ev *event.Event) {
 		if ok && a.Stream != 0 {
 			// A handle reused after destroy is a new stream.
 			id := ps.newStream(&Stream{Kind: StreamCreated, Handle: a.Stream, NonBlocking: a.Flags&1 != 0,
-				Priority: a.Priority, CreatedAt: ev.Start})
+				Priority: a.Priority, CreatedAt: ev.Start, Device: ps.currentDevice(call.TID)})
 			ps.byHandle[a.Stream] = id
 			call.Stream = int32(id)
+		}
+	case event.ClassSetDevice:
+		if call.HasRet && call.Ret == 0 && a.Device >= 0 && a.Device < maxDevices {
+			ps.devices[call.TID] = int8(a.Device)
 		}
 	case event.ClassStreamDestroy:
 		if call.Stream > 0 {
@@ -542,6 +560,15 @@ func (m *Model) enqueue(ps *procState, op GPUOp) int {
 	st := ps.st[sid]
 	op.ID, op.Stream, op.Call, op.Correlation, op.Enqueued, op.API, op.TID = ps.nextOp, sid, call.Seq, m.corr, call.Start, call.API, call.TID
 	op.EnqueueOnly = call.End <= call.Start
+	// A created stream belongs to the device it was created on; work on a
+	// default stream goes to the calling thread's current device.
+	if s := p.Streams[sid]; s.Kind == StreamCreated || s.Kind == StreamPreExisting {
+		op.Device = s.Device
+	} else {
+		op.Device = ps.currentDevice(call.TID)
+	}
+	p.Devices |= deviceBit(op.Device)
+	p.Streams[sid].Devices |= deviceBit(op.Device)
 	op.Start, op.End = call.Start, call.Start
 	op.After, st.waitAfter = st.waitAfter, -1
 	op.AfterStream = -1
@@ -827,7 +854,7 @@ func (m *Model) waitFor(ps *procState, op *GPUOp, t uint64) {
 		m.boundStream(ps, dep.Stream, dep.ID, t)
 	}
 	op.Start = max(op.Start, dep.End)
-	op.AfterStart, op.AfterStream = dep.Start, int32(dep.Stream)
+	op.AfterStart, op.AfterStream, op.AfterDevice = dep.Start, int32(dep.Stream), dep.Device
 }
 
 // layOutUnbounded places an op no synchronization bounded: right after the
@@ -843,7 +870,7 @@ func (m *Model) layOutUnbounded(ps *procState, op *GPUOp) {
 		if dep := ps.op(op.After); dep != nil {
 			m.layOutUnbounded(ps, dep)
 			op.Start = max(op.Start, dep.End)
-			op.AfterStart, op.AfterStream = dep.Start, int32(dep.Stream)
+			op.AfterStart, op.AfterStream, op.AfterDevice = dep.Start, int32(dep.Stream), dep.Device
 		}
 	}
 	op.End = op.Start

@@ -15,7 +15,7 @@ func streamsNoStats(p *traced) []Stream {
 	var out []Stream
 	for _, s := range p.Streams {
 		c := *s
-		c.Stats = StreamStats{}
+		c.Stats, c.Devices = StreamStats{}, 0 // devices: TestDevices
 		out = append(out, c)
 	}
 	return out
@@ -80,8 +80,8 @@ func TestPreExistingStream(t *testing.T) {
 	)
 	want := []Stream{
 		{ID: 0, Kind: StreamLegacy},
-		{ID: 1, Handle: 0x5000, Kind: StreamPreExisting},
-		{ID: 2, Handle: 0x6000, Kind: StreamPreExisting},
+		{ID: 1, Handle: 0x5000, Kind: StreamPreExisting, Device: DeviceUnknown},
+		{ID: 2, Handle: 0x6000, Kind: StreamPreExisting, Device: DeviceUnknown},
 	}
 	if got := streamsNoStats(p); !reflect.DeepEqual(got, want) {
 		t.Errorf("streams:\n got %+v\nwant %+v", got, want)
@@ -198,7 +198,7 @@ func TestStreamDestroyUnknownAndLegacy(t *testing.T) {
 	if p.Streams[0].DestroyedAt != 0 {
 		t.Error("legacy stream marked destroyed")
 	}
-	want := []Stream{{ID: 0, Kind: StreamLegacy}, {ID: 1, Handle: 0x77, Kind: StreamPreExisting, DestroyedAt: 2000}}
+	want := []Stream{{ID: 0, Kind: StreamLegacy}, {ID: 1, Handle: 0x77, Kind: StreamPreExisting, Device: DeviceUnknown, DestroyedAt: 2000}}
 	if got := streamsNoStats(p); !reflect.DeepEqual(got, want) {
 		t.Errorf("streams:\n got %+v\nwant %+v", got, want)
 	}

@@ -30,6 +30,12 @@ type Stream struct {
 	OwnerTID    uint32 // for per-thread default streams
 	CreatedAt   uint64 // ns, 0 if not seen
 	DestroyedAt uint64 // ns, 0 if not seen
+	// Device: the device a created stream belongs to (DeviceUnknown for a
+	// stream created before cudatap attached); default streams serve every
+	// device, each op going to its thread's current device. Devices has a
+	// bit per device its ops ran on (see DeviceBits).
+	Device  int8
+	Devices uint64
 
 	Stats StreamStats
 }
@@ -223,6 +229,8 @@ type GPUOp struct {
 	API         event.API // the call that enqueued it (names collectives)
 	Kind        OpKind
 	CopyKind    event.MemcpyKind
+	Device      int8 // the device it ran on, DeviceUnknown when cudatap cannot tell
+	AfterDevice int8 // the device of the op it waits for
 	Bounded     bool // End is bounded by an observed completion (sync, ready query)
 	EnqueueOnly bool // the enqueue call has no duration (only its entry was probed)
 	Pageable    bool
@@ -300,9 +308,11 @@ type Process struct {
 	// came, so DeviceMemInUse/Peak count only what was allocated since.
 	PinnedRecovered uint64
 	AttachedLate    bool
-	HeldNs          uint64 // time its threads were held while cudatap hooked libraries
-	FirstSeen       uint64
-	LastSeen        uint64
+	// Devices has a bit per device the process's GPU ops ran on (DeviceBits).
+	Devices   uint64
+	HeldNs    uint64 // time its threads were held while cudatap hooked libraries
+	FirstSeen uint64
+	LastSeen  uint64
 }
 
 // symbolsPerAPI bounds the symbols of one API (cudaMemcpy, cudaMemcpy_ptds).
@@ -420,3 +430,36 @@ func (r *Result) Name(n *Names) {
 		}
 	}
 }
+
+// DeviceUnknown is the device of work cudatap cannot attribute: on a stream
+// created, or by a thread that chose its device, before cudatap attached.
+const DeviceUnknown int8 = -1
+
+// maxDevices bounds the device numbers kept (one bit each in Devices masks,
+// the last for DeviceUnknown).
+const maxDevices = 63
+
+func deviceBit(d int8) uint64 {
+	if d < 0 || d >= maxDevices {
+		return 1 << maxDevices
+	}
+	return 1 << uint(d)
+}
+
+// DeviceBits lists the devices of a Devices mask in order, DeviceUnknown
+// last.
+func DeviceBits(mask uint64) []int8 {
+	var out []int8
+	for d := int8(0); d < maxDevices; d++ {
+		if mask&(1<<uint(d)) != 0 {
+			out = append(out, d)
+		}
+	}
+	if mask&(1<<maxDevices) != 0 {
+		out = append(out, DeviceUnknown)
+	}
+	return out
+}
+
+// DeviceBitsOf is device d's bit in a Devices mask.
+func DeviceBitsOf(d int8) uint64 { return deviceBit(d) } // exported for export/chrome

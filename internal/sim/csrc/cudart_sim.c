@@ -640,18 +640,25 @@ API cudaError_t cudaHostUnregister(void *ptr)
 
 /* ---- device ---- */
 
-/* One modeled device, number 0. */
+/* Two devices to choose from, per thread as in CUDA; both share the one
+ * modeled GPU clock (a tracer only needs to attribute work to them). */
+#define SIM_DEVICES 2
+static __thread int current_device;
+
 API cudaError_t cudaGetDevice(int *device)
 {
 	if (!device)
 		return cudaErrorInvalidValue;
-	*device = 0;
+	*device = current_device;
 	return cudaSuccess;
 }
 
 API cudaError_t cudaSetDevice(int device)
 {
-	return device == 0 ? cudaSuccess : cudaErrorInvalidDevice;
+	if (device < 0 || device >= SIM_DEVICES)
+		return cudaErrorInvalidDevice;
+	current_device = device;
+	return cudaSuccess;
 }
 
 /* No call leaves a sticky error behind. */

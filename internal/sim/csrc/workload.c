@@ -271,6 +271,31 @@ static void scenario_basic(const struct options *o)
 	free(s);
 }
 
+/* devices: work on two devices. On device 1: a stream created there, N
+ * launches on it and 2N on the legacy stream; back on device 0: 3N launches
+ * on the legacy stream, while the stream of device 1 gets N more. A failed
+ * cudaSetDevice(7) changes nothing. Device 1 runs 4N ops, device 0 3N. */
+static void scenario_devices(const struct options *o)
+{
+	dim3 one = { 1, 1, 1 };
+	cudaStream_t s1;
+	CK(cudaSetDevice, 1);
+	CK(cudaStreamCreate, &s1);
+	for (long i = 0; i < o->iters; i++)
+		CK(cudaLaunchKernel, GEMM, one, one, gemm_args, 0, s1);
+	for (long i = 0; i < 2 * o->iters; i++)
+		CK(cudaLaunchKernel, GEMM, one, one, gemm_args, 0, NULL);
+	CK(cudaDeviceSynchronize);
+	CK(cudaSetDevice, 0);
+	expect(CALL(cudaSetDevice, 7) == cudaErrorInvalidDevice, "cudaSetDevice(7) did not fail");
+	for (long i = 0; i < 3 * o->iters; i++)
+		CK(cudaLaunchKernel, GEMM, one, one, gemm_args, 0, NULL);
+	for (long i = 0; i < o->iters; i++)
+		CK(cudaLaunchKernel, GEMM, one, one, gemm_args, 0, s1);
+	CK(cudaDeviceSynchronize);
+	CK(cudaStreamDestroy, s1);
+}
+
 /* launches: N one-block launches on the legacy stream, a device sync every
  * 256 and at the end; nothing else, for overhead benchmarks. */
 static void scenario_launches(const struct options *o)
@@ -912,6 +937,7 @@ static const struct {
 	void (*run)(const struct options *);
 } scenarios[] = {
 	{ "basic", scenario_basic },   { "launches", scenario_launches }, { "ptsz", scenario_ptsz },
+	{ "devices", scenario_devices },
 	{ "timing", scenario_timing }, { "all", scenario_all },   { "stacktop", scenario_stacktop },
 #ifdef SIM_DRIVER
 	{ "driver", scenario_driver }, { "driver-all", scenario_driver_all }, { "mixed", scenario_mixed },
