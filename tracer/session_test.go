@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -634,5 +635,57 @@ func TestDevices(t *testing.T) {
 	checkCounts(t, out, rep)
 	if got, want := count(tracedOf(t, out, rep.PID)), map[int8]int{0: 15, 1: 20}; !maps.Equal(got, want) {
 		t.Errorf("ops by device %v, want %v", got, want)
+	}
+}
+
+// TestBusyBounds: without kernel timings, each stream's GPU busy time is
+// bounded from above, and the simulated GPU's modeled busy time is within
+// the bound, stream by stream, in every scenario.
+func TestBusyBounds(t *testing.T) {
+	testutil.RequireRoot(t)
+	b := testutil.Sim(t)
+	for _, scenario := range []string{"basic", "launches", "ptsz", "timing", "all"} {
+		t.Run(scenario, func(t *testing.T) {
+			out, rep := launch(t, probe.StacksNone, b.Workload, "--scenario", scenario, "--iters", "20")
+			p := tracedOf(t, out, rep.PID)
+			if len(rep.BusyNs) == 0 {
+				t.Fatal("the workload reported no busy times")
+			}
+			for handle, busy := range rep.BusyNs {
+				// "0x…" (0: legacy), or "ptds:TID" for a thread's
+				// per-thread default stream.
+				var match func(*model.Stream) bool
+				if tid, ok := strings.CutPrefix(handle, "ptds:"); ok {
+					match = func(c *model.Stream) bool {
+						return c.Kind == model.StreamPerThread && strconv.Itoa(int(c.OwnerTID)) == tid
+					}
+				} else {
+					h, err := strconv.ParseUint(strings.TrimPrefix(handle, "0x"), 16, 64)
+					if err != nil {
+						t.Fatalf("handle %q: %v", handle, err)
+					}
+					match = func(c *model.Stream) bool {
+						return (h == 0 && c.Kind == model.StreamLegacy) || (h != 0 && c.Handle == h && c.Kind != model.StreamPerThread)
+					}
+				}
+				var s *model.Stream
+				for _, c := range p.Streams {
+					if match(c) {
+						s = c
+					}
+				}
+				if s == nil {
+					if busy > 0 {
+						t.Errorf("stream %s: %d ns of GPU work, not traced", handle, busy)
+					}
+					continue
+				}
+				st := s.Stats
+				if uint64(busy) > st.BusyMaxNs {
+					t.Errorf("%s: modeled busy %d ns above the bound %d", s.Label(), busy, st.BusyMaxNs)
+				}
+				t.Logf("%s: busy %d ns, at most %d", s.Label(), busy, st.BusyMaxNs)
+			}
+		})
 	}
 }

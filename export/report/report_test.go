@@ -68,12 +68,12 @@ func TestSummary(t *testing.T) {
 
 	header := row(t, out, "STREAM")
 	for label, want := range map[string][]string{
-		//                                  LAUNCHES COPIES HtoD DtoH DtoD PAGEABLE PINNED MEMSETS EXPLICIT IMPLICIT GPU OPS
-		"stream 0 (legacy default)":        {"0", "1", "0 B", "0 B", "512 B", "0 B", "0 B", "0", "-", "1 / 2.9 ms", "1"},
-		"stream 2 (non-blocking, prio -1)": {"2", "2", "1.0 MiB", "4.0 KiB", "0 B", "4.0 KiB", "1.0 MiB", "0", "2 / 2.8 ms", "1 / 30.0 µs", "4"},
-		"stream 3 (pre-existing)":          {"1", "0", "0 B", "0 B", "0 B", "0 B", "0 B", "1", "-", "-", "2"},
-		"device-wide":                      {"-", "-", "-", "-", "-", "-", "-", "-", "1 / 4.8 ms", "-", "-"},
-		"total":                            {"4", "3", "1.0 MiB", "4.0 KiB", "512 B", "4.0 KiB", "1.0 MiB", "1", "3 / 7.6 ms", "2 / 2.9 ms", "8"},
+		//                                  LAUNCHES COPIES HtoD DtoH DtoD PAGEABLE PINNED MEMSETS EXPLICIT IMPLICIT GPU OPS, GPU BUSY (an upper bound, of the 11.5 ms traced)
+		"stream 0 (legacy default)":        {"0", "1", "0 B", "0 B", "512 B", "0 B", "0 B", "0", "-", "1 / 2.9 ms", "1", "≤ 0 ns (0%)"},
+		"stream 2 (non-blocking, prio -1)": {"2", "2", "1.0 MiB", "4.0 KiB", "0 B", "4.0 KiB", "1.0 MiB", "0", "2 / 2.8 ms", "1 / 30.0 µs", "4", "≤ 5.8 ms (50%)"},
+		"stream 3 (pre-existing)":          {"1", "0", "0 B", "0 B", "0 B", "0 B", "0 B", "1", "-", "-", "2", "≤ 20.0 ms (100%)"},
+		"device-wide":                      {"-", "-", "-", "-", "-", "-", "-", "-", "1 / 4.8 ms", "-", "-", "-"},
+		"total":                            {"4", "3", "1.0 MiB", "4.0 KiB", "512 B", "4.0 KiB", "1.0 MiB", "1", "3 / 7.6 ms", "2 / 2.9 ms", "8", "-"},
 	} {
 		got := row(t, out, label)
 		if len(got) != len(header) || strings.Join(got[1:], "|") != strings.Join(want, "|") {

@@ -266,6 +266,9 @@ type Report struct {
 	// at the runtime's first use of the driver): calls a tracer that hooks
 	// libcuda sees but must not count as the program's own.
 	Internal map[string]int `json:"internal,omitempty"`
+	// BusyNs is the modeled GPU time of each stream, by handle ("0x0": the
+	// legacy stream): what a tracer's busy-time bounds must contain.
+	BusyNs map[string]int64 `json:"busy_ns,omitempty"`
 	// Lines (pysync.py only) maps a Python function to the line of the call
 	// in it that a tracer should name.
 	Lines map[string]int `json:"lines,omitempty"`

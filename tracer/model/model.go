@@ -76,7 +76,38 @@ type streamState struct {
 	lastOp      int
 	lastEnqueue uint64
 	waitAfter   int // op a cudaStreamWaitEvent made the next op wait for, -1 = none
+	busy        busyBounds
 }
+
+// busyBounds accumulates the upper bound of a stream's GPU busy time that is
+// known without kernel timings (StreamStats.BusyMaxNs): each op ran within
+// [earliest start, latest end] — it could not start before its enqueue nor
+// before the stream's previous op could, and it had ended by the
+// synchronization that proved it complete (by the end of the recording if
+// none did) — so the union of those intervals holds all of the stream's
+// work. No lower bound is known without timings: a host blocked in a
+// synchronization also waits for its own wake-up after the GPU finished
+// (81 µs blocked for 20 µs of work on the simulated GPU, TestBusyBounds).
+type busyBounds struct {
+	earliest         uint64 // earliest start of the stream's last op
+	maxStart, maxEnd uint64 // the union's current interval
+	maxNs            uint64 // closed intervals of the union
+}
+
+// op adds an op that could start no earlier than enqueued and had ended by
+// latest.
+func (b *busyBounds) op(enqueued, latest uint64) {
+	b.earliest = max(b.earliest, enqueued)
+	latest = max(latest, b.earliest)
+	if b.maxEnd == 0 || b.earliest > b.maxEnd {
+		b.maxNs += b.maxEnd - b.maxStart
+		b.maxStart, b.maxEnd = b.earliest, latest
+		return
+	}
+	b.maxEnd = max(b.maxEnd, latest)
+}
+
+func (b *busyBounds) max() uint64 { return b.maxNs + b.maxEnd - b.maxStart }
 
 func (s *streamState) pending() []int { return s.queue[s.head:] }
 
@@ -833,6 +864,9 @@ func (m *Model) boundStream(ps *procState, sid int, upto int, t uint64) {
 		share := begin + mulDiv(t-begin, uint64(k+1), uint64(n))
 		op.End = max(op.Start, share)
 		op.Bounded = true
+		// Proven complete when the call being handled returned, at the
+		// latest (t, where the layout ends it, may be its start).
+		st.busy.op(op.Enqueued, max(t, m.call.End))
 		prev = op.End
 		st.gpuClock = prev
 		st.pop(1)
@@ -875,6 +909,7 @@ func (m *Model) layOutUnbounded(ps *procState, op *GPUOp) {
 	}
 	op.End = op.Start
 	st.gpuClock = op.End
+	st.busy.op(op.Enqueued, m.end) // no sync proved it done: by the end, as far as is known
 	if pend := st.pending(); len(pend) > 0 && pend[0] == op.ID {
 		st.pop(1)
 	} else if i := slices.Index(pend, op.ID); i >= 0 {
@@ -909,6 +944,10 @@ func (m *Model) Finish() *Result {
 			}
 		}
 		ps.p.CommNs, ps.p.OverlapNs = ps.overlap.finish()
+		for sid, st := range ps.st {
+			s := &ps.p.Streams[sid].Stats
+			s.BusyMaxNs = st.busy.max()
+		}
 		r.Processes = append(r.Processes, ps.p)
 	}
 	r.Drops = m.drops

@@ -82,6 +82,10 @@ type StreamStats struct {
 	Collectives   int64  // NCCL operations enqueued
 	CommBytes     uint64 // their payload bytes
 	GPUOps        int64  // GPU operations enqueued (not captured into a graph)
+	// BusyMaxNs bounds the time the stream's GPU work took from above,
+	// without kernel timings (the true value is at most this; see
+	// busyBounds). Set by Finish.
+	BusyMaxNs uint64
 }
 
 // OpKind is the kind of inferred GPU activity.

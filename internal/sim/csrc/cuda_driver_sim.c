@@ -27,6 +27,8 @@
 #include <errno.h>
 #include <pthread.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,6 +96,8 @@ PRIVATE const char *sim_driver_calls(int i, unsigned long *calls)
 
 struct CUstream_st {
 	int64_t clock;  /* completion time of the last enqueued operation */
+	int64_t busy;   /* modeled GPU time of the operations enqueued on it */
+	int owner;      /* per-thread default stream: its thread's tid; else 0 */
 	unsigned flags; /* CU_STREAM_NON_BLOCKING or not */
 	struct CUstream_st *prev, *next; /* live-stream list, for implicit syncs */
 };
@@ -125,6 +129,13 @@ static pthread_cond_t hostfn_returned = PTHREAD_COND_INITIALIZER;
 static struct CUstream_st legacy_stream;
 static struct CUstream_st *streams; /* created and per-thread streams */
 static int64_t retired_clock; /* latest clock of a destroyed stream */
+/* The busy time of destroyed streams, by handle, for sim_stream_busy. */
+static struct retired_busy {
+	const void *handle;
+	int64_t busy;
+	int owner;
+} retired_busy[1024];
+static int nretired_busy;
 static uintptr_t device_next = DEVICE_BASE;
 static struct pinned_range *pinned;
 static size_t npinned, cap_pinned;
@@ -175,6 +186,8 @@ static void stream_retire(struct CUstream_st *s)
 	if (s->next)
 		s->next->prev = s->prev;
 	retired_clock = max64(retired_clock, s->clock);
+	if (nretired_busy < (int)(sizeof retired_busy / sizeof retired_busy[0]))
+		retired_busy[nretired_busy++] = (struct retired_busy){ s, s->busy, s->owner };
 	pthread_mutex_unlock(&mu);
 	free(s);
 }
@@ -205,6 +218,7 @@ static struct CUstream_st *per_thread_stream(void)
 		thread_stream = stream_new(CU_STREAM_DEFAULT);
 		if (!thread_stream)
 			abort(); /* no stream to return: the caller has nowhere to report it */
+		thread_stream->owner = (int)syscall(SYS_gettid);
 		pthread_setspecific(thread_stream_key, thread_stream);
 	}
 	return thread_stream;
@@ -240,7 +254,33 @@ static int64_t enqueue_locked(struct CUstream_st *s, int64_t dur)
 		start = max64(start, legacy_stream.clock);
 	}
 	s->clock = start + dur;
+	s->busy += dur;
 	return s->clock;
+}
+
+/* The modeled busy time of stream i (0: the legacy stream, then the live
+ * streams, then destroyed ones), for workloads to report what a tracer's
+ * bounds must contain; its handle in *handle, and for a per-thread default
+ * stream its thread's tid in *owner (else 0). 0 past the last. */
+PRIVATE int sim_stream_busy(int i, const void **handle, int *owner, long long *ns)
+{
+	int found = 0;
+	pthread_mutex_lock(&mu);
+	*owner = 0;
+	if (i == 0) {
+		*handle = NULL, *ns = legacy_stream.busy, found = 1;
+	} else {
+		int k = 1;
+		for (struct CUstream_st *s = streams; s && !found; s = s->next, k++)
+			if (k == i)
+				*handle = s, *ns = s->busy, *owner = s->owner, found = 1;
+		if (!found && i - k >= 0 && i - k < nretired_busy) {
+			struct retired_busy *r = &retired_busy[i - k];
+			*handle = r->handle, *ns = r->busy, *owner = r->owner, found = 1;
+		}
+	}
+	pthread_mutex_unlock(&mu);
+	return found;
 }
 
 static int64_t enqueue(struct CUstream_st *s, int64_t dur)

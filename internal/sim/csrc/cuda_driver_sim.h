@@ -219,6 +219,7 @@ CUresult sim_enqueue(CUstream hStream, long long duration_ns);
 /* The i-th exported cu* entry point, with in *calls the number of times it
  * has been called in this process; NULL once i is past the last one. */
 const char *sim_driver_calls(int i, unsigned long *calls);
+int sim_stream_busy(int i, const void **handle, int *owner, long long *ns);
 
 #ifdef __cplusplus
 }

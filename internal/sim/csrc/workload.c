@@ -1093,6 +1093,21 @@ static void print_internal(void)
 			sep = ",";
 		}
 	}
+	/* "busy_ns":{"HANDLE":NS,...}: the modeled GPU time of each stream
+	 * (handle 0: the legacy stream), which a tracer's bounds must contain. */
+	__typeof__(sim_stream_busy) *busy = h ? (__typeof__(sim_stream_busy) *)dlsym(h, "sim_stream_busy") : NULL;
+	printf("},\"busy_ns\":{");
+	const void *handle;
+	int owner;
+	long long ns;
+	sep = "";
+	for (int i = 0; busy && busy(i, &handle, &owner, &ns); i++) {
+		if (owner)
+			printf("%s\"ptds:%d\":%lld", sep, owner, ns); /* the thread's per-thread default stream */
+		else
+			printf("%s\"%#lx\":%lld", sep, (unsigned long)(uintptr_t)handle, ns);
+		sep = ",";
+	}
 	if (h)
 		dlclose(h);
 	printf("}");
