@@ -80,6 +80,15 @@ for mode in ("eager", "compile", "triton"):
     their_graphs = sum(v for k, v in pc.items() if k in GRAPH)
     print(f"{mode:8} profiler launches {theirs:6} graphs {their_graphs:4} | cudatap launches {ours:6} graphs {graphs:4} | profiler API counts {pc}")
     check(ours == theirs and graphs == their_graphs, f"{mode}: launch and graph-launch counts equal the profiler's")
+    # Per API: launches the runtime made are named as the program called
+    # them (cudaLaunchKernel...), as the profiler names them.
+    by_name = {}
+    for e in host:
+        if e["name"] in LAUNCH:
+            by_name[e["name"]] = by_name.get(e["name"], 0) + 1
+    theirs_by_name = {k: v for k, v in pc.items() if k in LAUNCH}
+    print(f"         by API: profiler {dict(sorted(theirs_by_name.items()))} | cudatap {dict(sorted(by_name.items()))}")
+    check(by_name == theirs_by_name, f"{mode}: launches per API equal the profiler's")
     named = [e for e in ev if e.get("ph") == "X" and e.get("cat") == "kernel" and t0 <= e["ts"] <= t1 + 1e6]
     unnamed = sum(1 for e in named if e["name"].startswith("kernel@"))
     print(f"         GPU kernel slices {len(named)}, unnamed {unnamed}, e.g. {sorted({e['name'] for e in named})[:3]}")
