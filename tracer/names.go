@@ -53,8 +53,9 @@ func newResolver(s *Session) *resolver {
 
 // viaRuntime reports whether driver launch ev was made by the CUDA runtime
 // (the program called cudaLaunchKernel, ...): its return address lies in
-// the process's runtime library, or in an executable the runtime is linked
-// into.
+// the process's runtime library (or an executable the runtime is linked
+// into), or right after the program's call to a runtime function that
+// tail-called the driver.
 func (r *resolver) viaRuntime(ev *event.Event) bool {
 	k := model.NameKey{PID: ev.PID, Key: ev.Caller}
 	if v, ok := r.callers[k]; ok {
@@ -62,8 +63,17 @@ func (r *resolver) viaRuntime(ev *event.Event) bool {
 	}
 	v := false
 	if p := r.s.symProcess(ev.PID); p != nil {
-		if m, ok := p.MappingAt(ev.Caller); ok {
-			v = r.s.isRuntimeFile(int(ev.PID), m.Dev, m.Inode, m.Path)
+		inRuntime := func(addr uint64) bool {
+			m, ok := p.MappingAt(addr)
+			return ok && r.s.isRuntimeFile(int(ev.PID), m.Dev, m.Inode, m.Path)
+		}
+		v = inRuntime(ev.Caller)
+		if !v {
+			// The runtime may have tail-called the driver: then the
+			// program called a runtime function right before ev.Caller.
+			if target, ok := callTarget(int(ev.PID), ev.Caller); ok {
+				v = inRuntime(target)
+			}
 		}
 	}
 	if len(r.callers) >= maxComms {

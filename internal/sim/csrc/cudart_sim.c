@@ -236,7 +236,11 @@ API cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t *config, const void
 	cudaError_t err = launch_check(func, config->gridDim, config->blockDim);
 	if (err)
 		return err;
-	CUlaunchConfig c = driver_config(config);
+	/* Tail-calls the driver, as real cudart does here: the driver sees the
+	 * program's return address, not the runtime's (the config lives in
+	 * thread storage so that nothing on this frame outlives it). */
+	static __thread CUlaunchConfig c;
+	c = driver_config(config);
 	return drv.cuLaunchKernelEx(&c, function_of(func), args, NULL);
 }
 
