@@ -32,8 +32,7 @@ type target struct {
 	// hooked and name CUfunctions created before cudatap attached.
 	rtLaunch      *probe.Attachment
 	rtLaunchUntil time.Time // when to close rtLaunch at the latest; zero = not scheduled
-	// When the naming window began, on the wall and the trace clock.
-	rtLaunchFrom     time.Time
+	// When the naming window began, on the trace clock.
 	rtLaunchFromMono uint64
 	rtLaunchDone     bool
 	pyMu             sync.Mutex          // guards py and pyTried (reader goroutine and control loop)
@@ -212,8 +211,8 @@ func (s *Session) runtimeLaunches(t *target, d *probe.Discovery, launched bool) 
 	var ts unix.Timespec
 	unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
 	s.mu.Lock()
-	t.rtLaunchFrom, t.rtLaunchFromMono = time.Now(), uint64(ts.Nano())
-	t.rtLaunchUntil = t.rtLaunchFrom.Add(window)
+	t.rtLaunchFromMono = uint64(ts.Nano())
+	t.rtLaunchUntil = time.Now().Add(window)
 	s.mu.Unlock()
 }
 

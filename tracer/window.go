@@ -15,7 +15,8 @@ import (
 const namingQuiet = 500 * time.Millisecond
 
 // endNamingWindows closes runtime launch probes whose naming window is
-// over: at its deadline, or once it has named nothing new for namingQuiet.
+// over: at its deadline, or once it has named nothing new for namingQuiet
+// after naming something.
 func (s *Session) endNamingWindows(now time.Time) {
 	var ts unix.Timespec
 	unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
@@ -32,7 +33,11 @@ func (s *Session) endNamingWindows(now time.Time) {
 		s.modelMu.Lock()
 		last := s.model.LastNewStub(uint32(t.pid))
 		s.modelMu.Unlock()
-		quiet := t.rtLaunchFrom.Add(namingQuiet).Before(now) && mono-max(last, t.rtLaunchFromMono) > uint64(namingQuiet)
+		// Quiet only after it named something: a process idle when cudatap
+		// attached (waiting for data, a profiler starting up) launches
+		// nothing for a while, and closing then would leave every kernel
+		// it loaded earlier unnamed.
+		quiet := last >= t.rtLaunchFromMono && mono-last > uint64(namingQuiet)
 		if now.After(t.rtLaunchUntil) || quiet {
 			s.mu.Lock()
 			if t.rtLaunch != nil {
