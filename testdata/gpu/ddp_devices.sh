@@ -18,6 +18,6 @@ t = json.load(open(sys.argv[1]))
 names = {e["pid"]: e["args"]["name"] for e in t["traceEvents"] if e.get("ph") == "M" and e["name"] == "process_name"}
 ops = collections.Counter((e["pid"] % 10_000_000, e["args"].get("device")) for e in t["traceEvents"]
                           if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset", "nccl"))
-print("GPU ops by (pid, device):", dict(sorted(ops.items())))
+print("GPU ops by (pid, device):", dict(sorted(ops.items(), key=str)))
 print("tracks:", sorted(v for k, v in names.items() if k >= 1_000_000_000))
 PY
