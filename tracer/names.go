@@ -4,6 +4,10 @@ import (
 	"bytes"
 	"encoding/binary"
 	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/cudatap/cudatap/internal/objfile"
 	"sort"
 
 	"github.com/cudatap/cudatap/symbolize/python"
@@ -39,6 +43,9 @@ type resolver struct {
 	// Whether a driver launch's return address lies in the CUDA runtime,
 	// by process and address (launches come from a handful of call sites).
 	callers map[model.NameKey]bool
+	// Kernel names by the file offset of their host stub, from each
+	// stripped file's registration code (objfile.KernelRegistrations).
+	registrations map[string]map[uint64]string
 }
 
 // maxComms bounds the remembered process names: library loads come from
@@ -48,7 +55,7 @@ const maxComms = 1 << 14
 func newResolver(s *Session) *resolver {
 	return &resolver{s: s, names: model.NewNames(), procs: map[uint32]bool{},
 		pyFailed: map[model.PyNameKey]pyRetry{}, pyResolved: map[uint32]uint32{}, comms: map[uint32]string{},
-		callers: map[model.NameKey]bool{}}
+		callers: map[model.NameKey]bool{}, registrations: map[string]map[uint64]string{}}
 }
 
 // viaRuntime reports whether driver launch ev was made by the CUDA runtime
@@ -81,6 +88,41 @@ func (r *resolver) viaRuntime(ev *event.Event) bool {
 	}
 	r.callers[k] = v
 	return v
+}
+
+// registeredKernel names host stub addr of process pid from the code that
+// registered it with the runtime, for files without a symbol for it
+// (stripped: pip's PyTorch), once per file.
+func (r *resolver) registeredKernel(pid uint32, addr uint64) string {
+	p := r.s.symProcess(pid)
+	if p == nil {
+		return ""
+	}
+	m, ok := p.MappingAt(addr)
+	if !ok || !m.IsFile() {
+		return ""
+	}
+	key := m.Dev + ":" + strconv.FormatUint(m.Inode, 10)
+	regs, ok := r.registrations[key]
+	if !ok {
+		start := time.Now()
+		fd, err := objfile.OpenFile(m.OpenPath(int(pid)))
+		if err != nil {
+			// Gone already: the path as it named it, from here (the same
+			// file unless it ran in another mount namespace).
+			fd, err = objfile.OpenFile(m.Path)
+		}
+		if err == nil {
+			regs, err = objfile.KernelRegistrations(fd)
+			fd.Close()
+		}
+		r.s.log.Debug("kernel registrations", "file", m.Path, "kernels", len(regs), "took", time.Since(start), "err", err)
+		if len(r.registrations) >= 256 {
+			clear(r.registrations)
+		}
+		r.registrations[key] = regs
+	}
+	return regs[m.FileOffset(addr)]
 }
 
 // comm remembers the process name a library-load record carries (in its
@@ -191,6 +233,9 @@ func (r *resolver) thread(k model.NameKey) {
 
 func (r *resolver) kernel(k model.NameKey) {
 	name := r.s.symbolizeAddr(k.PID, k.Key).Raw
+	if name == "" {
+		name = r.registeredKernel(k.PID, k.Key)
+	}
 	r.names.Kernels[k] = name
 	if r.s.rec != nil {
 		r.s.rec.Kernel(k.PID, k.Key, name)

@@ -118,6 +118,8 @@ func (s *Session) symProcess(pid uint32) *symbolize.Process {
 	if t == nil {
 		return nil
 	}
+	t.symMu.Lock()
+	defer t.symMu.Unlock()
 	if t.symbolize == nil {
 		p, err := symbolize.NewProcess(int(pid), s.cache)
 		if err != nil {

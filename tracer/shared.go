@@ -85,6 +85,7 @@ func (s *Session) adopt(pid int, d *probe.Discovery) error {
 	}
 	s.detectPython(t)
 	t.mapsHash = mapsHash(pid)
+	s.symProcess(uint32(pid)) // its mappings while it lives (see attachProcess)
 	return nil
 }
 

@@ -46,7 +46,8 @@ type target struct {
 	detached         bool // its probes were handed over for closing
 	mapsHash         uint64
 	exited           bool
-	symbolize        *symbolize.Process
+	symMu            sync.Mutex         // guards symbolize (reader goroutine and control loop)
+	symbolize        *symbolize.Process // the process's mappings, from when it was first needed
 }
 
 // attachProcess discovers and hooks the CUDA libraries of pid. With
@@ -132,6 +133,9 @@ func (s *Session) attachProcess(pid int, stopOnLoad, required bool) error {
 		s.recoverPinned(pid)
 	}
 	t.mapsHash = mapsHash(pid)
+	// Its mappings now, while it lives: a short-lived process may be gone
+	// by the time the reader names its kernels.
+	s.symProcess(uint32(pid))
 	return nil
 }
 

@@ -1,8 +1,16 @@
 package tracer
 
 import (
+	"bufio"
 	"context"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -87,4 +95,64 @@ func windowOpen(s *Session, pid int) bool {
 	defer s.mu.Unlock()
 	t := s.targets[pid]
 	return t != nil && t.rtLaunch != nil
+}
+
+// TestAttachNamesStrippedKernels attaches to a stripped program (as pip's
+// PyTorch is) whose kernels were registered before cudatap came: no symbol
+// names their host stubs, and the registrations were not seen; each kernel
+// is named from the code that registered it.
+func TestAttachNamesStrippedKernels(t *testing.T) {
+	testutil.RequireRoot(t)
+	b := testutil.Sim(t)
+	stripped := filepath.Join(t.TempDir(), "workload")
+	if out, err := exec.Command("strip", "--strip-all", "-o", stripped, b.Workload).CombinedOutput(); err != nil {
+		t.Fatalf("strip: %v\n%s", err, out)
+	}
+	if out, _ := exec.Command("nm", stripped).CombinedOutput(); !strings.Contains(string(out), "no symbols") {
+		t.Fatalf("the stripped copy still has symbols:\n%s", out)
+	}
+	cmd := exec.Command(stripped, "--warm-up", "--wait-after-setup", "--scenario", "basic", "--iters", "5")
+	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+filepath.Dir(b.Runtime))
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	br := bufio.NewReader(stdout)
+	if line, err := br.ReadString('\n'); err != nil || !strings.HasPrefix(line, "setup ") {
+		t.Fatalf("workload did not set up: %q %v", line, err)
+	}
+	col := model.NewCollector()
+	done := make(chan *Outcome, 1)
+	go func() {
+		out, err := Run(context.Background(), Config{PIDs: []int{cmd.Process.Pid}, Stacks: probe.StacksNone, NVMLInterval: -1,
+			Sink: col, Duration: time.Minute, OnAttached: func(int) { fmt.Fprintln(stdin, "go") }})
+		if err != nil {
+			t.Error(err)
+		}
+		done <- out
+	}()
+	io.ReadAll(br)
+	cmd.Wait()
+	out := <-done
+	if out == nil {
+		t.FailNow()
+	}
+	p := out.Result.Processes[0]
+	named := map[string]int{}
+	for _, op := range col.Traces[p.PID].GPUOps {
+		if op.Kind != model.OpKernel {
+			continue
+		}
+		name, addr := p.KernelSymbol(op.Func)
+		if name == "" {
+			name = out.Result.Names.Kernel(p.PID, addr)
+		}
+		named[name]++
+	}
+	// basic with 2 streams: 2 gemm launches and 1 relu per iteration.
+	if want := map[string]int{"sim_gemm_kernel": 10, "sim_relu_kernel": 5}; !maps.Equal(named, want) {
+		t.Errorf("kernels named %v, want %v", named, want)
+	}
 }
