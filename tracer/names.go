@@ -46,6 +46,8 @@ type resolver struct {
 	// Kernel names by the file offset of their host stub, from each
 	// stripped file's registration code (objfile.KernelRegistrations).
 	registrations map[string]map[uint64]string
+	regsPending   map[string][]pendingKernel // files being decoded, and the kernels waiting for them
+	regsDone      chan registrations
 }
 
 // maxComms bounds the remembered process names: library loads come from
@@ -55,7 +57,8 @@ const maxComms = 1 << 14
 func newResolver(s *Session) *resolver {
 	return &resolver{s: s, names: model.NewNames(), procs: map[uint32]bool{},
 		pyFailed: map[model.PyNameKey]pyRetry{}, pyResolved: map[uint32]uint32{}, comms: map[uint32]string{},
-		callers: map[model.NameKey]bool{}, registrations: map[string]map[uint64]string{}}
+		callers: map[model.NameKey]bool{}, registrations: map[string]map[uint64]string{},
+		regsPending: map[string][]pendingKernel{}, regsDone: make(chan registrations, 16)}
 }
 
 // viaRuntime reports whether driver launch ev was made by the CUDA runtime
@@ -92,37 +95,88 @@ func (r *resolver) viaRuntime(ev *event.Event) bool {
 
 // registeredKernel names host stub addr of process pid from the code that
 // registered it with the runtime, for files without a symbol for it
-// (stripped: pip's PyTorch), once per file.
-func (r *resolver) registeredKernel(pid uint32, addr uint64) string {
-	p := r.s.symProcess(pid)
+// (stripped: pip's PyTorch). Each file is decoded once, off the reader
+// goroutine (libtorch_cuda.so has hundreds of MB of code): until that is
+// done the kernel stays unnamed, and is named when the result comes in
+// (pollRegistrations).
+func (r *resolver) registeredKernel(k model.NameKey) string {
+	p := r.s.symProcess(k.PID)
 	if p == nil {
 		return ""
 	}
-	m, ok := p.MappingAt(addr)
+	m, ok := p.MappingAt(k.Key)
 	if !ok || !m.IsFile() {
 		return ""
 	}
 	key := m.Dev + ":" + strconv.FormatUint(m.Inode, 10)
-	regs, ok := r.registrations[key]
-	if !ok {
+	if regs, ok := r.registrations[key]; ok {
+		return regs[m.FileOffset(k.Key)]
+	}
+	wait := pendingKernel{k, m.FileOffset(k.Key)}
+	if waiting, ok := r.regsPending[key]; ok {
+		r.regsPending[key] = append(waiting, wait)
+		return ""
+	}
+	r.regsPending[key] = []pendingKernel{wait}
+	paths := []string{m.OpenPath(int(k.PID)), m.Path} // the second from here: the process may be gone
+	log := r.s.log
+	go func() {
 		start := time.Now()
-		fd, err := objfile.OpenFile(m.OpenPath(int(pid)))
+		var regs map[uint64]string
+		fd, err := objfile.OpenFile(paths[0])
 		if err != nil {
-			// Gone already: the path as it named it, from here (the same
-			// file unless it ran in another mount namespace).
-			fd, err = objfile.OpenFile(m.Path)
+			fd, err = objfile.OpenFile(paths[1])
 		}
 		if err == nil {
 			regs, err = objfile.KernelRegistrations(fd)
 			fd.Close()
 		}
-		r.s.log.Debug("kernel registrations", "file", m.Path, "kernels", len(regs), "took", time.Since(start), "err", err)
+		log.Debug("kernel registrations", "file", paths[1], "kernels", len(regs), "took", time.Since(start), "err", err)
+		r.regsDone <- registrations{key, regs}
+	}()
+	return ""
+}
+
+// pendingKernel is a kernel waiting for its file's registrations.
+type pendingKernel struct {
+	k   model.NameKey
+	off uint64 // its stub's file offset
+}
+
+// registrations are a file's stubs by file offset.
+type registrations struct {
+	key  string
+	regs map[uint64]string
+}
+
+// pollRegistrations names the kernels whose files' registrations came in;
+// with wait, it first waits for every scan still running (the end).
+func (r *resolver) pollRegistrations(wait bool) {
+	for len(r.regsPending) > 0 {
+		var done registrations
+		if wait {
+			done = <-r.regsDone
+		} else {
+			select {
+			case done = <-r.regsDone:
+			default:
+				return
+			}
+		}
 		if len(r.registrations) >= 256 {
 			clear(r.registrations)
 		}
-		r.registrations[key] = regs
+		r.registrations[done.key] = done.regs
+		for _, p := range r.regsPending[done.key] {
+			if name := done.regs[p.off]; name != "" {
+				r.names.Kernels[p.k] = name
+				if r.s.rec != nil {
+					r.s.rec.Kernel(p.k.PID, p.k.Key, name)
+				}
+			}
+		}
+		delete(r.regsPending, done.key)
 	}
-	return regs[m.FileOffset(addr)]
 }
 
 // comm remembers the process name a library-load record carries (in its
@@ -234,7 +288,7 @@ func (r *resolver) thread(k model.NameKey) {
 func (r *resolver) kernel(k model.NameKey) {
 	name := r.s.symbolizeAddr(k.PID, k.Key).Raw
 	if name == "" {
-		name = r.registeredKernel(k.PID, k.Key)
+		name = r.registeredKernel(k)
 	}
 	r.names.Kernels[k] = name
 	if r.s.rec != nil {
