@@ -14,6 +14,10 @@ import (
 // launches are still counted and shown as kernel@0x….
 const namingQuiet = 500 * time.Millisecond
 
+// namingQuietLaunches is how many launches must go by without a new name
+// (about ten steps of a small training loop).
+const namingQuietLaunches = 256
+
 // endNamingWindows closes runtime launch probes whose naming window is
 // over: at its deadline, or once it has named nothing new for namingQuiet
 // after naming something.
@@ -31,13 +35,14 @@ func (s *Session) endNamingWindows(now time.Time) {
 	s.mu.Unlock()
 	for _, t := range open {
 		s.modelMu.Lock()
-		last := s.model.LastNewStub(uint32(t.pid))
+		last, since := s.model.LastNewStub(uint32(t.pid))
 		s.modelMu.Unlock()
-		// Quiet only after it named something: a process idle when cudatap
-		// attached (waiting for data, a profiler starting up) launches
-		// nothing for a while, and closing then would leave every kernel
-		// it loaded earlier unnamed.
-		quiet := last >= t.rtLaunchFromMono && mono-last > uint64(namingQuiet)
+		// Quiet: it named something, and since then the process launched
+		// namingQuietLaunches kernels over namingQuiet with no new name. A
+		// process that pauses (waiting for data, a profiler starting up)
+		// proves nothing by launching nothing, and closing then left every
+		// kernel it loaded earlier unnamed (H200: 12 of 12).
+		quiet := last >= t.rtLaunchFromMono && mono-last > uint64(namingQuiet) && since >= namingQuietLaunches
 		if now.After(t.rtLaunchUntil) || quiet {
 			s.mu.Lock()
 			if t.rtLaunch != nil {

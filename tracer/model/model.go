@@ -145,6 +145,9 @@ type procState struct {
 	// When a kernel was last named from a runtime stub it had no name
 	// before (ns): the naming window can close once this stops changing.
 	newStubAt uint64
+	// Launches since then: a window quiet for a while but with no launch
+	// in it proves nothing.
+	launchesSinceStub int
 	holds     map[uint32][]Hold // by thread, until a call covers them
 	devices   map[uint32]int8   // by thread: its current device, once cudaSetDevice was seen
 }
@@ -347,9 +350,10 @@ func (m *Model) Handle(ev *event.Event) {
 			// names the CUfunction.
 			if _, known := p.Stubs[a.Func]; !known {
 				p.Stubs[a.Func] = ev.Out
-				ps.newStubAt = ev.Start
+				ps.newStubAt, ps.launchesSinceStub = ev.Start, -1
 			}
 		}
+		ps.launchesSinceStub++
 		p.Streams[call.Stream].Stats.Launches++
 		m.enqueue(ps, GPUOp{Kind: OpKernel, Func: a.Func, Grid: a.Grid, Block: a.Block})
 	case event.ClassGraphLaunch:
@@ -471,12 +475,13 @@ func (m *Model) Handle(ev *event.Event) {
 }
 
 // LastNewStub is when a launch last named a kernel from its runtime stub
-// that had no name before (ns, CLOCK_MONOTONIC), 0 if never.
-func (m *Model) LastNewStub(pid uint32) uint64 {
+// that had no name before (ns, CLOCK_MONOTONIC), 0 if never, and how many
+// launches the process made since.
+func (m *Model) LastNewStub(pid uint32) (at uint64, launchesSince int) {
 	if ps := m.procs[pid]; ps != nil {
-		return ps.newStubAt
+		return ps.newStubAt, ps.launchesSinceStub
 	}
-	return 0
+	return 0, 0
 }
 
 // Last is the call the latest Handle built (its Args decoded), valid
