@@ -208,8 +208,12 @@ func (r *resolver) event(ev *event.Event, fn uint64) {
 	if spec := ev.Spec(); spec.Class == event.ClassLaunch {
 		// A runtime launch names its host stub; a driver launch made by a
 		// runtime launch carries that stub (see model.Process.KernelSymbol).
+		// A driver launch made without a stub hand-over is named by its
+		// function argument: a CUfunction from a kernel load (named by
+		// that call, this finds no file), or with CUDA 13's runtime the
+		// host stub itself.
 		addr := fn
-		if spec.Layer == event.Driver {
+		if spec.Layer == event.Driver && ev.Out != 0 {
 			addr = ev.Out
 		}
 		if addr != 0 {
@@ -286,8 +290,9 @@ func (r *resolver) thread(k model.NameKey) {
 }
 
 func (r *resolver) kernel(k model.NameKey) {
-	name := r.s.symbolizeAddr(k.PID, k.Key).Raw
-	if name == "" {
+	f := r.s.symbolizeAddr(k.PID, k.Key)
+	name := f.Raw
+	if name == "" && f.Object != "" { // in a file: a stub without a symbol
 		name = r.registeredKernel(k)
 	}
 	r.names.Kernels[k] = name
