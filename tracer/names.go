@@ -3,6 +3,7 @@ package tracer
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"path/filepath"
 	"strconv"
 	"time"
@@ -294,6 +295,9 @@ func (r *resolver) kernel(k model.NameKey) {
 	name := f.Raw
 	if name == "" && f.Object != "" { // in a file: a stub without a symbol
 		name = r.registeredKernel(k)
+	}
+	if name == "" {
+		r.s.log.Debug("kernel not named (yet)", "pid", k.PID, "addr", fmt.Sprintf("%#x", k.Key), "object", f.Object)
 	}
 	r.names.Kernels[k] = name
 	if r.s.rec != nil {
