@@ -5,10 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"path/filepath"
-	"strconv"
-	"time"
 
-	"github.com/cudatap/cudatap/internal/objfile"
 	"sort"
 
 	"github.com/cudatap/cudatap/symbolize/python"
@@ -44,11 +41,8 @@ type resolver struct {
 	// Whether a driver launch's return address lies in the CUDA runtime,
 	// by process and address (launches come from a handful of call sites).
 	callers map[model.NameKey]bool
-	// Kernel names by the file offset of their host stub, from each
-	// stripped file's registration code (objfile.KernelRegistrations).
-	registrations map[string]map[uint64]string
-	regsPending   map[string][]pendingKernel // files being decoded, and the kernels waiting for them
-	regsDone      chan registrations
+	// Kernel names from the code of the files (kernels.go).
+	kernels kernelDecoder
 }
 
 // maxComms bounds the remembered process names: library loads come from
@@ -58,8 +52,7 @@ const maxComms = 1 << 14
 func newResolver(s *Session) *resolver {
 	return &resolver{s: s, names: model.NewNames(), procs: map[uint32]bool{},
 		pyFailed: map[model.PyNameKey]pyRetry{}, pyResolved: map[uint32]uint32{}, comms: map[uint32]string{},
-		callers: map[model.NameKey]bool{}, registrations: map[string]map[uint64]string{},
-		regsPending: map[string][]pendingKernel{}, regsDone: make(chan registrations, 16)}
+		callers: map[model.NameKey]bool{}, kernels: newKernelDecoder()}
 }
 
 // viaRuntime reports whether driver launch ev was made by the CUDA runtime
@@ -92,92 +85,6 @@ func (r *resolver) viaRuntime(ev *event.Event) bool {
 	}
 	r.callers[k] = v
 	return v
-}
-
-// registeredKernel names host stub addr of process pid from the code that
-// registered it with the runtime, for files without a symbol for it
-// (stripped: pip's PyTorch). Each file is decoded once, off the reader
-// goroutine (libtorch_cuda.so has hundreds of MB of code): until that is
-// done the kernel stays unnamed, and is named when the result comes in
-// (pollRegistrations).
-func (r *resolver) registeredKernel(k model.NameKey) string {
-	p := r.s.symProcess(k.PID)
-	if p == nil {
-		return ""
-	}
-	m, ok := p.MappingAt(k.Key)
-	if !ok || !m.IsFile() {
-		return ""
-	}
-	key := m.Dev + ":" + strconv.FormatUint(m.Inode, 10)
-	if regs, ok := r.registrations[key]; ok {
-		return regs[m.FileOffset(k.Key)]
-	}
-	wait := pendingKernel{k, m.FileOffset(k.Key)}
-	if waiting, ok := r.regsPending[key]; ok {
-		r.regsPending[key] = append(waiting, wait)
-		return ""
-	}
-	r.regsPending[key] = []pendingKernel{wait}
-	paths := []string{m.OpenPath(int(k.PID)), m.Path} // the second from here: the process may be gone
-	log := r.s.log
-	go func() {
-		start := time.Now()
-		var regs map[uint64]string
-		fd, err := objfile.OpenFile(paths[0])
-		if err != nil {
-			fd, err = objfile.OpenFile(paths[1])
-		}
-		if err == nil {
-			regs, err = objfile.KernelRegistrations(fd)
-			fd.Close()
-		}
-		log.Debug("kernel registrations", "file", paths[1], "kernels", len(regs), "took", time.Since(start), "err", err)
-		r.regsDone <- registrations{key, regs}
-	}()
-	return ""
-}
-
-// pendingKernel is a kernel waiting for its file's registrations.
-type pendingKernel struct {
-	k   model.NameKey
-	off uint64 // its stub's file offset
-}
-
-// registrations are a file's stubs by file offset.
-type registrations struct {
-	key  string
-	regs map[uint64]string
-}
-
-// pollRegistrations names the kernels whose files' registrations came in;
-// with wait, it first waits for every scan still running (the end).
-func (r *resolver) pollRegistrations(wait bool) {
-	for len(r.regsPending) > 0 {
-		var done registrations
-		if wait {
-			done = <-r.regsDone
-		} else {
-			select {
-			case done = <-r.regsDone:
-			default:
-				return
-			}
-		}
-		if len(r.registrations) >= 256 {
-			clear(r.registrations)
-		}
-		r.registrations[done.key] = done.regs
-		for _, p := range r.regsPending[done.key] {
-			if name := done.regs[p.off]; name != "" {
-				r.names.Kernels[p.k] = name
-				if r.s.rec != nil {
-					r.s.rec.Kernel(p.k.PID, p.k.Key, name)
-				}
-			}
-		}
-		delete(r.regsPending, done.key)
-	}
 }
 
 // comm remembers the process name a library-load record carries (in its
@@ -293,8 +200,8 @@ func (r *resolver) thread(k model.NameKey) {
 func (r *resolver) kernel(k model.NameKey) {
 	f := r.s.symbolizeAddr(k.PID, k.Key)
 	name := f.Raw
-	if name == "" && f.Object != "" { // in a file: a stub without a symbol
-		name = r.registeredKernel(k)
+	if name == "" {
+		name = r.decodedKernel(k)
 	}
 	if name == "" {
 		r.s.log.Debug("kernel not named (yet)", "pid", k.PID, "addr", fmt.Sprintf("%#x", k.Key), "object", f.Object)

@@ -55,6 +55,10 @@ func (s *Session) applyNotes() {
 			s.model.AttachedLate(n.pid)
 		}
 		s.modelMu.Unlock()
+		if n.kind == noteAttachedLate {
+			// Kernels it loaded before: their handles, while it lives.
+			s.names.prefetchHandles(n.pid)
+		}
 		if s.rec != nil {
 			switch n.kind {
 			case noteHold:

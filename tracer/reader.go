@@ -15,7 +15,7 @@ import (
 // naming and writing happen outside it.
 func (s *Session) handleRecord(raw []byte) {
 	s.applyNotes()
-	s.names.pollRegistrations(false)
+	s.names.pollKernels(false)
 	if event.IsPyCode(raw) {
 		// Not an event: a copy of a Python code object the record before
 		// it refers to. Used for naming only, never recorded.

@@ -376,7 +376,7 @@ loop:
 		out.ExitCode = out.Exit.Code
 	}
 	res := s.model.Finish()
-	s.names.pollRegistrations(true) // kernels named by files still being decoded
+	s.names.pollKernels(true) // kernels named by files still being decoded
 	res.Name(s.names.names)
 	res.WallOffsetNs = WallOffset()
 	s.gpu.finish(res)

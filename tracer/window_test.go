@@ -156,3 +156,62 @@ func TestAttachNamesStrippedKernels(t *testing.T) {
 		t.Errorf("kernels named %v, want %v", named, want)
 	}
 }
+
+// TestAttachNamesCUDA13Kernels attaches to a program that launches the way
+// CUDA 13's generated stubs do (__cudaGetKernel once per stub into a static
+// handle, then __cudaLaunchKernel with the handle), after its first
+// launches: the runtime hands the driver launch a handle, not a stub, and
+// every kernel is named by reading the stubs' handle variables.
+func TestAttachNamesCUDA13Kernels(t *testing.T) {
+	testutil.RequireRoot(t)
+	b := testutil.Sim(t)
+	// It waits after its first iteration (for the attach) and before it
+	// exits (so its handles are readable until the session is over).
+	cmd := exec.Command(b.Workload, "--wait-after-setup", "--wait-before-exit", "--scenario", "handles", "--iters", "6")
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	br := bufio.NewReader(stdout)
+	if line, err := br.ReadString('\n'); err != nil || !strings.HasPrefix(line, "setup ") {
+		t.Fatalf("workload did not set up: %q %v", line, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	col := model.NewCollector()
+	done := make(chan *Outcome, 1)
+	go func() {
+		out, err := Run(ctx, Config{PIDs: []int{cmd.Process.Pid}, Stacks: probe.StacksNone, NVMLInterval: -1,
+			Sink: col, Duration: time.Minute, OnAttached: func(int) { fmt.Fprintln(stdin, "go") }})
+		if err != nil {
+			t.Error(err)
+		}
+		done <- out
+	}()
+	if line, err := br.ReadString('\n'); err != nil || !strings.HasPrefix(line, "done ") {
+		t.Fatalf("workload did not finish: %q %v", line, err)
+	}
+	cancel()
+	out := <-done
+	fmt.Fprintln(stdin, "exit")
+	io.ReadAll(br)
+	cmd.Wait()
+	if out == nil {
+		t.FailNow()
+	}
+	p := out.Result.Processes[0]
+	named := map[string]int{}
+	for _, op := range col.Traces[p.PID].GPUOps {
+		name, addr := p.KernelSymbol(op.Func)
+		if name == "" {
+			name = out.Result.Names.Kernel(p.PID, addr)
+		}
+		named[name]++
+	}
+	// Iterations 2–6, one gemm and one relu each.
+	if want := map[string]int{"sim_gemm_kernel": 5, "sim_relu_kernel": 5}; !maps.Equal(named, want) {
+		t.Errorf("kernels named %v, want %v", named, want)
+	}
+}

@@ -20,11 +20,19 @@ import (
 // no symbol for their stubs, and a tracer that attaches after the
 // registration cannot see it: this is how their kernels are named then.
 //
-// It returns the stubs' file offsets (what a mapping of the process gives
-// for an address) → name. Calls it cannot decode (arguments computed
-// otherwise, no PLT call) are skipped: a missing name, never a wrong one
-// unless the code is unusual. The text is read in bounded chunks.
-func KernelRegistrations(r io.ReaderAt) (map[uint64]string, error) {
+// CUDA 13's generated stubs also keep a kernel handle each, in a static
+// variable filled at the stub's first launch by
+//
+//	__cudaGetKernel(&handle, hostFun)
+//
+// and launch with __cudaLaunchKernel(handle, ...): those calls give each
+// handle variable's address, so a tracer can read the handles from the
+// process and name a launch by its handle.
+//
+// Calls it cannot decode (arguments computed otherwise, no PLT call) are
+// skipped: a missing name, never a wrong one unless the code is unusual.
+// The text is read in bounded chunks; nil without CUDA kernels.
+func KernelRegistrations(r io.ReaderAt) (*Registrations, error) {
 	f, err := elf.NewFile(r)
 	if err != nil {
 		return nil, err
@@ -32,16 +40,18 @@ func KernelRegistrations(r io.ReaderAt) (map[uint64]string, error) {
 	if f.Machine != elf.EM_X86_64 {
 		return nil, fmt.Errorf("%v: only x86-64 code is decoded", f.Machine)
 	}
-	slots, err := gotSlots(f, "__cudaRegisterFunction")
-	if err != nil || len(slots) == 0 {
+	regSlots, err := gotSlots(f, "__cudaRegisterFunction")
+	if err != nil || len(regSlots) == 0 {
 		return nil, err
 	}
-	stubs := pltStubs(f, slots)
+	getSlots, _ := gotSlots(f, "__cudaGetKernel")
+	regStubs, getStubs := pltStubs(f, regSlots), pltStubs(f, getSlots)
 	text := f.Section(".text")
 	if text == nil {
 		return nil, nil
 	}
-	out := map[uint64]string{}
+	out := &Registrations{Names: map[uint64]string{}, Handles: map[uint64]uint64{}, TextAddr: text.Addr, TextOffset: text.Offset}
+	inText := func(vaddr uint64) bool { return vaddr >= text.Addr && vaddr < text.Addr+text.Size }
 	// Chunks of the text, each read with the bytes before it (the code
 	// that loads a call's arguments) and a few after (a call's operand).
 	const chunk, before, after = 4 << 20, 96, 6
@@ -56,35 +66,59 @@ func KernelRegistrations(r io.ReaderAt) (map[uint64]string, error) {
 		n := uint64(len(b))
 		for i := lead; i < lead+chunk && i+5 <= n; i++ {
 			addr := text.Addr + start + i
-			var call bool
+			var register, getKernel bool
 			switch {
 			case b[i] == 0xe8: // call rel32, to a PLT stub
-				call = stubs[addr+5+uint64(int64(int32(binary.LittleEndian.Uint32(b[i+1:]))))]
+				target := addr + 5 + uint64(int64(int32(binary.LittleEndian.Uint32(b[i+1:]))))
+				register, getKernel = regStubs[target], getStubs[target]
 			case b[i] == 0xff && i+6 <= n && b[i+1] == 0x15: // call *slot(%rip)
-				call = slots[addr+6+uint64(int64(int32(binary.LittleEndian.Uint32(b[i+2:]))))]
+				slot := addr + 6 + uint64(int64(int32(binary.LittleEndian.Uint32(b[i+2:]))))
+				register, getKernel = regSlots[slot], getSlots[slot]
 			}
-			if !call {
+			if !register && !getKernel {
 				continue
 			}
 			from := i - min(i, before)
-			stub, name := leaTargets(b[from:i], text.Addr+start+from)
-			if stub == 0 || name == 0 {
+			regs := argRegisters(b[from:i], text.Addr+start+from)
+			stub := regs[regRSI]
+			if stub == 0 || !inText(stub) {
 				continue
 			}
-			if s := cString(f, name); s != "" && stub >= text.Addr && stub < text.Addr+text.Size {
-				out[stub-text.Addr+text.Offset] = s
+			switch {
+			case register && regs[regRDX] != 0:
+				if s := cString(f, regs[regRDX]); s != "" {
+					out.Names[stub-text.Addr+text.Offset] = s
+				}
+			case getKernel && regs[regRDI] != 0:
+				out.Handles[regs[regRDI]] = stub - text.Addr + text.Offset
 			}
 		}
 	}
 	return out, nil
 }
 
-// leaTargets finds the values of %rsi (the stub) and %rdx (the name) at a
-// call from the code before it: rip-relative lea into a register, and
-// register-to-register moves (the compiler keeps an address it needs again
-// in a callee-saved register and moves it into place). Pattern matching,
-// not decoding: what it cannot follow is left unknown (0).
-func leaTargets(code []byte, base uint64) (rsi, rdx uint64) {
+// Registrations is what KernelRegistrations found in a file.
+type Registrations struct {
+	Names   map[uint64]string // kernel name by its stub's file offset
+	Handles map[uint64]uint64 // a stub's file offset by the vaddr of its handle variable (CUDA 13)
+	// Where .text is: a vaddr of the file becomes a runtime address by the
+	// bias of the mapping holding its text.
+	TextAddr, TextOffset uint64
+}
+
+// Registers of the System V calling convention's first arguments.
+const (
+	regRDX = 2
+	regRSI = 6
+	regRDI = 7
+)
+
+// argRegisters finds the register values at a call from the code before
+// it: rip-relative lea into a register, and register-to-register moves (the
+// compiler keeps an address it needs again in a callee-saved register and
+// moves it into place). Pattern matching, not decoding: what it cannot
+// follow is left unknown (0).
+func argRegisters(code []byte, base uint64) [16]uint64 {
 	var regs [16]uint64
 	for j := 0; j+3 <= len(code); j++ {
 		rex := code[j]
@@ -103,7 +137,7 @@ func leaTargets(code []byte, base uint64) (rsi, rdx uint64) {
 			regs[r] = regs[m]
 		}
 	}
-	return regs[6], regs[2]
+	return regs
 }
 
 // gotSlots returns the addresses of the GOT slots through which the file

@@ -247,7 +247,11 @@ var specs = [...]Spec{
 	{API: CudaStreamCreateWithFlags, Name: "cudaStreamCreateWithFlags", Class: ClassStreamCreate, Return: true, OutArg: 1},
 	{API: CudaStreamCreateWithPriority, Name: "cudaStreamCreateWithPriority", Class: ClassStreamCreate, Return: true, OutArg: 1},
 	{API: CudaStreamDestroy, Name: "cudaStreamDestroy", Class: ClassStreamDestroy},
-	{API: CudaLaunchKernel, Name: "cudaLaunchKernel", Class: ClassLaunch, StackArgs: 2, Symbols: ptsz("cudaLaunchKernel")},
+	// CUDA 13's generated host stubs launch through __cudaLaunchKernel, with
+	// the same arguments but a kernel handle (from __cudaGetKernel) for the
+	// stub.
+	{API: CudaLaunchKernel, Name: "cudaLaunchKernel", Class: ClassLaunch, StackArgs: 2,
+		Symbols: []string{"cudaLaunchKernel", "cudaLaunchKernel_ptsz", "__cudaLaunchKernel", "__cudaLaunchKernel_ptsz"}},
 	{API: CudaLaunchKernelExC, Name: "cudaLaunchKernelExC", Class: ClassLaunch, Deref0: true, StubArg: 1, Symbols: ptsz("cudaLaunchKernelExC")},
 	{API: CudaLaunchCooperativeKernel, Name: "cudaLaunchCooperativeKernel", Class: ClassLaunch, StackArgs: 2, Symbols: ptsz("cudaLaunchCooperativeKernel")},
 	{API: CudaMemcpy, Name: "cudaMemcpy", Class: ClassMemcpy, Return: true, Sync: true, Symbols: ptds("cudaMemcpy")},

@@ -148,8 +148,8 @@ type procState struct {
 	// Launches since then: a window quiet for a while but with no launch
 	// in it proves nothing.
 	launchesSinceStub int
-	holds     map[uint32][]Hold // by thread, until a call covers them
-	devices   map[uint32]int8   // by thread: its current device, once cudaSetDevice was seen
+	holds             map[uint32][]Hold // by thread, until a call covers them
+	devices           map[uint32]int8   // by thread: its current device, once cudaSetDevice was seen
 }
 
 // currentDevice is thread tid's current device: the last it set, else

@@ -141,6 +141,14 @@ cudaError_t cudaGetLastError(void);
  * and the kernel's (mangled) name. */
 void __cudaRegisterFunction(void **fatCubinHandle, const char *hostFun, char *deviceFun, const char *deviceName,
 			    int thread_limit, void *tid, void *bid, void *bDim, void *gDim, int *wSize);
+/* What CUDA 13's generated host stubs call instead of cudaLaunchKernel: a
+ * kernel handle, got once per stub into a static variable, then launched. */
+typedef struct sim_kernel *cudaKernel_t;
+cudaError_t __cudaGetKernel(cudaKernel_t *kernel, const void *hostFun);
+cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim, void **args, size_t sharedMem,
+			       cudaStream_t stream);
+cudaError_t __cudaLaunchKernel_ptsz(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim, void **args, size_t sharedMem,
+				    cudaStream_t stream);
 
 #ifdef __cplusplus
 }

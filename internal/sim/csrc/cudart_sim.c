@@ -193,6 +193,48 @@ API void __cudaRegisterFunction(void **fatCubinHandle, const char *hostFun, char
 	pthread_mutex_unlock(&kernels_mu);
 }
 
+/* CUDA 13's launch path: the handle is the registration itself. */
+API cudaError_t __cudaGetKernel(cudaKernel_t *kernel, const void *hostFun)
+{
+	if (!kernel)
+		return cudaErrorInvalidValue;
+	pthread_mutex_lock(&kernels_mu);
+	struct registered *r = registered;
+	while (r && r->stub != hostFun)
+		r = r->next;
+	pthread_mutex_unlock(&kernels_mu);
+	if (!r)
+		return cudaErrorInvalidDeviceFunction;
+	*kernel = (cudaKernel_t)r;
+	return cudaSuccess;
+}
+
+API cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim, void **args, size_t sharedMem,
+				   cudaStream_t stream)
+{
+	if (!kernel)
+		return cudaErrorInvalidDeviceFunction;
+	const void *func = ((struct registered *)kernel)->stub;
+	cudaError_t err = launch_check(func, gridDim, blockDim);
+	if (err)
+		return err;
+	return drv.cuLaunchKernel(function_of(func), gridDim.x, gridDim.y, gridDim.z, blockDim.x, blockDim.y,
+				  blockDim.z, (unsigned)sharedMem, stream, args, NULL);
+}
+
+API cudaError_t __cudaLaunchKernel_ptsz(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim, void **args,
+					size_t sharedMem, cudaStream_t stream)
+{
+	if (!kernel)
+		return cudaErrorInvalidDeviceFunction;
+	const void *func = ((struct registered *)kernel)->stub;
+	cudaError_t err = launch_check(func, gridDim, blockDim);
+	if (err)
+		return err;
+	return drv.cuLaunchKernel_ptsz(function_of(func), gridDim.x, gridDim.y, gridDim.z, blockDim.x, blockDim.y,
+				       blockDim.z, (unsigned)sharedMem, stream, args, NULL);
+}
+
 static CUlaunchConfig driver_config(const cudaLaunchConfig_t *c)
 {
 	return (CUlaunchConfig){

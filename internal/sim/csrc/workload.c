@@ -70,7 +70,7 @@
 	X(cudaMallocHost) X(cudaFreeHost) X(cudaHostRegister) X(cudaHostUnregister)                \
 	X(cudaGraphLaunch) X(cudaGraphLaunch_ptsz) X(cudaLaunchHostFunc)                           \
 	X(cudaLaunchHostFunc_ptsz) X(cudaGetDevice) X(cudaSetDevice) X(cudaGetLastError)          \
-	X(__cudaRegisterFunction)
+	X(__cudaRegisterFunction) X(__cudaGetKernel) X(__cudaLaunchKernel) X(__cudaLaunchKernel_ptsz)
 
 /* Every entry point the workload may call: runtime, driver, NCCL. */
 #define ALL_API_LIST(X) API_LIST(X) DRIVER_API_LIST(X) NCCL_API_LIST(X)
@@ -271,6 +271,54 @@ static void scenario_basic(const struct options *o)
 		CK(cudaStreamDestroy, s[i]);
 	free(pageable);
 	free(s);
+}
+
+/* handles: launches the way CUDA 13's generated host stubs do: each kernel's
+ * handle is fetched once into a static variable (__cudaGetKernel), then
+ * launched with __cudaLaunchKernel. N iterations of gemm and relu on the
+ * legacy stream; with --wait-after-setup it waits after the first one, so
+ * a tracer attaching then finds the handles already made. */
+/* One per kernel, as nvcc 13 generates them: a static handle fetched at the
+ * first launch, then __cudaLaunchKernel (noinline: the code stays the shape
+ * of a generated stub, arguments loaded right before each call). */
+static __attribute__((noinline)) void launch_gemm_13(void)
+{
+	static cudaKernel_t handle;
+	dim3 one = { 1, 1, 1 };
+	if (!handle)
+		CK(__cudaGetKernel, &handle, GEMM);
+	CK(__cudaLaunchKernel, handle, one, one, gemm_args, 0, NULL);
+}
+
+static __attribute__((noinline)) void launch_relu_13(void)
+{
+	static cudaKernel_t handle;
+	dim3 one = { 1, 1, 1 };
+	if (!handle)
+		CK(__cudaGetKernel, &handle, RELU);
+	CK(__cudaLaunchKernel, handle, one, one, relu_args, 0, NULL);
+}
+
+static void launch_handles(void)
+{
+	launch_gemm_13();
+	launch_relu_13();
+}
+
+static void scenario_handles(const struct options *o)
+{
+	for (long i = 0; i < o->iters; i++) {
+		launch_handles();
+		if (i == 0 && o->wait_setup) {
+			CK(cudaDeviceSynchronize);
+			printf("setup %d\n", (int)getpid());
+			fflush(stdout);
+			char line[256];
+			if (!fgets(line, sizeof line, stdin))
+				die("stdin closed before the go-ahead line");
+		}
+	}
+	CK(cudaDeviceSynchronize);
 }
 
 /* devices: work on two devices. On device 1: a stream created there, N
@@ -939,7 +987,7 @@ static const struct {
 	void (*run)(const struct options *);
 } scenarios[] = {
 	{ "basic", scenario_basic },   { "launches", scenario_launches }, { "ptsz", scenario_ptsz },
-	{ "devices", scenario_devices },
+	{ "devices", scenario_devices }, { "handles", scenario_handles },
 	{ "timing", scenario_timing }, { "all", scenario_all },   { "stacktop", scenario_stacktop },
 #ifdef SIM_DRIVER
 	{ "driver", scenario_driver }, { "driver-all", scenario_driver_all }, { "mixed", scenario_mixed },
