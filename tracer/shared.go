@@ -92,6 +92,7 @@ func (s *Session) adopt(pid int, d *probe.Discovery) error {
 // hookShared makes sure lib's file carries the shared probes of its layer,
 // and notes them as t's.
 func (s *Session) hookShared(t *target, lib *probe.Library, cgroupOnly bool) bool {
+	lib = reachable(lib)
 	id, err := lib.FileID()
 	if err != nil {
 		s.log.Debug("shared probes", "library", lib.Path, "pid", t.pid, "err", err)
@@ -115,6 +116,20 @@ func (s *Session) hookShared(t *target, lib *probe.Library, cgroupOnly bool) boo
 	t.shared[key] = a
 	s.mu.Unlock()
 	return true
+}
+
+// reachable returns lib opened by its path as cudatap sees it, when that is
+// the same file: shared probes outlive the process that showed the file,
+// which may be gone a moment later (the first process to map a file under
+// --all is often short-lived), and with it its /proc/PID/map_files path.
+func reachable(lib *probe.Library) *probe.Library {
+	var st syscall.Stat_t
+	if lib.OpenPath == lib.Path || syscall.Stat(lib.Path, &st) != nil || st.Ino != lib.Inode {
+		return lib
+	}
+	l := *lib
+	l.OpenPath = lib.Path
+	return &l
 }
 
 // prehookDriver hooks the driver a process with a runtime will load. The

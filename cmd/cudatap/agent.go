@@ -1,0 +1,185 @@
+package main
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+
+	"github.com/cudatap/cudatap/export/metrics"
+	"github.com/cudatap/cudatap/tracer"
+	"github.com/cudatap/cudatap/tracer/probe"
+)
+
+type agentOptions struct {
+	listen, token string
+	container     string
+	window, every time.Duration
+	continuous    bool
+	ringBuffer    int
+}
+
+func newAgentCmd(g *globalOptions) *cobra.Command {
+	o := &agentOptions{}
+	cmd := &cobra.Command{
+		Use:   "agent",
+		Short: "Trace every CUDA process of the node, always on, and serve Prometheus metrics",
+		Long: `agent traces every CUDA process on the node (or of one container) through shared probes,
+one link set per CUDA library file, and serves what it finds as Prometheus metrics at /metrics:
+calls and launches, synchronization waits by kind, copy bytes by direction and host memory, NCCL
+bytes and operations, CUDA API time, per process (pid, comm, container), cumulative.
+
+It traces in windows (--window, once every --every) or without gaps (--continuous). It listens on
+127.0.0.1 by default; to listen beyond loopback it needs --token, which every request must then
+carry as "Authorization: Bearer TOKEN".`,
+		Example: `  sudo cudatap agent --continuous
+  sudo cudatap agent --window 10s --every 60s --listen 0.0.0.0:9400 --token "$(cat /etc/cudatap/token)"`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runAgent(cmd.Context(), g, o, cmd.ErrOrStderr())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.listen, "listen", "127.0.0.1:9400", "address to serve /metrics and /healthz on")
+	f.StringVar(&o.token, "token", "", "bearer token every request must carry (required to listen beyond loopback)")
+	f.StringVar(&o.container, "container", "", "trace only this container's processes (id prefix or cgroup name)")
+	f.DurationVar(&o.window, "window", 10*time.Second, "how long each tracing window lasts")
+	f.DurationVar(&o.every, "every", 60*time.Second, "how often a window starts")
+	f.BoolVar(&o.continuous, "continuous", false, "trace without gaps (--window and --every are ignored)")
+	f.IntVar(&o.ringBuffer, "ring-buffer-size", 16<<20, "BPF ring buffer bytes")
+	return cmd
+}
+
+// checkListen refuses to serve beyond loopback without a token: the metrics
+// name every CUDA process of the node.
+func checkListen(addr, token string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("--listen %q: %v (want HOST:PORT, e.g. 127.0.0.1:9400)", addr, err)
+	}
+	if token != "" || host == "localhost" {
+		return nil
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return nil
+	}
+	return fmt.Errorf("refusing to serve on %s without --token: the metrics name every CUDA process of the node; pass --token, or listen on 127.0.0.1", addr)
+}
+
+// withToken lets through only requests that carry the token (when set).
+func withToken(token string, h http.Handler) http.Handler {
+	if token == "" {
+		return h
+	}
+	want := []byte("Bearer " + token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="cudatap"`)
+			http.Error(w, "unauthorized: send the agent's token as Authorization: Bearer TOKEN", http.StatusUnauthorized)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// agentStats are the agent's own series.
+type agentStats struct {
+	windows, events, lost, orphans, attachFailures prometheus.Counter
+}
+
+func newAgentStats(reg prometheus.Registerer) *agentStats {
+	c := func(name, help string) prometheus.Counter {
+		m := prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+		reg.MustRegister(m)
+		return m
+	}
+	return &agentStats{
+		windows:        c("cudatap_agent_windows_total", "Tracing windows completed."),
+		events:         c("cudatap_agent_events_total", "Records received from the probes."),
+		lost:           c("cudatap_agent_dropped_events_total", "Calls traced but lost (ring buffer full, entry table full, decode errors, skipped programs)."),
+		orphans:        c("cudatap_agent_orphan_returns_total", "Returns seen without their entry."),
+		attachFailures: c("cudatap_agent_attach_failures_total", "Probe sets that could not be attached."),
+	}
+}
+
+func runAgent(ctx context.Context, g *globalOptions, o *agentOptions, stderr io.Writer) error {
+	if err := checkListen(o.listen, o.token); err != nil {
+		return err
+	}
+	if !o.continuous && (o.window <= 0 || o.every < o.window) {
+		return fmt.Errorf("--window %v --every %v: want 0 < window <= every (or --continuous)", o.window, o.every)
+	}
+	reg := prometheus.NewRegistry()
+	coll := metrics.NewCollector()
+	reg.MustRegister(coll, collectors.NewProcessCollector(collectors.ProcessCollectorOpts{Namespace: "cudatap_agent"}),
+		collectors.NewGoCollector())
+	stats := newAgentStats(reg)
+
+	ln, err := net.Listen("tcp", o.listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w (is another agent running? choose another port with --listen)", o.listen, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", withToken(o.token, promhttp.HandlerFor(reg, promhttp.HandlerOpts{})))
+	// Ready once the first window's probes are live (a readiness probe).
+	var ready atomic.Bool
+	mux.Handle("/healthz", withToken(o.token, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		if !ready.Load() {
+			http.Error(w, "attaching", http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(w, "ok\n")
+	})))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	defer func() {
+		shut, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		srv.Shutdown(shut)
+	}()
+	fmt.Fprintf(stderr, "cudatap agent: metrics on http://%s/metrics\n", ln.Addr())
+
+	for {
+		window := o.window
+		if o.continuous {
+			window = 0 // until stopped
+		}
+		start := time.Now()
+		out, err := tracer.Run(ctx, tracer.Config{All: o.container == "", Container: o.container, Duration: window,
+			Stacks: probe.StacksNone, RingBufferBytes: o.ringBuffer, NVMLInterval: -1, NameWindow: -1,
+			Sink: coll, Logger: g.logger(), OnAttached: func(int) { ready.Store(true) }})
+		if err != nil {
+			return err
+		}
+		d := out.Result.Drops
+		stats.windows.Inc()
+		stats.events.Add(float64(d.Received))
+		stats.lost.Add(float64(d.Lost()))
+		stats.orphans.Add(float64(d.OrphanReturns))
+		stats.attachFailures.Add(float64(d.AttachFailures))
+		if ctx.Err() != nil || o.continuous {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-served:
+			if !errors.Is(err, http.ErrServerClosed) {
+				return fmt.Errorf("serving metrics: %w", err)
+			}
+			return nil
+		case <-time.After(time.Until(start.Add(o.every))):
+		}
+	}
+}

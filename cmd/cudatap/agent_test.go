@@ -1,0 +1,197 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cudatap/cudatap/internal/sim"
+	"github.com/cudatap/cudatap/internal/testutil"
+)
+
+func TestCheckListen(t *testing.T) {
+	for _, tc := range []struct {
+		addr, token string
+		ok          bool
+	}{
+		{"127.0.0.1:9400", "", true},
+		{"localhost:9400", "", true},
+		{"[::1]:9400", "", true},
+		{"0.0.0.0:9400", "", false},
+		{":9400", "", false},
+		{"10.0.0.5:9400", "", false},
+		{"0.0.0.0:9400", "s3cret", true},
+		{"nonsense", "", false},
+	} {
+		if err := checkListen(tc.addr, tc.token); (err == nil) != tc.ok {
+			t.Errorf("checkListen(%q, %q) = %v, want ok=%v", tc.addr, tc.token, err, tc.ok)
+		}
+	}
+}
+
+func TestAgentToken(t *testing.T) {
+	h := withToken("s3cret", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") }))
+	for _, tc := range []struct {
+		header string
+		code   int
+	}{
+		{"", http.StatusUnauthorized},
+		{"Bearer wrong", http.StatusUnauthorized},
+		{"s3cret", http.StatusUnauthorized},
+		{"Bearer s3cret", http.StatusOK},
+	} {
+		r := httptest.NewRequest("GET", "/metrics", nil)
+		if tc.header != "" {
+			r.Header.Set("Authorization", tc.header)
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != tc.code {
+			t.Errorf("Authorization %q: %d, want %d", tc.header, w.Code, tc.code)
+		}
+	}
+}
+
+// lineWriter hands the lines written to it to a channel.
+type lineWriter struct{ lines chan string }
+
+func (w lineWriter) Write(b []byte) (int, error) {
+	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		select {
+		case w.lines <- l:
+		default:
+		}
+	}
+	return len(b), nil
+}
+
+// TestAgentMetrics runs the agent and a simulated workload under it, and
+// reads the workload's exact counts back from /metrics.
+func TestAgentMetrics(t *testing.T) {
+	testutil.RequireRoot(t)
+	b := testutil.Sim(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	lines := lineWriter{make(chan string, 64)}
+	done := make(chan error, 1)
+	go func() {
+		done <- runAgent(ctx, &globalOptions{}, &agentOptions{listen: "127.0.0.1:0", continuous: true, ringBuffer: 16 << 20}, lines)
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("agent: %v", err)
+		}
+	}()
+	var url string
+	select {
+	case l := <-lines.lines:
+		url = strings.TrimPrefix(l, "cudatap agent: metrics on ")
+	case err := <-done:
+		t.Fatalf("agent stopped: %v", err)
+	}
+	base := strings.TrimSuffix(url, "/metrics")
+	get := func(path string) (int, string) {
+		resp, err := http.Get(base + path)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(time.Minute); !cond(); time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+		}
+	}
+	waitFor("the agent to be ready", func() bool { code, _ := get("/healthz"); return code == http.StatusOK })
+
+	// The first process to map the simulated runtime is traced only once
+	// the agent has hooked the file (it was short-lived: gone before its
+	// discovery). Run workloads until one is traced, then count the next.
+	run := func() *sim.Report {
+		t.Helper()
+		out, err := exec.Command(b.Workload, "--scenario", "basic", "--iters", "20").Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep, err := sim.ParseReport(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rep
+	}
+	metricsOf := func(pid int) string {
+		_, body := get("/metrics")
+		var own []string
+		for _, l := range strings.Split(body, "\n") {
+			if strings.Contains(l, `pid="`+strconv.Itoa(pid)+`"`) {
+				own = append(own, l)
+			}
+		}
+		return strings.Join(own, "\n")
+	}
+	hooked := false
+	for i := 0; i < 50 && !hooked; i++ {
+		warm := run()
+		// Traced once its sync shows up: the last call it makes.
+		hooked = strings.Contains(metricsOf(warm.PID), `api="cudaFree"`)
+	}
+	if !hooked {
+		t.Fatal("50 workloads ran and none was traced")
+	}
+	rep := run()
+	pid := strconv.Itoa(rep.PID)
+	value := func(body, metric string, labels ...string) float64 {
+		for _, l := range strings.Split(body, "\n") {
+			if !strings.HasPrefix(l, metric+"{") || !strings.Contains(l, `pid="`+pid+`"`) {
+				continue
+			}
+			match := true
+			for _, lb := range labels {
+				match = match && strings.Contains(l, lb)
+			}
+			if match {
+				v, _ := strconv.ParseFloat(l[strings.LastIndexByte(l, ' ')+1:], 64)
+				return v
+			}
+		}
+		return -1
+	}
+	launches := 0
+	for sym, n := range rep.Calls {
+		if strings.HasPrefix(sym, "cudaLaunchKernel") {
+			launches += n
+		}
+	}
+	var body string
+	waitFor(fmt.Sprintf("%d launches of process %s in /metrics", launches, pid), func() bool {
+		_, body = get("/metrics")
+		return value(body, "cudatap_kernel_launches_total") == float64(launches)
+	})
+	for _, api := range []string{"cudaStreamSynchronize", "cudaMemcpyAsync", "cudaEventRecord"} {
+		if got, want := value(body, "cudatap_cuda_calls_total", `api="`+api+`"`), float64(rep.Calls[api]); got != want {
+			t.Errorf("%s calls: /metrics says %v, the workload made %v", api, got, want)
+		}
+	}
+	if got := value(body, "cudatap_syncs_total", `kind="pageable_memcpy"`); got <= 0 {
+		t.Errorf("no pageable_memcpy syncs in /metrics:\n%s", body)
+	}
+	if !strings.Contains(body, `comm="workload"`) || !strings.Contains(body, "cudatap_agent_process_resident_memory_bytes") {
+		t.Errorf("labels or the agent's own series missing:\n%s", body)
+	}
+	// Only the metrics are served.
+	if code, _ := get("/etc/passwd"); code != http.StatusNotFound {
+		t.Errorf("GET /etc/passwd: %d", code)
+	}
+}

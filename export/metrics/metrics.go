@@ -1,0 +1,223 @@
+// Package metrics turns what the model concludes into Prometheus metrics:
+// counters cumulative per process (calls and launches, synchronization
+// waits by kind, copy bytes by direction and host memory, NCCL bytes and
+// operations), and a histogram of CUDA API time. A Collector is both a
+// model.Sink (fed by the reader goroutine) and a prometheus.Collector
+// (read by scrapes), so a long-running agent can expose a session's
+// findings as they happen.
+//
+// Kernel names and stacks are never labels (cardinality): they live in
+// profiles. The labels are the process's pid, comm and container.
+package metrics
+
+import (
+	"strconv"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cudatap/cudatap/internal/procfs"
+	"github.com/cudatap/cudatap/tracer/event"
+	"github.com/cudatap/cudatap/tracer/model"
+)
+
+// MaxProcesses bounds the processes with series: beyond it, the series of
+// the process seen least recently are dropped (counted in
+// cudatap_metrics_processes_evicted_total).
+const MaxProcesses = 1024
+
+// apiBuckets are the CUDA API time histogram's upper bounds, in seconds.
+var apiBuckets = []float64{1e-6, 4e-6, 16e-6, 64e-6, 256e-6, 1e-3, 4e-3, 16e-3, 64e-3, 256e-3, 1}
+
+// Collector aggregates what a model reports, per process.
+type Collector struct {
+	mu      sync.Mutex
+	procs   map[uint32]*proc
+	seq     uint64 // recency, for eviction
+	evicted uint64
+	label   func(pid uint32) (comm, container string)
+
+	calls, launches, syncs, syncWait, copyBytes, ncclBytes, ncclOps, apiTime, evictedDesc *prometheus.Desc
+}
+
+type proc struct {
+	comm, container string
+	pid             string
+	seen            uint64
+	calls           map[string]uint64 // by API
+	launches        uint64
+	syncs           map[string]uint64 // by kind
+	syncWaitNs      map[string]uint64
+	copyBytes       map[[2]string]uint64 // (direction, host memory)
+	ncclBytes       map[string]uint64    // by collective
+	ncclOps         map[string]uint64
+	apiTime         map[string]*histogram
+}
+
+type histogram struct {
+	count   uint64
+	sumNs   uint64
+	buckets []uint64 // cumulative per apiBuckets
+}
+
+// NewCollector returns an empty collector. Processes are labelled from
+// /proc (comm, container) when first seen.
+func NewCollector() *Collector {
+	labels := []string{"pid", "comm", "container"}
+	d := func(name, help string, extra ...string) *prometheus.Desc {
+		return prometheus.NewDesc(name, help, append(append([]string{}, labels...), extra...), nil)
+	}
+	return &Collector{
+		procs:       map[uint32]*proc{},
+		label:       procLabels,
+		calls:       d("cudatap_cuda_calls_total", "CUDA runtime, driver and NCCL calls traced, by API.", "api"),
+		launches:    d("cudatap_kernel_launches_total", "Kernel launches traced."),
+		syncs:       d("cudatap_syncs_total", "Host-blocking synchronizations, by kind (stream_sync, pageable_memcpy, ...).", "kind"),
+		syncWait:    d("cudatap_sync_wait_seconds_total", "Host time blocked in synchronizations, by kind.", "kind"),
+		copyBytes:   d("cudatap_memcpy_bytes_total", "Bytes copied, by direction (HtoD, DtoH, DtoD, ...) and host memory (pageable, pinned, device).", "direction", "host_memory"),
+		ncclBytes:   d("cudatap_nccl_bytes_total", "NCCL payload bytes, by operation.", "op"),
+		ncclOps:     d("cudatap_nccl_operations_total", "NCCL operations, by operation.", "op"),
+		apiTime:     d("cudatap_cuda_api_seconds", "Host time in CUDA calls whose return is traced, by API.", "api"),
+		evictedDesc: prometheus.NewDesc("cudatap_metrics_processes_evicted_total", "Processes whose series were dropped to bound cardinality.", nil, nil),
+	}
+}
+
+func procLabels(pid uint32) (comm, container string) {
+	comm, _ = procfs.Comm(int(pid))
+	if cg, err := procfs.Cgroup(int(pid)); err == nil {
+		container, _ = procfs.ContainerFromCgroup(cg)
+	}
+	return comm, container
+}
+
+func (c *Collector) proc(pid uint32) *proc {
+	c.seq++
+	if p := c.procs[pid]; p != nil {
+		p.seen = c.seq
+		return p
+	}
+	if len(c.procs) >= MaxProcesses {
+		oldest, at := uint32(0), ^uint64(0)
+		for id, p := range c.procs {
+			if p.seen < at {
+				oldest, at = id, p.seen
+			}
+		}
+		delete(c.procs, oldest)
+		c.evicted++
+	}
+	comm, container := c.label(pid)
+	p := &proc{comm: comm, container: container, pid: strconv.FormatUint(uint64(pid), 10), seen: c.seq,
+		calls: map[string]uint64{}, syncs: map[string]uint64{}, syncWaitNs: map[string]uint64{},
+		copyBytes: map[[2]string]uint64{}, ncclBytes: map[string]uint64{}, ncclOps: map[string]uint64{},
+		apiTime: map[string]*histogram{}}
+	c.procs[pid] = p
+	return p
+}
+
+// Call counts c.
+func (c *Collector) Call(mp *model.Process, x *model.Call) {
+	spec := x.Spec()
+	if spec == nil {
+		return
+	}
+	name := spec.Name
+	if rt := event.Lookup(event.RuntimeLaunch(x.API)); x.ViaRuntime && rt != nil {
+		name = rt.Name // as the program called it
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p := c.proc(mp.PID)
+	p.calls[name]++
+	switch spec.Class {
+	case event.ClassLaunch:
+		if !x.Captured {
+			p.launches++
+		}
+	case event.ClassMemcpy:
+		host := "pinned"
+		switch {
+		case x.Args.Kind == event.DeviceToDevice:
+			host = "device"
+		case x.Pageable:
+			host = "pageable"
+		}
+		p.copyBytes[[2]string{x.Args.Kind.String(), host}] += x.Args.Bytes
+	case event.ClassCollective:
+		p.ncclBytes[name] += x.Args.Bytes
+		p.ncclOps[name]++
+	}
+	if x.HasRet {
+		h := p.apiTime[name]
+		if h == nil {
+			h = &histogram{buckets: make([]uint64, len(apiBuckets))}
+			p.apiTime[name] = h
+		}
+		d := x.Duration()
+		h.count++
+		h.sumNs += d
+		for i, b := range apiBuckets {
+			if float64(d) <= b*1e9 {
+				h.buckets[i]++
+			}
+		}
+	}
+}
+
+// Sync counts a host-blocking synchronization and its wait.
+func (c *Collector) Sync(mp *model.Process, s *model.Sync) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p := c.proc(mp.PID)
+	k := s.Kind.String()
+	p.syncs[k]++
+	p.syncWaitNs[k] += s.BlockedNs
+}
+
+// GPUOp, Dependency and Hold add nothing to the metrics.
+func (c *Collector) GPUOp(*model.Process, *model.GPUOp)           {}
+func (c *Collector) Dependency(*model.Process, *model.Dependency) {}
+func (c *Collector) Hold(*model.Process, *model.Hold)             {}
+
+// Describe sends the metrics' descriptions.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.calls, c.launches, c.syncs, c.syncWait, c.copyBytes, c.ncclBytes, c.ncclOps, c.apiTime, c.evictedDesc} {
+		ch <- d
+	}
+}
+
+// Collect sends the current values.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	counter := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
+	}
+	for _, p := range c.procs {
+		l := []string{p.pid, p.comm, p.container}
+		with := func(extra ...string) []string { return append(append([]string{}, l...), extra...) }
+		for api, n := range p.calls {
+			counter(c.calls, float64(n), with(api)...)
+		}
+		counter(c.launches, float64(p.launches), l...)
+		for k, n := range p.syncs {
+			counter(c.syncs, float64(n), with(k)...)
+			counter(c.syncWait, float64(p.syncWaitNs[k])/1e9, with(k)...)
+		}
+		for k, n := range p.copyBytes {
+			counter(c.copyBytes, float64(n), with(k[0], k[1])...)
+		}
+		for op, n := range p.ncclBytes {
+			counter(c.ncclBytes, float64(n), with(op)...)
+			counter(c.ncclOps, float64(p.ncclOps[op]), with(op)...)
+		}
+		for api, h := range p.apiTime {
+			buckets := make(map[float64]uint64, len(apiBuckets))
+			for i, b := range apiBuckets {
+				buckets[b] = h.buckets[i]
+			}
+			ch <- prometheus.MustNewConstHistogram(c.apiTime, h.count, float64(h.sumNs)/1e9, buckets, with(api)...)
+		}
+	}
+	ch <- prometheus.MustNewConstMetric(c.evictedDesc, prometheus.CounterValue, float64(c.evicted))
+}
