@@ -8,8 +8,12 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/google/pprof/profile"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -17,7 +21,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cudatap/cudatap/export/metrics"
+	"github.com/cudatap/cudatap/export/pprofout"
 	"github.com/cudatap/cudatap/tracer"
+	"github.com/cudatap/cudatap/tracer/model"
 	"github.com/cudatap/cudatap/tracer/probe"
 )
 
@@ -92,6 +98,45 @@ func withToken(token string, h http.Handler) http.Handler {
 	})
 }
 
+// lastProfile serves the profile of the last window: all processes, or
+// with ?pid=N one of them (samples carry a pid label).
+type lastProfile struct {
+	mu sync.Mutex
+	p  *profile.Profile
+}
+
+func (l *lastProfile) set(p *profile.Profile) {
+	l.mu.Lock()
+	l.p = p
+	l.mu.Unlock()
+}
+
+func (l *lastProfile) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	l.mu.Lock()
+	p := l.p
+	l.mu.Unlock()
+	if p == nil {
+		http.Error(w, "no window has finished yet (profiles are made per window; --continuous makes none)", http.StatusServiceUnavailable)
+		return
+	}
+	if q := r.URL.Query().Get("pid"); q != "" {
+		if _, err := strconv.ParseUint(q, 10, 32); err != nil {
+			http.Error(w, "pid: want a process id", http.StatusBadRequest)
+			return
+		}
+		p = p.Copy()
+		p.FilterSamplesByTag(func(s *profile.Sample) bool {
+			return len(s.Label["pid"]) > 0 && s.Label["pid"][0] == q
+		}, nil)
+		if len(p.Sample) == 0 {
+			http.Error(w, "no CUDA calls of process "+q+" in the last window", http.StatusNotFound)
+			return
+		}
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	p.Write(w)
+}
+
 // agentStats are the agent's own series.
 type agentStats struct {
 	windows, events, lost, orphans, attachFailures prometheus.Counter
@@ -131,6 +176,8 @@ func runAgent(ctx context.Context, g *globalOptions, o *agentOptions, stderr io.
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", withToken(o.token, promhttp.HandlerFor(reg, promhttp.HandlerOpts{})))
+	var profiles lastProfile
+	mux.Handle("/profile", withToken(o.token, &profiles))
 	// Ready once the first window's probes are live (a readiness probe).
 	var ready atomic.Bool
 	mux.Handle("/healthz", withToken(o.token, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
@@ -156,11 +203,15 @@ func runAgent(ctx context.Context, g *globalOptions, o *agentOptions, stderr io.
 			window = 0 // until stopped
 		}
 		start := time.Now()
+		prof := pprofout.NewCollector()
 		out, err := tracer.Run(ctx, tracer.Config{All: o.container == "", Container: o.container, Duration: window,
 			Stacks: probe.StacksNone, RingBufferBytes: o.ringBuffer, NVMLInterval: -1, NameWindow: -1,
-			Sink: coll, Logger: g.logger(), OnAttached: func(int) { ready.Store(true) }})
+			Sink: model.Sinks{coll, prof}, Logger: g.logger(), OnAttached: func(int) { ready.Store(true) }})
 		if err != nil {
 			return err
+		}
+		if p, err := pprofout.Build(out.Result, prof, pprofout.Options{}); err == nil {
+			profiles.set(p)
 		}
 		d := out.Result.Drops
 		stats.windows.Inc()

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/pprof/profile"
+
 	"github.com/cudatap/cudatap/internal/sim"
 	"github.com/cudatap/cudatap/internal/testutil"
 )
@@ -193,5 +195,72 @@ func TestAgentMetrics(t *testing.T) {
 	// Only the metrics are served.
 	if code, _ := get("/etc/passwd"); code != http.StatusNotFound {
 		t.Errorf("GET /etc/passwd: %d", code)
+	}
+}
+
+// TestAgentWindowProfiles runs the agent in one-second windows: once a
+// window has ended, /profile serves its pprof profile, and ?pid= the
+// samples of one traced process.
+func TestAgentWindowProfiles(t *testing.T) {
+	testutil.RequireRoot(t)
+	b := testutil.Sim(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	lines := lineWriter{make(chan string, 64)}
+	done := make(chan error, 1)
+	go func() {
+		done <- runAgent(ctx, &globalOptions{}, &agentOptions{listen: "127.0.0.1:0", window: time.Second, every: time.Second, ringBuffer: 16 << 20}, lines)
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("agent: %v", err)
+		}
+	}()
+	base := strings.TrimSuffix(strings.TrimPrefix(<-lines.lines, "cudatap agent: metrics on "), "/metrics")
+	get := func(path string) (int, []byte) {
+		resp, err := http.Get(base + path)
+		if err != nil {
+			return 0, nil
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, body
+	}
+	if code, _ := get("/profile"); code != http.StatusServiceUnavailable {
+		t.Errorf("/profile before any window ended: %d, want 503", code)
+	}
+	// A workload that runs for seconds, so that some window sees it whole
+	// files hooked: each window is a fresh session.
+	cmd := exec.Command(b.Workload, "--scenario", "launches", "--iters", "200000")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	defer cmd.Process.Kill()
+	pid := strconv.Itoa(cmd.Process.Pid)
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the workload did not show in a window's profile within a minute")
+		}
+		code, body := get("/profile?pid=" + pid)
+		if code != http.StatusOK {
+			continue
+		}
+		p, err := profile.ParseData(body)
+		if err != nil {
+			t.Fatalf("/profile?pid: %v", err)
+		}
+		if len(p.Sample) == 0 {
+			t.Fatal("empty profile served")
+		}
+		for _, s := range p.Sample {
+			if s.Label["pid"][0] != pid {
+				t.Fatalf("sample of pid %v in the profile of %s", s.Label["pid"], pid)
+			}
+		}
+		break
+	}
+	if code, _ := get("/profile?pid=nonsense"); code != http.StatusBadRequest {
+		t.Errorf("/profile?pid=nonsense: %d, want 400", code)
 	}
 }
