@@ -74,14 +74,7 @@ func TestNamingWindowClosesEarly(t *testing.T) {
 		t.Errorf("%d launches traced and %d lost to a full ring buffer, the workload made %d", got, lost, made)
 	}
 	tr := col.Traces[p.PID]
-	named := map[string]int{}
-	for _, op := range tr.GPUOps {
-		name, addr := p.KernelSymbol(op.Func)
-		if name == "" {
-			name = r.out.Result.Names.Kernel(p.PID, addr)
-		}
-		named[name]++
-	}
+	named := kernelNames(r.out, col)
 	// Launches made before the first stub hand-over reached the driver
 	// probe cannot be named; every later one is.
 	if named["flood_kernel"] == 0 || named["flood_kernel"] < len(tr.GPUOps)-named[""] || named[""] > 2 {
@@ -97,10 +90,11 @@ func windowOpen(s *Session, pid int) bool {
 	return t != nil && t.rtLaunch != nil
 }
 
-// TestAttachNamesStrippedKernels attaches to a stripped program (as pip's
-// PyTorch is) whose kernels were registered before cudatap came: no symbol
-// names their host stubs, and the registrations were not seen; each kernel
-// is named from the code that registered it.
+// TestAttachNamesStrippedKernels attaches to a stripped program (as some
+// pip wheels are) whose kernels were registered and launched before cudatap
+// came: no symbol names their host stubs, and neither the registrations nor
+// the kernel loads were seen; each kernel is named from the code that
+// registered it.
 func TestAttachNamesStrippedKernels(t *testing.T) {
 	testutil.RequireRoot(t)
 	b := testutil.Sim(t)
@@ -111,48 +105,10 @@ func TestAttachNamesStrippedKernels(t *testing.T) {
 	if out, _ := exec.Command("nm", stripped).CombinedOutput(); !strings.Contains(string(out), "no symbols") {
 		t.Fatalf("the stripped copy still has symbols:\n%s", out)
 	}
-	cmd := exec.Command(stripped, "--warm-up", "--wait-after-setup", "--scenario", "basic", "--iters", "5")
+	cmd := exec.Command(stripped, "--warm-up", "--wait-after-setup", "--wait-before-exit", "--scenario", "basic", "--iters", "5")
 	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+filepath.Dir(b.Runtime))
-	stdin, _ := cmd.StdinPipe()
-	stdout, _ := cmd.StdoutPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
-	br := bufio.NewReader(stdout)
-	if line, err := br.ReadString('\n'); err != nil || !strings.HasPrefix(line, "setup ") {
-		t.Fatalf("workload did not set up: %q %v", line, err)
-	}
-	col := model.NewCollector()
-	done := make(chan *Outcome, 1)
-	go func() {
-		out, err := Run(context.Background(), Config{PIDs: []int{cmd.Process.Pid}, Stacks: probe.StacksNone, NVMLInterval: -1,
-			Sink: col, Duration: time.Minute, OnAttached: func(int) { fmt.Fprintln(stdin, "go") }})
-		if err != nil {
-			t.Error(err)
-		}
-		done <- out
-	}()
-	io.ReadAll(br)
-	cmd.Wait()
-	out := <-done
-	if out == nil {
-		t.FailNow()
-	}
-	p := out.Result.Processes[0]
-	named := map[string]int{}
-	for _, op := range col.Traces[p.PID].GPUOps {
-		if op.Kind != model.OpKernel {
-			continue
-		}
-		name, addr := p.KernelSymbol(op.Func)
-		if name == "" {
-			name = out.Result.Names.Kernel(p.PID, addr)
-		}
-		named[name]++
-	}
 	// basic with 2 streams: 2 gemm launches and 1 relu per iteration.
-	if want := map[string]int{"sim_gemm_kernel": 10, "sim_relu_kernel": 5}; !maps.Equal(named, want) {
+	if named, want := kernelNames(attachAfterSetup(t, cmd)), map[string]int{"sim_gemm_kernel": 10, "sim_relu_kernel": 5}; !maps.Equal(named, want) {
 		t.Errorf("kernels named %v, want %v", named, want)
 	}
 }
@@ -165,9 +121,19 @@ func TestAttachNamesStrippedKernels(t *testing.T) {
 func TestAttachNamesCUDA13Kernels(t *testing.T) {
 	testutil.RequireRoot(t)
 	b := testutil.Sim(t)
-	// It waits after its first iteration (for the attach) and before it
-	// exits (so its handles are readable until the session is over).
 	cmd := exec.Command(b.Workload, "--wait-after-setup", "--wait-before-exit", "--scenario", "handles", "--iters", "6")
+	// Iterations 2–6, one gemm and one relu each.
+	if named, want := kernelNames(attachAfterSetup(t, cmd)), map[string]int{"sim_gemm_kernel": 5, "sim_relu_kernel": 5}; !maps.Equal(named, want) {
+		t.Errorf("kernels named %v, want %v", named, want)
+	}
+}
+
+// attachAfterSetup starts cmd, a workload run with --wait-after-setup and
+// --wait-before-exit; attaches once it has set up and lets it run; stops
+// the session while it still lives (what is read from its memory can be),
+// then lets it exit. It returns the outcome and the session's calls.
+func attachAfterSetup(t *testing.T, cmd *exec.Cmd) (*Outcome, *model.Collector) {
+	t.Helper()
 	stdin, _ := cmd.StdinPipe()
 	stdout, _ := cmd.StdoutPipe()
 	if err := cmd.Start(); err != nil {
@@ -201,17 +167,23 @@ func TestAttachNamesCUDA13Kernels(t *testing.T) {
 	if out == nil {
 		t.FailNow()
 	}
+	return out, col
+}
+
+// kernelNames counts the kernel ops of the outcome's first process by the
+// name the session gave them ("" for none).
+func kernelNames(out *Outcome, col *model.Collector) map[string]int {
 	p := out.Result.Processes[0]
 	named := map[string]int{}
 	for _, op := range col.Traces[p.PID].GPUOps {
+		if op.Kind != model.OpKernel {
+			continue
+		}
 		name, addr := p.KernelSymbol(op.Func)
 		if name == "" {
 			name = out.Result.Names.Kernel(p.PID, addr)
 		}
 		named[name]++
 	}
-	// Iterations 2–6, one gemm and one relu each.
-	if want := map[string]int{"sim_gemm_kernel": 5, "sim_relu_kernel": 5}; !maps.Equal(named, want) {
-		t.Errorf("kernels named %v, want %v", named, want)
-	}
+	return named
 }

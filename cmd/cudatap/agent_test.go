@@ -74,31 +74,35 @@ func (w lineWriter) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
+// startAgent runs the agent until the test ends and returns its base URL.
+func startAgent(t *testing.T, o *agentOptions) string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	lines := lineWriter{make(chan string, 64)}
+	done := make(chan error, 1)
+	go func() { done <- runAgent(ctx, &globalOptions{}, o, lines) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("agent: %v", err)
+		}
+	})
+	select {
+	case l := <-lines.lines:
+		return strings.TrimSuffix(strings.TrimPrefix(l, "cudatap agent: metrics on "), "/metrics")
+	case err := <-done:
+		done <- err
+		t.Fatalf("agent stopped: %v", err)
+	}
+	return ""
+}
+
 // TestAgentMetrics runs the agent and a simulated workload under it, and
 // reads the workload's exact counts back from /metrics.
 func TestAgentMetrics(t *testing.T) {
 	testutil.RequireRoot(t)
 	b := testutil.Sim(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	lines := lineWriter{make(chan string, 64)}
-	done := make(chan error, 1)
-	go func() {
-		done <- runAgent(ctx, &globalOptions{}, &agentOptions{listen: "127.0.0.1:0", continuous: true, ringBuffer: 16 << 20}, lines)
-	}()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("agent: %v", err)
-		}
-	}()
-	var url string
-	select {
-	case l := <-lines.lines:
-		url = strings.TrimPrefix(l, "cudatap agent: metrics on ")
-	case err := <-done:
-		t.Fatalf("agent stopped: %v", err)
-	}
-	base := strings.TrimSuffix(url, "/metrics")
+	base := startAgent(t, &agentOptions{listen: "127.0.0.1:0", continuous: true, ringBuffer: 16 << 20})
 	get := func(path string) (int, string) {
 		resp, err := http.Get(base + path)
 		if err != nil {
@@ -204,19 +208,7 @@ func TestAgentMetrics(t *testing.T) {
 func TestAgentWindowProfiles(t *testing.T) {
 	testutil.RequireRoot(t)
 	b := testutil.Sim(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	lines := lineWriter{make(chan string, 64)}
-	done := make(chan error, 1)
-	go func() {
-		done <- runAgent(ctx, &globalOptions{}, &agentOptions{listen: "127.0.0.1:0", window: time.Second, every: time.Second, ringBuffer: 16 << 20}, lines)
-	}()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("agent: %v", err)
-		}
-	}()
-	base := strings.TrimSuffix(strings.TrimPrefix(<-lines.lines, "cudatap agent: metrics on "), "/metrics")
+	base := startAgent(t, &agentOptions{listen: "127.0.0.1:0", window: time.Second, every: time.Second, ringBuffer: 16 << 20})
 	get := func(path string) (int, []byte) {
 		resp, err := http.Get(base + path)
 		if err != nil {

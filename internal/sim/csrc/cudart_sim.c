@@ -209,8 +209,8 @@ API cudaError_t __cudaGetKernel(cudaKernel_t *kernel, const void *hostFun)
 	return cudaSuccess;
 }
 
-API cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim, void **args, size_t sharedMem,
-				   cudaStream_t stream)
+static cudaError_t launch_handle(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim, void **args, size_t sharedMem,
+				 cudaStream_t stream, int ptsz)
 {
 	if (!kernel)
 		return cudaErrorInvalidDeviceFunction;
@@ -218,21 +218,21 @@ API cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3 gridDim, dim3 block
 	cudaError_t err = launch_check(func, gridDim, blockDim);
 	if (err)
 		return err;
-	return drv.cuLaunchKernel(function_of(func), gridDim.x, gridDim.y, gridDim.z, blockDim.x, blockDim.y,
-				  blockDim.z, (unsigned)sharedMem, stream, args, NULL);
+	return (ptsz ? drv.cuLaunchKernel_ptsz : drv.cuLaunchKernel)(function_of(func), gridDim.x, gridDim.y, gridDim.z,
+								     blockDim.x, blockDim.y, blockDim.z,
+								     (unsigned)sharedMem, stream, args, NULL);
+}
+
+API cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim, void **args, size_t sharedMem,
+				   cudaStream_t stream)
+{
+	return launch_handle(kernel, gridDim, blockDim, args, sharedMem, stream, 0);
 }
 
 API cudaError_t __cudaLaunchKernel_ptsz(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim, void **args,
 					size_t sharedMem, cudaStream_t stream)
 {
-	if (!kernel)
-		return cudaErrorInvalidDeviceFunction;
-	const void *func = ((struct registered *)kernel)->stub;
-	cudaError_t err = launch_check(func, gridDim, blockDim);
-	if (err)
-		return err;
-	return drv.cuLaunchKernel_ptsz(function_of(func), gridDim.x, gridDim.y, gridDim.z, blockDim.x, blockDim.y,
-				       blockDim.z, (unsigned)sharedMem, stream, args, NULL);
+	return launch_handle(kernel, gridDim, blockDim, args, sharedMem, stream, 1);
 }
 
 static CUlaunchConfig driver_config(const cudaLaunchConfig_t *c)
