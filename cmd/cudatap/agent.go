@@ -137,24 +137,49 @@ func (l *lastProfile) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.Write(w)
 }
 
-// agentStats are the agent's own series.
+// agentStats are the agent's own series. Events and losses are live (the
+// session's once-a-second status, added to the windows before); the rest
+// are known when a window ends.
 type agentStats struct {
-	windows, events, lost, orphans, attachFailures prometheus.Counter
+	windows, orphans, attachFailures prometheus.Counter
+	// Of the windows that ended, and of the current one.
+	eventsDone, eventsNow, lostDone, lostNow atomic.Uint64
 }
 
 func newAgentStats(reg prometheus.Registerer) *agentStats {
+	s := &agentStats{}
 	c := func(name, help string) prometheus.Counter {
 		m := prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
 		reg.MustRegister(m)
 		return m
 	}
-	return &agentStats{
-		windows:        c("cudatap_agent_windows_total", "Tracing windows completed."),
-		events:         c("cudatap_agent_events_total", "Records received from the probes."),
-		lost:           c("cudatap_agent_dropped_events_total", "Calls traced but lost (ring buffer full, entry table full, decode errors, skipped programs)."),
-		orphans:        c("cudatap_agent_orphan_returns_total", "Returns seen without their entry."),
-		attachFailures: c("cudatap_agent_attach_failures_total", "Probe sets that could not be attached."),
+	live := func(name, help string, done, now *atomic.Uint64) {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
+			func() float64 { return float64(done.Load() + now.Load()) }))
 	}
+	s.windows = c("cudatap_agent_windows_total", "Tracing windows completed.")
+	s.orphans = c("cudatap_agent_orphan_returns_total", "Returns seen without their entry (windows that ended).")
+	s.attachFailures = c("cudatap_agent_attach_failures_total", "Probe sets that could not be attached (windows that ended).")
+	live("cudatap_agent_events_total", "Records received from the probes.", &s.eventsDone, &s.eventsNow)
+	live("cudatap_agent_dropped_events_total", "Calls traced but lost (ring buffer full, entry table full, decode errors, skipped programs).", &s.lostDone, &s.lostNow)
+	return s
+}
+
+// status follows the current window's counts.
+func (s *agentStats) status(st tracer.Status) {
+	s.eventsNow.Store(st.Events)
+	s.lostNow.Store(st.Lost)
+}
+
+// windowEnded folds a window's final counts into the totals.
+func (s *agentStats) windowEnded(d model.Drops) {
+	s.eventsNow.Store(0)
+	s.lostNow.Store(0)
+	s.eventsDone.Add(d.Received)
+	s.lostDone.Add(d.Lost())
+	s.windows.Inc()
+	s.orphans.Add(float64(d.OrphanReturns))
+	s.attachFailures.Add(float64(d.AttachFailures))
 }
 
 func runAgent(ctx context.Context, g *globalOptions, o *agentOptions, stderr io.Writer) error {
@@ -206,19 +231,14 @@ func runAgent(ctx context.Context, g *globalOptions, o *agentOptions, stderr io.
 		prof := pprofout.NewCollector()
 		out, err := tracer.Run(ctx, tracer.Config{All: o.container == "", Container: o.container, Duration: window,
 			Stacks: probe.StacksNone, RingBufferBytes: o.ringBuffer, NVMLInterval: -1, NameWindow: -1,
-			Sink: model.Sinks{coll, prof}, Logger: g.logger(), OnAttached: func(int) { ready.Store(true) }})
+			Sink: model.Sinks{coll, prof}, Logger: g.logger(), OnAttached: func(int) { ready.Store(true) }, OnStatus: stats.status})
 		if err != nil {
 			return err
 		}
 		if p, err := pprofout.Build(out.Result, prof, pprofout.Options{}); err == nil {
 			profiles.set(p)
 		}
-		d := out.Result.Drops
-		stats.windows.Inc()
-		stats.events.Add(float64(d.Received))
-		stats.lost.Add(float64(d.Lost()))
-		stats.orphans.Add(float64(d.OrphanReturns))
-		stats.attachFailures.Add(float64(d.AttachFailures))
+		stats.windowEnded(out.Result.Drops)
 		if ctx.Err() != nil || o.continuous {
 			return nil
 		}

@@ -193,6 +193,17 @@ func TestAgentMetrics(t *testing.T) {
 	if got := value(body, "cudatap_syncs_total", `kind="pageable_memcpy"`); got <= 0 {
 		t.Errorf("no pageable_memcpy syncs in /metrics:\n%s", body)
 	}
+	// Live: the session's status is once a second.
+	waitFor("the agent's own event count", func() bool {
+		_, all := get("/metrics")
+		for _, l := range strings.Split(all, "\n") {
+			if v, ok := strings.CutPrefix(l, "cudatap_agent_events_total "); ok {
+				n, _ := strconv.ParseFloat(v, 64)
+				return n > 0
+			}
+		}
+		return false
+	})
 	if !strings.Contains(body, `comm="workload"`) || !strings.Contains(body, "cudatap_agent_process_resident_memory_bytes") {
 		t.Errorf("labels or the agent's own series missing:\n%s", body)
 	}
