@@ -7,7 +7,8 @@
 // findings as they happen.
 //
 // Kernel names and stacks are never labels (cardinality): they live in
-// profiles. The labels are the process's pid, comm and container.
+// profiles. The labels are the process's pid, comm, container and pod
+// (the pod's UID, from the cgroup path under Kubernetes).
 package metrics
 
 import (
@@ -35,23 +36,23 @@ type Collector struct {
 	procs   map[uint32]*proc
 	seq     uint64 // recency, for eviction
 	evicted uint64
-	label   func(pid uint32) (comm, container string)
+	label   func(pid uint32) (comm, container, pod string)
 
 	calls, launches, syncs, syncWait, copyBytes, ncclBytes, ncclOps, apiTime, evictedDesc *prometheus.Desc
 }
 
 type proc struct {
-	comm, container string
-	pid             string
-	seen            uint64
-	calls           map[string]uint64 // by API
-	launches        uint64
-	syncs           map[string]uint64 // by kind
-	syncWaitNs      map[string]uint64
-	copyBytes       map[[2]string]uint64 // (direction, host memory)
-	ncclBytes       map[string]uint64    // by collective
-	ncclOps         map[string]uint64
-	apiTime         map[string]*histogram
+	comm, container, pod string
+	pid                  string
+	seen                 uint64
+	calls                map[string]uint64 // by API
+	launches             uint64
+	syncs                map[string]uint64 // by kind
+	syncWaitNs           map[string]uint64
+	copyBytes            map[[2]string]uint64 // (direction, host memory)
+	ncclBytes            map[string]uint64    // by collective
+	ncclOps              map[string]uint64
+	apiTime              map[string]*histogram
 }
 
 type histogram struct {
@@ -63,7 +64,7 @@ type histogram struct {
 // NewCollector returns an empty collector. Processes are labelled from
 // /proc (comm, container) when first seen.
 func NewCollector() *Collector {
-	labels := []string{"pid", "comm", "container"}
+	labels := []string{"pid", "comm", "container", "pod"}
 	d := func(name, help string, extra ...string) *prometheus.Desc {
 		return prometheus.NewDesc(name, help, append(append([]string{}, labels...), extra...), nil)
 	}
@@ -82,12 +83,12 @@ func NewCollector() *Collector {
 	}
 }
 
-func procLabels(pid uint32) (comm, container string) {
+func procLabels(pid uint32) (comm, container, pod string) {
 	comm, _ = procfs.Comm(int(pid))
 	if cg, err := procfs.Cgroup(int(pid)); err == nil {
-		container, _ = procfs.ContainerFromCgroup(cg)
+		container, pod = procfs.ContainerFromCgroup(cg)
 	}
-	return comm, container
+	return comm, container, pod
 }
 
 func (c *Collector) proc(pid uint32) *proc {
@@ -106,8 +107,8 @@ func (c *Collector) proc(pid uint32) *proc {
 		delete(c.procs, oldest)
 		c.evicted++
 	}
-	comm, container := c.label(pid)
-	p := &proc{comm: comm, container: container, pid: strconv.FormatUint(uint64(pid), 10), seen: c.seq,
+	comm, container, pod := c.label(pid)
+	p := &proc{comm: comm, container: container, pod: pod, pid: strconv.FormatUint(uint64(pid), 10), seen: c.seq,
 		calls: map[string]uint64{}, syncs: map[string]uint64{}, syncWaitNs: map[string]uint64{},
 		copyBytes: map[[2]string]uint64{}, ncclBytes: map[string]uint64{}, ncclOps: map[string]uint64{},
 		apiTime: map[string]*histogram{}}
@@ -194,7 +195,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
 	}
 	for _, p := range c.procs {
-		l := []string{p.pid, p.comm, p.container}
+		l := []string{p.pid, p.comm, p.container, p.pod}
 		with := func(extra ...string) []string { return append(append([]string{}, l...), extra...) }
 		for api, n := range p.calls {
 			counter(c.calls, float64(n), with(api)...)

@@ -1,0 +1,105 @@
+package metrics
+
+import (
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cudatap/cudatap/tracer/event"
+	"github.com/cudatap/cudatap/tracer/model"
+)
+
+// gather returns metric name → the value of its series whose labels
+// include want.
+func gather(t *testing.T, c *Collector, name string, want map[string]string) float64 {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(c)
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range f.GetMetric() {
+			got := map[string]string{}
+			for _, l := range m.GetLabel() {
+				got[l.GetName()] = l.GetValue()
+			}
+			for k, v := range want {
+				if got[k] != v {
+					continue series
+				}
+			}
+			switch {
+			case m.GetCounter() != nil:
+				return m.GetCounter().GetValue()
+			case m.GetHistogram() != nil:
+				return float64(m.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	return -1
+}
+
+func TestCollector(t *testing.T) {
+	c := NewCollector()
+	c.label = func(pid uint32) (string, string, string) { return "python3", "abc123", "pod-uid" }
+	p := &model.Process{PID: 42}
+	call := func(api event.API, x model.Call) *model.Call { x.API = api; return &x }
+	c.Call(p, call(event.CuLaunchKernel, model.Call{ViaRuntime: true}))
+	c.Call(p, call(event.CuLaunchKernel, model.Call{}))
+	c.Call(p, call(event.CudaLaunchKernel, model.Call{Captured: true})) // into a graph: not a launch
+	c.Call(p, call(event.CudaMemcpyAsync, model.Call{Start: 0, End: 3000, HasRet: true, Pageable: true,
+		Args: event.Args{Bytes: 4096, Kind: event.DeviceToHost}}))
+	c.Call(p, call(event.NcclAllReduce, model.Call{Args: event.Args{Bytes: 1 << 20}}))
+	c.Sync(p, &model.Sync{Kind: model.SyncPageableMemcpy, BlockedNs: 2_500_000})
+	id := map[string]string{"pid": "42", "comm": "python3", "container": "abc123", "pod": "pod-uid"}
+	with := func(k, v string) map[string]string {
+		m := map[string]string{k: v}
+		for a, b := range id {
+			m[a] = b
+		}
+		return m
+	}
+	for _, tc := range []struct {
+		name   string
+		labels map[string]string
+		want   float64
+	}{
+		{"cudatap_kernel_launches_total", id, 2},
+		{"cudatap_cuda_calls_total", with("api", "cudaLaunchKernel"), 2}, // via the runtime, and captured
+		{"cudatap_cuda_calls_total", with("api", "cuLaunchKernel"), 1},
+		{"cudatap_memcpy_bytes_total", map[string]string{"pid": "42", "direction": "DtoH", "host_memory": "pageable"}, 4096},
+		{"cudatap_nccl_bytes_total", with("op", "ncclAllReduce"), 1 << 20},
+		{"cudatap_syncs_total", with("kind", "pageable_memcpy"), 1},
+		{"cudatap_sync_wait_seconds_total", with("kind", "pageable_memcpy"), 0.0025},
+		{"cudatap_cuda_api_seconds", with("api", "cudaMemcpyAsync"), 1},
+	} {
+		if got := gather(t, c, tc.name, tc.labels); got != tc.want {
+			t.Errorf("%s%v = %v, want %v", tc.name, tc.labels, got, tc.want)
+		}
+	}
+}
+
+// Beyond MaxProcesses, the series of the process seen least recently go,
+// and are counted.
+func TestCollectorBounded(t *testing.T) {
+	c := NewCollector()
+	c.label = func(uint32) (string, string, string) { return "w", "", "" }
+	for pid := uint32(1); pid <= MaxProcesses+10; pid++ {
+		c.Call(&model.Process{PID: pid}, &model.Call{API: event.CudaMemsetAsync})
+	}
+	if len(c.procs) != MaxProcesses {
+		t.Errorf("%d processes kept, want %d", len(c.procs), MaxProcesses)
+	}
+	if got := gather(t, c, "cudatap_metrics_processes_evicted_total", nil); got != 10 {
+		t.Errorf("evicted %v, want 10", got)
+	}
+	if got := gather(t, c, "cudatap_cuda_calls_total", map[string]string{"pid": "1"}); got != -1 {
+		t.Errorf("the oldest process still has series: %v", got)
+	}
+}
