@@ -1,7 +1,6 @@
 package tracer
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -58,10 +57,24 @@ func (s *Session) launch() (*launched, error) {
 			res <- result{err: fmt.Errorf("start %s: the process did not stop after exec (%v)", s.cfg.Command[0], err)}
 			return
 		}
-		attachErr := s.attachProcess(pid, true, false)
+		// Trade the ptrace stop for an ordinary SIGSTOP before hooking:
+		// were cudatap killed while the program sat in its ptrace stop, the
+		// kernel would deliver the exec's SIGTRAP and kill it, and nothing
+		// could prevent that; a SIGSTOP the guardian ends (SIGCONT) if
+		// cudatap dies. The pending SIGSTOP is taken before the program
+		// runs a single instruction.
+		s.guard.hold(pid)
+		syscall.Kill(pid, syscall.SIGSTOP)
+		var attachErr error
 		if err := syscall.PtraceDetach(pid); err != nil {
-			attachErr = errors.Join(attachErr, fmt.Errorf("release %d from ptrace: %w", pid, err))
+			attachErr = fmt.Errorf("release %d from ptrace: %w", pid, err)
+		} else if _, err := syscall.Wait4(pid, &ws, syscall.WUNTRACED, nil); err != nil || !ws.Stopped() {
+			attachErr = fmt.Errorf("start %s: the process did not stop for hooking (%v)", s.cfg.Command[0], err)
 		}
+		if attachErr == nil {
+			attachErr = s.attachProcess(pid, true, false)
+		}
+		syscall.Kill(pid, syscall.SIGCONT)
 		if attachErr != nil {
 			cmd.Process.Kill()
 			cmd.Wait()
