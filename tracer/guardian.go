@@ -33,6 +33,7 @@ const guardianEnv = "CUDATAP_GUARDIAN_OF"
 // re-executed as one: the re-exec pattern (any binary that links the
 // tracer, cudatap or a test, can be its own guardian). It sets nothing.
 func init() {
+	launchExec() // or the launcher of a command (launch.go)
 	if v := os.Getenv(guardianEnv); v != "" {
 		pid, err := strconv.Atoi(v)
 		if err == nil {

@@ -7,6 +7,8 @@ import (
 	"runtime"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // launched is a command cudatap started itself.
@@ -27,11 +29,45 @@ type Exit struct {
 	Stopped bool
 }
 
-// launch starts the command stopped at its first instruction (ptrace stops
-// a tracee right after execve), hooks what is already mapped (the executable,
-// with a statically linked runtime; the dynamic linker) and lets it run. The
-// linker hook stops the process again at every library load until the new
-// library is hooked, so not one call into CUDA goes unseen.
+// launcherEnv marks this binary re-executed as the launcher of a command
+// (its value is the command's path). See launch.
+const launcherEnv = "CUDATAP_LAUNCH_EXEC"
+
+// launchExec runs the launcher when this binary was re-executed as one: it
+// waits for cudatap's go-ahead on descriptor 3 (a byte, or the end of the
+// pipe if cudatap died: then it goes ahead untraced), then becomes the
+// command, with the environment it was given minus its own marker.
+func launchExec() {
+	path := os.Getenv(launcherEnv)
+	if path == "" {
+		return
+	}
+	os.Unsetenv(launcherEnv)
+	var b [1]byte
+	syscall.Read(3, b[:])
+	syscall.Close(3)
+	err := syscall.Exec(path, os.Args, os.Environ())
+	fmt.Fprintf(os.Stderr, "cudatap: run %s: %v\n", path, err)
+	os.Exit(127)
+}
+
+// launch starts the command stopped at its first instruction, hooks what is
+// already mapped (the executable, with a statically linked runtime; the
+// dynamic linker) and lets it run. The linker hook stops the process again
+// at every library load until the new library is hooked, so not one call
+// into CUDA goes unseen.
+//
+// The command must not depend on cudatap staying alive, at any instant. It
+// starts as a launcher (this binary again) blocked on a pipe; cudatap seizes
+// it with ptrace, asking for an exec event (PTRACE_O_TRACEEXEC), and lets it
+// go; it executes the command, which stops in that event. The ptrace stop
+// is then traded for an ordinary SIGSTOP, which cudatap ends once it has
+// hooked the command, or the guardian if cudatap died. Were cudatap killed
+// at any point, the launcher would find its pipe closed and go ahead, the
+// kernel would let a command in its exec event run, and the guardian would
+// continue a stopped one. (The exec stop of PTRACE_TRACEME, used before,
+// is a SIGTRAP that kills the program when its tracer is gone: seen in the
+// kill test.)
 func (s *Session) launch() (*launched, error) {
 	type result struct {
 		l   *launched
@@ -39,46 +75,85 @@ func (s *Session) launch() (*launched, error) {
 	}
 	res := make(chan result, 1)
 	go func() {
-		// ptrace requests must come from the thread that forked the tracee.
+		// ptrace requests must come from the thread that attached.
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
-		cmd := exec.Command(s.cfg.Command[0], s.cfg.Command[1:]...)
+		name := s.cfg.Command[0]
+		fail := func(cmd *exec.Cmd, err error) {
+			if cmd != nil && cmd.Process != nil {
+				cmd.Process.Kill()
+				cmd.Wait()
+			}
+			res <- result{err: fmt.Errorf("start %s: %w", name, err)}
+		}
+		path, err := exec.LookPath(name)
+		if err != nil {
+			fail(nil, err)
+			return
+		}
+		self, err := os.Executable()
+		if err != nil {
+			fail(nil, fmt.Errorf("find cudatap's own binary to launch it through: %w", err))
+			return
+		}
+		goAhead, w, err := os.Pipe()
+		if err != nil {
+			fail(nil, err)
+			return
+		}
+		cmd := exec.Command(self, s.cfg.Command[1:]...)
+		cmd.Args[0] = name // the command's own argv[0]
+		cmd.Env = append(os.Environ(), launcherEnv+"="+path)
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = s.cfg.Stdin, s.cfg.Stdout, s.cfg.Stderr
-		cmd.SysProcAttr = &syscall.SysProcAttr{Ptrace: true}
-		if err := cmd.Start(); err != nil {
-			res <- result{err: fmt.Errorf("start %s: %w", s.cfg.Command[0], err)}
+		cmd.ExtraFiles = []*os.File{goAhead} // its descriptor 3
+		err = cmd.Start()
+		goAhead.Close()
+		if err != nil {
+			w.Close()
+			fail(nil, err)
 			return
 		}
 		pid := cmd.Process.Pid
-		var ws syscall.WaitStatus
-		if _, err := syscall.Wait4(pid, &ws, 0, nil); err != nil || !ws.Stopped() {
-			cmd.Process.Kill()
-			cmd.Wait()
-			res <- result{err: fmt.Errorf("start %s: the process did not stop after exec (%v)", s.cfg.Command[0], err)}
+		// Seize it while it waits, asking for the exec event, then let it go.
+		_, _, errno := syscall.Syscall6(syscall.SYS_PTRACE, unix.PTRACE_SEIZE, uintptr(pid), 0, unix.PTRACE_O_TRACEEXEC, 0, 0)
+		w.Write([]byte{1})
+		w.Close()
+		if errno != 0 {
+			fail(cmd, fmt.Errorf("seize the launcher with ptrace: %w", errno))
 			return
 		}
-		// Trade the ptrace stop for an ordinary SIGSTOP before hooking:
-		// were cudatap killed while the program sat in its ptrace stop, the
-		// kernel would deliver the exec's SIGTRAP and kill it, and nothing
-		// could prevent that; a SIGSTOP the guardian ends (SIGCONT) if
-		// cudatap dies. The pending SIGSTOP is taken before the program
-		// runs a single instruction.
+		var ws syscall.WaitStatus
+		for {
+			if _, err := syscall.Wait4(pid, &ws, 0, nil); err != nil || !ws.Stopped() {
+				fail(cmd, fmt.Errorf("it ended before running (%v, %v)", err, ws))
+				return
+			}
+			if ws.TrapCause() == unix.PTRACE_EVENT_EXEC {
+				break
+			}
+			// Any other stop before the exec: pass its signal on.
+			if err := syscall.PtraceCont(pid, int(ws.StopSignal())); err != nil {
+				fail(cmd, fmt.Errorf("continue the launcher: %w", err))
+				return
+			}
+		}
+		// Trade the ptrace stop for an ordinary SIGSTOP while hooking (the
+		// guardian told first); the pending SIGSTOP is taken before the
+		// command runs an instruction.
 		s.guard.hold(pid)
 		syscall.Kill(pid, syscall.SIGSTOP)
 		var attachErr error
 		if err := syscall.PtraceDetach(pid); err != nil {
 			attachErr = fmt.Errorf("release %d from ptrace: %w", pid, err)
 		} else if _, err := syscall.Wait4(pid, &ws, syscall.WUNTRACED, nil); err != nil || !ws.Stopped() {
-			attachErr = fmt.Errorf("start %s: the process did not stop for hooking (%v)", s.cfg.Command[0], err)
+			attachErr = fmt.Errorf("the process did not stop for hooking (%v)", err)
 		}
 		if attachErr == nil {
 			attachErr = s.attachProcess(pid, true, false)
 		}
 		syscall.Kill(pid, syscall.SIGCONT)
 		if attachErr != nil {
-			cmd.Process.Kill()
-			cmd.Wait()
-			res <- result{err: attachErr}
+			fail(cmd, attachErr)
 			return
 		}
 		l := &launched{pid: pid, cmd: cmd, done: make(chan struct{}), exit: Exit{Code: -1}}

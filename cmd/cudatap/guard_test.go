@@ -99,7 +99,11 @@ func reapAll(t *testing.T, d time.Duration) []int {
 		case err != nil:
 			t.Fatal(err)
 		case pid > 0:
-			statuses = append(statuses, ws.ExitStatus())
+			st := ws.ExitStatus()
+			if ws.Signaled() {
+				t.Logf("child %d killed by %v", pid, ws.Signal())
+			}
+			statuses = append(statuses, st)
 			continue
 		}
 		if time.Now().After(deadline) {
