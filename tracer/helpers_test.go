@@ -28,7 +28,13 @@ func startWaiter(tb testing.TB, name string, args ...string) *waiter {
 // with first.
 func startWaiterLine(tb testing.TB, first, name string, args ...string) *waiter {
 	tb.Helper()
-	cmd := exec.Command(name, args...)
+	return startWaiterCmd(tb, first, exec.Command(name, args...))
+}
+
+// startWaiterCmd starts cmd (set up but not started) and waits for a line
+// that starts with first.
+func startWaiterCmd(tb testing.TB, first string, cmd *exec.Cmd) *waiter {
+	tb.Helper()
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		tb.Fatal(err)
@@ -42,7 +48,7 @@ func startWaiterLine(tb testing.TB, first, name string, args ...string) *waiter 
 	}
 	w := &waiter{cmd: cmd, stdin: stdin, out: bufio.NewReader(stdout)}
 	if line := w.line(tb); !strings.HasPrefix(line, first) {
-		tb.Fatalf("%s printed %q, want %s", name, line, first)
+		tb.Fatalf("%s printed %q, want %s", cmd.Path, line, first)
 	}
 	return w
 }

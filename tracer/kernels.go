@@ -15,6 +15,7 @@ package tracer
 //     value is the handle.
 
 import (
+	"encoding/binary"
 	"fmt"
 	"strconv"
 	"sync"
@@ -216,7 +217,7 @@ func (r *resolver) prefetchHandles(pid uint32) {
 				if procfs.ReadMem(int(pid), vaddr+bias, b[:]) != nil {
 					continue // gone
 				}
-				if h := leUint64(b[:]); h != 0 && regs.Names[stubOff] != "" {
+				if h := binary.LittleEndian.Uint64(b[:]); h != 0 && regs.Names[stubOff] != "" {
 					names[h] = regs.Names[stubOff]
 				}
 			}
@@ -224,11 +225,6 @@ func (r *resolver) prefetchHandles(pid uint32) {
 		log.Debug("kernel handles", "pid", pid, "named", len(names), "took", time.Since(start))
 		d.handleDone <- decodedHandles{pid, names}
 	}()
-}
-
-func leUint64(b []byte) uint64 {
-	return uint64(b[0]) | uint64(b[1])<<8 | uint64(b[2])<<16 | uint64(b[3])<<24 |
-		uint64(b[4])<<32 | uint64(b[5])<<40 | uint64(b[6])<<48 | uint64(b[7])<<56
 }
 
 // pollKernels names the kernels whose decoding came in; with wait, it

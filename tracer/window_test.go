@@ -1,10 +1,7 @@
 package tracer
 
 import (
-	"bufio"
 	"context"
-	"fmt"
-	"io"
 	"maps"
 	"os"
 	"os/exec"
@@ -134,36 +131,27 @@ func TestAttachNamesCUDA13Kernels(t *testing.T) {
 // then lets it exit. It returns the outcome and the session's calls.
 func attachAfterSetup(t *testing.T, cmd *exec.Cmd) (*Outcome, *model.Collector) {
 	t.Helper()
-	stdin, _ := cmd.StdinPipe()
-	stdout, _ := cmd.StdoutPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	w := startWaiterCmd(t, "setup ", cmd)
 	defer cmd.Process.Kill()
-	br := bufio.NewReader(stdout)
-	if line, err := br.ReadString('\n'); err != nil || !strings.HasPrefix(line, "setup ") {
-		t.Fatalf("workload did not set up: %q %v", line, err)
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	col := model.NewCollector()
 	done := make(chan *Outcome, 1)
 	go func() {
-		out, err := Run(ctx, Config{PIDs: []int{cmd.Process.Pid}, Stacks: probe.StacksNone, NVMLInterval: -1,
-			Sink: col, Duration: time.Minute, OnAttached: func(int) { fmt.Fprintln(stdin, "go") }})
+		out, err := Run(ctx, Config{PIDs: []int{w.pid()}, Stacks: probe.StacksNone, NVMLInterval: -1,
+			Sink: col, Duration: time.Minute, OnAttached: func(int) { w.start() }})
 		if err != nil {
 			t.Error(err)
 		}
 		done <- out
 	}()
-	if line, err := br.ReadString('\n'); err != nil || !strings.HasPrefix(line, "done ") {
-		t.Fatalf("workload did not finish: %q %v", line, err)
+	if line := w.line(t); !strings.HasPrefix(line, "done ") {
+		t.Fatalf("workload did not finish: %q", line)
 	}
 	cancel()
 	out := <-done
-	fmt.Fprintln(stdin, "exit")
-	io.ReadAll(br)
-	cmd.Wait()
+	w.start()   // the line it waits for before exiting
+	w.result(t) // its report, and its exit
 	if out == nil {
 		t.FailNow()
 	}

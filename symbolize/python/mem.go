@@ -2,9 +2,8 @@ package python
 
 import (
 	"encoding/binary"
-	"fmt"
 
-	"golang.org/x/sys/unix"
+	"github.com/cudatap/cudatap/internal/procfs"
 )
 
 // memory is where code objects are read from: the live process (mem) or
@@ -18,23 +17,7 @@ type memory interface {
 type mem struct{ pid int }
 
 // read fills b from the target's address addr.
-func (m mem) read(addr uint64, b []byte) error {
-	for len(b) > 0 {
-		local := []unix.Iovec{{Base: &b[0]}}
-		local[0].SetLen(len(b))
-		remote := []unix.RemoteIovec{{Base: uintptr(addr), Len: len(b)}}
-		n, err := unix.ProcessVMReadv(m.pid, local, remote, 0)
-		if err != nil {
-			return fmt.Errorf("read %d bytes at %#x in process %d: %w", len(b), addr, m.pid, err)
-		}
-		if n <= 0 {
-			return fmt.Errorf("read %d bytes at %#x in process %d: %w", len(b), addr, m.pid, unix.EFAULT)
-		}
-		b = b[n:]
-		addr += uint64(n)
-	}
-	return nil
-}
+func (m mem) read(addr uint64, b []byte) error { return procfs.ReadMem(m.pid, addr, b) }
 
 func (m mem) u64(addr uint64) (uint64, error) {
 	var b [8]byte
