@@ -119,7 +119,7 @@ func (s *Session) launch() (*launched, error) {
 		w.Write([]byte{1})
 		w.Close()
 		if errno != 0 {
-			fail(cmd, fmt.Errorf("seize the launcher with ptrace: %w (cudatap needs CAP_SYS_PTRACE, and ptrace must not be disabled: kernel.yama.ptrace_scope below 3; `cudatap doctor` checks both)", errno))
+			fail(cmd, fmt.Errorf("seize the launcher with ptrace: %w (cudatap needs CAP_SYS_PTRACE, and ptrace must not be disabled: kernel.yama.ptrace_scope below 3; `cudatap doctor` checks the capability)", errno))
 			return
 		}
 		var ws syscall.WaitStatus
