@@ -77,6 +77,7 @@ type streamState struct {
 	lastEnqueue uint64
 	waitAfter   int // op a cudaStreamWaitEvent made the next op wait for, -1 = none
 	busy        busyBounds
+	measured    spanUnion // the measured ops' GPU time (measured.go)
 }
 
 // busyBounds accumulates the upper bound of a stream's GPU busy time that is
@@ -150,6 +151,14 @@ type procState struct {
 	launchesSinceStub int
 	holds             map[uint32][]Hold // by thread, until a call covers them
 	devices           map[uint32]int8   // by thread: its current device, once cudaSetDevice was seen
+	// GPU times (measured.go): whether CUPTI measures this process, the
+	// final ops waiting for their measurement (in the order they became
+	// final), the ops each thread enqueued that may still be measured,
+	// and the collector's previous mark.
+	measuring bool
+	held      []int
+	byTID     map[uint32]*tidOps
+	prevMark  uint64
 }
 
 // currentDevice is thread tid's current device: the last it set, else
@@ -556,7 +565,7 @@ func (ps *procState) op(id int) *GPUOp {
 // reserve makes room in the window for op ID ps.nextOp: it grows the window
 // up to m.window, then lays out the oldest pending ops unbounded.
 func (m *Model) reserve(ps *procState) {
-	for ps.oldest < ps.nextOp && ps.ops[ps.oldest&(len(ps.ops)-1)].final {
+	for ps.oldest < ps.nextOp && ps.ops[ps.oldest&(len(ps.ops)-1)].released {
 		ps.oldest++
 	}
 	if ps.nextOp-ps.oldest < len(ps.ops) {
@@ -571,7 +580,11 @@ func (m *Model) reserve(ps *procState) {
 		return
 	}
 	m.drops.WindowFull++
-	m.layOutUnbounded(ps, &ps.ops[ps.oldest&(len(ps.ops)-1)])
+	op := &ps.ops[ps.oldest&(len(ps.ops)-1)]
+	m.layOutUnbounded(ps, op)
+	if !op.released {
+		m.release(ps, op) // held for a measurement that is too late now
+	}
 	ps.oldest++
 }
 
@@ -605,10 +618,18 @@ func (m *Model) enqueue(ps *procState, op GPUOp) int {
 	}
 	p.Devices |= deviceBit(op.Device)
 	p.Streams[sid].Devices |= deviceBit(op.Device)
-	op.Start, op.End = call.Start, call.Start
+	op.Start, op.End, op.enqEnd = call.Start, call.Start, call.End
 	op.After, st.waitAfter = st.waitAfter, -1
 	op.AfterStream = -1
 	ps.ops[op.ID&(len(ps.ops)-1)] = op
+	if ps.measuring {
+		l := ps.byTID[call.TID]
+		if l == nil {
+			l = &tidOps{}
+			ps.byTID[call.TID] = l
+		}
+		l.ids = append(l.ids, op.ID)
+	}
 	ps.nextOp++
 	p.NGPUOps++
 	p.Streams[sid].Stats.GPUOps++
@@ -864,14 +885,23 @@ func (m *Model) boundStream(ps *procState, sid int, upto int, t uint64) {
 	prev := st.gpuClock
 	for k := range n {
 		op := ps.op(st.pending()[0])
+		// Proven complete when the call being handled returned, at the
+		// latest (t, where the layout ends it, may be its start).
+		op.provenAt = max(t, m.call.End)
+		op.Bounded = true
+		st.busy.op(op.Enqueued, op.provenAt)
+		if op.Measured {
+			// CUPTI's times arrived before the sync: they stand.
+			prev = max(prev, op.End)
+			st.gpuClock = prev
+			st.pop(1)
+			m.final(ps, op)
+			continue
+		}
 		op.Start = max(prev, op.Enqueued)
 		m.waitFor(ps, op, t)
 		share := begin + mulDiv(t-begin, uint64(k+1), uint64(n))
 		op.End = max(op.Start, share)
-		op.Bounded = true
-		// Proven complete when the call being handled returned, at the
-		// latest (t, where the layout ends it, may be its start).
-		st.busy.op(op.Enqueued, max(t, m.call.End))
 		prev = op.End
 		st.gpuClock = prev
 		st.pop(1)
@@ -904,6 +934,14 @@ func (m *Model) layOutUnbounded(ps *procState, op *GPUOp) {
 		return
 	}
 	st := ps.st[op.Stream]
+	op.provenAt = m.end
+	st.busy.op(op.Enqueued, m.end) // no sync proved it done: by the end, as far as is known
+	if op.Measured {
+		st.gpuClock = max(st.gpuClock, op.End)
+		st.dequeue(op.ID)
+		m.final(ps, op)
+		return
+	}
 	op.Start = max(st.gpuClock, op.Enqueued)
 	if op.After >= 0 {
 		if dep := ps.op(op.After); dep != nil {
@@ -914,18 +952,36 @@ func (m *Model) layOutUnbounded(ps *procState, op *GPUOp) {
 	}
 	op.End = op.Start
 	st.gpuClock = op.End
-	st.busy.op(op.Enqueued, m.end) // no sync proved it done: by the end, as far as is known
-	if pend := st.pending(); len(pend) > 0 && pend[0] == op.ID {
-		st.pop(1)
-	} else if i := slices.Index(pend, op.ID); i >= 0 {
-		st.queue = slices.Delete(st.queue, st.head+i, st.head+i+1)
-	}
+	st.dequeue(op.ID)
 	m.final(ps, op)
 }
 
-// final hands a laid-out op to the sink and to the aggregates.
+// dequeue removes op id from the stream's pending ops.
+func (s *streamState) dequeue(id int) {
+	if pend := s.pending(); len(pend) > 0 && pend[0] == id {
+		s.pop(1)
+	} else if i := slices.Index(pend, id); i >= 0 {
+		s.queue = slices.Delete(s.queue, s.head+i, s.head+i+1)
+	}
+}
+
+// final marks an op laid out; it goes to the sink now, or once measured
+// where CUPTI measures the process.
 func (m *Model) final(ps *procState, op *GPUOp) {
 	op.final = true
+	if ps.measuring && (!op.Measured || op.Kind == OpGraph) {
+		ps.held = append(ps.held, op.ID)
+		return
+	}
+	m.release(ps, op)
+}
+
+// release hands a final op to the sink and to the aggregates.
+func (m *Model) release(ps *procState, op *GPUOp) {
+	op.released = true
+	if ps.measuring && !op.Measured {
+		m.drops.GPUTimesUnmeasured++
+	}
 	ps.overlap.add(op)
 	m.sink.GPUOp(ps.p, op)
 }
@@ -948,10 +1004,15 @@ func (m *Model) Finish() *Result {
 				m.layOutUnbounded(ps, op)
 			}
 		}
+		m.releaseHeld(ps, ^uint64(0))
 		ps.p.CommNs, ps.p.OverlapNs = ps.overlap.finish()
 		for sid, st := range ps.st {
 			s := &ps.p.Streams[sid].Stats
 			s.BusyMaxNs = st.busy.max()
+			s.BusyNs = st.measured.total()
+			if s.Measured > 0 && s.Measured >= s.GPUOps {
+				s.BusyMaxNs = s.BusyNs // every op measured: exact
+			}
 		}
 		r.Processes = append(r.Processes, ps.p)
 	}

@@ -101,6 +101,7 @@ func (c *Collector) GPUOp(p *Process, op *GPUOp) {
 		t.GPUOps = append(t.GPUOps, GPUOp{ID: -1})
 	}
 	t.GPUOps[op.ID] = *op
+	t.GPUOps[op.ID].released, t.GPUOps[op.ID].enqEnd, t.GPUOps[op.ID].provenAt = false, 0, 0 // the model's bookkeeping
 }
 
 func (c *Collector) Dependency(p *Process, d *Dependency) {

@@ -82,10 +82,14 @@ type StreamStats struct {
 	Collectives   int64  // NCCL operations enqueued
 	CommBytes     uint64 // their payload bytes
 	GPUOps        int64  // GPU operations enqueued (not captured into a graph)
-	// BusyMaxNs bounds the time the stream's GPU work took from above,
-	// without kernel timings (the true value is at most this; see
-	// busyBounds). Set by Finish.
+	// The stream's GPU busy time lies in [BusyNs, BusyMaxNs]. BusyMaxNs
+	// bounds it from above without kernel timings (see busyBounds);
+	// BusyNs is what CUPTI measured (the union of the measured ops'
+	// intervals), 0 without it. Measured counts the ops it timed: with
+	// every op measured, both bounds are the measured time. Set by Finish.
 	BusyMaxNs uint64
+	BusyNs    uint64
+	Measured  int64
 }
 
 // OpKind is the kind of inferred GPU activity.
@@ -236,9 +240,13 @@ type GPUOp struct {
 	Device      int8 // the device it ran on, DeviceUnknown when cudatap cannot tell
 	AfterDevice int8 // the device of the op it waits for
 	Bounded     bool // End is bounded by an observed completion (sync, ready query)
+	Measured    bool // Start and End are CUPTI's (measured.go), not inferred
 	EnqueueOnly bool // the enqueue call has no duration (only its entry was probed)
 	Pageable    bool
-	final       bool // handed to the sink
+	final       bool   // laid out
+	released    bool   // handed to the sink
+	enqEnd      uint64 // return of the enqueue call
+	provenAt    uint64 // when it was known complete
 }
 
 // Sync is one host-blocking (or stream-serializing) synchronization.
@@ -312,6 +320,7 @@ type Process struct {
 	// came, so DeviceMemInUse/Peak count only what was allocated since.
 	PinnedRecovered uint64
 	AttachedLate    bool
+	Measured        bool // CUPTI measured its GPU ops (--gpu-times)
 	// Devices has a bit per device the process's GPU ops ran on (DeviceBits).
 	Devices   uint64
 	HeldNs    uint64 // time its threads were held while cudatap hooked libraries
@@ -386,6 +395,13 @@ type Drops struct {
 	// Python code objects not copied at the call (ring buffer full): their
 	// frames are named from the live process, "?" once it is gone.
 	PyCodeLost uint64
+	// GPU times (--gpu-times): records the collector or CUPTI lost, and
+	// measurements that matched no traced call, that arrived after their op
+	// was drawn, or ops drawn without one (bounded instead).
+	GPUTimesLost       uint64
+	GPUTimesUnmatched  uint64
+	GPUTimesLate       uint64
+	GPUTimesUnmeasured uint64
 }
 
 // Lost is the number of calls that happened while traced but are missing

@@ -1,0 +1,56 @@
+/*
+ * wire.h: the messages the collector sends cudatap over its socket
+ * (SOCK_SEQPACKET: one message per send, in order). tracer/gputime/wire.go
+ * reads the same layout; little-endian x86-64.
+ */
+#ifndef CUDATAP_WIRE_H
+#define CUDATAP_WIRE_H
+
+#include <stdint.h>
+
+#define CT_MAGIC 0x50415443u /* "CTAP" */
+#define CT_VERSION 1
+
+enum ct_msg_type {
+	CT_HELLO = 1,   /* text: what CUPTI the collector uses and how */
+	CT_RECORDS = 2, /* count × struct ct_record */
+	CT_MARK = 3,    /* every record of work complete before time was sent */
+	CT_BYE = 4,     /* stopped: nothing follows */
+	CT_ERROR = 5,   /* text: why the collector is not collecting; nothing follows */
+};
+
+struct ct_msg_hdr {
+	uint32_t magic;
+	uint16_t version;
+	uint16_t type;
+	uint32_t count;         /* records, or text bytes */
+	uint32_t pid;           /* getpid() in the process's own namespace */
+	uint64_t time;          /* CLOCK_MONOTONIC when sent (MARK: when the flush began) */
+	uint64_t cupti_time;    /* cuptiGetTimestamp() next to time */
+	uint64_t dropped;       /* records the collector could not send, so far */
+	uint64_t cupti_dropped; /* records CUPTI dropped (no buffer), so far */
+};
+
+enum ct_record_kind {
+	CT_API = 1,    /* a runtime or driver call: a = thread id, b = cbid */
+	CT_KERNEL = 2, /* a = device, b = CUPTI stream id, bytes = name hash */
+	CT_MEMCPY = 3, /* a = device, b = stream, sub = copy kind */
+	CT_MEMSET = 4, /* a = device, b = stream */
+};
+
+struct ct_record {
+	uint8_t kind;
+	uint8_t sub;
+	uint16_t flags;
+	uint32_t correlation;
+	uint64_t start, end; /* CLOCK_MONOTONIC ns (see HELLO: clock=) */
+	uint32_t a, b;
+	uint64_t bytes;
+};
+
+_Static_assert(sizeof(struct ct_msg_hdr) == 48, "header");
+_Static_assert(sizeof(struct ct_record) == 40, "record");
+
+#define CT_MAX_RECORDS 1024 /* per message: 40 KiB */
+
+#endif

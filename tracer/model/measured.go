@@ -1,0 +1,194 @@
+package model
+
+import "slices"
+
+// Measured GPU times. Where CUPTI runs in a process (cudatap's collector,
+// --gpu-times), every GPU op it executed comes back as a Measurement some
+// hundreds of milliseconds after the fact: its real start and end, and the
+// thread and interval of the API call that enqueued it. The model joins it
+// to the op that call enqueued (a call on one thread contains its CUPTI API
+// record: the uprobe fires before CUPTI's wrapper starts its clock and
+// returns after it stops it) and draws the op where the GPU ran it.
+//
+// Ops are final when a synchronization proves them complete, long before
+// their measurement arrives; in a measured process the model holds final
+// ops until their measurement arrives or the collector's mark says none
+// will (every record of work complete before the mark was sent), then
+// hands them to the sink. Held ops live in the model's window of pending
+// ops, so memory stays bounded: when the window is full the oldest goes out
+// unmeasured, counted (Drops.GPUTimesUnmeasured).
+
+// Measurement is one GPU operation as CUPTI timed it.
+type Measurement struct {
+	TID              uint32 // thread of the enqueuing API call (host pid namespace)
+	APIStart, APIEnd uint64 // CUPTI's interval of that call
+	Start, End       uint64 // on the GPU
+	Kind             OpKind // OpKernel, OpMemcpy or OpMemset
+	Device           int8
+	Bytes            uint64
+}
+
+// tidOps are the ops a thread enqueued that may still be measured, in
+// enqueue order (a thread's calls are sequential: Enqueued grows), and
+// when the last op trimmed from the front (gone to the sink) was enqueued.
+type tidOps struct {
+	ids     []int
+	trimmed uint64
+}
+
+// StartMeasuring says that pid's GPU ops will be measured: from now on its
+// final ops wait for their measurement.
+func (m *Model) StartMeasuring(pid uint32) {
+	ps := m.proc(pid)
+	if ps.measuring {
+		return
+	}
+	ps.measuring = true
+	ps.p.Measured = true
+	if ps.byTID == nil {
+		ps.byTID = map[uint32]*tidOps{}
+	}
+}
+
+// StopMeasuring says no more measurements will come for pid: held ops go
+// to the sink as laid out.
+func (m *Model) StopMeasuring(pid uint32) {
+	ps, ok := m.procs[pid]
+	if !ok || !ps.measuring {
+		return
+	}
+	m.releaseHeld(ps, ^uint64(0))
+	ps.measuring = false
+	ps.byTID = map[uint32]*tidOps{}
+}
+
+// Measure joins a measurement to the op it times. Measurements matching
+// no op (its call was not traced) and those arriving after their op went
+// to the sink are counted.
+func (m *Model) Measure(pid uint32, r *Measurement) {
+	ps, ok := m.procs[pid]
+	if !ok || ps.byTID == nil {
+		m.drops.GPUTimesUnmatched++
+		return
+	}
+	op, late := ps.enqueuedBy(r.TID, r.APIStart, r.APIEnd)
+	if late || (op != nil && op.released) {
+		m.drops.GPUTimesLate++
+		return
+	}
+	if op == nil {
+		m.drops.GPUTimesUnmatched++
+		return
+	}
+	if op.Measured {
+		// A graph launch runs many kernels under one correlation: the op
+		// spans them all.
+		op.Start, op.End = min(op.Start, r.Start), max(op.End, r.End)
+	} else {
+		op.Measured = true
+		op.Start, op.End = r.Start, r.End
+		ps.p.Streams[op.Stream].Stats.Measured++
+	}
+	ps.st[op.Stream].measured.add(r.Start, r.End)
+	if op.final && op.Kind != OpGraph {
+		m.release(ps, op)
+	}
+}
+
+// MeasuredUntil is the collector's mark: every measurement of work that
+// completed before t has been delivered. Held ops proven complete before
+// the mark preceding this one go out as laid out: one period of slack
+// covers records CUPTI writes just after the host saw the work done.
+func (m *Model) MeasuredUntil(pid uint32, t uint64) {
+	ps, ok := m.procs[pid]
+	if !ok || !ps.measuring {
+		return
+	}
+	m.releaseHeld(ps, ps.prevMark)
+	ps.prevMark = t
+}
+
+// releaseHeld hands held ops proven complete before t to the sink.
+func (m *Model) releaseHeld(ps *procState, t uint64) {
+	n := 0
+	for _, id := range ps.held {
+		op := ps.op(id)
+		if op == nil || op.released {
+			n++
+			continue
+		}
+		if op.provenAt >= t {
+			break
+		}
+		m.release(ps, op)
+		n++
+	}
+	ps.held = ps.held[:copy(ps.held, ps.held[n:])]
+}
+
+// enqueuedBy finds the op that thread tid's call containing [start, end]
+// enqueued: the thread's last op enqueued at or before start, if its call
+// had not returned before end. late says that op went to the sink already.
+func (ps *procState) enqueuedBy(tid uint32, start, end uint64) (op *GPUOp, late bool) {
+	l := ps.byTID[tid]
+	if l == nil {
+		return nil, false
+	}
+	l.trim(ps)
+	ids := l.ids
+	i, _ := slices.BinarySearchFunc(ids, start, func(id int, t uint64) int {
+		op := ps.op(id)
+		if op == nil || op.Enqueued <= t {
+			return -1
+		}
+		return 1
+	})
+	if i == 0 {
+		return nil, l.trimmed != 0 && l.trimmed <= start
+	}
+	op = ps.op(ids[i-1])
+	if op == nil || (op.enqEnd > op.Enqueued && end > op.enqEnd) {
+		return nil, false
+	}
+	return op, false
+}
+
+// trim drops the ops at the front that went to the sink.
+func (l *tidOps) trim(ps *procState) {
+	n := 0
+	for _, id := range l.ids {
+		op := ps.op(id)
+		if op != nil && !op.released {
+			break
+		}
+		if op != nil {
+			l.trimmed = op.Enqueued
+		}
+		n++
+	}
+	if n > 0 {
+		l.ids = l.ids[:copy(l.ids, l.ids[n:])]
+	}
+}
+
+// spanUnion accumulates the length of the union of intervals that arrive
+// in start order, as a stream's measured ops do (CUPTI writes a stream's
+// records in completion order); a rare earlier one merges into the current
+// interval.
+type spanUnion struct {
+	start, end, closed uint64
+}
+
+func (u *spanUnion) add(start, end uint64) {
+	if end < start {
+		return
+	}
+	if u.end == 0 || start > u.end {
+		u.closed += u.end - u.start
+		u.start, u.end = start, end
+		return
+	}
+	u.start, u.end = min(u.start, start), max(u.end, end)
+}
+
+func (u *spanUnion) total() uint64 { return u.closed + u.end - u.start }
