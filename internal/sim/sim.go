@@ -32,13 +32,15 @@ import (
 	"slices"
 	"strings"
 	"sync"
+
+	"github.com/cudatap/cudatap/tracer/gputime/collector"
 )
 
 // The C sources live in csrc/: the go tool refuses .c files in a package
 // directory that does not use cgo.
 //
 //go:embed csrc/cuda_sim.h csrc/cudart_sim.c csrc/workload.c csrc/libcudart.map csrc/pysync.py csrc/flood.c
-//go:embed csrc/cuda_driver_sim.h csrc/cuda_driver_sim.c csrc/nccl_sim.h csrc/nccl_sim.c
+//go:embed csrc/cuda_driver_sim.h csrc/cuda_driver_sim.c csrc/nccl_sim.h csrc/nccl_sim.c csrc/cupti_sim.c
 var sources embed.FS
 
 const (
@@ -50,6 +52,8 @@ const (
 	DriverSoname = "libcuda.so.1"
 	// NCCLSoname is the soname (and file name) of NCCL.
 	NCCLSoname = "libnccl.so.2"
+	// CUPTISoname is the soname (and file name) of CUPTI.
+	CUPTISoname = "libcupti.so.13"
 )
 
 // ErrNoCompiler is what Compile returns when there is no C compiler.
@@ -100,6 +104,10 @@ type Build struct {
 	NCCLWorkload string
 	// PySync is the ctypes driver: python3 PySync RUNTIME [ITERS] [--wait-stdin].
 	PySync string
+	// CUPTI is the simulated libcupti.so.13 (csrc/cupti_sim.c), next to
+	// Runtime as pip's NVIDIA wheels place it: the activity API on the
+	// modeled GPU, for cudatap's GPU-time collector.
+	CUPTI string
 }
 
 // Compile writes the sources into dir (created if needed) and builds
@@ -132,6 +140,10 @@ func Compile(dir string) (*Build, error) {
 		NCCLWorkload:   filepath.Join(dir, "workload-nccl"),
 		PySync:         filepath.Join(dir, "pysync.py"),
 		Flood:          filepath.Join(dir, "flood"),
+		CUPTI:          filepath.Join(dir, CUPTISoname),
+	}
+	if err := os.WriteFile(filepath.Join(dir, "cupti_abi.h"), collector.ABIHeader, 0o644); err != nil {
+		return nil, err
 	}
 
 	// Compile each translation unit once, then link every variant from the
@@ -168,10 +180,12 @@ func Compile(dir string) (*Build, error) {
 			compile("workload-driver.o", "-DSIM_DRIVER", "workload.c"),
 			compile("workload-nccl.o", "-DSIM_NCCL", "workload.c"),
 			compile("flood.o", "flood.c"),
+			compile("cupti_sim.o", "-fPIC", "cupti_sim.c"),
 		},
 		{
 			// No version script: the real libcuda's symbols are unversioned.
-			link(b.Driver, "-shared", "-Wl,-soname,"+DriverSoname, "cuda_driver_sim.o"),
+			link(b.Driver, "-shared", "-Wl,-soname,"+DriverSoname, "cuda_driver_sim.o", "-ldl"),
+			link(b.CUPTI, "-shared", "-Wl,-soname,"+CUPTISoname, "cupti_sim.o", "-ldl"),
 			runtimeLib(b.Runtime),
 			runtimeLib(b.HashedRuntime),
 			// No -rdynamic: the runtime's symbols stay out of .dynsym.
@@ -191,7 +205,7 @@ func Compile(dir string) (*Build, error) {
 			return nil, err
 		}
 	}
-	for _, lib := range []string{b.Runtime, b.HashedRuntime, b.Driver, b.NCCL} {
+	for _, lib := range []string{b.Runtime, b.HashedRuntime, b.Driver, b.NCCL, b.CUPTI} {
 		if err := os.Chmod(lib, 0o644); err != nil {
 			return nil, err
 		}

@@ -24,6 +24,7 @@
 #define _GNU_SOURCE
 #include "cuda_driver_sim.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
 #include <sys/mman.h>
@@ -242,6 +243,23 @@ static int is_special_stream(CUstream h)
 	return h == NULL || h == CU_STREAM_LEGACY || h == CU_STREAM_PER_THREAD;
 }
 
+/* ---- activity for the simulated CUPTI (cupti_sim.c) ---- */
+
+/* While the simulated CUPTI records activity, every operation enqueued on
+ * the modeled GPU is reported to it with its modeled start and end, and the
+ * API call that enqueued it with a correlation id, the calling thread and
+ * an interval inside the call, as real CUPTI reports them. */
+static const struct sim_activity *activity;
+static uint32_t activity_corr;
+
+PRIVATE void sim_set_activity(const struct sim_activity *a)
+{
+	__atomic_store_n(&activity, a, __ATOMIC_RELEASE);
+}
+
+/* The kinds of operation, as sim_activity.op reports them. */
+enum { OP_NONE, OP_KERNEL, OP_MEMCPY, OP_MEMSET };
+
 /* Enqueues an operation of dur ns on s, with mu held; returns its end time. */
 static int64_t enqueue_locked(struct CUstream_st *s, int64_t dur)
 {
@@ -283,17 +301,30 @@ PRIVATE int sim_stream_busy(int i, const void **handle, int *owner, long long *n
 	return found;
 }
 
-static int64_t enqueue(struct CUstream_st *s, int64_t dur)
+/* enqueue_op enqueues an operation of kind (OP_*) and reports it to the
+ * simulated CUPTI when it records: the API interval starts here, inside the
+ * API call, and ends when the operation is queued. */
+static int64_t enqueue_op(struct CUstream_st *s, int64_t dur, int kind, uint64_t bytes, int copy_kind)
 {
+	const struct sim_activity *a = __atomic_load_n(&activity, __ATOMIC_ACQUIRE);
+	int64_t api_start = a ? now_ns() : 0;
 	pthread_mutex_lock(&mu);
 	int64_t end = enqueue_locked(s, dur);
 	pthread_mutex_unlock(&mu);
+	if (a && kind != OP_NONE) {
+		uint32_t corr = __atomic_add_fetch(&activity_corr, 1, __ATOMIC_RELAXED);
+		a->op(kind, corr, end - dur, end, (uint32_t)((uintptr_t)s >> 4), bytes, copy_kind);
+		a->api(corr, api_start, now_ns(), (uint32_t)syscall(SYS_gettid));
+	}
 	return end;
 }
 
+static int64_t enqueue(struct CUstream_st *s, int64_t dur) { return enqueue_op(s, dur, OP_NONE, 0, 0); }
+
+/* NCCL's collectives run as kernels. */
 PRIVATE CUresult sim_enqueue(CUstream hStream, long long duration_ns)
 {
-	enqueue(stream_of(hStream, 0), duration_ns > 0 ? duration_ns : 0);
+	enqueue_op(stream_of(hStream, 0), duration_ns > 0 ? duration_ns : 0, OP_KERNEL, 0, 0);
 	return CUDA_SUCCESS;
 }
 
@@ -546,8 +577,11 @@ static CUresult copy(CUmemorytype dt, uintptr_t dst, size_t dpitch, CUmemorytype
 	pthread_mutex_lock(&mu);
 	int dst_dev = on_device_locked(dt, dst), src_dev = on_device_locked(st, src);
 	int pageable = (!src_dev && !pinned_find_locked(src)) || (!dst_dev && !pinned_find_locked(dst));
-	int64_t end = enqueue_locked(s, MEMCPY_BASE_NS + (int64_t)(width * height / MEMCPY_BYTES_PER_NS));
 	pthread_mutex_unlock(&mu);
+	/* CUPTI's copy kinds: 1 HtoD, 2 DtoH, 8 DtoD, 10 HtoH. */
+	int kind = src_dev ? (dst_dev ? 8 : 2) : (dst_dev ? 1 : 10);
+	int64_t end = enqueue_op(s, MEMCPY_BASE_NS + (int64_t)(width * height / MEMCPY_BYTES_PER_NS), OP_MEMCPY,
+				 width * height, kind);
 
 	if (sync || pageable)
 		host_wait(end);
@@ -587,7 +621,7 @@ static CUresult copy2d(const CUDA_MEMCPY2D *c, struct CUstream_st *s, int sync)
 
 static CUresult set(size_t bytes, struct CUstream_st *s, int sync)
 {
-	int64_t end = enqueue(s, MEMSET_BASE_NS + (int64_t)(bytes / MEMSET_BYTES_PER_NS));
+	int64_t end = enqueue_op(s, MEMSET_BASE_NS + (int64_t)(bytes / MEMSET_BYTES_PER_NS), OP_MEMSET, bytes, 0);
 	if (sync)
 		host_wait(end);
 	return CUDA_SUCCESS;
@@ -602,7 +636,7 @@ static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsi
 		return CUDA_ERROR_INVALID_HANDLE;
 	if (!gx || !gy || !gz || !bx || !by || !bz)
 		return CUDA_ERROR_INVALID_VALUE;
-	enqueue(s, (int64_t)gx * gy * gz * KERNEL_NS_PER_BLOCK);
+	enqueue_op(s, (int64_t)gx * gy * gz * KERNEL_NS_PER_BLOCK, OP_KERNEL, 0, 0);
 	return CUDA_SUCCESS;
 }
 
@@ -618,7 +652,7 @@ static CUresult graph_launch(CUgraphExec graph, struct CUstream_st *s)
 {
 	if (!graph)
 		return CUDA_ERROR_INVALID_HANDLE;
-	enqueue(s, GRAPH_NS);
+	enqueue_op(s, GRAPH_NS, OP_KERNEL, 0, 0);
 	return CUDA_SUCCESS;
 }
 
@@ -785,9 +819,27 @@ static CUresult library_get_kernel(CUkernel *pKernel, CUlibrary lib, const char 
 
 /* ---- exported API: initialization and code loading ---- */
 
+/* The injection mechanism of the real driver: the library named by
+ * CUDA_INJECTION64_PATH is loaded at the first cuInit and its
+ * InitializeInjection called, before any work reaches the GPU. */
+static void load_injection(void)
+{
+	const char *path = getenv("CUDA_INJECTION64_PATH");
+	if (!path || !*path)
+		return;
+	void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	if (!lib)
+		return;
+	int (*init)(void) = (int (*)(void))dlsym(lib, "InitializeInjection");
+	if (init)
+		init();
+}
+
 API CUresult cuInit(unsigned int Flags)
 {
+	static pthread_once_t injection = PTHREAD_ONCE_INIT;
 	COUNT(cuInit);
+	pthread_once(&injection, load_injection);
 	return Flags == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 

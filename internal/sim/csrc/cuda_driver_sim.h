@@ -10,6 +10,7 @@
 #define CUDA_DRIVER_SIM_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -215,6 +216,16 @@ CUfunction sim_function_for_stub(const void *stub);
 /* Enqueues duration_ns of GPU work on a stream (0 = the legacy stream): how
  * the simulated NCCL launches its kernels. Returns CUDA_SUCCESS. */
 CUresult sim_enqueue(CUstream hStream, long long duration_ns);
+
+/* What the simulated CUPTI (cupti_sim.c) gets from the modeled GPU while it
+ * records: every operation (kind 1 kernel, 2 copy, 3 memset; start and end
+ * on the modeled GPU clock, CLOCK_MONOTONIC) and the API call that enqueued
+ * it (an interval inside the call, on thread tid). */
+struct sim_activity {
+	void (*op)(int kind, uint32_t corr, int64_t start, int64_t end, uint32_t stream, uint64_t bytes, int copy_kind);
+	void (*api)(uint32_t corr, int64_t start, int64_t end, uint32_t tid);
+};
+void sim_set_activity(const struct sim_activity *a);
 
 /* The i-th exported cu* entry point, with in *calls the number of times it
  * has been called in this process; NULL once i is past the last one. */

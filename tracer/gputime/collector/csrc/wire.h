@@ -1,6 +1,6 @@
 /*
  * wire.h: the messages the collector sends cudatap over its socket
- * (SOCK_SEQPACKET: one message per send, in order). tracer/gputime/wire.go
+ * (SOCK_SEQPACKET: one message per send, in order). tracer/gputime/gputime.go
  * reads the same layout; little-endian x86-64.
  */
 #ifndef CUDATAP_WIRE_H

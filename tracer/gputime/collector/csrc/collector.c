@@ -80,6 +80,7 @@ static int attach_mode;        /* config mode=attach: loaded by dlopen, not by t
 static int sock = -1;
 static int started;            /* setup ran (once per process) */
 static int enabled;            /* activity kinds on */
+static int finalized;
 static int own_clock;          /* CUPTI stamps with CLOCK_MONOTONIC */
 static CUpti_SubscriberHandle subscriber;
 static pthread_mutex_t send_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -448,9 +449,13 @@ static const char *setup(char *why, size_t cap)
 	return NULL;
 }
 
-/* teardown flushes what is buffered, then leaves CUPTI as it found it. */
+/* teardown flushes what is buffered, then leaves CUPTI as it found it;
+ * once, whoever calls it first: the flusher, or the exit of the process. */
+static pthread_mutex_t cupti_mu = PTHREAD_MUTEX_INITIALIZER; /* enabled, flushes */
+
 static void teardown(void)
 {
+	pthread_mutex_lock(&cupti_mu);
 	if (enabled) {
 		uint64_t t = mono_ns();
 		cupti.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
@@ -464,8 +469,21 @@ static void teardown(void)
 		cupti.unsubscribe(subscriber);
 		subscriber = NULL;
 	}
-	if (cupti.finalize)
+	if (cupti.finalize && !finalized) {
+		finalized = 1;
 		cupti.finalize();
+	}
+	pthread_mutex_unlock(&cupti_mu);
+}
+
+/* A process that exits sends what CUPTI still holds: the last flush period
+ * of a short program is not lost. */
+static void at_exit(void)
+{
+	if (__atomic_load_n(&sock, __ATOMIC_RELAXED) < 0)
+		return;
+	teardown();
+	send_msg(CT_BYE, NULL, 0, 0, mono_ns());
 }
 
 /* The flusher: every flush_ms a forced flush, then a mark that everything
@@ -488,9 +506,16 @@ static void *flush_loop(void *arg)
 		}
 		if (__atomic_load_n(&peer_gone, __ATOMIC_RELAXED))
 			break;
-		uint64_t t = mono_ns();
-		cupti.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
-		send_msg(CT_MARK, NULL, 0, 0, t);
+		pthread_mutex_lock(&cupti_mu);
+		int on = enabled;
+		if (on) {
+			uint64_t t = mono_ns();
+			cupti.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+			send_msg(CT_MARK, NULL, 0, 0, t);
+		}
+		pthread_mutex_unlock(&cupti_mu);
+		if (!on)
+			break; /* the process is exiting: at_exit took over */
 	}
 	teardown();
 	send_msg(CT_BYE, NULL, 0, 0, mono_ns());
@@ -555,6 +580,7 @@ static void start(void)
 		return;
 	}
 	send_text(CT_HELLO, "cupti=%s clock=%s", cupti_path, own_clock ? "monotonic" : "cupti");
+	atexit(at_exit);
 	pthread_attr_t attr;
 	pthread_attr_init(&attr);
 	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);

@@ -1,0 +1,317 @@
+/*
+ * cupti_sim.c: a simulated CUPTI, libcupti.so.13, with the activity-API
+ * entry points cudatap's collector uses, on top of the simulated driver's
+ * modeled GPU: while any activity kind is enabled, the driver reports every
+ * operation and the API call that enqueued it (sim_set_activity), and this
+ * library keeps them as CUPTI records (cupti_abi.h layouts) until a flush
+ * hands them to the client's buffers.
+ *
+ * Like CUPTI it allows one subscriber, keeps what finds no room as dropped
+ * (cuptiActivityGetNumDroppedRecords), and stamps records with its own
+ * clock unless the client registers a timestamp callback. Its own clock is
+ * CLOCK_MONOTONIC plus SIM_CUPTI_CLOCK_OFFSET, so a client that forgot to
+ * convert is caught. Test knobs, read at the first call:
+ *   SIM_CUPTI_NO_TIMESTAMP_CALLBACK=1  cuptiActivityRegisterTimestampCallback
+ *                                      is not supported (older CUPTI);
+ *   SIM_CUPTI_SUBSCRIBED=1             another client already subscribed;
+ *   SIM_CUPTI_MAX_RECORDS=N            room for N records between flushes.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cuda_driver_sim.h"
+#include "cupti_abi.h"
+
+#define EXPORT __attribute__((visibility("default")))
+#define SIM_CUPTI_CLOCK_OFFSET 1000000000000ll /* 1000 s */
+
+/* One stored record: the largest layout. */
+union record {
+	CUpti_Activity any;
+	ct_cupti_api api;
+	ct_cupti_kernel kernel;
+	ct_cupti_memcpy memcpy;
+	ct_cupti_memset memset;
+};
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static union record *records; /* guarded by mu */
+static size_t nrecords, max_records;
+static size_t dropped;
+static unsigned enabled_kinds; /* bit per CUpti_ActivityKind */
+static int subscribed;
+static CUpti_BuffersCallbackRequestFunc requested;
+static CUpti_BuffersCallbackCompleteFunc completed;
+static CUpti_TimestampCallbackFunc timestamp_cb;
+static int no_timestamp_cb, preexisting_subscriber;
+static int driver_hooked;
+
+static void init_knobs(void)
+{
+	no_timestamp_cb = getenv("SIM_CUPTI_NO_TIMESTAMP_CALLBACK") != NULL;
+	preexisting_subscriber = getenv("SIM_CUPTI_SUBSCRIBED") != NULL;
+	const char *m = getenv("SIM_CUPTI_MAX_RECORDS");
+	max_records = m ? strtoul(m, NULL, 10) : 1 << 16;
+	records = calloc(max_records ? max_records : 1, sizeof *records);
+}
+
+static void knobs(void)
+{
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+	pthread_once(&once, init_knobs);
+}
+
+/* The driver's times are CLOCK_MONOTONIC; CUPTI's own clock is offset. */
+static uint64_t stamp(int64_t mono) { return timestamp_cb ? (uint64_t)mono : (uint64_t)(mono + SIM_CUPTI_CLOCK_OFFSET); }
+
+static int on(int kind) { return (enabled_kinds >> kind) & 1; }
+
+/* store appends a record (mu held); with no room, it is dropped. */
+static union record *store(void)
+{
+	if (nrecords >= max_records) {
+		dropped++;
+		return NULL;
+	}
+	union record *r = &records[nrecords++];
+	memset(r, 0, sizeof *r);
+	return r;
+}
+
+static void on_op(int kind, uint32_t corr, int64_t start, int64_t end, uint32_t stream, uint64_t bytes, int copy_kind)
+{
+	pthread_mutex_lock(&mu);
+	union record *r = NULL;
+	switch (kind) {
+	case 1:
+		if (on(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) && (r = store())) {
+			r->kernel.kind = CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
+			r->kernel.start = stamp(start), r->kernel.end = stamp(end);
+			r->kernel.streamId = stream, r->kernel.correlationId = corr;
+			r->kernel.name = "sim_kernel";
+		}
+		break;
+	case 2:
+		if (on(CUPTI_ACTIVITY_KIND_MEMCPY) && (r = store())) {
+			r->memcpy.kind = CUPTI_ACTIVITY_KIND_MEMCPY;
+			r->memcpy.copyKind = (uint8_t)copy_kind;
+			r->memcpy.bytes = bytes;
+			r->memcpy.start = stamp(start), r->memcpy.end = stamp(end);
+			r->memcpy.streamId = stream, r->memcpy.correlationId = corr;
+		}
+		break;
+	case 3:
+		if (on(CUPTI_ACTIVITY_KIND_MEMSET) && (r = store())) {
+			r->memset.kind = CUPTI_ACTIVITY_KIND_MEMSET;
+			r->memset.bytes = bytes;
+			r->memset.start = stamp(start), r->memset.end = stamp(end);
+			r->memset.streamId = stream, r->memset.correlationId = corr;
+		}
+		break;
+	}
+	pthread_mutex_unlock(&mu);
+}
+
+static void on_api(uint32_t corr, int64_t start, int64_t end, uint32_t tid)
+{
+	pthread_mutex_lock(&mu);
+	union record *r;
+	if (on(CUPTI_ACTIVITY_KIND_DRIVER) && (r = store())) {
+		r->api.kind = CUPTI_ACTIVITY_KIND_DRIVER;
+		r->api.start = stamp(start), r->api.end = stamp(end);
+		r->api.processId = (uint32_t)getpid(), r->api.threadId = tid, r->api.correlationId = corr;
+	}
+	pthread_mutex_unlock(&mu);
+}
+
+static const struct sim_activity hooks = {on_op, on_api};
+
+/* hook_driver tells the simulated driver (already loaded: CUPTI needs a
+ * CUDA process) to report to this library, or to stop. */
+static void hook_driver(int on)
+{
+	if (driver_hooked == on)
+		return;
+	void *drv = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+	if (!drv)
+		return;
+	void (*set)(const struct sim_activity *) = (void (*)(const struct sim_activity *))dlsym(drv, "sim_set_activity");
+	if (set)
+		set(on ? &hooks : NULL);
+	driver_hooked = on;
+	dlclose(drv);
+}
+
+EXPORT CUptiResult cuptiSubscribe(CUpti_SubscriberHandle *s, CUpti_CallbackFunc cb, void *ud)
+{
+	(void)cb, (void)ud;
+	knobs();
+	if (subscribed || preexisting_subscriber)
+		return CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED;
+	subscribed = 1;
+	*s = (CUpti_SubscriberHandle)&subscribed;
+	return CUPTI_SUCCESS;
+}
+
+EXPORT CUptiResult cuptiUnsubscribe(CUpti_SubscriberHandle s)
+{
+	(void)s;
+	subscribed = 0;
+	return CUPTI_SUCCESS;
+}
+
+EXPORT CUptiResult cuptiActivityRegisterCallbacks(CUpti_BuffersCallbackRequestFunc req, CUpti_BuffersCallbackCompleteFunc comp)
+{
+	knobs();
+	if (!req || !comp)
+		return 1; /* CUPTI_ERROR_INVALID_PARAMETER */
+	requested = req, completed = comp;
+	return CUPTI_SUCCESS;
+}
+
+EXPORT CUptiResult cuptiActivityRegisterTimestampCallback(CUpti_TimestampCallbackFunc f)
+{
+	knobs();
+	if (no_timestamp_cb)
+		return 22; /* CUPTI_ERROR_NOT_SUPPORTED */
+	timestamp_cb = f;
+	return CUPTI_SUCCESS;
+}
+
+EXPORT CUptiResult cuptiSetThreadIdType(int type)
+{
+	return type == CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM ? CUPTI_SUCCESS : 1;
+}
+
+EXPORT CUptiResult cuptiActivityEnable(CUpti_ActivityKind kind)
+{
+	knobs();
+	if (kind < 0 || kind >= 32)
+		return 1;
+	pthread_mutex_lock(&mu);
+	enabled_kinds |= 1u << kind;
+	pthread_mutex_unlock(&mu);
+	hook_driver(1);
+	return CUPTI_SUCCESS;
+}
+
+EXPORT CUptiResult cuptiActivityDisable(CUpti_ActivityKind kind)
+{
+	if (kind < 0 || kind >= 32)
+		return 1;
+	pthread_mutex_lock(&mu);
+	enabled_kinds &= ~(1u << kind);
+	unsigned left = enabled_kinds;
+	pthread_mutex_unlock(&mu);
+	if (!left)
+		hook_driver(0);
+	return CUPTI_SUCCESS;
+}
+
+static size_t record_size(int kind)
+{
+	switch (kind) {
+	case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL:
+		return sizeof(ct_cupti_kernel);
+	case CUPTI_ACTIVITY_KIND_MEMCPY:
+		return sizeof(ct_cupti_memcpy);
+	case CUPTI_ACTIVITY_KIND_MEMSET:
+		return sizeof(ct_cupti_memset);
+	default:
+		return sizeof(ct_cupti_api);
+	}
+}
+
+/* Flushing hands every stored record to the client's buffers, on the
+ * calling thread, as CUPTI does for a forced flush. */
+EXPORT CUptiResult cuptiActivityFlushAll(uint32_t flag)
+{
+	(void)flag;
+	if (!requested || !completed)
+		return CUPTI_SUCCESS;
+	pthread_mutex_lock(&mu);
+	size_t n = nrecords;
+	union record *taken = malloc((n ? n : 1) * sizeof *taken);
+	if (taken)
+		memcpy(taken, records, n * sizeof *taken);
+	else
+		dropped += n;
+	nrecords = 0;
+	pthread_mutex_unlock(&mu);
+	size_t i = 0;
+	while (taken && i < n) {
+		uint8_t *buf = NULL;
+		size_t size = 0, max = 0;
+		requested(&buf, &size, &max);
+		if (!buf || !size) {
+			pthread_mutex_lock(&mu);
+			dropped += n - i;
+			pthread_mutex_unlock(&mu);
+			break;
+		}
+		size_t used = 0;
+		while (i < n) {
+			size_t sz = record_size(taken[i].any.kind);
+			if (used + sz > size)
+				break;
+			memcpy(buf + used, &taken[i], sz);
+			used += sz;
+			i++;
+		}
+		completed(NULL, 0, buf, size, used);
+	}
+	free(taken);
+	return CUPTI_SUCCESS;
+}
+
+EXPORT CUptiResult cuptiActivityGetNextRecord(uint8_t *buffer, size_t valid, CUpti_Activity **record)
+{
+	size_t off = 0;
+	if (*record)
+		off = (size_t)((uint8_t *)*record - buffer) + record_size((*record)->kind);
+	if (off + sizeof(CUpti_Activity) > valid)
+		return CUPTI_ERROR_MAX_LIMIT_REACHED;
+	*record = (CUpti_Activity *)(buffer + off);
+	return CUPTI_SUCCESS;
+}
+
+EXPORT CUptiResult cuptiActivityGetNumDroppedRecords(CUcontext ctx, uint32_t stream, size_t *n)
+{
+	(void)ctx, (void)stream;
+	pthread_mutex_lock(&mu);
+	*n = dropped;
+	dropped = 0;
+	pthread_mutex_unlock(&mu);
+	return CUPTI_SUCCESS;
+}
+
+EXPORT CUptiResult cuptiGetTimestamp(uint64_t *t)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	*t = stamp((int64_t)ts.tv_sec * 1000000000ll + ts.tv_nsec);
+	return CUPTI_SUCCESS;
+}
+
+EXPORT CUptiResult cuptiFinalize(void)
+{
+	pthread_mutex_lock(&mu);
+	enabled_kinds = 0;
+	nrecords = 0;
+	pthread_mutex_unlock(&mu);
+	hook_driver(0);
+	requested = NULL, completed = NULL, timestamp_cb = NULL;
+	return CUPTI_SUCCESS;
+}
+
+EXPORT CUptiResult cuptiGetResultString(CUptiResult r, const char **s)
+{
+	*s = r == CUPTI_SUCCESS ? "CUPTI_SUCCESS" : "CUPTI_ERROR (simulated)";
+	return CUPTI_SUCCESS;
+}

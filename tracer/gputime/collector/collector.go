@@ -1,0 +1,23 @@
+// Package collector holds cudatap's CUPTI collector: a small C library
+// (csrc/collector.c) that cudatap loads into a CUDA process to time its GPU work
+// with CUPTI's activity API, and the declarations it shares with the
+// simulated CUPTI the tests run against.
+package collector
+
+import _ "embed"
+
+//go:generate ./build.sh
+
+// Library is libcudatap_collector.so, built by build.sh from csrc/collector.c.
+//
+//go:embed libcudatap_collector.so
+var Library []byte
+
+// LibraryName is the file name the library is written under.
+const LibraryName = "libcudatap_collector.so"
+
+// ABIHeader is cupti_abi.h: the CUPTI record layouts the collector reads,
+// for the simulated CUPTI to write.
+//
+//go:embed csrc/cupti_abi.h
+var ABIHeader []byte

@@ -1,0 +1,442 @@
+// Package gputime receives the GPU times cudatap's CUPTI collector
+// (tracer/gputime/collector) measures inside traced processes, and joins
+// each GPU record to the API call that enqueued it, so the model can draw
+// every op where the GPU really ran it (model.Measurement).
+//
+// A Listener owns a directory the target can see: the collector library,
+// its config and a SOCK_SEQPACKET socket. Each process that loads the
+// collector connects once; its messages (wire.h) are read on a goroutine
+// of their own, joined by CUPTI correlation id, and handed to the Sink in
+// order. Every buffer is bounded; what does not fit is counted.
+package gputime
+
+import (
+	"encoding/binary"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/cudatap/cudatap/tracer/gputime/collector"
+	"github.com/cudatap/cudatap/tracer/model"
+)
+
+// Sink receives what the collectors say. Calls for one process come from
+// one goroutine, in order; calls for different processes may interleave.
+type Sink interface {
+	// Started: pid's collector is measuring (info: its CUPTI and clock).
+	Started(pid uint32, info string)
+	// Refused: pid's collector is not measuring, and why.
+	Refused(pid uint32, why string)
+	Measure(pid uint32, m *model.Measurement)
+	// Mark: every record of work pid completed before t was delivered.
+	Mark(pid uint32, t uint64)
+	// Stopped: pid's collector is done; lost counts the records the
+	// collector, CUPTI or the join lost over its whole life.
+	Stopped(pid uint32, lost uint64)
+}
+
+// Wire format (wire.h).
+const (
+	magic      = 0x50415443
+	version    = 1
+	headerSize = 48
+	recordSize = 40
+	maxRecords = 1024
+	maxMessage = headerSize + maxRecords*recordSize
+
+	msgHello   = 1
+	msgRecords = 2
+	msgMark    = 3
+	msgBye     = 4
+	msgError   = 5
+
+	recAPI    = 1
+	recKernel = 2
+	recMemcpy = 3
+	recMemset = 4
+)
+
+// Bounds of the join: CUPTI API records kept for GPU records still to come,
+// and GPU records waiting for their API record (CUPTI writes them to other
+// buffers, flushed in any order; the mark after a flush settles them).
+const (
+	maxAPIRecords     = 1 << 17
+	maxWaitingRecords = 1 << 16
+)
+
+// Config says where the collector's files go.
+type Config struct {
+	// HostDir is the directory as cudatap sees it (for a process in a
+	// container: under /proc/PID/root); TargetDir the same directory as
+	// the target sees it.
+	HostDir, TargetDir string
+	// CUPTI, if set, is the libcupti the collector must use (as the target
+	// sees it); else it finds the target's own.
+	CUPTI string
+	// Attach: the library is loaded with dlopen into a running process
+	// (it starts its own thread) rather than by the CUDA driver.
+	Attach bool
+	// FlushEvery is how often the collector flushes CUPTI (default 200ms).
+	FlushEvery time.Duration
+	// UID, GID own the socket, so a target running as another user can
+	// connect (-1: leave as created).
+	UID, GID int
+}
+
+// Listener serves the collectors of the processes that see one directory.
+type Listener struct {
+	cfg  Config
+	sink Sink
+	ln   *net.UnixListener
+	wg   sync.WaitGroup
+
+	mu    sync.Mutex
+	conns map[*net.UnixConn]struct{}
+	done  bool
+}
+
+// Listen writes the collector and its config into cfg.HostDir (created,
+// mode 0755) and listens on its socket.
+func Listen(cfg Config, sink Sink) (*Listener, error) {
+	if err := os.MkdirAll(cfg.HostDir, 0o755); err != nil {
+		return nil, fmt.Errorf("GPU times: make %s: %w", cfg.HostDir, err)
+	}
+	lib := filepath.Join(cfg.HostDir, collector.LibraryName)
+	if err := os.WriteFile(lib, collector.Library, 0o755); err != nil {
+		return nil, fmt.Errorf("GPU times: write the collector: %w", err)
+	}
+	flush := cfg.FlushEvery
+	if flush <= 0 {
+		flush = 200 * time.Millisecond
+	}
+	conf := fmt.Sprintf("socket=%s\nflush_ms=%d\n", filepath.Join(cfg.TargetDir, "sock"), flush.Milliseconds())
+	if cfg.CUPTI != "" {
+		conf += "cupti=" + cfg.CUPTI + "\n"
+	}
+	if cfg.Attach {
+		conf += "mode=attach\n"
+	}
+	if err := os.WriteFile(filepath.Join(cfg.HostDir, "config"), []byte(conf), 0o644); err != nil {
+		return nil, fmt.Errorf("GPU times: write the collector's config: %w", err)
+	}
+	sock := filepath.Join(cfg.HostDir, "sock")
+	os.Remove(sock)
+	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: sock, Net: "unixpacket"})
+	if err != nil {
+		return nil, fmt.Errorf("GPU times: listen on %s: %w", sock, err)
+	}
+	ln.SetUnlinkOnClose(true)
+	os.Chmod(sock, 0o600)
+	if cfg.UID >= 0 && cfg.GID >= 0 && (cfg.UID != 0 || cfg.GID != 0) {
+		os.Chown(sock, cfg.UID, cfg.GID)
+		os.Chown(cfg.HostDir, cfg.UID, cfg.GID)
+	}
+	l := &Listener{cfg: cfg, sink: sink, ln: ln, conns: map[*net.UnixConn]struct{}{}}
+	l.wg.Add(1)
+	go l.accept()
+	return l, nil
+}
+
+// LibraryPath is the collector as the target sees it: what
+// CUDA_INJECTION64_PATH names, or what cudatap makes the process dlopen.
+func (l *Listener) LibraryPath() string {
+	return filepath.Join(l.cfg.TargetDir, collector.LibraryName)
+}
+
+func (l *Listener) accept() {
+	defer l.wg.Done()
+	for {
+		c, err := l.ln.AcceptUnix()
+		if err != nil {
+			return
+		}
+		l.mu.Lock()
+		if l.done {
+			l.mu.Unlock()
+			c.Close()
+			return
+		}
+		l.conns[c] = struct{}{}
+		l.wg.Add(1)
+		l.mu.Unlock()
+		go l.serve(c)
+	}
+}
+
+// Stop asks every collector to flush and stop, waits for them up to
+// timeout, and removes the directory. The library stays mapped in the
+// processes that loaded it, inert: its thread has ended and CUPTI is
+// finalized.
+func (l *Listener) Stop(timeout time.Duration) {
+	l.mu.Lock()
+	l.done = true
+	deadline := time.Now().Add(timeout)
+	for c := range l.conns {
+		c.SetWriteDeadline(deadline)
+		c.Write([]byte("S"))
+		c.SetReadDeadline(deadline)
+	}
+	l.mu.Unlock()
+	l.ln.Close()
+	l.wg.Wait()
+	os.RemoveAll(l.cfg.HostDir)
+}
+
+// serve reads one collector's messages until it says bye or goes away.
+func (l *Listener) serve(c *net.UnixConn) {
+	defer l.wg.Done()
+	defer func() {
+		l.mu.Lock()
+		delete(l.conns, c)
+		l.mu.Unlock()
+		c.Close()
+	}()
+	pid := peerPID(c)
+	p := &peer{pid: pid, sink: l.sink, api: map[uint32]apiRecord{}, waiting: map[uint32][]gpuRecord{}}
+	buf := make([]byte, maxMessage)
+	for {
+		n, _, _, _, err := c.ReadMsgUnix(buf, nil)
+		if err != nil || n == 0 {
+			p.end()
+			return
+		}
+		if done := p.message(buf[:n]); done {
+			return
+		}
+	}
+}
+
+// peerPID is the connecting process's pid in cudatap's namespace: the
+// kernel translates SO_PEERCRED's.
+func peerPID(c *net.UnixConn) uint32 {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return 0
+	}
+	var pid uint32
+	raw.Control(func(fd uintptr) {
+		if cred, err := syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED); err == nil {
+			pid = uint32(cred.Pid)
+		}
+	})
+	return pid
+}
+
+type apiRecord struct {
+	tid        uint32
+	start, end uint64
+}
+
+type gpuRecord struct {
+	kind       byte
+	start, end uint64
+	device     uint32
+	bytes      uint64
+}
+
+// peer is one connected collector: its clock, its threads' ids and the
+// join state.
+type peer struct {
+	pid     uint32
+	sink    Sink
+	started bool
+	stopped bool
+	nsPID   uint32
+	offset  int64 // added to CUPTI's times: 0 when it stamps CLOCK_MONOTONIC
+	tids    map[uint32]uint32
+
+	api      map[uint32]apiRecord
+	apiOrder []uint32 // insertion order, for eviction
+	apiHead  int
+	waiting  map[uint32][]gpuRecord
+	nWaiting int
+
+	sentLost uint64 // the collector's and CUPTI's counters, last seen
+	joinLost uint64 // GPU records whose API record never came, or evicted
+}
+
+// message handles one message; done when nothing more will come.
+func (p *peer) message(b []byte) (done bool) {
+	if len(b) < headerSize {
+		return false
+	}
+	le := binary.LittleEndian
+	if le.Uint32(b) != magic || le.Uint16(b[4:]) != version {
+		p.refuse("the collector speaks another protocol version: use the cudatap that loaded it")
+		return true
+	}
+	typ, count := le.Uint16(b[6:]), le.Uint32(b[8:])
+	p.nsPID = le.Uint32(b[12:])
+	t, ct := le.Uint64(b[16:]), le.Uint64(b[24:])
+	p.sentLost = le.Uint64(b[32:]) + le.Uint64(b[40:])
+	body := b[headerSize:]
+	switch typ {
+	case msgHello:
+		info := string(body[:min(int(count), len(body))])
+		if strings.Contains(info, "clock=cupti") {
+			p.offset = int64(t) - int64(ct)
+		}
+		p.started = true
+		p.sink.Started(p.pid, info)
+	case msgError:
+		p.refuse(string(body[:min(int(count), len(body))]))
+		return true
+	case msgRecords:
+		if int(count)*recordSize > len(body) {
+			return false
+		}
+		for i := range int(count) {
+			p.record(body[i*recordSize : (i+1)*recordSize])
+		}
+	case msgMark:
+		p.settle()
+		p.sink.Mark(p.pid, uint64(int64(t)))
+	case msgBye:
+		p.end()
+		return true
+	}
+	return false
+}
+
+func (p *peer) refuse(why string) {
+	if !p.stopped {
+		p.stopped = true
+		p.sink.Refused(p.pid, why)
+	}
+}
+
+// end: the collector said bye or went away.
+func (p *peer) end() {
+	if p.stopped {
+		return
+	}
+	p.stopped = true
+	p.settle()
+	if p.started {
+		p.sink.Stopped(p.pid, p.sentLost+p.joinLost)
+	}
+}
+
+func (p *peer) time(t uint64) uint64 { return uint64(int64(t) + p.offset) }
+
+func (p *peer) record(r []byte) {
+	le := binary.LittleEndian
+	kind, corr := r[0], le.Uint32(r[4:])
+	start, end := p.time(le.Uint64(r[8:])), p.time(le.Uint64(r[16:]))
+	a, bytes := le.Uint32(r[24:]), le.Uint64(r[32:])
+	if kind == recAPI {
+		p.addAPI(corr, apiRecord{tid: p.hostTID(a), start: start, end: end})
+		return
+	}
+	g := gpuRecord{kind: kind, start: start, end: end, device: a, bytes: bytes}
+	if api, ok := p.api[corr]; ok {
+		p.emit(api, g)
+		return
+	}
+	if p.nWaiting >= maxWaitingRecords {
+		p.joinLost++
+		return
+	}
+	p.waiting[corr] = append(p.waiting[corr], g)
+	p.nWaiting++
+}
+
+func (p *peer) addAPI(corr uint32, a apiRecord) {
+	// A runtime call and the driver call it makes share a correlation id;
+	// the first (innermost, it ends first) is as good as the outer one:
+	// both lie inside the traced call.
+	if _, ok := p.api[corr]; !ok {
+		if len(p.apiOrder) < maxAPIRecords {
+			p.apiOrder = append(p.apiOrder, corr)
+		} else {
+			delete(p.api, p.apiOrder[p.apiHead])
+			p.apiOrder[p.apiHead] = corr
+			p.apiHead = (p.apiHead + 1) % maxAPIRecords
+		}
+		p.api[corr] = a
+	}
+	if gs, ok := p.waiting[corr]; ok {
+		delete(p.waiting, corr)
+		p.nWaiting -= len(gs)
+		for _, g := range gs {
+			p.emit(a, g)
+		}
+	}
+}
+
+func (p *peer) emit(a apiRecord, g gpuRecord) {
+	m := model.Measurement{TID: a.tid, APIStart: a.start, APIEnd: a.end, Start: g.start, End: g.end,
+		Device: int8(min(g.device, 127)), Bytes: g.bytes}
+	switch g.kind {
+	case recKernel:
+		m.Kind = model.OpKernel
+	case recMemcpy:
+		m.Kind = model.OpMemcpy
+	case recMemset:
+		m.Kind = model.OpMemset
+	default:
+		return
+	}
+	p.sink.Measure(p.pid, &m)
+}
+
+// settle: after a mark, GPU records still waiting for their API record
+// will not get it (the flush delivered every record written before it).
+func (p *peer) settle() {
+	for corr, gs := range p.waiting {
+		p.joinLost += uint64(len(gs))
+		delete(p.waiting, corr)
+	}
+	p.nWaiting = 0
+}
+
+// hostTID maps a thread id from the process's pid namespace (CUPTI's
+// threadId is gettid() there) to cudatap's.
+func (p *peer) hostTID(tid uint32) uint32 {
+	if p.nsPID == 0 || p.nsPID == p.pid {
+		return tid
+	}
+	if h, ok := p.tids[tid]; ok {
+		return h
+	}
+	p.tids = nsThreads(p.pid)
+	if h, ok := p.tids[tid]; ok {
+		return h
+	}
+	return tid
+}
+
+// nsThreads maps the namespace tids of pid's threads to host tids, from
+// the NSpid lines of /proc/PID/task/*/status.
+func nsThreads(pid uint32) map[uint32]uint32 {
+	out := map[uint32]uint32{}
+	dir := fmt.Sprintf("/proc/%d/task", pid)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return out
+	}
+	for _, e := range ents {
+		host, err := strconv.ParseUint(e.Name(), 10, 32)
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, e.Name(), "status"))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(line); len(f) > 1 && f[0] == "NSpid:" {
+				if ns, err := strconv.ParseUint(f[len(f)-1], 10, 32); err == nil {
+					out[uint32(ns)] = uint32(host)
+				}
+			}
+		}
+	}
+	return out
+}

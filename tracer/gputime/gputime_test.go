@@ -1,0 +1,212 @@
+package gputime
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cudatap/cudatap/internal/sim"
+	"github.com/cudatap/cudatap/tracer/model"
+)
+
+// recorder is a Sink that keeps everything.
+type recorder struct {
+	mu       sync.Mutex
+	started  map[uint32]string
+	refused  map[uint32]string
+	measured map[uint32][]model.Measurement
+	marks    map[uint32]int
+	lost     map[uint32]uint64
+	stopped  chan uint32
+}
+
+func newRecorder() *recorder {
+	return &recorder{started: map[uint32]string{}, refused: map[uint32]string{}, measured: map[uint32][]model.Measurement{},
+		marks: map[uint32]int{}, lost: map[uint32]uint64{}, stopped: make(chan uint32, 16)}
+}
+
+func (r *recorder) Started(pid uint32, info string) { r.mu.Lock(); r.started[pid] = info; r.mu.Unlock() }
+func (r *recorder) Refused(pid uint32, why string) {
+	r.mu.Lock()
+	r.refused[pid] = why
+	r.mu.Unlock()
+	r.stopped <- pid
+}
+func (r *recorder) Measure(pid uint32, m *model.Measurement) {
+	r.mu.Lock()
+	r.measured[pid] = append(r.measured[pid], *m)
+	r.mu.Unlock()
+}
+func (r *recorder) Mark(pid uint32, t uint64) { r.mu.Lock(); r.marks[pid]++; r.mu.Unlock() }
+func (r *recorder) Stopped(pid uint32, lost uint64) {
+	r.mu.Lock()
+	r.lost[pid] = lost
+	r.mu.Unlock()
+	r.stopped <- pid
+}
+
+var (
+	buildOnce sync.Once
+	build     *sim.Build
+	buildErr  error
+)
+
+func simBuild(t *testing.T) *sim.Build {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "cudatap-gputime-sim")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		build, buildErr = sim.Compile(dir)
+	})
+	if buildErr != nil {
+		t.Skip(buildErr)
+	}
+	return build
+}
+
+// runInjected runs the basic workload with the collector injected the way
+// the CUDA driver does it, and returns its report and the pid the listener
+// saw stop.
+func runInjected(t *testing.T, l *Listener, r *recorder, env ...string) (*sim.Report, uint32) {
+	t.Helper()
+	b := simBuild(t)
+	cmd := exec.Command(b.Workload, "--iters", "20", "--streams", "3")
+	cmd.Env = append(os.Environ(), append(env, "CUDA_INJECTION64_PATH="+l.LibraryPath())...)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("workload: %v", err)
+	}
+	rep, err := sim.ParseReport(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case pid := <-r.stopped:
+		return rep, pid
+	case <-time.After(30 * time.Second):
+		t.Fatal("the collector never said it stopped") // a hang, not a timing threshold
+	}
+	return nil, 0
+}
+
+func listen(t *testing.T, r *recorder) *Listener {
+	t.Helper()
+	dir := t.TempDir()
+	l, err := Listen(Config{HostDir: dir, TargetDir: dir, UID: -1, GID: -1, FlushEvery: 20 * time.Millisecond}, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Stop(time.Second) })
+	return l
+}
+
+// TestInjectedCollector: loaded by the (simulated) driver at cuInit, the
+// collector measures every GPU op of the workload: as many measurements as
+// ops, durations summing exactly to the modeled GPU time, each inside the
+// workload's lifetime on cudatap's clock, joined to a thread of it. Without
+// CUPTI's timestamp callback (older CUPTI), the same holds after the
+// clock offset is applied.
+func TestInjectedCollector(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		env  []string
+	}{{"monotonic clock", nil}, {"CUPTI's clock", []string{"SIM_CUPTI_NO_TIMESTAMP_CALLBACK=1"}}} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRecorder()
+			l := listen(t, r)
+			before := monoNow()
+			rep, pid := runInjected(t, l, r, tc.env...)
+			after := monoNow()
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			if uint32(rep.PID) != pid {
+				t.Fatalf("the collector that stopped is pid %d, the workload %d", pid, rep.PID)
+			}
+			if !strings.Contains(r.started[pid], filepath.Join(simBuild(t).Dir, sim.CUPTISoname)) {
+				t.Errorf("started: %q, want the CUPTI next to the workload's libcudart", r.started[pid])
+			}
+			ms := r.measured[pid]
+			wantOps := 20 * (3 + 4) // per iteration: a launch per stream, two copies, a memset, a launch on the legacy stream
+			if len(ms) != wantOps {
+				t.Errorf("%d measurements, want %d (one per GPU op)", len(ms), wantOps)
+			}
+			var measured, modeled int64
+			for _, m := range ms {
+				measured += int64(m.End - m.Start)
+				if m.Start < before || m.End > after+uint64(time.Second) || m.APIStart < before || m.APIEnd < m.APIStart || m.APIEnd > after {
+					t.Fatalf("measurement off cudatap's clock: %+v (run [%d, %d])", m, before, after)
+				}
+				if m.TID < uint32(pid) || m.Kind == 0 {
+					t.Fatalf("measurement %+v: no thread or kind", m)
+				}
+			}
+			for _, ns := range rep.BusyNs {
+				modeled += ns
+			}
+			if measured != modeled {
+				t.Errorf("measured GPU time %d ns, modeled %d ns: want them equal", measured, modeled)
+			}
+			if r.lost[pid] != 0 {
+				t.Errorf("lost %d records", r.lost[pid])
+			}
+			if r.marks[pid] == 0 {
+				t.Error("no mark")
+			}
+		})
+	}
+}
+
+// TestCollectorRefuses: with another CUPTI subscriber in the process, or
+// no CUPTI where the config points, the collector says why and the
+// workload runs as it would without it.
+func TestCollectorRefuses(t *testing.T) {
+	for _, tc := range []struct {
+		name, cupti, env, want string
+	}{
+		{"another profiler", "", "SIM_CUPTI_SUBSCRIBED=1", "another CUPTI client"},
+		{"no CUPTI", "/nonexistent/libcupti.so", "", "no CUPTI found"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRecorder()
+			dir := t.TempDir()
+			l, err := Listen(Config{HostDir: dir, TargetDir: dir, UID: -1, GID: -1, CUPTI: tc.cupti}, r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Stop(time.Second)
+			var env []string
+			if tc.env != "" {
+				env = append(env, tc.env)
+			}
+			rep, pid := runInjected(t, l, r, env...)
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			if !strings.Contains(r.refused[pid], tc.want) {
+				t.Errorf("refused: %q, want %q", r.refused[pid], tc.want)
+			}
+			if len(r.measured[pid]) != 0 || rep.Calls["cudaLaunchKernel"] == 0 {
+				t.Errorf("%d measurements, %d launches: want none, and the workload's own", len(r.measured[pid]), rep.Calls["cudaLaunchKernel"])
+			}
+		})
+	}
+}
+
+// TestCollectorDrops: with room for few records between flushes, CUPTI
+// drops the rest; the loss is counted, never silent.
+func TestCollectorDrops(t *testing.T) {
+	r := newRecorder()
+	l := listen(t, r)
+	_, pid := runInjected(t, l, r, "SIM_CUPTI_MAX_RECORDS=8")
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if got := uint64(len(r.measured[pid])); r.lost[pid] == 0 || got >= 140 {
+		t.Errorf("%d measured, %d lost: want losses counted", got, r.lost[pid])
+	}
+}
