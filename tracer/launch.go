@@ -104,6 +104,14 @@ func (s *Session) launch() (*launched, error) {
 		cmd := exec.Command(self, s.cfg.Command[1:]...)
 		cmd.Args[0] = name // the command's own argv[0]
 		cmd.Env = append(os.Environ(), launcherEnv+"="+path)
+		if s.cfg.GPUTimes {
+			inject, err := s.gpuTimesForLaunch(cmd.Env)
+			if err != nil {
+				fail(nil, err)
+				return
+			}
+			cmd.Env = append(cmd.Env, inject)
+		}
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = s.cfg.Stdin, s.cfg.Stdout, s.cfg.Stderr
 		cmd.ExtraFiles = []*os.File{goAhead} // its descriptor 3
 		err = cmd.Start()
@@ -142,6 +150,9 @@ func (s *Session) launch() (*launched, error) {
 		// command runs an instruction.
 		s.guard.hold(pid)
 		syscall.Kill(pid, syscall.SIGSTOP)
+		if s.cfg.GPUTimes {
+			s.expectGPUTimes(pid)
+		}
 		var attachErr error
 		if err := syscall.PtraceDetach(pid); err != nil {
 			attachErr = fmt.Errorf("release %d from ptrace: %w", pid, err)

@@ -40,10 +40,13 @@ func (s *Session) applyNotes() {
 		return
 	}
 	s.notesMu.Lock()
-	ns := s.notes
-	s.notes = nil
+	ns, gs := s.notes, s.gpuNotes
+	s.notes, s.gpuNotes = nil, nil
 	s.notesQueued.Store(false)
 	s.notesMu.Unlock()
+	if len(gs) > 0 {
+		s.applyGPUNotes(gs)
+	}
 	for _, n := range ns {
 		s.modelMu.Lock()
 		switch n.kind {

@@ -43,7 +43,11 @@ type Config struct {
 	RingBufferBytes  int
 	PerSymbolUprobes bool      // never use uprobe_multi (what kernels before 6.6 get)
 	WaitForCUDA      bool      // a target without CUDA yet is watched instead of refused
-	Recording        io.Writer // optional .cudatap stream
+	// GPUTimes measures GPU ops with the target's own CUPTI through
+	// cudatap's collector (gputime.go); CUPTIPath overrides which CUPTI.
+	GPUTimes  bool
+	CUPTIPath string
+	Recording io.Writer // optional .cudatap stream
 	// Sink, if set, receives every call, sync and GPU op as the model
 	// concludes them (aggregates for profiles and summaries): the session
 	// keeps none of them.
@@ -119,7 +123,9 @@ type Session struct {
 	// Notes from the control loop for the reader (see notes.go).
 	notesMu     sync.Mutex
 	notes       []note
+	gpuNotes    []gpuNote // GPU times for the model, applied with the notes
 	notesQueued atomic.Bool
+	gputimes    gpuTimes
 	ev          event.Event // the record being handled (reader goroutine only)
 	unwind      *unwind.Unwinder
 	gpu         *gpuSampler
@@ -349,7 +355,9 @@ loop:
 		}
 	}
 
-	// Stop: detach first so nothing new arrives, then drain what is queued.
+	// Stop: the collectors' last GPU times first (their processes still
+	// run), then detach so nothing new arrives, then drain what is queued.
+	s.stopGPUTimes()
 	s.closeAll()
 	s.closeShared()
 	s.closeLoaders()
@@ -371,6 +379,7 @@ loop:
 		}
 		s.model.SetAttachFailures(s.attachFails.Load())
 	}
+	s.model.AddGPUTimesLost(s.gpuTimesLost())
 	if child != nil {
 		out.Exit = child.stop()
 		out.ExitCode = out.Exit.Code

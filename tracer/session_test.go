@@ -629,28 +629,7 @@ func TestBusyBounds(t *testing.T) {
 				t.Fatal("the workload reported no busy times")
 			}
 			for handle, busy := range rep.BusyNs {
-				// "0x…" (0: legacy), or "ptds:TID" for a thread's
-				// per-thread default stream.
-				var match func(*model.Stream) bool
-				if tid, ok := strings.CutPrefix(handle, "ptds:"); ok {
-					match = func(c *model.Stream) bool {
-						return c.Kind == model.StreamPerThread && strconv.Itoa(int(c.OwnerTID)) == tid
-					}
-				} else {
-					h, err := strconv.ParseUint(strings.TrimPrefix(handle, "0x"), 16, 64)
-					if err != nil {
-						t.Fatalf("handle %q: %v", handle, err)
-					}
-					match = func(c *model.Stream) bool {
-						return (h == 0 && c.Kind == model.StreamLegacy) || (h != 0 && c.Handle == h && c.Kind != model.StreamPerThread)
-					}
-				}
-				var s *model.Stream
-				for _, c := range p.Streams {
-					if match(c) {
-						s = c
-					}
-				}
+				s := streamOfHandle(t, p, handle)
 				if s == nil {
 					if busy > 0 {
 						t.Errorf("stream %s: %d ns of GPU work, not traced", handle, busy)
@@ -665,6 +644,33 @@ func TestBusyBounds(t *testing.T) {
 			}
 		})
 	}
+}
+
+// streamOfHandle finds the stream a workload's report names: "0x…" (0: the
+// legacy stream), or "ptds:TID" for a thread's per-thread default stream.
+func streamOfHandle(t *testing.T, p *traced, handle string) *model.Stream {
+	t.Helper()
+	var match func(*model.Stream) bool
+	if tid, ok := strings.CutPrefix(handle, "ptds:"); ok {
+		match = func(c *model.Stream) bool {
+			return c.Kind == model.StreamPerThread && strconv.Itoa(int(c.OwnerTID)) == tid
+		}
+	} else {
+		h, err := strconv.ParseUint(strings.TrimPrefix(handle, "0x"), 16, 64)
+		if err != nil {
+			t.Fatalf("handle %q: %v", handle, err)
+		}
+		match = func(c *model.Stream) bool {
+			return (h == 0 && c.Kind == model.StreamLegacy) || (h != 0 && c.Handle == h && c.Kind != model.StreamPerThread)
+		}
+	}
+	var s *model.Stream
+	for _, c := range p.Streams {
+		if match(c) {
+			s = c
+		}
+	}
+	return s
 }
 
 // checkViaRuntime: launches counted in the driver are told apart by their

@@ -30,6 +30,8 @@ type recordOptions struct {
 	nvml        time.Duration
 	nameWindow  time.Duration
 	perSymbol   bool
+	gpuTimes    bool
+	cupti       string
 }
 
 func newRecordCmd(g *globalOptions) *cobra.Command {
@@ -56,6 +58,8 @@ func newRecordCmd(g *globalOptions) *cobra.Command {
 	f.BoolVar(&o.perSymbol, "per-symbol-uprobes", false, "use one perf-event uprobe per symbol instead of uprobe_multi links (what kernels before 6.6 get; slower to detach)")
 	f.DurationVar(&o.nvml, "nvml-interval", 100*time.Millisecond, "GPU sampling period through NVML (negative: off)")
 	f.BoolVar(&o.waitForCUDA, "wait-for-cuda", false, "accept target processes that have not loaded CUDA yet and hook it when they do")
+	f.BoolVar(&o.gpuTimes, "gpu-times", false, "measure GPU ops with the target's own CUPTI (a collector loaded through CUDA_INJECTION64_PATH for a command, by ptrace into a running process); without it GPU ops are drawn within proven bounds")
+	f.StringVar(&o.cupti, "cupti", "", "with --gpu-times: the libcupti to use, as the target sees it (default: the one it loaded, the one next to its libcudart, or the toolkit's)")
 	return cmd
 }
 
@@ -103,6 +107,7 @@ func runRecord(cmd *cobra.Command, g *globalOptions, o *recordOptions, command [
 	cfg := tracer.Config{
 		PIDs: o.pids, Command: command, All: o.all, Container: o.container, Duration: o.duration, Stacks: stacks,
 		RingBufferBytes: o.ringBuffer, WaitForCUDA: o.waitForCUDA, NVMLInterval: o.nvml, NameWindow: nameWindow(o.nameWindow), PerSymbolUprobes: o.perSymbol,
+		GPUTimes: o.gpuTimes, CUPTIPath: o.cupti,
 		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Logger: g.logger(),
 		OnAttached: printAttached(stderr),
 		OnStatus:   status.update,

@@ -45,32 +45,111 @@ func (m *Model) StartMeasuring(pid uint32) {
 	}
 	ps.measuring = true
 	ps.p.Measured = true
-	if ps.byTID == nil {
-		ps.byTID = map[uint32]*tidOps{}
+	ps.threadSeen, ps.early = map[uint32]uint64{}, map[uint32][]Measurement{}
+	// Ops enqueued before the collector's word reached the model (it
+	// races the events) and not yet drawn can still be measured.
+	ps.byTID = map[uint32]*tidOps{}
+	for id := ps.oldest; id < ps.nextOp; id++ {
+		if op := ps.op(id); op != nil && !op.released {
+			l := ps.byTID[op.TID]
+			if l == nil {
+				l = &tidOps{}
+				ps.byTID[op.TID] = l
+			}
+			l.ids = append(l.ids, id)
+		}
 	}
 }
 
-// StopMeasuring says no more measurements will come for pid: held ops go
-// to the sink as laid out.
+// AddGPUTimesLost counts measurements lost before they reached the model.
+func (m *Model) AddGPUTimesLost(n uint64) { m.drops.GPUTimesLost += n }
+
+// StopMeasuring says no more measurements will come for pid. Those that
+// overtook the events of their calls still wait for them; once none does,
+// held ops go to the sink as laid out and new ones are no longer held.
 func (m *Model) StopMeasuring(pid uint32) {
 	ps, ok := m.procs[pid]
 	if !ok || !ps.measuring {
 		return
 	}
+	ps.collectorDone = true
+	if ps.nEarly == 0 {
+		m.endMeasuring(ps)
+	}
+}
+
+func (m *Model) endMeasuring(ps *procState) {
+	m.joinEarly(ps)
 	m.releaseHeld(ps, ^uint64(0))
-	ps.measuring = false
+	ps.measuring, ps.collectorDone = false, false
 	ps.byTID = map[uint32]*tidOps{}
 }
 
-// Measure joins a measurement to the op it times. Measurements matching
-// no op (its call was not traced) and those arriving after their op went
-// to the sink are counted.
+// maxEarly bounds the measurements a process keeps waiting for the events
+// of their calls; past it they are counted unmatched.
+const maxEarly = 1 << 16
+
+// Measure joins a measurement to the op it times. A measurement can
+// overtake the event of its own call (the collector flushes while the ring
+// buffer has a backlog): it waits until the model has seen its thread past
+// the call. Measurements matching no op (its call was not traced) and those
+// arriving after their op went to the sink are counted.
 func (m *Model) Measure(pid uint32, r *Measurement) {
 	ps, ok := m.procs[pid]
 	if !ok || ps.byTID == nil {
 		m.drops.GPUTimesUnmatched++
 		return
 	}
+	if ps.threadSeen[r.TID] < r.APIEnd && !ps.collectorDone {
+		if ps.nEarly >= maxEarly {
+			m.drops.GPUTimesUnmatched++
+			return
+		}
+		ps.early[r.TID] = append(ps.early[r.TID], *r)
+		ps.nEarly++
+		return
+	}
+	m.join(ps, r)
+}
+
+// seen notes that the model has seen thread tid up to t: measurements
+// waiting for it are joined now.
+func (m *Model) seen(ps *procState, tid uint32, t uint64) {
+	if t <= ps.threadSeen[tid] {
+		return
+	}
+	ps.threadSeen[tid] = t
+	waiting := ps.early[tid]
+	n := 0
+	for n < len(waiting) && waiting[n].APIEnd <= t {
+		m.join(ps, &waiting[n])
+		n++
+	}
+	if n > 0 {
+		ps.nEarly -= n
+		if n == len(waiting) {
+			delete(ps.early, tid)
+		} else {
+			ps.early[tid] = waiting[:copy(waiting, waiting[n:])]
+		}
+		if ps.nEarly == 0 && ps.collectorDone {
+			m.endMeasuring(ps)
+		}
+	}
+}
+
+// joinEarly joins what still waits, as well as can be (the end).
+func (m *Model) joinEarly(ps *procState) {
+	for tid, waiting := range ps.early {
+		for i := range waiting {
+			m.join(ps, &waiting[i])
+		}
+		delete(ps.early, tid)
+	}
+	ps.nEarly = 0
+}
+
+func (m *Model) join(ps *procState, r *Measurement) {
 	op, late := ps.enqueuedBy(r.TID, r.APIStart, r.APIEnd)
 	if late || (op != nil && op.released) {
 		m.drops.GPUTimesLate++

@@ -155,10 +155,14 @@ type procState struct {
 	// final ops waiting for their measurement (in the order they became
 	// final), the ops each thread enqueued that may still be measured,
 	// and the collector's previous mark.
-	measuring bool
-	held      []int
-	byTID     map[uint32]*tidOps
-	prevMark  uint64
+	measuring     bool
+	held          []int
+	byTID         map[uint32]*tidOps
+	prevMark      uint64
+	collectorDone bool                     // no more measurements will come
+	threadSeen    map[uint32]uint64        // by thread: the end of its last call seen
+	early         map[uint32][]Measurement // by thread: measurements ahead of its events
+	nEarly        int
 }
 
 // currentDevice is thread tid's current device: the last it set, else
@@ -480,6 +484,9 @@ func (m *Model) Handle(ev *event.Event) {
 	m.sink.Call(p, call)
 	for i := range m.syncs {
 		m.sink.Sync(p, &m.syncs[i])
+	}
+	if ps.measuring {
+		m.seen(ps, call.TID, end)
 	}
 }
 
@@ -1004,6 +1011,7 @@ func (m *Model) Finish() *Result {
 				m.layOutUnbounded(ps, op)
 			}
 		}
+		m.joinEarly(ps)
 		m.releaseHeld(ps, ^uint64(0))
 		ps.p.CommNs, ps.p.OverlapNs = ps.overlap.finish()
 		for sid, st := range ps.st {

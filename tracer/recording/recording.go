@@ -39,6 +39,7 @@ const (
 	recPyFrame = 8
 	recGPU     = 9
 	recNote    = 10 // a fact the session learnt outside the ring buffer: a hold, a pinned range
+	recGPUTime = 11 // a measured GPU time, or the collector's start, mark or stop
 	recEnd     = 0xff
 )
 
@@ -184,6 +185,38 @@ func (w *Writer) Pinned(pid uint32, start, size uint64) { w.note(notePinned, pid
 
 // AttachedLate records that pid ran before cudatap attached.
 func (w *Writer) AttachedLate(pid uint32) { w.note(noteAttachedLate, pid, 0, 0, 0) }
+
+// What a GPU-time record says (Writer.GPUTimes).
+const (
+	GPUTimesStart   = 1 // the process's GPU ops are measured from here
+	GPUTimesMeasure = 2 // one measurement
+	GPUTimesMark    = 3 // every measurement of work complete before t came
+	GPUTimesStop    = 4 // no more; t: measurements lost
+)
+
+// gpuTimeSize is a GPU-time record: kind, pid, t, then the measurement.
+const gpuTimeSize = 1 + 4 + 8 + 4 + 8*4 + 1 + 1 + 8
+
+// GPUTimes records what a process's collector said, in order with the
+// events, exactly as the model was told.
+func (w *Writer) GPUTimes(kind byte, pid uint32, t uint64, m *model.Measurement) {
+	le := binary.LittleEndian
+	buf := append(w.buf[:0], kind)
+	buf = le.AppendUint32(buf, pid)
+	buf = le.AppendUint64(buf, t)
+	var z model.Measurement
+	if m == nil {
+		m = &z
+	}
+	buf = le.AppendUint32(buf, m.TID)
+	for _, v := range []uint64{m.APIStart, m.APIEnd, m.Start, m.End} {
+		buf = le.AppendUint64(buf, v)
+	}
+	buf = append(buf, byte(m.Kind), byte(m.Device))
+	buf = le.AppendUint64(buf, m.Bytes)
+	w.buf = buf
+	w.record(recGPUTime, buf)
+}
 
 // Counter records one sample of a time series.
 func (w *Writer) Counter(c Counter) {
@@ -409,6 +442,29 @@ func (rp *Replay) record(typ byte, buf []byte, m *model.Model, ev *event.Event) 
 			m.AddPinned(pid, a, b)
 		case noteAttachedLate:
 			m.AttachedLate(pid)
+		}
+	case recGPUTime:
+		if len(buf) < gpuTimeSize {
+			return fmt.Errorf("%w: short GPU time record", ErrFormat)
+		}
+		if m == nil {
+			return nil
+		}
+		le := binary.LittleEndian
+		pid, t := le.Uint32(buf[1:]), le.Uint64(buf[5:])
+		switch buf[0] {
+		case GPUTimesStart:
+			m.StartMeasuring(pid)
+		case GPUTimesMeasure:
+			b := buf[13:]
+			ms := model.Measurement{TID: le.Uint32(b), APIStart: le.Uint64(b[4:]), APIEnd: le.Uint64(b[12:]),
+				Start: le.Uint64(b[20:]), End: le.Uint64(b[28:]), Kind: model.OpKind(b[36]), Device: int8(b[37]), Bytes: le.Uint64(b[38:])}
+			m.Measure(pid, &ms)
+		case GPUTimesMark:
+			m.MeasuredUntil(pid, t)
+		case GPUTimesStop:
+			m.AddGPUTimesLost(t)
+			m.StopMeasuring(pid)
 		}
 	case recEnd:
 	default:

@@ -1,0 +1,192 @@
+package tracer
+
+// GPU times (--gpu-times): cudatap's collector measures each traced
+// process's GPU ops with the process's own CUPTI (tracer/gputime); its
+// measurements reach the model through the reader goroutine, in order with
+// the notes, and are recorded, so a replay draws the same ops.
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cudatap/cudatap/tracer/gputime"
+	"github.com/cudatap/cudatap/tracer/model"
+	"github.com/cudatap/cudatap/tracer/recording"
+)
+
+// maxGPUNotes bounds the measurements waiting for the reader (64 bytes
+// each): past it they are counted lost (Drops.GPUTimesLost).
+const maxGPUNotes = 1 << 18
+
+type gpuNoteKind uint8
+
+const (
+	gpuStart gpuNoteKind = iota + 1
+	gpuMeasure
+	gpuMark
+	gpuStop
+)
+
+type gpuNote struct {
+	kind gpuNoteKind
+	pid  uint32
+	t    uint64 // mark: its time; stop: records lost
+	m    model.Measurement
+}
+
+// gpuTimes is the session's side of the collectors.
+type gpuTimes struct {
+	mu        sync.Mutex
+	listeners []*gputime.Listener
+	status    map[uint32]string // per process: measuring, or why not
+	lost      uint64            // measurements that found the queue full
+}
+
+// GPUTimeStatus says, per process, whether its GPU ops were measured and
+// with which CUPTI, or why not.
+func (s *Session) GPUTimeStatus() map[uint32]string {
+	s.gputimes.mu.Lock()
+	defer s.gputimes.mu.Unlock()
+	out := make(map[uint32]string, len(s.gputimes.status))
+	for k, v := range s.gputimes.status {
+		out[k] = v
+	}
+	return out
+}
+
+// gpuTimesForLaunch makes the collector ready for a command cudatap
+// launches and returns the environment entry that has the CUDA driver load
+// it (at cuInit, before any work reaches the GPU).
+func (s *Session) gpuTimesForLaunch(env []string) (string, error) {
+	for _, e := range env {
+		if v, ok := strings.CutPrefix(e, "CUDA_INJECTION64_PATH="); ok && v != "" {
+			return "", fmt.Errorf("--gpu-times: CUDA_INJECTION64_PATH is already set (%s): another tool injects itself into CUDA, "+
+				"and the driver loads only one; unset it or leave out --gpu-times", v)
+		}
+	}
+	dir, err := os.MkdirTemp("", "cudatap-gputimes-")
+	if err != nil {
+		return "", fmt.Errorf("--gpu-times: %w", err)
+	}
+	l, err := gputime.Listen(gputime.Config{HostDir: dir, TargetDir: dir, CUPTI: s.cfg.CUPTIPath, UID: -1, GID: -1}, s)
+	if err != nil {
+		os.RemoveAll(dir)
+		return "", err
+	}
+	s.gputimes.mu.Lock()
+	s.gputimes.listeners = append(s.gputimes.listeners, l)
+	s.gputimes.mu.Unlock()
+	return "CUDA_INJECTION64_PATH=" + l.LibraryPath(), nil
+}
+
+// stopGPUTimes asks every collector for its last records and to stop.
+func (s *Session) stopGPUTimes() {
+	s.gputimes.mu.Lock()
+	ls := s.gputimes.listeners
+	s.gputimes.listeners = nil
+	s.gputimes.mu.Unlock()
+	for _, l := range ls {
+		l.Stop(3 * time.Second)
+	}
+}
+
+func (s *Session) queueGPU(n gpuNote) {
+	s.notesMu.Lock()
+	if len(s.gpuNotes) >= maxGPUNotes && n.kind == gpuMeasure {
+		s.notesMu.Unlock()
+		s.gputimes.mu.Lock()
+		s.gputimes.lost++
+		s.gputimes.mu.Unlock()
+		return
+	}
+	s.gpuNotes = append(s.gpuNotes, n)
+	s.notesMu.Unlock()
+	s.notesQueued.Store(true)
+}
+
+func (s *Session) setGPUStatus(pid uint32, st string) {
+	s.gputimes.mu.Lock()
+	if s.gputimes.status == nil {
+		s.gputimes.status = map[uint32]string{}
+	}
+	s.gputimes.status[pid] = st
+	s.gputimes.mu.Unlock()
+}
+
+// The gputime.Sink methods, called on the listener's goroutines.
+
+func (s *Session) Started(pid uint32, info string) {
+	s.log.Info("GPU times measured by CUPTI", "pid", pid, "collector", info)
+	s.setGPUStatus(pid, "measured ("+info+")")
+	s.queueGPU(gpuNote{kind: gpuStart, pid: pid})
+}
+
+func (s *Session) Refused(pid uint32, why string) {
+	s.log.Warn("GPU times not measured: ops are drawn within bounds", "pid", pid, "reason", why)
+	s.setGPUStatus(pid, "not measured: "+why)
+	s.queueGPU(gpuNote{kind: gpuStop, pid: pid}) // held since the launch: release them
+}
+
+// expectGPUTimes: the process cudatap is about to launch will load the
+// collector at its first CUDA call; its ops wait for their measurement
+// from the start (the collector's hello races the first events).
+func (s *Session) expectGPUTimes(pid int) {
+	s.queueGPU(gpuNote{kind: gpuStart, pid: uint32(pid)})
+}
+
+func (s *Session) Measure(pid uint32, m *model.Measurement) {
+	s.queueGPU(gpuNote{kind: gpuMeasure, pid: pid, m: *m})
+}
+
+func (s *Session) Mark(pid uint32, t uint64) { s.queueGPU(gpuNote{kind: gpuMark, pid: pid, t: t}) }
+
+func (s *Session) Stopped(pid uint32, lost uint64) {
+	s.queueGPU(gpuNote{kind: gpuStop, pid: pid, t: lost})
+}
+
+// applyGPUNotes hands queued measurements to the model and the recording;
+// on the reader goroutine (from applyNotes).
+func (s *Session) applyGPUNotes(ns []gpuNote) {
+	s.modelMu.Lock()
+	for i := range ns {
+		n := &ns[i]
+		switch n.kind {
+		case gpuStart:
+			s.model.StartMeasuring(n.pid)
+		case gpuMeasure:
+			s.model.Measure(n.pid, &n.m)
+		case gpuMark:
+			s.model.MeasuredUntil(n.pid, n.t)
+		case gpuStop:
+			s.model.AddGPUTimesLost(n.t)
+			s.model.StopMeasuring(n.pid)
+		}
+	}
+	s.modelMu.Unlock()
+	if s.rec == nil {
+		return
+	}
+	for i := range ns {
+		n := &ns[i]
+		switch n.kind {
+		case gpuStart:
+			s.rec.GPUTimes(recording.GPUTimesStart, n.pid, 0, nil)
+		case gpuMeasure:
+			s.rec.GPUTimes(recording.GPUTimesMeasure, n.pid, 0, &n.m)
+		case gpuMark:
+			s.rec.GPUTimes(recording.GPUTimesMark, n.pid, n.t, nil)
+		case gpuStop:
+			s.rec.GPUTimes(recording.GPUTimesStop, n.pid, n.t, nil)
+		}
+	}
+}
+
+// gpuTimesLost is what the session itself lost (the queue was full).
+func (s *Session) gpuTimesLost() uint64 {
+	s.gputimes.mu.Lock()
+	defer s.gputimes.mu.Unlock()
+	return s.gputimes.lost
+}

@@ -1,0 +1,72 @@
+package tracer
+
+import (
+	"os"
+	"testing"
+	"time"
+
+	"github.com/cudatap/cudatap/internal/testutil"
+	"github.com/cudatap/cudatap/tracer/model"
+	"github.com/cudatap/cudatap/tracer/probe"
+)
+
+// TestGPUTimesLaunch: with --gpu-times, a launched workload's GPU ops are
+// measured by (simulated) CUPTI through the collector the driver loads:
+// every op is measured, each stream's busy time is exactly the modeled GPU
+// time (not a bound), and nothing is unmatched, late or lost.
+func TestGPUTimesLaunch(t *testing.T) {
+	testutil.RequireRoot(t)
+	b := testutil.Sim(t)
+	for _, scenario := range []string{"basic", "ptsz", "all", "timing"} {
+		t.Run(scenario, func(t *testing.T) {
+			out, rep := launchWith(t, Config{Command: []string{b.Workload, "--scenario", scenario, "--iters", "20"},
+				Stacks: probe.StacksNone, Stderr: os.Stderr, Duration: time.Minute, GPUTimes: true})
+			p := tracedOf(t, out, rep.PID)
+			if !p.Measured {
+				t.Fatal("the process was not measured")
+			}
+			measured := 0
+			hostFuncs := map[int]int{} // by stream
+			for _, op := range p.GPUOps {
+				switch {
+				case op.ID < 0:
+				case op.Kind == model.OpHostFunc:
+					// CUPTI does not time host functions: they stay bounded.
+					hostFuncs[op.Stream]++
+					if op.Measured {
+						t.Errorf("host function op %d measured", op.ID)
+					}
+				case !op.Measured:
+					t.Errorf("op %d (%v on stream %d) not measured", op.ID, op.API, op.Stream)
+				default:
+					measured++
+				}
+			}
+			nHostFuncs := 0
+			for handle, busy := range rep.BusyNs {
+				s := streamOfHandle(t, p, handle)
+				if s == nil {
+					if busy > 0 {
+						t.Errorf("stream %s: %d ns of GPU work, not traced", handle, busy)
+					}
+					continue
+				}
+				st := s.Stats
+				if n := hostFuncs[s.ID]; n > 0 {
+					// A host function takes 1 µs on the modeled GPU.
+					nHostFuncs += n
+					if st.BusyNs+uint64(n)*1000 != uint64(busy) || uint64(busy) > st.BusyMaxNs {
+						t.Errorf("%s: busy [%d, %d] ns, modeled %d with %d µs of host functions", s.Label(), st.BusyNs, st.BusyMaxNs, busy, n)
+					}
+				} else if uint64(busy) != st.BusyNs || st.BusyNs != st.BusyMaxNs {
+					t.Errorf("%s: busy [%d, %d] ns, modeled %d: want exactly the modeled time", s.Label(), st.BusyNs, st.BusyMaxNs, busy)
+				}
+			}
+			d := out.Result.Drops
+			if d.GPUTimesUnmatched+d.GPUTimesLate+d.GPUTimesLost != 0 || d.GPUTimesUnmeasured != uint64(nHostFuncs) {
+				t.Errorf("unmatched %d late %d lost %d unmeasured %d, want none but the %d host functions", d.GPUTimesUnmatched, d.GPUTimesLate, d.GPUTimesLost, d.GPUTimesUnmeasured, nHostFuncs)
+			}
+			t.Logf("%d ops measured", measured)
+		})
+	}
+}
