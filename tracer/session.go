@@ -41,8 +41,8 @@ type Config struct {
 	Duration         time.Duration
 	Stacks           probe.StackMode
 	RingBufferBytes  int
-	PerSymbolUprobes bool      // never use uprobe_multi (what kernels before 6.6 get)
-	WaitForCUDA      bool      // a target without CUDA yet is watched instead of refused
+	PerSymbolUprobes bool // never use uprobe_multi (what kernels before 6.6 get)
+	WaitForCUDA      bool // a target without CUDA yet is watched instead of refused
 	// GPUTimes measures GPU ops with the target's own CUPTI through
 	// cudatap's collector (gputime.go); CUPTIPath overrides which CUPTI.
 	GPUTimes  bool

@@ -29,7 +29,11 @@ func newRecorder() *recorder {
 		marks: map[uint32]int{}, lost: map[uint32]uint64{}, stopped: make(chan uint32, 16)}
 }
 
-func (r *recorder) Started(pid uint32, info string) { r.mu.Lock(); r.started[pid] = info; r.mu.Unlock() }
+func (r *recorder) Started(pid uint32, info string) {
+	r.mu.Lock()
+	r.started[pid] = info
+	r.mu.Unlock()
+}
 func (r *recorder) Refused(pid uint32, why string) {
 	r.mu.Lock()
 	r.refused[pid] = why
