@@ -1,6 +1,7 @@
 package tracer
 
 import (
+	"bytes"
 	"os"
 	"testing"
 	"time"
@@ -8,6 +9,7 @@ import (
 	"github.com/cudatap/cudatap/internal/testutil"
 	"github.com/cudatap/cudatap/tracer/model"
 	"github.com/cudatap/cudatap/tracer/probe"
+	"github.com/cudatap/cudatap/tracer/recording"
 )
 
 // TestGPUTimesLaunch: with --gpu-times, a launched workload's GPU ops are
@@ -68,5 +70,41 @@ func TestGPUTimesLaunch(t *testing.T) {
 			}
 			t.Logf("%d ops measured", measured)
 		})
+	}
+}
+
+// TestGPUTimesReplay: a recording made with --gpu-times rebuilds the same
+// measured ops and busy times on replay (cudatap export).
+func TestGPUTimesReplay(t *testing.T) {
+	testutil.RequireRoot(t)
+	b := testutil.Sim(t)
+	var rec bytes.Buffer
+	out, rep := launchWith(t, Config{Command: []string{b.Workload, "--scenario", "basic", "--iters", "20"},
+		Stacks: probe.StacksNone, Stderr: os.Stderr, Duration: time.Minute, GPUTimes: true, Recording: &rec})
+	live := tracedOf(t, out, rep.PID)
+	col := model.NewCollector()
+	res, _, err := recording.Load(bytes.NewReader(rec.Bytes()), func(*recording.Replay) model.Sink { return col }, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var replayed *model.Process
+	for _, p := range res.Processes {
+		if int(p.PID) == rep.PID {
+			replayed = p
+		}
+	}
+	if replayed == nil || !replayed.Measured {
+		t.Fatal("the replay has no measured process")
+	}
+	for i, s := range live.Streams {
+		if got, want := replayed.Streams[i].Stats, s.Stats; got.BusyNs != want.BusyNs || got.Measured != want.Measured || got.BusyMaxNs != want.BusyMaxNs {
+			t.Errorf("stream %d: replay busy [%d, %d] (%d measured), live [%d, %d] (%d)", i, got.BusyNs, got.BusyMaxNs, got.Measured, want.BusyNs, want.BusyMaxNs, want.Measured)
+		}
+	}
+	ops := col.Traces[uint32(rep.PID)].GPUOps
+	for i, op := range live.GPUOps {
+		if i >= len(ops) || ops[i].Start != op.Start || ops[i].End != op.End || ops[i].Measured != op.Measured {
+			t.Fatalf("op %d: replay differs from live: %+v vs %+v", i, ops[min(i, len(ops)-1)], op)
+		}
 	}
 }

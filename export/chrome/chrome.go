@@ -277,7 +277,11 @@ func (w *Writer) process(idx int, p *model.Process) {
 	}
 	for _, d := range devices {
 		gpid := DeviceTrackPID(p.PID, d)
-		w.meta("process_name", gpid, 0, deviceName(d)+" — "+p.Label()+" (inferred)")
+		timing := " (inferred)"
+		if p.Measured {
+			timing = " (CUPTI)"
+		}
+		w.meta("process_name", gpid, 0, deviceName(d)+" — "+p.Label()+timing)
 		w.metaSort("process_sort_index", gpid, 0, 2*idx+1)
 		for _, s := range p.Streams {
 			if s == nil || (s.Devices&model.DeviceBitsOf(d) == 0 && !(s.Devices == 0 && d == devices[0])) {
@@ -511,8 +515,23 @@ func (w *Writer) GPUOp(p *model.Process, op *model.GPUOp) {
 	}
 	w.micros("dur", dur)
 	w.open("args")
-	w.bool("inferred", true)
+	// How the slice's times are known: measured by CUPTI; or only bounded
+	// (it ran within [earliest start, latest end], drawn as laid out
+	// there); or unbounded (no sync proved it done before the end).
+	switch {
+	case op.Measured:
+		w.str("timing", "measured")
+	case op.Bounded:
+		w.str("timing", "bounded")
+	default:
+		w.str("timing", "unbounded")
+	}
+	w.bool("inferred", !op.Measured)
 	w.bool("bounded", op.Bounded)
+	if !op.Measured {
+		w.micros("earliest_start", op.Enqueued)
+		w.micros("latest_end", op.ProvenBy())
+	}
 	w.int("stream", int64(op.Stream))
 	if op.Correlation != 0 {
 		w.uint("correlation", op.Correlation)
@@ -656,6 +675,10 @@ func (w *Writer) footer(r *model.Result) {
 	w.uint("window_full", d.WindowFull)
 	w.uint("stacks_dropped", d.StacksDropped)
 	w.uint("python_code_not_copied", d.PyCodeLost)
+	w.uint("gpu_times_lost", d.GPUTimesLost)
+	w.uint("gpu_times_unmatched", d.GPUTimesUnmatched)
+	w.uint("gpu_times_late", d.GPUTimesLate)
+	w.uint("gpu_ops_unmeasured", d.GPUTimesUnmeasured)
 	w.close()
 	w.uint("lost_events", d.Lost())
 	if r.Truncated != "" {

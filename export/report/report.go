@@ -64,9 +64,13 @@ func process(buf *bytes.Buffer, r *model.Result, p *model.Process, collected *sy
 		// Allocations made before the attach were not seen.
 		mem = "device memory allocated since attaching: peak " + units.Bytes(p.DeviceMemPeak) + " (earlier allocations unknown)"
 	}
-	fmt.Fprintf(buf, "  %s over %s, %s (inferred), %s\n",
+	timing := "inferred"
+	if p.Measured {
+		timing = "timed by CUPTI"
+	}
+	fmt.Fprintf(buf, "  %s over %s, %s (%s), %s\n",
 		plural(p.NCalls, "call", "calls"), duration(span(p.FirstSeen, p.LastSeen)),
-		plural(p.NGPUOps, "GPU op", "GPU ops"), mem)
+		plural(p.NGPUOps, "GPU op", "GPU ops"), timing, mem)
 	if p.PinnedRecovered > 0 {
 		fmt.Fprintf(buf, "  pinned host memory found at attach: %s (copies from it are not pageable)\n", units.Bytes(p.PinnedRecovered))
 	}
@@ -156,13 +160,23 @@ func streamRow(w io.Writer, label string, st *model.StreamStats, sy syncs.Totals
 		syncCell(sy.Explicit, sy.ExplicitNs), syncCell(sy.Implicit, sy.ImplicitNs), st.GPUOps, busy)
 }
 
-// busyCell is the stream's busy-time upper bound, with its share of the
-// traced span: "≤ 2.1ms (3%)", "-" for a stream without GPU work.
+// busyCell is the stream's GPU busy time with its share of the traced
+// span: measured ("2.1ms (3%)" when CUPTI timed every op), bounded above
+// ("≤ 2.1ms (3%)" without timings), or between what was measured and the
+// bound ("1.9ms–2.1ms (3%)"); "-" for a stream without GPU work.
 func busyCell(st *model.StreamStats, traced uint64) string {
 	if st.GPUOps == 0 {
 		return "-"
 	}
-	s := "≤ " + duration(st.BusyMaxNs)
+	var s string
+	switch {
+	case st.BusyNs > 0 && st.BusyNs == st.BusyMaxNs:
+		s = duration(st.BusyNs)
+	case st.BusyNs > 0:
+		s = duration(st.BusyNs) + "–" + duration(st.BusyMaxNs)
+	default:
+		s = "≤ " + duration(st.BusyMaxNs)
+	}
 	if traced > 0 {
 		s += fmt.Sprintf(" (%.0f%%)", 100*float64(min(st.BusyMaxNs, traced))/float64(traced))
 	}

@@ -28,6 +28,10 @@ type Measurement struct {
 	Bytes            uint64
 }
 
+// ProvenBy is the latest the op can have ended: the return of the call
+// that proved it complete (the end of the recording when none did).
+func (op *GPUOp) ProvenBy() uint64 { return op.provenAt }
+
 // tidOps are the ops a thread enqueued that may still be measured, in
 // enqueue order (a thread's calls are sequential: Enqueued grows), and
 // when the last op trimmed from the front (gone to the sink) was enqueued.
@@ -63,6 +67,9 @@ func (m *Model) StartMeasuring(pid uint32) {
 
 // AddGPUTimesLost counts measurements lost before they reached the model.
 func (m *Model) AddGPUTimesLost(n uint64) { m.drops.GPUTimesLost += n }
+
+// SetGPUTimesLost sets that count (a replay, from the recorded total).
+func (m *Model) SetGPUTimesLost(n uint64) { m.drops.GPUTimesLost = n }
 
 // StopMeasuring says no more measurements will come for pid. Those that
 // overtook the events of their calls still wait for them; once none does,

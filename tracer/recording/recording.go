@@ -343,7 +343,7 @@ func scan(r io.Reader, rp *Replay, m *model.Model, progress func(int64)) error {
 			lastTick = consumed
 		}
 		// Records of the other pass are skipped unread.
-		if (typ == recEvent || typ == recNote) != (m != nil) && typ != recEnd && typ != recProcess {
+		if (typ == recEvent || typ == recNote || typ == recGPUTime) != (m != nil) && typ != recEnd && typ != recProcess {
 			if _, err := br.Discard(int(n)); err != nil {
 				return fmt.Errorf("%w after %d records", ErrTruncated, rp.Records)
 			}
@@ -527,6 +527,7 @@ func Load(r io.ReadSeeker, newSink func(*Replay) model.Sink, progress func(int64
 		m.SetNested(d.Nested)
 		m.SetProgramSkips(d.ProgramSkips)
 		m.SetPyCodeLost(d.PyCodeLost)
+		m.SetGPUTimesLost(d.GPUTimesLost) // the session's own losses too
 	}
 	res := m.Finish()
 	res.WallOffsetNs = rp.Header.WallOffsetNs

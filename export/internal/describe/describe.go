@@ -143,6 +143,14 @@ func Drops(d model.Drops) string {
 	if d.PyCodeLost != 0 {
 		fmt.Fprintf(&b, ", %d Python code objects not copied (ring buffer full)", d.PyCodeLost)
 	}
+	// GPU times (--gpu-times): ops drawn within bounds instead.
+	if n := d.GPUTimesLost + d.GPUTimesUnmatched + d.GPUTimesLate; n != 0 {
+		fmt.Fprintf(&b, "; GPU times lost %d (collector/CUPTI %d, matching no traced call %d, too late %d)",
+			n, d.GPUTimesLost, d.GPUTimesUnmatched, d.GPUTimesLate)
+	}
+	if d.GPUTimesUnmeasured != 0 {
+		fmt.Fprintf(&b, "; %d GPU ops not measured (bounded instead)", d.GPUTimesUnmeasured)
+	}
 	return b.String()
 }
 
