@@ -8,10 +8,14 @@ package tracer
 import (
 	"fmt"
 	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/cudatap/cudatap/internal/inject"
+	"github.com/cudatap/cudatap/internal/objfile"
 	"github.com/cudatap/cudatap/tracer/gputime"
 	"github.com/cudatap/cudatap/tracer/model"
 	"github.com/cudatap/cudatap/tracer/recording"
@@ -189,4 +193,101 @@ func (s *Session) gpuTimesLost() uint64 {
 	s.gputimes.mu.Lock()
 	defer s.gputimes.mu.Unlock()
 	return s.gputimes.lost
+}
+
+// gpuTimesAttach loads the collector into a running process (-p): it is
+// written where the process sees it (its own /tmp, through /proc/PID/root:
+// a container's), then the process is made to dlopen it with ptrace. It is
+// refused, the process untouched, where that cannot be done safely.
+func (s *Session) gpuTimesAttach(pid int) {
+	refuse := func(why string) {
+		s.log.Warn("--gpu-times: not measuring this process: its GPU ops are drawn within bounds", "pid", pid, "reason", why)
+		s.setGPUStatus(uint32(pid), "not measured: "+why)
+	}
+	if s.cfg.CUPTIPath == "" {
+		if _, err := findCUPTI(pid); err != nil {
+			refuse(err.Error())
+			return
+		}
+	}
+	uid, gid := procOwner(pid)
+	dir := fmt.Sprintf("/tmp/cudatap-gputimes-%d-%d", os.Getpid(), pid)
+	host := fmt.Sprintf("/proc/%d/root%s", pid, dir)
+	l, err := gputime.Listen(gputime.Config{HostDir: host, TargetDir: dir, CUPTI: s.cfg.CUPTIPath, Attach: true, UID: uid, GID: gid}, s)
+	if err != nil {
+		refuse(err.Error())
+		return
+	}
+	if _, err := inject.Dlopen(pid, l.LibraryPath()); err != nil {
+		l.Stop(0)
+		refuse(fmt.Sprintf("load the collector: %v", err))
+		return
+	}
+	s.gputimes.mu.Lock()
+	s.gputimes.listeners = append(s.gputimes.listeners, l)
+	s.gputimes.mu.Unlock()
+	// The collector sets CUPTI up on a thread of its own: wait for its
+	// word, so that "attached" means measured from here on.
+	select {
+	case <-l.Ready():
+	case <-time.After(collectorReadyTimeout):
+		s.log.Warn("--gpu-times: the collector has not reported yet; GPU ops are measured once it does", "pid", pid, "waited", collectorReadyTimeout)
+	}
+}
+
+// collectorReadyTimeout bounds the wait for a loaded collector's first
+// word (loading CUPTI takes a fraction of a second on the H200).
+const collectorReadyTimeout = 10 * time.Second
+
+// findCUPTI finds the CUPTI a running process would use, as the collector
+// will (csrc/collector.c, find_cupti): one it mapped already, one next to
+// its libcudart, the toolkit's. The path is the process's own.
+func findCUPTI(pid int) (string, error) {
+	maps, err := objfile.ReadMaps(pid)
+	if err != nil {
+		return "", err
+	}
+	var cands []string
+	for _, o := range objfile.ObjectFiles(maps) {
+		base := filepath.Base(o.Path)
+		if strings.HasPrefix(base, "libcupti.so") {
+			return o.Path, nil
+		}
+		if strings.HasPrefix(base, "libcudart.so") {
+			d := filepath.Dir(o.Path)
+			cands = append(cands, filepath.Join(d, "libcupti.so.13"), filepath.Join(d, "libcupti.so.12"),
+				filepath.Join(d, "../../cuda_cupti/lib/libcupti.so.12"))
+		}
+	}
+	cands = append(cands, "/usr/local/cuda/extras/CUPTI/lib64/libcupti.so", "/usr/local/cuda/lib64/libcupti.so",
+		"/usr/lib/x86_64-linux-gnu/libcupti.so")
+	for _, c := range cands {
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d/root%s", pid, c)); err == nil {
+			return c, nil
+		}
+	}
+	return "", fmt.Errorf("no CUPTI found for this process (looked for %s): install the CUDA toolkit's CUPTI or pip's nvidia-cuda-cupti in its environment, or give --cupti PATH",
+		strings.Join(cands, ", "))
+}
+
+// procOwner is the real uid and gid a process runs as (-1, -1 unknown).
+func procOwner(pid int) (uid, gid int) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return -1, -1
+	}
+	uid, gid = -1, -1
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		switch f[0] {
+		case "Uid:":
+			uid, _ = strconv.Atoi(f[1])
+		case "Gid:":
+			gid, _ = strconv.Atoi(f[1])
+		}
+	}
+	return uid, gid
 }

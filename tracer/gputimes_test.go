@@ -2,10 +2,14 @@ package tracer
 
 import (
 	"bytes"
+	"context"
 	"os"
+	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/cudatap/cudatap/internal/sim"
 	"github.com/cudatap/cudatap/internal/testutil"
 	"github.com/cudatap/cudatap/tracer/model"
 	"github.com/cudatap/cudatap/tracer/probe"
@@ -105,6 +109,67 @@ func TestGPUTimesReplay(t *testing.T) {
 	for i, op := range live.GPUOps {
 		if i >= len(ops) || ops[i].Start != op.Start || ops[i].End != op.End || ops[i].Measured != op.Measured {
 			t.Fatalf("op %d: replay differs from live: %+v vs %+v", i, ops[min(i, len(ops)-1)], op)
+		}
+	}
+}
+
+// TestGPUTimesAttach: record -p --gpu-times loads the collector into a
+// running workload with ptrace; every op it enqueues afterwards is measured
+// exactly, and the workload finishes normally once cudatap is gone.
+func TestGPUTimesAttach(t *testing.T) {
+	testutil.RequireRoot(t)
+	b := testutil.Sim(t)
+	cmd := exec.Command(b.Workload, "--wait-after-setup", "--wait-before-exit", "--scenario", "basic", "--iters", "20")
+	w := startWaiterCmd(t, "setup ", cmd)
+	defer cmd.Process.Kill()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	col := model.NewCollector()
+	done := make(chan *Outcome, 1)
+	var sess *Session
+	go func() {
+		out, err := run(ctx, Config{PIDs: []int{w.pid()}, Stacks: probe.StacksNone, NVMLInterval: -1, GPUTimes: true,
+			Sink: col, Duration: time.Minute, OnAttached: func(int) { w.start() }}, func(s *Session) { sess = s })
+		if err != nil {
+			t.Error(err)
+		}
+		done <- out
+	}()
+	if line := w.line(t); !strings.HasPrefix(line, "done ") {
+		t.Fatalf("workload did not finish: %q", line)
+	}
+	cancel()
+	out := <-done
+	w.start()
+	rep, err := sim.ParseReport([]byte(w.result(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out == nil {
+		t.FailNow()
+	}
+	if st := sess.GPUTimeStatus()[uint32(rep.PID)]; !strings.HasPrefix(st, "measured") {
+		t.Fatalf("GPU time status %q", st)
+	}
+	p := &traced{Process: out.Result.Processes[0], Trace: *col.Traces[uint32(rep.PID)]}
+	if !p.Measured {
+		t.Fatal("not measured")
+	}
+	ops := 0
+	for _, op := range p.GPUOps {
+		if op.ID >= 0 {
+			ops++
+			if !op.Measured {
+				t.Errorf("op %d (%v) not measured", op.ID, op.API)
+			}
+		}
+	}
+	if ops != 20*(2+4) {
+		t.Errorf("%d ops, want %d", ops, 20*(2+4))
+	}
+	for handle, busy := range rep.BusyNs {
+		if s := streamOfHandle(t, p, handle); s != nil && (uint64(busy) != s.Stats.BusyNs || s.Stats.BusyNs != s.Stats.BusyMaxNs) {
+			t.Errorf("%s: busy [%d, %d], modeled %d", s.Label(), s.Stats.BusyNs, s.Stats.BusyMaxNs, busy)
 		}
 	}
 }

@@ -239,6 +239,9 @@ func (s *Session) run(ctx context.Context) (*Outcome, error) {
 			s.closeAll()
 			return nil, err
 		}
+		if s.cfg.GPUTimes {
+			s.gpuTimesAttach(pid)
+		}
 	}
 	if s.watching() {
 		s.discoverAll()

@@ -99,7 +99,27 @@ type Listener struct {
 	mu    sync.Mutex
 	conns map[*net.UnixConn]struct{}
 	done  bool
+
+	readyOnce sync.Once
+	ready     chan struct{}
 }
+
+// Ready is closed when a collector first said it measures, or why not.
+func (l *Listener) Ready() <-chan struct{} { return l.ready }
+
+func (l *Listener) Started(pid uint32, info string) {
+	l.sink.Started(pid, info)
+	l.readyOnce.Do(func() { close(l.ready) })
+}
+
+func (l *Listener) Refused(pid uint32, why string) {
+	l.sink.Refused(pid, why)
+	l.readyOnce.Do(func() { close(l.ready) })
+}
+
+func (l *Listener) Measure(pid uint32, m *model.Measurement) { l.sink.Measure(pid, m) }
+func (l *Listener) Mark(pid uint32, t uint64)                 { l.sink.Mark(pid, t) }
+func (l *Listener) Stopped(pid uint32, lost uint64)           { l.sink.Stopped(pid, lost) }
 
 // Listen writes the collector and its config into cfg.HostDir (created,
 // mode 0755) and listens on its socket.
@@ -137,7 +157,7 @@ func Listen(cfg Config, sink Sink) (*Listener, error) {
 		os.Chown(sock, cfg.UID, cfg.GID)
 		os.Chown(cfg.HostDir, cfg.UID, cfg.GID)
 	}
-	l := &Listener{cfg: cfg, sink: sink, ln: ln, conns: map[*net.UnixConn]struct{}{}}
+	l := &Listener{cfg: cfg, sink: sink, ln: ln, conns: map[*net.UnixConn]struct{}{}, ready: make(chan struct{})}
 	l.wg.Add(1)
 	go l.accept()
 	return l, nil
@@ -198,7 +218,7 @@ func (l *Listener) serve(c *net.UnixConn) {
 		c.Close()
 	}()
 	pid := peerPID(c)
-	p := &peer{pid: pid, sink: l.sink, api: map[uint32]apiRecord{}, waiting: map[uint32][]gpuRecord{}}
+	p := &peer{pid: pid, sink: l, api: map[uint32]apiRecord{}, waiting: map[uint32][]gpuRecord{}}
 	buf := make([]byte, maxMessage)
 	for {
 		n, _, _, _, err := c.ReadMsgUnix(buf, nil)

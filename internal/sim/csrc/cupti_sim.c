@@ -233,6 +233,8 @@ static size_t record_size(int kind)
 EXPORT CUptiResult cuptiActivityFlushAll(uint32_t flag)
 {
 	(void)flag;
+	if (enabled_kinds && !driver_hooked)
+		hook_driver(1); /* the driver was not loaded yet when enabled */
 	if (!requested || !completed)
 		return CUPTI_SUCCESS;
 	pthread_mutex_lock(&mu);
