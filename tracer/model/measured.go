@@ -1,6 +1,9 @@
 package model
 
-import "slices"
+import (
+	"cmp"
+	"slices"
+)
 
 // Measured GPU times. Where CUPTI runs in a process (cudatap's collector,
 // --gpu-times), every GPU op it executed comes back as a Measurement some
@@ -258,23 +261,44 @@ func (l *tidOps) trim(ps *procState) {
 }
 
 // spanUnion accumulates the length of the union of intervals that arrive
-// in start order, as a stream's measured ops do (CUPTI writes a stream's
-// records in completion order); a rare earlier one merges into the current
-// interval.
+// nearly in start order: a stream's measurements come in completion order
+// per thread, interleaved across the threads that share the stream. The
+// newest intervals are kept, and the older half settled (merged and
+// counted) when they exceed maxOpenSpans; an interval reaching back before
+// the settled part counts only where it extends past it.
 type spanUnion struct {
-	start, end, closed uint64
+	open    []span
+	settled uint64 // end of the settled part
+	closed  uint64 // length of the settled part's union
 }
+
+const maxOpenSpans = 256
 
 func (u *spanUnion) add(start, end uint64) {
-	if end < start {
+	if end <= start {
 		return
 	}
-	if u.end == 0 || start > u.end {
-		u.closed += u.end - u.start
-		u.start, u.end = start, end
-		return
+	u.open = append(u.open, span{start, end})
+	if len(u.open) > maxOpenSpans {
+		u.settle(len(u.open) / 2)
 	}
-	u.start, u.end = min(u.start, start), max(u.end, end)
 }
 
-func (u *spanUnion) total() uint64 { return u.closed + u.end - u.start }
+// settle merges the open intervals, counts the first n of them (in start
+// order) and keeps the rest open.
+func (u *spanUnion) settle(n int) {
+	slices.SortFunc(u.open, func(a, b span) int { return cmp.Compare(a.start, b.start) })
+	for _, sp := range u.open[:n] {
+		sp.start = max(sp.start, u.settled)
+		if sp.end > sp.start {
+			u.closed += sp.end - sp.start
+			u.settled = sp.end
+		}
+	}
+	u.open = u.open[:copy(u.open, u.open[n:])]
+}
+
+func (u *spanUnion) total() uint64 {
+	u.settle(len(u.open))
+	return u.closed
+}

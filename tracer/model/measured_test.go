@@ -140,3 +140,23 @@ func TestMeasuredWindow(t *testing.T) {
 		t.Errorf("unmeasured %d window full %d, want 200 and %d", d.GPUTimesUnmeasured, d.WindowFull, 200-64)
 	}
 }
+
+// TestSpanUnion: the union of interleaved intervals (two threads sharing a
+// stream, their measurements arriving thread by thread) is exact.
+func TestSpanUnion(t *testing.T) {
+	var u spanUnion
+	var want uint64
+	// 1000 ops of 10 ns every 15 ns; arrival order: even ones, then odd
+	// ones, in chunks of 100 (two threads' flushes).
+	for chunk := 0; chunk < 1000; chunk += 100 {
+		for parity := 0; parity < 2; parity++ {
+			for i := chunk + parity; i < chunk+100; i += 2 {
+				u.add(uint64(i*15), uint64(i*15+10))
+			}
+		}
+	}
+	want = 1000 * 10
+	if got := u.total(); got != want {
+		t.Errorf("union %d, want %d", got, want)
+	}
+}
