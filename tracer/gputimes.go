@@ -142,6 +142,9 @@ func (s *Session) expectGPUTimes(pid int) {
 }
 
 func (s *Session) Measure(pid uint32, m *model.Measurement) {
+	if end := s.tracingEnd.Load(); end != 0 && m.APIStart > end {
+		return // its call came after the probes closed: outside the recording
+	}
 	s.queueGPU(gpuNote{kind: gpuMeasure, pid: pid, m: *m})
 }
 

@@ -126,6 +126,7 @@ type Session struct {
 	gpuNotes    []gpuNote // GPU times for the model, applied with the notes
 	notesQueued atomic.Bool
 	gputimes    gpuTimes
+	tracingEnd  atomic.Uint64 // when the probes began to close: later calls are not traced
 	ev          event.Event // the record being handled (reader goroutine only)
 	unwind      *unwind.Unwinder
 	gpu         *gpuSampler
@@ -358,10 +359,11 @@ loop:
 		}
 	}
 
-	// Stop: the collectors' last GPU times first (their processes still
-	// run), then detach so nothing new arrives, then drain what is queued.
-	s.stopGPUTimes()
+	// Stop: detach so nothing new arrives, then take the collectors' last
+	// GPU times (of the calls traced until now), then drain what is queued.
+	s.tracingEnd.Store(monoNow())
 	s.closeAll()
+	s.stopGPUTimes()
 	s.closeShared()
 	s.closeLoaders()
 	s.tr.Drain()

@@ -19,7 +19,12 @@ python3 "$W" gpt --steps 20 --profile "$OUT/kineto_gpt.json" >"$OUT/prof_gpt.out
 "$BIN" record --gpu-times --nvml-interval=-1s -o "$OUT/ct_gpt.json" -o "$OUT/ct_gpt.cudatap" -- python3 "$W" gpt --steps 20 >"$OUT/ct_gpt.out" 2>"$OUT/ct_gpt.err"
 echo "record exit $?"; grep -iE "GPU times|CUPTI" "$OUT/ct_gpt.err" | head -3
 grep -E "calls over|dropped|GPU times|measured" "$OUT/ct_gpt.out" | head -6
-python3 "$here/gputimes_compare.py" "$OUT/kineto_gpt.json" "$OUT/ct_gpt.json"
+python3 "$W" tiny --steps 30 --profile "$OUT/kineto_tiny.json" >"$OUT/prof_tiny.out" 2>&1
+"$BIN" record --gpu-times --nvml-interval=-1s -o "$OUT/ct_tiny.json" -- python3 "$W" tiny --steps 30 >"$OUT/ct_tiny.out" 2>"$OUT/ct_tiny.err"
+echo "-- launch-bound loop (30 x 1000 tiny kernels)"
+python3 "$here/gputimes_compare.py" "$OUT/kineto_tiny.json" "$OUT/ct_tiny.json" "$OUT/ct_tiny.out"
+echo "-- GPT-2-small"
+python3 "$here/gputimes_compare.py" "$OUT/kineto_gpt.json" "$OUT/ct_gpt.json" "$OUT/ct_gpt.out"
 
 echo "## 2. cost (ms per step, median of 3 runs each)"
 for mode in tiny gpt; do

@@ -1,7 +1,11 @@
 """Compares GPU busy time per stream: a Kineto trace (PyTorch's profiler)
 against a cudatap trace (record --gpu-times) of the same workload.
 
-  gputimes_compare.py KINETO.json CUDATAP.json
+  gputimes_compare.py KINETO.json CUDATAP.json [WORKLOAD_OUTPUT]
+
+With the workload's output (its JSON line has the timed steps' window on
+CLOCK_MONOTONIC, cudatap's clock), cudatap's slices are those of the timed
+steps, the window the profiler recorded.
 
 Streams are matched by their GPU op counts (the runs are identical); busy
 time is the union of a stream's kernel, copy and memset slices.
@@ -15,6 +19,12 @@ def load(path):
         d = json.load(f)
     return d["traceEvents"] if isinstance(d, dict) else d
 
+window = None
+if len(sys.argv) > 3:
+    for l in open(sys.argv[3]):
+        if l.startswith('{"mode"'):
+            window = [w / 1000 for w in json.loads(l)["window_ns"]]
+
 def per_stream(events, cudatap):
     spans = {}
     measured = total = 0
@@ -25,6 +35,8 @@ def per_stream(events, cudatap):
         if "stream" not in args:
             continue
         if cudatap:
+            if window and not (window[0] <= float(e["ts"]) <= window[1]):
+                continue
             total += 1
             measured += args.get("timing") == "measured"
             key = (e["pid"], args["stream"])
@@ -48,7 +60,13 @@ def per_stream(events, cudatap):
     return out, measured, total
 
 k, _, _ = per_stream(load(sys.argv[1]), False)
-c, measured, total = per_stream(load(sys.argv[2]), True)
+ct = load(sys.argv[2])
+c, measured, total = per_stream(ct, True)
+from collections import Counter
+um = Counter((e["cat"], e["name"][:60]) for e in ct if e.get("ph") == "X" and e.get("args", {}).get("timing") not in (None, "measured")
+             and (not window or window[0] <= float(e["ts"]) <= window[1]))
+if um:
+    print("not measured:", um.most_common(6))
 print(f"cudatap GPU slices measured by CUPTI: {measured} of {total}")
 ks = sorted(k.values(), key=lambda x: -x[0])
 cs = sorted(c.values(), key=lambda x: -x[0])

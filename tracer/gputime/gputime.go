@@ -70,6 +70,9 @@ const (
 	maxWaitingRecords = 1 << 16
 )
 
+// maxOpNs: a GPU record longer than this is not a real time.
+const maxOpNs = uint64(time.Hour)
+
 // Config says where the collector's files go.
 type Config struct {
 	// HostDir is the directory as cudatap sees it (for a process in a
@@ -352,6 +355,12 @@ func (p *peer) record(r []byte) {
 	a, bytes := le.Uint32(r[24:]), le.Uint64(r[32:])
 	if kind == recAPI {
 		p.addAPI(corr, apiRecord{tid: p.hostTID(a), start: start, end: end})
+		return
+	}
+	if start == 0 || end < start || end-start > maxOpNs {
+		// CUPTI stamps some records it could not time with 0 or garbage
+		// (seen on the H200: device-to-device copies): not a time.
+		p.joinLost++
 		return
 	}
 	g := gpuRecord{kind: kind, start: start, end: end, device: a, bytes: bytes}

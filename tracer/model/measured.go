@@ -186,15 +186,16 @@ func (m *Model) join(ps *procState, r *Measurement) {
 
 // MeasuredUntil is the collector's mark: every measurement of work that
 // completed before t has been delivered. Held ops proven complete before
-// the mark preceding this one go out as laid out: one period of slack
-// covers records CUPTI writes just after the host saw the work done.
+// the mark two before this one go out as laid out: two flush periods of
+// slack cover records CUPTI delivers a while after the host saw the work
+// done (seen on the H200 with one period).
 func (m *Model) MeasuredUntil(pid uint32, t uint64) {
 	ps, ok := m.procs[pid]
 	if !ok || !ps.measuring {
 		return
 	}
-	m.releaseHeld(ps, ps.prevMark)
-	ps.prevMark = t
+	m.releaseHeld(ps, ps.prevMarks[0])
+	ps.prevMarks[0], ps.prevMarks[1] = ps.prevMarks[1], t
 }
 
 // releaseHeld hands held ops proven complete before t to the sink.
@@ -215,9 +216,12 @@ func (m *Model) releaseHeld(ps *procState, t uint64) {
 	ps.held = ps.held[:copy(ps.held, ps.held[n:])]
 }
 
-// enqueuedBy finds the op that thread tid's call containing [start, end]
-// enqueued: the thread's last op enqueued at or before start, if its call
-// had not returned before end. late says that op went to the sink already.
+// enqueuedBy finds the op that thread tid's call overlapping CUPTI's API
+// interval [start, end] enqueued: the thread's last op enqueued by end, if
+// its call had not returned before start. The traced call usually contains
+// CUPTI's interval; a call CUPTI sees from outside (cuBLASLt's static
+// runtime around the driver call cudatap probes) contains the traced one.
+// late says that op went to the sink already.
 func (ps *procState) enqueuedBy(tid uint32, start, end uint64) (op *GPUOp, late bool) {
 	l := ps.byTID[tid]
 	if l == nil {
@@ -225,7 +229,7 @@ func (ps *procState) enqueuedBy(tid uint32, start, end uint64) (op *GPUOp, late 
 	}
 	l.trim(ps)
 	ids := l.ids
-	i, _ := slices.BinarySearchFunc(ids, start, func(id int, t uint64) int {
+	i, _ := slices.BinarySearchFunc(ids, end, func(id int, t uint64) int {
 		op := ps.op(id)
 		if op == nil || op.Enqueued <= t {
 			return -1
@@ -233,10 +237,10 @@ func (ps *procState) enqueuedBy(tid uint32, start, end uint64) (op *GPUOp, late 
 		return 1
 	})
 	if i == 0 {
-		return nil, l.trimmed != 0 && l.trimmed <= start
+		return nil, l.trimmed != 0 && l.trimmed <= end
 	}
 	op = ps.op(ids[i-1])
-	if op == nil || (op.enqEnd > op.Enqueued && end > op.enqEnd) {
+	if op == nil || (op.enqEnd > op.Enqueued && op.enqEnd < start) {
 		return nil, false
 	}
 	return op, false

@@ -26,7 +26,7 @@ func ops(c *Collector) int {
 }
 
 // TestMeasuredTimes: CUPTI's times replace the inferred ones; final ops
-// wait for their measurement, or for the mark after the next one; late,
+// wait for their measurement, or for the third mark after they were proven done; late,
 // unmatched and unmeasured ones are counted; busy time is exact where
 // every op was measured and bounded where not.
 func TestMeasuredTimes(t *testing.T) {
@@ -53,11 +53,15 @@ func TestMeasuredTimes(t *testing.T) {
 		t.Fatalf("%d ops in the sink after two measurements, want 2", n)
 	}
 	m.Measure(testPID, &Measurement{TID: 9, APIStart: 2100, APIEnd: 2400, Start: 1, End: 2}) // no call on thread 9
-	m.Measure(testPID, &Measurement{TID: 1, APIStart: 3100, APIEnd: 3600, Start: 1, End: 2}) // outlasts the call
+	m.Measure(testPID, &Measurement{TID: 1, APIStart: 3550, APIEnd: 3600, Start: 1, End: 2}) // after the call returned
 	m.Measure(testPID, &Measurement{TID: 1, APIStart: 100, APIEnd: 200, Start: 1, End: 2})   // before any launch
-	m.MeasuredUntil(testPID, 15_000)                                                         // one mark of slack
+	m.MeasuredUntil(testPID, 15_000)                                                         // two marks of slack
 	if n := ops(c); n != 2 {
 		t.Fatalf("the first mark released %d ops, want none", n-2)
+	}
+	m.MeasuredUntil(testPID, 15_500)
+	if n := ops(c); n != 2 {
+		t.Fatalf("the second mark released %d ops, want none", n-2)
 	}
 	m.MeasuredUntil(testPID, 16_000)
 	if n := ops(c); n != 3 {

@@ -457,12 +457,13 @@ static void teardown(void)
 {
 	pthread_mutex_lock(&cupti_mu);
 	if (enabled) {
+		/* The mark goes after the last records: nothing may follow it. */
+		cupti.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+		for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+			cupti.disable(kinds[i]);
 		uint64_t t = mono_ns();
 		cupti.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
 		send_msg(CT_MARK, NULL, 0, 0, t);
-		for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
-			cupti.disable(kinds[i]);
-		cupti.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
 		enabled = 0;
 	}
 	if (subscriber) {
