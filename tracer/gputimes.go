@@ -150,8 +150,12 @@ func (s *Session) Measure(pid uint32, m *model.Measurement) {
 
 func (s *Session) Mark(pid uint32, t uint64) { s.queueGPU(gpuNote{kind: gpuMark, pid: pid, t: t}) }
 
-func (s *Session) Stopped(pid uint32, lost uint64) {
-	s.queueGPU(gpuNote{kind: gpuStop, pid: pid, t: lost})
+func (s *Session) Stopped(pid uint32, lost gputime.Lost) {
+	if lost.Total() > 0 {
+		s.log.Info("GPU time records lost", "pid", pid, "not sent", lost.Collector, "CUPTI had no buffer", lost.CUPTI,
+			"no API record", lost.NoAPI, "impossible times", lost.Invalid)
+	}
+	s.queueGPU(gpuNote{kind: gpuStop, pid: pid, t: lost.Total()})
 }
 
 // applyGPUNotes hands queued measurements to the model and the recording;

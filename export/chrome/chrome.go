@@ -473,7 +473,10 @@ func (w *Writer) GPUOp(p *model.Process, op *model.GPUOp) {
 		k = w.kernel(p, op.Func)
 	}
 
-	start := snapped(op.Start, dur)
+	start := op.Start
+	if !op.Measured {
+		start = snapped(op.Start, dur) // CUPTI's times are real: kept to the ns
+	}
 	w.begin("X", gpid, op.Stream, start)
 	w.str("cat", op.Kind.Category())
 	switch op.Kind {

@@ -38,8 +38,18 @@ type Sink interface {
 	Mark(pid uint32, t uint64)
 	// Stopped: pid's collector is done; lost counts the records the
 	// collector, CUPTI or the join lost over its whole life.
-	Stopped(pid uint32, lost uint64)
+	Stopped(pid uint32, lost Lost)
 }
+
+// Lost counts the GPU records of one process that never became
+// measurements: not sent (the socket stayed full), dropped by CUPTI (no
+// buffer), never joined to an API record, or with impossible times.
+type Lost struct {
+	Collector, CUPTI, NoAPI, Invalid uint64
+}
+
+// Total is every record lost.
+func (l Lost) Total() uint64 { return l.Collector + l.CUPTI + l.NoAPI + l.Invalid }
 
 // Wire format (wire.h).
 const (
@@ -66,7 +76,7 @@ const (
 // and GPU records waiting for their API record (CUPTI writes them to other
 // buffers, flushed in any order; the mark after a flush settles them).
 const (
-	maxAPIRecords     = 1 << 17
+	maxAPIRecords     = 1 << 18 // driver calls: seconds of a busy job, the GPU can lag that far
 	maxWaitingRecords = 1 << 16
 )
 
@@ -121,8 +131,8 @@ func (l *Listener) Refused(pid uint32, why string) {
 }
 
 func (l *Listener) Measure(pid uint32, m *model.Measurement) { l.sink.Measure(pid, m) }
-func (l *Listener) Mark(pid uint32, t uint64)                 { l.sink.Mark(pid, t) }
-func (l *Listener) Stopped(pid uint32, lost uint64)           { l.sink.Stopped(pid, lost) }
+func (l *Listener) Mark(pid uint32, t uint64)                { l.sink.Mark(pid, t) }
+func (l *Listener) Stopped(pid uint32, lost Lost)            { l.sink.Stopped(pid, lost) }
 
 // Listen writes the collector and its config into cfg.HostDir (created,
 // mode 0755) and listens on its socket.
@@ -257,6 +267,7 @@ type apiRecord struct {
 }
 
 type gpuRecord struct {
+	mark       int // the marks seen when it came
 	kind       byte
 	start, end uint64
 	device     uint32
@@ -280,8 +291,8 @@ type peer struct {
 	waiting  map[uint32][]gpuRecord
 	nWaiting int
 
-	sentLost uint64 // the collector's and CUPTI's counters, last seen
-	joinLost uint64 // GPU records whose API record never came, or evicted
+	lost  Lost
+	marks int // marks seen, to age the records waiting for their API record
 }
 
 // message handles one message; done when nothing more will come.
@@ -297,7 +308,7 @@ func (p *peer) message(b []byte) (done bool) {
 	typ, count := le.Uint16(b[6:]), le.Uint32(b[8:])
 	p.nsPID = le.Uint32(b[12:])
 	t, ct := le.Uint64(b[16:]), le.Uint64(b[24:])
-	p.sentLost = le.Uint64(b[32:]) + le.Uint64(b[40:])
+	p.lost.Collector, p.lost.CUPTI = le.Uint64(b[32:]), le.Uint64(b[40:])
 	body := b[headerSize:]
 	switch typ {
 	case msgHello:
@@ -318,7 +329,8 @@ func (p *peer) message(b []byte) (done bool) {
 			p.record(body[i*recordSize : (i+1)*recordSize])
 		}
 	case msgMark:
-		p.settle()
+		p.marks++
+		p.settle(p.marks - 2)
 		p.sink.Mark(p.pid, uint64(int64(t)))
 	case msgBye:
 		p.end()
@@ -340,9 +352,9 @@ func (p *peer) end() {
 		return
 	}
 	p.stopped = true
-	p.settle()
+	p.settle(p.marks + 1)
 	if p.started {
-		p.sink.Stopped(p.pid, p.sentLost+p.joinLost)
+		p.sink.Stopped(p.pid, p.lost)
 	}
 }
 
@@ -360,7 +372,7 @@ func (p *peer) record(r []byte) {
 	if start == 0 || end < start || end-start > maxOpNs {
 		// CUPTI stamps some records it could not time with 0 or garbage
 		// (seen on the H200: device-to-device copies): not a time.
-		p.joinLost++
+		p.lost.Invalid++
 		return
 	}
 	g := gpuRecord{kind: kind, start: start, end: end, device: a, bytes: bytes}
@@ -369,9 +381,10 @@ func (p *peer) record(r []byte) {
 		return
 	}
 	if p.nWaiting >= maxWaitingRecords {
-		p.joinLost++
+		p.lost.NoAPI++
 		return
 	}
+	g.mark = p.marks
 	p.waiting[corr] = append(p.waiting[corr], g)
 	p.nWaiting++
 }
@@ -415,14 +428,27 @@ func (p *peer) emit(a apiRecord, g gpuRecord) {
 	p.sink.Measure(p.pid, &m)
 }
 
-// settle: after a mark, GPU records still waiting for their API record
-// will not get it (the flush delivered every record written before it).
-func (p *peer) settle() {
+// settle gives up on GPU records that came before mark number upto and
+// still wait for their API record: the flushes behind two marks delivered
+// every record written before them (one was not always enough on the H200).
+func (p *peer) settle(upto int) {
 	for corr, gs := range p.waiting {
-		p.joinLost += uint64(len(gs))
-		delete(p.waiting, corr)
+		n := 0
+		for _, g := range gs {
+			if g.mark < upto {
+				p.lost.NoAPI++
+			} else {
+				gs[n] = g
+				n++
+			}
+		}
+		p.nWaiting -= len(gs) - n
+		if n == 0 {
+			delete(p.waiting, corr)
+		} else {
+			p.waiting[corr] = gs[:n]
+		}
 	}
-	p.nWaiting = 0
 }
 
 // hostTID maps a thread id from the process's pid namespace (CUPTI's

@@ -20,13 +20,13 @@ type recorder struct {
 	refused  map[uint32]string
 	measured map[uint32][]model.Measurement
 	marks    map[uint32]int
-	lost     map[uint32]uint64
+	lost     map[uint32]Lost
 	stopped  chan uint32
 }
 
 func newRecorder() *recorder {
 	return &recorder{started: map[uint32]string{}, refused: map[uint32]string{}, measured: map[uint32][]model.Measurement{},
-		marks: map[uint32]int{}, lost: map[uint32]uint64{}, stopped: make(chan uint32, 16)}
+		marks: map[uint32]int{}, lost: map[uint32]Lost{}, stopped: make(chan uint32, 16)}
 }
 
 func (r *recorder) Started(pid uint32, info string) {
@@ -46,7 +46,7 @@ func (r *recorder) Measure(pid uint32, m *model.Measurement) {
 	r.mu.Unlock()
 }
 func (r *recorder) Mark(pid uint32, t uint64) { r.mu.Lock(); r.marks[pid]++; r.mu.Unlock() }
-func (r *recorder) Stopped(pid uint32, lost uint64) {
+func (r *recorder) Stopped(pid uint32, lost Lost) {
 	r.mu.Lock()
 	r.lost[pid] = lost
 	r.mu.Unlock()
@@ -157,8 +157,8 @@ func TestInjectedCollector(t *testing.T) {
 			if measured != modeled {
 				t.Errorf("measured GPU time %d ns, modeled %d ns: want them equal", measured, modeled)
 			}
-			if r.lost[pid] != 0 {
-				t.Errorf("lost %d records", r.lost[pid])
+			if r.lost[pid].Total() != 0 {
+				t.Errorf("lost %+v records", r.lost[pid])
 			}
 			if r.marks[pid] == 0 {
 				t.Error("no mark")
@@ -210,7 +210,7 @@ func TestCollectorDrops(t *testing.T) {
 	_, pid := runInjected(t, l, r, "SIM_CUPTI_MAX_RECORDS=8")
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if got := uint64(len(r.measured[pid])); r.lost[pid] == 0 || got >= 140 {
+	if got := uint64(len(r.measured[pid])); r.lost[pid].CUPTI == 0 || got >= 140 {
 		t.Errorf("%d measured, %d lost: want losses counted", got, r.lost[pid])
 	}
 }

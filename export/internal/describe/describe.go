@@ -145,7 +145,7 @@ func Drops(d model.Drops) string {
 	}
 	// GPU times (--gpu-times): ops drawn within bounds instead.
 	if n := d.GPUTimesLost + d.GPUTimesUnmatched + d.GPUTimesLate; n != 0 {
-		fmt.Fprintf(&b, "; GPU times lost %d (collector/CUPTI %d, matching no traced call %d, too late %d)",
+		fmt.Fprintf(&b, "; GPU times lost %d (not delivered or not joined %d, matching no traced call %d, too late %d)",
 			n, d.GPUTimesLost, d.GPUTimesUnmatched, d.GPUTimesLate)
 	}
 	if d.GPUTimesUnmeasured != 0 {

@@ -67,8 +67,12 @@ static struct {
 	CUptiResult (*result_string)(CUptiResult, const char **);
 } cupti;
 
+/* The driver calls, not the runtime's: every runtime call that reaches the
+ * GPU makes one and shares its correlation id, and the runtime's many
+ * bookkeeping calls (cudaGetDevice, cudaGetLastError: several per op in
+ * PyTorch) cost time and would crowd the join's bounded table. */
 static const CUpti_ActivityKind kinds[] = {
-	CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_ACTIVITY_KIND_DRIVER, CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
+	CUPTI_ACTIVITY_KIND_DRIVER, CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
 	CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMSET,
 };
 
