@@ -16,8 +16,8 @@ line() { grep '^{"mode"' "$1" | tail -1; }
 
 echo "## 1. launch mode vs the profiler (GPT-2-small, 20 steps)"
 python3 "$W" gpt --steps 20 --profile "$OUT/kineto_gpt.json" >"$OUT/prof_gpt.out" 2>&1
-"$BIN" record --gpu-times --nvml-interval=-1s -o "$OUT/ct_gpt.json" -o "$OUT/ct_gpt.cudatap" -- python3 "$W" gpt --steps 20 >"$OUT/ct_gpt.out" 2>"$OUT/ct_gpt.err"
-echo "record exit $?"; grep -iE "GPU times|CUPTI" "$OUT/ct_gpt.err" | head -3
+"$BIN" -v record --gpu-times --nvml-interval=-1s -o "$OUT/ct_gpt.json" -o "$OUT/ct_gpt.cudatap" -- python3 "$W" gpt --steps 20 >"$OUT/ct_gpt.out" 2>"$OUT/ct_gpt.err"
+echo "record exit $?"; grep -iE "GPU time" "$OUT/ct_gpt.err" | head -3; grep -h "dropped" "$OUT/ct_gpt.out" "$OUT/ct_gpt.err"
 grep -E "calls over|dropped|GPU times|measured" "$OUT/ct_gpt.out" | head -6
 python3 "$W" tiny --steps 30 --profile "$OUT/kineto_tiny.json" >"$OUT/prof_tiny.out" 2>&1
 "$BIN" record --gpu-times --nvml-interval=-1s -o "$OUT/ct_tiny.json" -- python3 "$W" tiny --steps 30 >"$OUT/ct_tiny.out" 2>"$OUT/ct_tiny.err"
@@ -47,13 +47,13 @@ python3 "$W" gpt --steps 150 --wait <"$OUT/go" >"$OUT/att_py.out" 2>"$OUT/att_py
 P=$!
 exec 3>"$OUT/go"
 while ! grep -q ready "$OUT/att_py.out" 2>/dev/null; do sleep 0.2; done
-"$BIN" record -p $P --gpu-times -d 6s --nvml-interval=-1s -o "$OUT/attach.json" -o "$OUT/attach.cudatap" >"$OUT/att_rec.out" 2>"$OUT/att_rec.err" &
+"$BIN" -v record -p $P --gpu-times -d 6s --nvml-interval=-1s -o "$OUT/attach.json" -o "$OUT/attach.cudatap" >"$OUT/att_rec.out" 2>"$OUT/att_rec.err" &
 R=$!
 until grep -q "attached to" "$OUT/att_rec.err" 2>/dev/null || ! kill -0 $R 2>/dev/null; do sleep 0.1; done
 echo go >&3; exec 3>&-
 wait $R; echo "record exit $?"
 wait $P; echo "job exit $? (after cudatap detached)"; line "$OUT/att_py.out"
-grep -iE "GPU times|CUPTI|refus|ptrace" "$OUT/att_rec.err" | head -5
+grep -iE "GPU time|refus|ptrace" "$OUT/att_rec.err" | head -5; grep -h dropped "$OUT/att_rec.out"
 grep -E "calls over|dropped|GPU times" "$OUT/att_rec.out" | head -5
 python3 - "$OUT/attach.json" <<'P'
 import json, sys

@@ -80,6 +80,9 @@ const (
 	maxWaitingRecords = 1 << 16
 )
 
+// debug prints the first impossible records of each process (a diagnosis).
+var debug = os.Getenv("CUDATAP_GPUTIME_DEBUG") != ""
+
 // maxOpNs: a GPU record longer than this is not a real time.
 const maxOpNs = uint64(time.Hour)
 
@@ -154,6 +157,9 @@ func Listen(cfg Config, sink Sink) (*Listener, error) {
 	}
 	if cfg.Attach {
 		conf += "mode=attach\n"
+	}
+	if os.Getenv("CUDATAP_CUPTI_CLOCK") == "cupti" {
+		conf += "clock=cupti\n" // a diagnosis: CUPTI's clock and an offset, not a timestamp callback
 	}
 	if err := os.WriteFile(filepath.Join(cfg.HostDir, "config"), []byte(conf), 0o644); err != nil {
 		return nil, fmt.Errorf("GPU times: write the collector's config: %w", err)
@@ -372,6 +378,10 @@ func (p *peer) record(r []byte) {
 	if start == 0 || end < start || end-start > maxOpNs {
 		// CUPTI stamps some records it could not time with 0 or garbage
 		// (seen on the H200: device-to-device copies): not a time.
+		if p.lost.Invalid < 5 && debug {
+			fmt.Fprintf(os.Stderr, "gputime: impossible record kind %d sub %d corr %d start %d end %d a %d raw %x\n",
+				kind, r[1], corr, le.Uint64(r[8:]), le.Uint64(r[16:]), a, r)
+		}
 		p.lost.Invalid++
 		return
 	}

@@ -184,18 +184,19 @@ func (m *Model) join(ps *procState, r *Measurement) {
 	}
 }
 
-// MeasuredUntil is the collector's mark: every measurement of work that
-// completed before t has been delivered. Held ops proven complete before
-// the mark two before this one go out as laid out: two flush periods of
-// slack cover records CUPTI delivers a while after the host saw the work
-// done (seen on the H200 with one period).
+// MeasureSlack is how long after an op was proven complete its
+// measurement may still come: CUPTI hands over full activity buffers, so
+// a record waits for its buffer to fill (the collector keeps them small).
+const MeasureSlack = 1_000_000_000 // ns
+
+// MeasuredUntil is the collector's mark: it flushed CUPTI's full buffers
+// at t. Held ops proven complete MeasureSlack before it go out as laid out.
 func (m *Model) MeasuredUntil(pid uint32, t uint64) {
 	ps, ok := m.procs[pid]
-	if !ok || !ps.measuring {
+	if !ok || !ps.measuring || t < MeasureSlack {
 		return
 	}
-	m.releaseHeld(ps, ps.prevMarks[0])
-	ps.prevMarks[0], ps.prevMarks[1] = ps.prevMarks[1], t
+	m.releaseHeld(ps, t-MeasureSlack)
 }
 
 // releaseHeld hands held ops proven complete before t to the sink.

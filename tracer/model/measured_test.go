@@ -26,7 +26,7 @@ func ops(c *Collector) int {
 }
 
 // TestMeasuredTimes: CUPTI's times replace the inferred ones; final ops
-// wait for their measurement, or for the third mark after they were proven done; late,
+// wait for their measurement, or for a mark MeasureSlack after they were proven done; late,
 // unmatched and unmeasured ones are counted; busy time is exact where
 // every op was measured and bounded where not.
 func TestMeasuredTimes(t *testing.T) {
@@ -55,15 +55,15 @@ func TestMeasuredTimes(t *testing.T) {
 	m.Measure(testPID, &Measurement{TID: 9, APIStart: 2100, APIEnd: 2400, Start: 1, End: 2}) // no call on thread 9
 	m.Measure(testPID, &Measurement{TID: 1, APIStart: 3550, APIEnd: 3600, Start: 1, End: 2}) // after the call returned
 	m.Measure(testPID, &Measurement{TID: 1, APIStart: 100, APIEnd: 200, Start: 1, End: 2})   // before any launch
-	m.MeasuredUntil(testPID, 15_000)                                                         // two marks of slack
+	m.MeasuredUntil(testPID, MeasureSlack+13_000)                                            // not a slack past the sync
 	if n := ops(c); n != 2 {
 		t.Fatalf("the first mark released %d ops, want none", n-2)
 	}
-	m.MeasuredUntil(testPID, 15_500)
+	m.MeasuredUntil(testPID, MeasureSlack+14_000)
 	if n := ops(c); n != 2 {
 		t.Fatalf("the second mark released %d ops, want none", n-2)
 	}
-	m.MeasuredUntil(testPID, 16_000)
+	m.MeasuredUntil(testPID, MeasureSlack+14_001)
 	if n := ops(c); n != 3 {
 		t.Fatalf("%d ops in the sink after the second mark, want 3", n)
 	}

@@ -158,7 +158,6 @@ type procState struct {
 	measuring     bool
 	held          []int
 	byTID         map[uint32]*tidOps
-	prevMarks     [2]uint64                // the collector's last two marks, oldest first
 	collectorDone bool                     // no more measurements will come
 	threadSeen    map[uint32]uint64        // by thread: the end of its last call seen
 	early         map[uint32][]Measurement // by thread: measurements ahead of its events

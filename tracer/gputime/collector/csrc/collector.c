@@ -43,10 +43,12 @@
 #define EXPORT __attribute__((visibility("default")))
 
 enum {
-	BUFFER_BYTES = 1 << 20, /* one CUPTI activity buffer */
-	MAX_BUFFERS = 32,       /* at most this many outstanding: 32 MiB */
+	/* Small buffers: a periodic flush hands over full ones only, so their
+	 * size sets how late a record can come (~600 kernel records). */
+	BUFFER_BYTES = 128 << 10,
+	MAX_BUFFERS = 128, /* at most this many outstanding: 16 MiB */
 	SEND_TIMEOUT_MS = 50,
-	DEFAULT_FLUSH_MS = 200,
+	DEFAULT_FLUSH_MS = 100,
 };
 
 /* CUPTI, resolved from the process's own library. */
@@ -67,12 +69,11 @@ static struct {
 	CUptiResult (*result_string)(CUptiResult, const char **);
 } cupti;
 
-/* The driver calls, not the runtime's: every runtime call that reaches the
- * GPU makes one and shares its correlation id, and the runtime's many
- * bookkeeping calls (cudaGetDevice, cudaGetLastError: several per op in
- * PyTorch) cost time and would crowd the join's bounded table. */
+/* Runtime and driver calls both: a kernel launched through the runtime
+ * carries the runtime call's correlation id (with the driver's alone, the
+ * H200 joined almost none), one launched by the driver API the driver's. */
 static const CUpti_ActivityKind kinds[] = {
-	CUPTI_ACTIVITY_KIND_DRIVER, CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
+	CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_ACTIVITY_KIND_DRIVER, CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
 	CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMSET,
 };
 
@@ -81,6 +82,7 @@ static char socket_path[4096];
 static char cupti_path[4096];  /* from the config, else found */
 static int flush_ms = DEFAULT_FLUSH_MS;
 static int attach_mode;        /* config mode=attach: loaded by dlopen, not by the driver */
+static int cupti_clock;        /* config clock=cupti: keep CUPTI's own timestamps */
 static int sock = -1;
 static int started;            /* setup ran (once per process) */
 static int enabled;            /* activity kinds on */
@@ -429,7 +431,7 @@ static const char *setup(char *why, size_t cap)
 			snprintf(why, cap, "cuptiSubscribe: %s (%d)", result(r), r);
 		return why;
 	}
-	if (cupti.register_timestamp && cupti.register_timestamp(mono_ns) == CUPTI_SUCCESS)
+	if (!cupti_clock && cupti.register_timestamp && cupti.register_timestamp(mono_ns) == CUPTI_SUCCESS)
 		own_clock = 1;
 	if (cupti.thread_id_type)
 		cupti.thread_id_type(CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM);
@@ -491,9 +493,9 @@ static void at_exit(void)
 	send_msg(CT_BYE, NULL, 0, 0, mono_ns());
 }
 
-/* The flusher: every flush_ms a forced flush, then a mark that everything
- * complete before it began has been sent; on "stop" from cudatap, or its
- * socket closing, teardown. */
+/* The flusher: every flush_ms a flush of the full buffers, then a mark
+ * (the model holds ops for their records a while past it); on "stop" from
+ * cudatap, or its socket closing, teardown. */
 static void *flush_loop(void *arg)
 {
 	(void)arg;
@@ -514,8 +516,11 @@ static void *flush_loop(void *arg)
 		pthread_mutex_lock(&cupti_mu);
 		int on = enabled;
 		if (on) {
+			/* Not forced: a forced flush hands over the records of work
+			 * still running with zero times, and CUPTI never sends them
+			 * again (a fifth of a GPT-2 step's kernels on the H200). */
 			uint64_t t = mono_ns();
-			cupti.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+			cupti.flush_all(0);
 			send_msg(CT_MARK, NULL, 0, 0, t);
 		}
 		pthread_mutex_unlock(&cupti_mu);
@@ -564,6 +569,8 @@ static int read_config(void)
 			flush_ms = atoi(v);
 		else if (!strcmp(line, "mode"))
 			attach_mode = !strcmp(v, "attach");
+		else if (!strcmp(line, "clock"))
+			cupti_clock = !strcmp(v, "cupti");
 	}
 	fclose(f);
 	return socket_path[0] ? 0 : -1;

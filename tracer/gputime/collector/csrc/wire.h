@@ -14,7 +14,7 @@
 enum ct_msg_type {
 	CT_HELLO = 1,   /* text: what CUPTI the collector uses and how */
 	CT_RECORDS = 2, /* count × struct ct_record */
-	CT_MARK = 3,    /* every record of work complete before time was sent */
+	CT_MARK = 3,    /* a flush of the full buffers began at time */
 	CT_BYE = 4,     /* stopped: nothing follows */
 	CT_ERROR = 5,   /* text: why the collector is not collecting; nothing follows */
 };
