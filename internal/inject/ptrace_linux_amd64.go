@@ -1,0 +1,514 @@
+package inject
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"runtime"
+	"strings"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/cudatap/cudatap/internal/procfs"
+)
+
+// Dlopen loads path into process pid with dlopen(path, RTLD_NOW), called
+// on one of its threads, and returns the handle. path is as the target sees
+// it, inside its mount namespace. When dlopen fails, the error holds
+// dlerror()'s message.
+//
+// Dlopen blocks until dlopen returns in the target: a library constructor
+// that never returns keeps it (and the borrowed thread) waiting. The
+// borrowed thread runs dlopen with all asynchronous signals blocked; those
+// that arrive meanwhile are delivered once it is put back. Threads the
+// constructors create inherit that mask.
+//
+// Do not inject into a child of this process that another goroutine is
+// waiting for (os/exec's Wait): wait(2) reports ptrace stops to every
+// thread of the tracer, and one taken by that goroutine would be lost. And
+// do not let this process be killed during a call: the kernel would let
+// the thread go with our registers, and it would crash as the call
+// returned (cudatap handles SIGINT and SIGTERM; SIGKILL it cannot).
+func Dlopen(pid int, path string) (uint64, error) {
+	d, err := findDl(pid, dlEntries)
+	if err != nil {
+		return 0, err
+	}
+	return dlopen(pid, d, path)
+}
+
+func dlopen(pid int, d dl, path string) (handle uint64, err error) {
+	if strings.IndexByte(path, 0) >= 0 {
+		return 0, fmt.Errorf("dlopen %q: path contains a NUL byte", path)
+	}
+	err = borrow(pid, func(t *tracee) error {
+		arg, err := t.push(append([]byte(path), 0))
+		if err != nil {
+			return err
+		}
+		if handle, err = t.call(d.open, arg, d.mode); err != nil || handle != 0 {
+			return err
+		}
+		if d.errmsg == 0 {
+			return fmt.Errorf("dlopen %s failed (this glibc's __libc_dlopen_mode does not say why)", path)
+		}
+		// dlerror's message is per thread: ask before we let it go.
+		msg, err := t.call(d.errmsg)
+		if err != nil {
+			return err
+		}
+		if msg == 0 {
+			return fmt.Errorf("dlopen %s failed, and dlerror has no message", path)
+		}
+		s, err := t.readString(msg)
+		if err != nil {
+			return fmt.Errorf("dlopen %s failed; read dlerror's message: %w", path, err)
+		}
+		return fmt.Errorf("dlopen: %s", s)
+	})
+	return handle, err
+}
+
+// Dlclose calls dlclose(handle) in process pid.
+func Dlclose(pid int, handle uint64) error {
+	d, err := findDl(pid, dlEntries)
+	if err != nil {
+		return err
+	}
+	return borrow(pid, func(t *tracee) error {
+		rc, err := t.call(d.close, handle)
+		if err == nil && int32(rc) != 0 {
+			err = fmt.Errorf("dlclose(%#x) returned %d", handle, int32(rc))
+		}
+		return err
+	})
+}
+
+// Call calls the function at addr in process pid with up to six integer
+// or pointer arguments (System V ABI) on one of its threads, and returns
+// what it returns in rax. The caveats of [Dlopen] apply.
+func Call(pid int, addr uint64, args ...uint64) (uint64, error) {
+	var rax uint64
+	err := borrow(pid, func(t *tracee) (err error) {
+		rax, err = t.call(addr, args...)
+		return err
+	})
+	return rax, err
+}
+
+// borrow stops a thread of pid, lets fn make calls on it, and puts it back.
+func borrow(pid int, fn func(*tracee) error) error {
+	// ptrace accepts requests for a tracee only from the thread that
+	// attached to it.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	t, err := attach(pid)
+	if err != nil {
+		return fmt.Errorf("inject into process %d: %w", pid, err)
+	}
+	err = fn(t)
+	if rerr := t.release(); err == nil {
+		err = rerr
+	}
+	if err != nil {
+		return fmt.Errorf("inject into process %d, thread %d: %w", pid, t.tid, err)
+	}
+	return nil
+}
+
+// tracee is a thread of the target, stopped by us, and what it was doing
+// when we stopped it.
+type tracee struct {
+	tid     int
+	regs    unix.PtraceRegs // as found: release puts them back
+	fp      []byte          // the floating-point and vector state, as found
+	fpSet   uintptr         // the regset fp is: NT_X86_XSTATE or NT_PRFPREG
+	mask    uint64          // the signal mask, as found
+	stack   uint64          // the lowest stack address our data uses
+	changed bool            // registers and mask differ from what was found
+	exited  bool
+}
+
+// redZone is the stack space below rsp the target may be using: the ABI's
+// 128-byte red zone, doubled for margin.
+const redZone = 256
+
+// syncSignals are the signals the CPU raises for the instruction that
+// faulted. They stay unblocked while we call into the target: the kernel
+// forces a fault signal that is blocked (or ignored), by resetting its
+// handler to SIG_DFL for the whole process (force_sig_info_to_task), and a
+// fault of ours must not do that.
+const syncSignals = 1<<(unix.SIGSEGV-1) | 1<<(unix.SIGBUS-1) | 1<<(unix.SIGILL-1) |
+	1<<(unix.SIGFPE-1) | 1<<(unix.SIGTRAP-1) | 1<<(unix.SIGSYS-1)
+
+// attach stops a thread of pid (see pickThread) and saves its state.
+func attach(pid int) (*tracee, error) {
+	for try := 1; ; try++ {
+		tid, isParked, err := pickThread(pid)
+		if err != nil {
+			return nil, err
+		}
+		if ignores(tid, int(unix.SIGSEGV)) {
+			// Our calls end in a SIGSEGV, and the kernel would
+			// reset an ignored SIGSEGV to SIG_DFL (see syncSignals).
+			return nil, errors.New("the process ignores SIGSEGV, which ends our calls: not borrowing a thread")
+		}
+		t, err := seize(pid, tid)
+		if errors.Is(err, ErrNoProcess) && tid != pid && try < 3 {
+			continue // that thread exited: choose again
+		}
+		if err != nil {
+			return nil, err
+		}
+		nr, args := t.syscall()
+		if tempMask(nr, args) {
+			// Picked as the fallback, or it moved there since we looked.
+			t.release()
+			return nil, fmt.Errorf("thread %d waits in system call %d with a temporary signal mask, which ptrace cannot preserve: try again", tid, nr)
+		}
+		inSyscall := parked(nr, args) != notParked
+		switch {
+		case !inSyscall && t.inRseq():
+			// A few instructions on, it will be out of it.
+			if err := t.release(); err != nil {
+				return nil, err
+			}
+			if try == 3 {
+				return nil, fmt.Errorf("thread %d: %w", tid, errInRseq)
+			}
+		case inSyscall || !isParked || try == 3:
+			return t, nil
+		default:
+			// It woke up between our look and the stop, and may be
+			// anywhere now, in malloc too: let it go and choose again.
+			if err := t.release(); err != nil {
+				return nil, err
+			}
+		}
+	}
+}
+
+var errInRseq = errors.New("found inside a restartable sequence three times: try again")
+
+// inRseq reports whether the thread stopped inside a restartable sequence
+// (rseq(2): tcmalloc's per-CPU caches use them), which we must not borrow.
+// The kernel aborts a sequence whose thread was preempted, seeing rip in it
+// on the way back to user space. With rip in our call instead, it would
+// drop the sequence (clear rseq_cs), and once we put rip back, the thread
+// would commit a sequence interrupted without knowing. (A thread parked in
+// a system call cannot be inside one.)
+func (t *tracee) inRseq() bool {
+	var conf struct {
+		abi              uint64 // the thread's struct rseq
+		size, sig, flags uint32
+		_                uint32
+	}
+	if ptracePtr(unix.PTRACE_GET_RSEQ_CONFIGURATION, t.tid, unsafe.Sizeof(conf), unsafe.Pointer(&conf)) != nil || conf.abi == 0 {
+		return false // before Linux 5.13, or no rseq registered
+	}
+	// struct rseq { u32 cpu_id_start, cpu_id; u64 rseq_cs; ... } points at
+	// struct rseq_cs { u32 version, flags; u64 start_ip, post_commit_offset, abort_ip }.
+	var b [24]byte
+	if procfs.ReadMem(t.tid, conf.abi+8, b[:8]) != nil {
+		return false
+	}
+	cs := binary.LittleEndian.Uint64(b[:8])
+	if cs == 0 || procfs.ReadMem(t.tid, cs, b[:]) != nil {
+		return false
+	}
+	start, length := binary.LittleEndian.Uint64(b[8:]), binary.LittleEndian.Uint64(b[16:])
+	return t.regs.Rip-start < length
+}
+
+// seize attaches to thread tid, stops it, and saves its state.
+func seize(pid, tid int) (*tracee, error) {
+	switch err := unix.PtraceSeize(tid); {
+	case errors.Is(err, unix.EPERM):
+		return nil, fmt.Errorf("%w on process %d: %s", ErrNotPermitted, pid, whyNotPermitted(tid))
+	case errors.Is(err, unix.ESRCH):
+		return nil, fmt.Errorf("thread %d: %w", tid, ErrNoProcess)
+	case err != nil:
+		return nil, fmt.Errorf("ptrace seize thread %d: %w", tid, err)
+	}
+	t := &tracee{tid: tid}
+	if err := t.stop(); err != nil {
+		return nil, err // it exited: nothing to release
+	}
+	err := unix.PtraceGetRegs(tid, &t.regs)
+	if err == nil {
+		t.fp, t.fpSet, err = getFP(tid)
+	}
+	if err == nil {
+		err = ptracePtr(unix.PTRACE_GETSIGMASK, tid, 8, unsafe.Pointer(&t.mask))
+	}
+	if err != nil {
+		t.release()
+		return nil, t.lost(fmt.Errorf("save the state of thread %d: %w", tid, err))
+	}
+	t.stack = t.regs.Rsp - redZone
+	return t, nil
+}
+
+// stop stops the seized thread with PTRACE_INTERRUPT.
+func (t *tracee) stop() error {
+	if err := unix.PtraceInterrupt(t.tid); err != nil {
+		return t.lost(err)
+	}
+	for {
+		ws, err := t.wait()
+		if err != nil {
+			return err
+		}
+		if event(ws) == unix.PTRACE_EVENT_STOP {
+			// Our interrupt, or a group-stop (SIGSTOP) that was
+			// there first: either way a stop with nothing pending.
+			return nil
+		}
+		// A signal arrived first. Its stop used up our interrupt ("any
+		// trap clears a pending STOP trap", kernel/signal.c): let the
+		// thread have its signal as if we were not here, and ask again.
+		if err := unix.PtraceCont(t.tid, int(ws.StopSignal())); err != nil {
+			return t.lost(err)
+		}
+		if err := unix.PtraceInterrupt(t.tid); err != nil {
+			return t.lost(err)
+		}
+	}
+}
+
+// syscall is the system call the thread was stopped in (nr -1: none).
+func (t *tracee) syscall() (int64, [6]uint64) {
+	r := &t.regs
+	return int64(r.Orig_rax), [6]uint64{r.Rdi, r.Rsi, r.Rdx, r.R10, r.R8, r.R9}
+}
+
+// push copies b onto the target's stack, below what the thread uses and
+// what we pushed before, and returns its address. That memory is free by
+// the ABI (signal delivery would overwrite it just as well).
+func (t *tracee) push(b []byte) (uint64, error) {
+	addr := (t.stack - uint64(len(b))) &^ 15
+	if err := t.write(addr, b); err != nil {
+		return 0, err
+	}
+	t.stack = addr
+	return addr, nil
+}
+
+// call calls fn(args...) on the thread and returns rax.
+//
+// The thread "returns" from fn to address 0: the fetch faults, and the
+// SIGSEGV stops the thread for us (ptrace sees a signal before the
+// thread's handlers do) with fn's result in rax. We recognise our own
+// return by rip == 0 and rsp just above the return address we pushed.
+func (t *tracee) call(fn uint64, args ...uint64) (uint64, error) {
+	if len(args) > 6 {
+		return 0, fmt.Errorf("call %#x: %d arguments, at most 6 go in registers", fn, len(args))
+	}
+	sp := t.stack&^15 - 8 // at a function's entry, rsp+8 is 16-byte aligned
+	if err := t.write(sp, make([]byte, 8)); err != nil {
+		return 0, err
+	}
+	r := t.regs
+	r.Rip, r.Rsp = fn, sp
+	// The thread resumes from this stop through the kernel's syscall
+	// restart logic (see release), which must leave our registers alone:
+	// orig_rax -1 says "not in a system call", and rax, no restart code
+	// either, tells a variadic callee it has no vector arguments.
+	r.Orig_rax, r.Rax = ^uint64(0), 0
+	r.Eflags &^= 1 << 10 // DF: the ABI wants it clear at every call
+	for i, p := range []*uint64{&r.Rdi, &r.Rsi, &r.Rdx, &r.Rcx, &r.R8, &r.R9}[:len(args)] {
+		*p = args[i]
+	}
+	t.changed = true
+	// Block every signal but the faults for the call: a signal handler
+	// must not run in the middle of dlopen (it may call malloc, or
+	// longjmp out of our call). What arrives waits, and is delivered
+	// with the thread's own mask once we put it back.
+	mask := ^uint64(syncSignals)
+	if err := ptracePtr(unix.PTRACE_SETSIGMASK, t.tid, 8, unsafe.Pointer(&mask)); err != nil {
+		return 0, t.lost(err)
+	}
+	if err := unix.PtraceSetRegs(t.tid, &r); err != nil {
+		return 0, t.lost(err)
+	}
+	sig := 0
+	for {
+		if err := unix.PtraceCont(t.tid, sig); err != nil {
+			return 0, t.lost(err)
+		}
+		ws, err := t.wait()
+		if err != nil {
+			return 0, err
+		}
+		if event(ws) == unix.PTRACE_EVENT_STOP {
+			// A group-stop: the process got SIGSTOP. Finish the
+			// call; the thread joins the stop when we detach.
+			sig = 0
+			continue
+		}
+		sig = int(ws.StopSignal())
+		var info unix.Siginfo
+		if err := ptracePtr(unix.PTRACE_GETSIGINFO, t.tid, 0, unsafe.Pointer(&info)); err != nil {
+			return 0, t.lost(err)
+		}
+		if uint64(1)<<(sig-1)&syncSignals == 0 || info.Code <= 0 {
+			// Sent, not raised by the CPU (si_code <= 0 is kill,
+			// tgkill, sigqueue): deliver it.
+			continue
+		}
+		var now unix.PtraceRegs
+		if err := unix.PtraceGetRegs(t.tid, &now); err != nil {
+			return 0, t.lost(err)
+		}
+		if now.Rip == 0 && now.Rsp == sp+8 && sig == int(unix.SIGSEGV) {
+			return now.Rax, nil
+		}
+		// fn faulted. Delivering the signal would most likely kill the
+		// process, for a fault of ours; putting the thread back as it
+		// was lets the process live on. (release discards the signal.)
+		return 0, fmt.Errorf("%w: %s at %#x in call %#x", ErrCrashed, unix.SignalName(unix.Signal(sig)), now.Rip, fn)
+	}
+}
+
+// release puts the thread back as it was found and detaches.
+//
+// When the thread was stopped in a system call, the call had returned to
+// the kernel's exit path with rax = -ERESTARTSYS (or another restart code)
+// and orig_rax = its number, and stopped there, in get_signal(). Every stop
+// of ours is there too: the interrupt's, and the SIGSEGV that ends a call.
+// Once detached, the thread leaves get_signal() with no signal to deliver
+// (PTRACE_DETACH with signal 0 discards our SIGSEGV), and the kernel's
+// restart logic (arch_do_signal_or_restart) reads the registers we put
+// back: rax a restart code and orig_rax >= 0 make it back rip up over the
+// syscall instruction and reload rax with orig_rax, and the system call
+// starts again, in the state the thread left it; -ERESTART_RESTARTBLOCK
+// resumes through restart_syscall with the remaining timeout instead.
+func (t *tracee) release() error {
+	if t.exited {
+		return nil
+	}
+	var err error
+	if t.changed {
+		err = errors.Join(
+			unix.PtraceSetRegs(t.tid, &t.regs),
+			setFP(t.tid, t.fpSet, t.fp),
+			ptracePtr(unix.PTRACE_SETSIGMASK, t.tid, 8, unsafe.Pointer(&t.mask)))
+	}
+	if derr := unix.PtraceDetach(t.tid); derr != nil {
+		err = errors.Join(err, derr)
+	}
+	if err != nil {
+		return t.lost(fmt.Errorf("put thread %d back: %w", t.tid, err))
+	}
+	return nil
+}
+
+// wait waits for the next stop of the thread.
+func (t *tracee) wait() (unix.WaitStatus, error) {
+	var ws unix.WaitStatus
+	for {
+		_, err := unix.Wait4(t.tid, &ws, unix.WALL, nil)
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err != nil: // ECHILD: someone else reaped it
+			t.exited = true
+			return ws, fmt.Errorf("thread %d: %w (wait: %w)", t.tid, ErrNoProcess, err)
+		case ws.Exited() || ws.Signaled():
+			t.exited = true
+			return ws, fmt.Errorf("thread %d exited: %w", t.tid, ErrNoProcess)
+		}
+		return ws, nil
+	}
+}
+
+// lost turns err into ErrNoProcess if the thread is gone. A ptrace request
+// fails with ESRCH for a tracee that is not in a stop, and ours is always
+// in one but when killed: wait for (and reap) its exit, which must come.
+func (t *tracee) lost(err error) error {
+	if !errors.Is(err, unix.ESRCH) || t.exited {
+		return err
+	}
+	if _, werr := t.wait(); werr != nil {
+		return werr
+	}
+	return err
+}
+
+// event is the PTRACE_EVENT_* of a stop, 0 for a signal-delivery-stop.
+func event(ws unix.WaitStatus) int { return int(ws) >> 16 }
+
+// getFP reads the thread's whole floating-point and vector state: with
+// XSAVE (NT_X86_XSTATE), the AVX, AVX-512 and AMX registers and PKRU as
+// well as the x87 and SSE state that PTRACE_GETFPREGS reads. glibc's string
+// functions, which dlopen uses, run on AVX2 or AVX-512 registers and end
+// with vzeroupper: with the SSE state alone, a thread stopped in vector
+// code would lose the upper halves of its registers.
+func getFP(tid int) ([]byte, uintptr, error) {
+	buf := make([]byte, 64<<10) // more than any XSAVE area; the kernel says how much it used
+	for _, set := range []uintptr{unix.NT_X86_XSTATE, unix.NT_PRFPREG} {
+		iov := unix.Iovec{Base: &buf[0]}
+		iov.SetLen(len(buf))
+		err := ptracePtr(unix.PTRACE_GETREGSET, tid, set, unsafe.Pointer(&iov))
+		if err == nil {
+			return buf[:iov.Len], set, nil
+		}
+		if !errors.Is(err, unix.ENODEV) && !errors.Is(err, unix.EINVAL) {
+			return nil, 0, err
+		}
+		// No XSAVE on this CPU: the FXSAVE area is all there is.
+	}
+	return nil, 0, errors.New("cannot read the floating-point registers")
+}
+
+func setFP(tid int, set uintptr, fp []byte) error {
+	iov := unix.Iovec{Base: &fp[0]}
+	iov.SetLen(len(fp))
+	return ptracePtr(unix.PTRACE_SETREGSET, tid, set, unsafe.Pointer(&iov))
+}
+
+func ptracePtr(req int, tid int, addr uintptr, data unsafe.Pointer) error {
+	if _, _, errno := unix.Syscall6(unix.SYS_PTRACE, uintptr(req), uintptr(tid), addr, uintptr(data), 0, 0); errno != 0 {
+		return errno
+	}
+	return nil
+}
+
+// write copies b to addr in the target. process_vm_writev writes through
+// the target's page protections like a store of its own would: fine for
+// the stack. (It goes by the borrowed thread: the main thread may have
+// exited, and taken its view of the memory with it.)
+func (t *tracee) write(addr uint64, b []byte) error {
+	local := []unix.Iovec{{Base: &b[0]}}
+	local[0].SetLen(len(b))
+	remote := []unix.RemoteIovec{{Base: uintptr(addr), Len: len(b)}}
+	n, err := unix.ProcessVMWritev(t.tid, local, remote, 0)
+	if err == nil && n != len(b) {
+		err = unix.EFAULT
+	}
+	if err != nil {
+		return fmt.Errorf("write %d bytes at %#x: %w", len(b), addr, err)
+	}
+	return nil
+}
+
+// readString reads the NUL-terminated string at addr in the target, up to
+// 4 KiB of it, a page at most at a time so as not to read past its end
+// into an unmapped page.
+func (t *tracee) readString(addr uint64) (string, error) {
+	const page, limit = 4096, 4096
+	var s []byte
+	for len(s) < limit {
+		buf := make([]byte, page-addr%page)
+		if err := procfs.ReadMem(t.tid, addr, buf); err != nil {
+			return "", err
+		}
+		if i := strings.IndexByte(string(buf), 0); i >= 0 {
+			return string(append(s, buf[:i]...)), nil
+		}
+		s = append(s, buf...)
+		addr += uint64(len(buf))
+	}
+	return string(s[:limit]) + "...", nil
+}
