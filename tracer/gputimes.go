@@ -14,7 +14,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cudatap/cudatap/internal/inject"
 	"github.com/cudatap/cudatap/internal/objfile"
 	"github.com/cudatap/cudatap/tracer/gputime"
 	"github.com/cudatap/cudatap/tracer/model"
@@ -225,7 +224,9 @@ func (s *Session) gpuTimesAttach(pid int) {
 		refuse(err.Error())
 		return
 	}
-	if _, err := inject.Dlopen(pid, l.LibraryPath()); err != nil {
+	// The guardian borrows the process: were cudatap killed mid-call, it
+	// still gives the thread back.
+	if _, err := s.guard.inject(pid, l.LibraryPath()); err != nil {
 		l.Stop(0)
 		refuse(fmt.Sprintf("load the collector: %v", err))
 		return

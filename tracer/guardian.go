@@ -2,6 +2,7 @@ package tracer
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -14,6 +15,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/cudatap/cudatap/internal/inject"
 )
 
 // Holds that cannot outlive cudatap. A target cudatap launched (or a
@@ -45,10 +48,14 @@ func init() {
 
 // guardian is cudatap's end: the targets that may be held are told to it
 // one line at a time ("hold PID", "free PID"; "done" when cudatap released
-// every hold itself).
+// every hold itself). It also loads the GPU-time collector into running
+// processes ("inject PID PATH", answered "ok HANDLE" or "err WHY"): a
+// process borrowed by ptrace must be given back whatever happens to
+// cudatap, and the guardian outlives it.
 type guardian struct {
 	mu  sync.Mutex
 	w   io.WriteCloser
+	r   *bufio.Reader
 	cmd *exec.Cmd
 	err error
 }
@@ -68,10 +75,44 @@ func startGuardian() (*guardian, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start the hold guardian: %w", err)
 	}
+	r, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, fmt.Errorf("start the hold guardian: %w", err)
+	}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start the hold guardian: %w", err)
 	}
-	return &guardian{w: w, cmd: cmd}, nil
+	return &guardian{w: w, r: bufio.NewReader(r), cmd: cmd}, nil
+}
+
+// inject has the guardian load the library at path (as pid sees it) into
+// pid with ptrace, and returns its handle.
+func (g *guardian) inject(pid int, path string) (uint64, error) {
+	if g == nil {
+		return 0, errors.New("no guardian to load it safely")
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.err != nil {
+		return 0, g.err
+	}
+	if strings.ContainsAny(path, "\n") {
+		return 0, fmt.Errorf("path %q has a line break", path)
+	}
+	if _, err := fmt.Fprintf(g.w, "inject %d %s\n", pid, path); err != nil {
+		g.err = err
+		return 0, err
+	}
+	line, err := g.r.ReadString('\n')
+	if err != nil {
+		g.err = fmt.Errorf("the guardian is gone: %w", err)
+		return 0, g.err
+	}
+	verb, rest, _ := strings.Cut(strings.TrimSuffix(line, "\n"), " ")
+	if verb != "ok" {
+		return 0, errors.New(rest)
+	}
+	return strconv.ParseUint(rest, 10, 64)
 }
 
 func (g *guardian) say(verb string, pid int) {
@@ -125,6 +166,15 @@ func guard(parent int, in io.Reader) {
 			held[pid] = true
 		case "free":
 			delete(held, pid)
+		case "inject":
+			_, path, _ := strings.Cut(arg, " ")
+			pid, _ = strconv.Atoi(strings.Fields(arg)[0])
+			h, err := inject.Dlopen(pid, path)
+			if err != nil {
+				fmt.Printf("err %s\n", strings.ReplaceAll(err.Error(), "\n", " "))
+			} else {
+				fmt.Printf("ok %d\n", h)
+			}
 		case "done":
 			return
 		}

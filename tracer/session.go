@@ -193,8 +193,9 @@ func run(ctx context.Context, cfg Config, inspect func(*Session)) (*Outcome, err
 	s.names = newResolver(s)
 	s.closer = newCloser()
 	defer s.closer.stop() // before tr.Close: links go before the BPF objects
-	if len(cfg.Command) > 0 || cfg.WaitForCUDA {
-		// These targets are held at library loads: never without a guardian.
+	if len(cfg.Command) > 0 || cfg.WaitForCUDA || (cfg.GPUTimes && len(cfg.PIDs) > 0) {
+		// These targets are held at library loads, or borrowed by ptrace to
+		// load the GPU-time collector: never without a guardian.
 		if s.guard, err = startGuardian(); err != nil {
 			return nil, fmt.Errorf("%w; without it a cudatap killed while a target is held at a library load would leave it stopped: "+
 				"make sure the cudatap binary can be run again from where it is (not deleted, not on a noexec mount), or attach with -p instead", err)
