@@ -3,6 +3,7 @@ package tracer
 import (
 	"bytes"
 	"context"
+	"maps"
 	"os"
 	"os/exec"
 	"strings"
@@ -170,6 +171,63 @@ func TestGPUTimesAttach(t *testing.T) {
 	for handle, busy := range rep.BusyNs {
 		if s := streamOfHandle(t, p, handle); s != nil && (uint64(busy) != s.Stats.BusyNs || s.Stats.BusyNs != s.Stats.BusyMaxNs) {
 			t.Errorf("%s: busy [%d, %d], modeled %d", s.Label(), s.Stats.BusyNs, s.Stats.BusyMaxNs, busy)
+		}
+	}
+}
+
+// TestGPUTimesNamesKernelsLoadedBefore: attached after a driver-API program
+// loaded its kernels, cudatap never saw their names given; with --gpu-times
+// (and --cupti: the program has no libcudart to find CUPTI beside) CUPTI's
+// records name them.
+func TestGPUTimesNamesKernelsLoadedBefore(t *testing.T) {
+	testutil.RequireRoot(t)
+	b := testutil.Sim(t)
+	for _, gpuTimes := range []bool{false, true} {
+		cmd := exec.Command(b.DriverWorkload, "--wait-after-setup", "--wait-before-exit", "--scenario", "driver", "--iters", "5")
+		w := startWaiterCmd(t, "setup ", cmd)
+		ctx, cancel := context.WithCancel(context.Background())
+		col := model.NewCollector()
+		done := make(chan *Outcome, 1)
+		go func() {
+			out, err := Run(ctx, Config{PIDs: []int{w.pid()}, Stacks: probe.StacksNone, NVMLInterval: -1, GPUTimes: gpuTimes, CUPTIPath: b.CUPTI,
+				Sink: col, Duration: time.Minute, OnAttached: func(int) { w.start() }})
+			if err != nil {
+				t.Error(err)
+			}
+			done <- out
+		}()
+		if line := w.line(t); !strings.HasPrefix(line, "done ") {
+			t.Fatalf("workload did not finish: %q", line)
+		}
+		cancel()
+		out := <-done
+		w.start()
+		w.result(t)
+		cmd.Process.Kill()
+		if out == nil {
+			t.FailNow()
+		}
+		names := map[string]int{}
+		p := out.Result.Processes[0]
+		for _, op := range col.Traces[p.PID].GPUOps {
+			if op.Kind == model.OpKernel {
+				// As the exporters name it (export/internal/describe).
+				name, addr := p.KernelSymbol(op.Func)
+				if name == "" {
+					name = out.Result.Names.Kernel(p.PID, addr)
+				}
+				if name == "" {
+					name = p.MeasuredNames[op.Func]
+				}
+				names[name]++
+			}
+		}
+		want := map[string]int{"triton_matmul_kernel": 5, "triton_softmax_kernel": 5}
+		if gpuTimes && !maps.Equal(names, want) {
+			t.Errorf("--gpu-times: kernels named %v, want %v", names, want)
+		}
+		if !gpuTimes && names["triton_matmul_kernel"] != 0 {
+			t.Errorf("without --gpu-times the kernels were named %v: the test proves nothing", names)
 		}
 	}
 }

@@ -65,6 +65,7 @@ const (
 	msgMark    = 3
 	msgBye     = 4
 	msgError   = 5
+	msgName    = 6
 
 	recAPI    = 1
 	recKernel = 2
@@ -78,6 +79,7 @@ const (
 const (
 	maxAPIRecords     = 1 << 18 // driver calls: seconds of a busy job, the GPU can lag that far
 	maxWaitingRecords = 1 << 16
+	maxNames          = 1 << 16 // distinct kernel names kept per process
 )
 
 // debug prints the first impossible records of each process (a diagnosis).
@@ -237,7 +239,7 @@ func (l *Listener) serve(c *net.UnixConn) {
 		c.Close()
 	}()
 	pid := peerPID(c)
-	p := &peer{pid: pid, sink: l, api: map[uint32]apiRecord{}, waiting: map[uint32][]gpuRecord{}}
+	p := &peer{pid: pid, sink: l, api: map[uint32]apiRecord{}, waiting: map[uint32][]gpuRecord{}, names: map[uint64]string{}}
 	buf := make([]byte, maxMessage)
 	for {
 		n, _, _, _, err := c.ReadMsgUnix(buf, nil)
@@ -296,6 +298,7 @@ type peer struct {
 	apiHead  int
 	waiting  map[uint32][]gpuRecord
 	nWaiting int
+	names    map[uint64]string // kernel names by the hash records carry
 
 	lost  Lost
 	marks int // marks seen, to age the records waiting for their API record
@@ -341,6 +344,13 @@ func (p *peer) message(b []byte) (done bool) {
 	case msgBye:
 		p.end()
 		return true
+	case msgName:
+		if count >= 8 && int(count) <= len(body) {
+			if len(p.names) >= maxNames {
+				clear(p.names) // the collector sends a name again after a collision only: rare
+			}
+			p.names[le.Uint64(body)] = string(body[8:count])
+		}
 	}
 	return false
 }
@@ -428,6 +438,8 @@ func (p *peer) emit(a apiRecord, g gpuRecord) {
 	switch g.kind {
 	case recKernel:
 		m.Kind = model.OpKernel
+		m.Name = p.names[g.bytes]
+		m.Bytes = 0
 	case recMemcpy:
 		m.Kind = model.OpMemcpy
 	case recMemset:

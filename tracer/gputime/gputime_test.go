@@ -150,6 +150,9 @@ func TestInjectedCollector(t *testing.T) {
 				if m.TID < uint32(pid) || m.Kind == 0 {
 					t.Fatalf("measurement %+v: no thread or kind", m)
 				}
+				if (m.Kind == model.OpKernel) != (m.Name != "") {
+					t.Fatalf("measurement %+v: a kernel has a name, nothing else", m)
+				}
 			}
 			for _, ns := range rep.BusyNs {
 				modeled += ns

@@ -29,6 +29,7 @@ type Measurement struct {
 	Kind             OpKind // OpKernel, OpMemcpy or OpMemset
 	Device           int8
 	Bytes            uint64
+	Name             string // a kernel's mangled name, as CUPTI gives it ("" unknown)
 }
 
 // ProvenBy is the latest the op can have ended: the return of the call
@@ -52,6 +53,9 @@ func (m *Model) StartMeasuring(pid uint32) {
 	}
 	ps.measuring = true
 	ps.p.Measured = true
+	if ps.p.MeasuredNames == nil {
+		ps.p.MeasuredNames = map[uint64]string{}
+	}
 	ps.threadSeen, ps.early = map[uint32]uint64{}, map[uint32][]Measurement{}
 	// Ops enqueued before the collector's word reached the model (it
 	// races the events) and not yet drawn can still be measured.
@@ -94,6 +98,9 @@ func (m *Model) endMeasuring(ps *procState) {
 	ps.measuring, ps.collectorDone = false, false
 	ps.byTID = map[uint32]*tidOps{}
 }
+
+// maxMeasuredNames bounds the kernel names CUPTI gives per process.
+const maxMeasuredNames = 1 << 16
 
 // maxEarly bounds the measurements a process keeps waiting for the events
 // of their calls; past it they are counted unmatched.
@@ -179,6 +186,11 @@ func (m *Model) join(ps *procState, r *Measurement) {
 		ps.p.Streams[op.Stream].Stats.Measured++
 	}
 	ps.st[op.Stream].measured.add(r.Start, r.End)
+	if r.Name != "" && op.Kind == OpKernel {
+		if _, ok := ps.p.MeasuredNames[op.Func]; !ok && len(ps.p.MeasuredNames) < maxMeasuredNames {
+			ps.p.MeasuredNames[op.Func] = r.Name
+		}
+	}
 	if op.final && op.Kind != OpGraph {
 		m.release(ps, op)
 	}

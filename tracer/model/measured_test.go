@@ -48,7 +48,7 @@ func TestMeasuredTimes(t *testing.T) {
 	}
 	// Out of order, as CUPTI may deliver them across buffers.
 	m.Measure(testPID, &Measurement{TID: 1, APIStart: 2100, APIEnd: 2400, Start: 5000, End: 7000, Kind: OpKernel})
-	m.Measure(testPID, &Measurement{TID: 1, APIStart: 1100, APIEnd: 1400, Start: 4100, End: 5000, Kind: OpKernel})
+	m.Measure(testPID, &Measurement{TID: 1, APIStart: 1100, APIEnd: 1400, Start: 4100, End: 5000, Kind: OpKernel, Name: "_Z4gemmv"})
 	if n := ops(c); n != 2 {
 		t.Fatalf("%d ops in the sink after two measurements, want 2", n)
 	}
@@ -90,6 +90,9 @@ func TestMeasuredTimes(t *testing.T) {
 	}
 	if !p.Measured {
 		t.Error("process not marked measured")
+	}
+	if got := p.MeasuredNames[0xf00]; got != "_Z4gemmv" {
+		t.Errorf("CUPTI's name for the kernel: %q", got)
 	}
 }
 

@@ -301,6 +301,10 @@ type Process struct {
 	// by CUfunction/CUkernel handle; and the runtime host stub that
 	// launched a CUfunction, whose ELF symbol names it.
 	KernelNames map[uint64]string
+	// MeasuredNames: the names CUPTI gave the kernels launched as each
+	// function (--gpu-times), for kernels nothing else names (launched
+	// before cudatap attached, by a statically linked runtime).
+	MeasuredNames map[uint64]string
 	Stubs       map[uint64]uint64
 	// Distinct captured user stacks (raw addresses, innermost first) and
 	// Python stacks (innermost first); calls and syncs index them.

@@ -214,6 +214,7 @@ func (w *Writer) GPUTimes(kind byte, pid uint32, t uint64, m *model.Measurement)
 	}
 	buf = append(buf, byte(m.Kind), byte(m.Device))
 	buf = le.AppendUint64(buf, m.Bytes)
+	buf = append(buf, m.Name...)
 	w.buf = buf
 	w.record(recGPUTime, buf)
 }
@@ -458,7 +459,8 @@ func (rp *Replay) record(typ byte, buf []byte, m *model.Model, ev *event.Event) 
 		case GPUTimesMeasure:
 			b := buf[13:]
 			ms := model.Measurement{TID: le.Uint32(b), APIStart: le.Uint64(b[4:]), APIEnd: le.Uint64(b[12:]),
-				Start: le.Uint64(b[20:]), End: le.Uint64(b[28:]), Kind: model.OpKind(b[36]), Device: int8(b[37]), Bytes: le.Uint64(b[38:])}
+				Start: le.Uint64(b[20:]), End: le.Uint64(b[28:]), Kind: model.OpKind(b[36]), Device: int8(b[37]), Bytes: le.Uint64(b[38:]),
+				Name: string(b[46:])}
 			m.Measure(pid, &ms)
 		case GPUTimesMark:
 			m.MeasuredUntil(pid, t)

@@ -32,6 +32,9 @@ func KernelOf(n *model.Names, p *model.Process, f uint64) Kernel {
 		mangled = n.Kernel(p.PID, addr)
 	}
 	if mangled == "" {
+		mangled = p.MeasuredNames[f] // CUPTI's name (--gpu-times)
+	}
+	if mangled == "" {
 		s := "kernel@0x" + strconv.FormatUint(f, 16)
 		return Kernel{Display: s, Full: s, Mangled: s}
 	}

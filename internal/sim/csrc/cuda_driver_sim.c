@@ -304,7 +304,7 @@ PRIVATE int sim_stream_busy(int i, const void **handle, int *owner, long long *n
 /* enqueue_op enqueues an operation of kind (OP_*) and reports it to the
  * simulated CUPTI when it records: the API interval starts here, inside the
  * API call, and ends when the operation is queued. */
-static int64_t enqueue_op(struct CUstream_st *s, int64_t dur, int kind, uint64_t bytes, int copy_kind)
+static int64_t enqueue_op(struct CUstream_st *s, int64_t dur, int kind, uint64_t bytes, int copy_kind, const char *name)
 {
 	const struct sim_activity *a = __atomic_load_n(&activity, __ATOMIC_ACQUIRE);
 	int64_t api_start = a ? now_ns() : 0;
@@ -313,18 +313,17 @@ static int64_t enqueue_op(struct CUstream_st *s, int64_t dur, int kind, uint64_t
 	pthread_mutex_unlock(&mu);
 	if (a && kind != OP_NONE) {
 		uint32_t corr = __atomic_add_fetch(&activity_corr, 1, __ATOMIC_RELAXED);
-		a->op(kind, corr, end - dur, end, (uint32_t)((uintptr_t)s >> 4), bytes, copy_kind);
+		a->op(kind, corr, end - dur, end, (uint32_t)((uintptr_t)s >> 4), bytes, copy_kind, name);
 		a->api(corr, api_start, now_ns(), (uint32_t)syscall(SYS_gettid));
 	}
 	return end;
 }
 
-static int64_t enqueue(struct CUstream_st *s, int64_t dur) { return enqueue_op(s, dur, OP_NONE, 0, 0); }
 
 /* NCCL's collectives run as kernels. */
 PRIVATE CUresult sim_enqueue(CUstream hStream, long long duration_ns)
 {
-	enqueue_op(stream_of(hStream, 0), duration_ns > 0 ? duration_ns : 0, OP_KERNEL, 0, 0);
+	enqueue_op(stream_of(hStream, 0), duration_ns > 0 ? duration_ns : 0, OP_KERNEL, 0, 0, "ncclDevKernel_AllReduce_Sum_f32_RING_LL");
 	return CUDA_SUCCESS;
 }
 
@@ -581,7 +580,7 @@ static CUresult copy(CUmemorytype dt, uintptr_t dst, size_t dpitch, CUmemorytype
 	/* CUPTI's copy kinds: 1 HtoD, 2 DtoH, 8 DtoD, 10 HtoH. */
 	int kind = src_dev ? (dst_dev ? 8 : 2) : (dst_dev ? 1 : 10);
 	int64_t end = enqueue_op(s, MEMCPY_BASE_NS + (int64_t)(width * height / MEMCPY_BYTES_PER_NS), OP_MEMCPY,
-				 width * height, kind);
+				 width * height, kind, NULL);
 
 	if (sync || pageable)
 		host_wait(end);
@@ -621,13 +620,15 @@ static CUresult copy2d(const CUDA_MEMCPY2D *c, struct CUstream_st *s, int sync)
 
 static CUresult set(size_t bytes, struct CUstream_st *s, int sync)
 {
-	int64_t end = enqueue_op(s, MEMSET_BASE_NS + (int64_t)(bytes / MEMSET_BYTES_PER_NS), OP_MEMSET, bytes, 0);
+	int64_t end = enqueue_op(s, MEMSET_BASE_NS + (int64_t)(bytes / MEMSET_BYTES_PER_NS), OP_MEMSET, bytes, 0, NULL);
 	if (sync)
 		host_wait(end);
 	return CUDA_SUCCESS;
 }
 
 /* ---- launches ---- */
+
+static const char *func_name(CUfunction f); /* for the simulated CUPTI */
 
 static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
 		       unsigned bz, struct CUstream_st *s)
@@ -636,7 +637,7 @@ static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsi
 		return CUDA_ERROR_INVALID_HANDLE;
 	if (!gx || !gy || !gz || !bx || !by || !bz)
 		return CUDA_ERROR_INVALID_VALUE;
-	enqueue_op(s, (int64_t)gx * gy * gz * KERNEL_NS_PER_BLOCK, OP_KERNEL, 0, 0);
+	enqueue_op(s, (int64_t)gx * gy * gz * KERNEL_NS_PER_BLOCK, OP_KERNEL, 0, 0, func_name(f));
 	return CUDA_SUCCESS;
 }
 
@@ -652,7 +653,7 @@ static CUresult graph_launch(CUgraphExec graph, struct CUstream_st *s)
 {
 	if (!graph)
 		return CUDA_ERROR_INVALID_HANDLE;
-	enqueue_op(s, GRAPH_NS, OP_KERNEL, 0, 0);
+	enqueue_op(s, GRAPH_NS, OP_KERNEL, 0, 0, "sim_graph_kernel");
 	return CUDA_SUCCESS;
 }
 
@@ -738,6 +739,10 @@ struct CUkern_st {
 	struct CUfunc_st *func; /* what cuKernelGetFunction returns */
 	struct CUkern_st *next;
 };
+
+/* The name CUPTI would give a kernel: its module's name for it; a runtime
+ * stub's kernel has the stub's symbol there, not known here. */
+static const char *func_name(CUfunction f) { return f->name ? f->name : "sim_stub_kernel"; }
 
 static pthread_mutex_t handles_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct CUfunc_st *functions; /* guarded by handles_mu */

@@ -84,7 +84,8 @@ static union record *store(void)
 	return r;
 }
 
-static void on_op(int kind, uint32_t corr, int64_t start, int64_t end, uint32_t stream, uint64_t bytes, int copy_kind)
+static void on_op(int kind, uint32_t corr, int64_t start, int64_t end, uint32_t stream, uint64_t bytes, int copy_kind,
+		  const char *name)
 {
 	pthread_mutex_lock(&mu);
 	union record *r = NULL;
@@ -94,7 +95,7 @@ static void on_op(int kind, uint32_t corr, int64_t start, int64_t end, uint32_t 
 			r->kernel.kind = CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
 			r->kernel.start = stamp(start), r->kernel.end = stamp(end);
 			r->kernel.streamId = stream, r->kernel.correlationId = corr;
-			r->kernel.name = "sim_kernel";
+			r->kernel.name = name;
 		}
 		break;
 	case 2:

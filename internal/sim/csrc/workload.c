@@ -657,6 +657,15 @@ static void scenario_driver(const struct options *o)
 	CK(cuMemAlloc_v2, &dev, MiB);
 	CK(cuMemHostAlloc, &pinned, MiB, 0);
 	CK(cuEventCreate, &ev, CU_EVENT_DISABLE_TIMING);
+	if (o->wait_setup) {
+		/* Kernels loaded, not yet launched: a tracer attaching now never
+		 * sees their names given. */
+		printf("setup %d\n", (int)getpid());
+		fflush(stdout);
+		char line[256];
+		if (!fgets(line, sizeof line, stdin))
+			die("stdin closed before the go-ahead line");
+	}
 
 	for (long it = 1; it <= o->iters; it++) {
 		CK(cuLaunchKernel, matmul, 20, 1, 1, 128, 1, 1, 0, s0, gemm_args, NULL);

@@ -205,6 +205,32 @@ static void buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records
 	*size = BUFFER_BYTES;
 }
 
+/* Kernel names go once per process: a record carries a hash of its name
+ * and a CT_NAME message the name, sent before the first record with it.
+ * The table of names sent is small and lossy: a collision sends again. */
+static uint64_t names_sent[4096];
+
+static uint64_t name_hash(const char *s)
+{
+	uint64_t h = 1469598103934665603ull; /* FNV-1a */
+	for (; *s; s++)
+		h = (h ^ (unsigned char)*s) * 1099511628211ull;
+	return h ? h : 1;
+}
+
+static void send_name(uint64_t h, const char *name)
+{
+	uint64_t *slot = &names_sent[h % (sizeof names_sent / sizeof names_sent[0])];
+	if (__atomic_load_n(slot, __ATOMIC_RELAXED) == h)
+		return;
+	char msg[8 + 1024];
+	size_t n = strnlen(name, sizeof msg - 8);
+	memcpy(msg, &h, 8);
+	memcpy(msg + 8, name, n);
+	if (send_msg(CT_NAME, msg, (uint32_t)(8 + n), 8 + n, mono_ns()) == 0)
+		__atomic_store_n(slot, h, __ATOMIC_RELAXED);
+}
+
 static void translate(const CUpti_Activity *a, struct ct_record *r)
 {
 	memset(r, 0, sizeof *r);
@@ -225,6 +251,10 @@ static void translate(const CUpti_Activity *a, struct ct_record *r)
 		r->correlation = x->correlationId;
 		r->start = x->start, r->end = x->end;
 		r->a = x->deviceId, r->b = x->streamId;
+		if (x->name && *x->name) {
+			r->bytes = name_hash(x->name);
+			send_name(r->bytes, x->name);
+		}
 		break;
 	}
 	case CUPTI_ACTIVITY_KIND_MEMCPY: {

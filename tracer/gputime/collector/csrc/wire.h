@@ -17,6 +17,7 @@ enum ct_msg_type {
 	CT_MARK = 3,    /* a flush of the full buffers began at time */
 	CT_BYE = 4,     /* stopped: nothing follows */
 	CT_ERROR = 5,   /* text: why the collector is not collecting; nothing follows */
+	CT_NAME = 6,    /* u64 hash, then a kernel's (mangled) name: records carry the hash */
 };
 
 struct ct_msg_hdr {
@@ -33,7 +34,7 @@ struct ct_msg_hdr {
 
 enum ct_record_kind {
 	CT_API = 1,    /* a runtime or driver call: a = thread id, b = cbid */
-	CT_KERNEL = 2, /* a = device, b = CUPTI stream id, bytes = name hash */
+	CT_KERNEL = 2, /* a = device, b = CUPTI stream id, bytes = name hash (0: none) */
 	CT_MEMCPY = 3, /* a = device, b = stream, sub = copy kind */
 	CT_MEMSET = 4, /* a = device, b = stream */
 };
