@@ -127,7 +127,7 @@ type Session struct {
 	notesQueued atomic.Bool
 	gputimes    gpuTimes
 	tracingEnd  atomic.Uint64 // when the probes began to close: later calls are not traced
-	ev          event.Event // the record being handled (reader goroutine only)
+	ev          event.Event   // the record being handled (reader goroutine only)
 	unwind      *unwind.Unwinder
 	gpu         *gpuSampler
 

@@ -19,6 +19,7 @@ import (
 	"io"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/cudatap/cudatap/export/internal/describe"
 	"github.com/cudatap/cudatap/tracer/event"
@@ -238,7 +239,9 @@ func (w *Writer) metaSort(name string, pid, tid, index int) {
 func (w *Writer) kernel(p *model.Process, f uint64) describe.Kernel {
 	key := kernelKey{p.PID, f}
 	k, ok := w.kernels[key]
-	if !ok {
+	// A kernel unnamed when its launch was written may be named by the
+	// time its GPU op is: CUPTI's name comes with the op's measurement.
+	if !ok || (k.Mangled == k.Full && strings.HasPrefix(k.Full, "kernel@0x") && p.MeasuredNames[f] != "") {
 		k = describe.KernelOf(w.names, p, f)
 		w.kernels[key] = k
 	}

@@ -675,3 +675,33 @@ func TestDeviceTracks(t *testing.T) {
 		t.Errorf("tracks %v, ops by track %v", tracks, ops)
 	}
 }
+
+// A kernel nothing named when its launch was written takes the name CUPTI
+// gave it by the time its GPU op is written (--gpu-times), measured times
+// to the nanosecond.
+func TestMeasuredKernelName(t *testing.T) {
+	var buf bytes.Buffer
+	w := NewWriter(&buf, nil, Options{})
+	p := &model.Process{PID: 7, MeasuredNames: map[uint64]string{}}
+	w.Call(p, &model.Call{API: event.CuLaunchKernel, TID: 7, Start: 1_000_000, End: 1_002_000, HasRet: true, Correlation: 1, GPUOp: 0,
+		Args: event.Args{Func: 0xf00}})
+	p.MeasuredNames[0xf00] = "_Z6matmulPf"
+	w.GPUOp(p, &model.GPUOp{Kind: model.OpKernel, Func: 0xf00, Correlation: 1, Enqueued: 1_000_000, Start: 1_003_333, End: 1_004_567,
+		Measured: true, After: -1, AfterStream: -1})
+	if err := w.Close(&model.Result{}); err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, ev := range parse(t, buf.Bytes()).TraceEvents {
+		if ev["ph"] == "X" && ev["cat"] == "kernel" {
+			found = true
+			args := ev["args"].(map[string]any)
+			if ev["name"] != "matmul(float*)" || args["timing"] != "measured" || num(t, ev["ts"]) != 1003.333 || num(t, ev["dur"]) != 1.234 {
+				t.Errorf("kernel slice %v", ev)
+			}
+		}
+	}
+	if !found {
+		t.Error("no kernel slice")
+	}
+}

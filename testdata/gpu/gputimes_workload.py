@@ -18,6 +18,7 @@ ap.add_argument("mode", choices=["gpt", "tiny"])
 ap.add_argument("--steps", type=int, default=20)
 ap.add_argument("--profile")
 ap.add_argument("--wait", action="store_true")
+ap.add_argument("--wait-inside", action="store_true", help="with --profile: wait once the profiler runs")
 a = ap.parse_args()
 torch.manual_seed(0)
 dev = "cuda"
@@ -68,8 +69,14 @@ def timed():
 if a.profile:
     from torch.profiler import profile, ProfilerActivity
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        if a.wait_inside:
+            step(); torch.cuda.synchronize()
+            print("ready", os.getpid(), flush=True)
+            sys.stdin.readline()
         secs = timed()
     prof.export_chrome_trace(a.profile)
+    ev = json.load(open(a.profile))["traceEvents"]
+    print("profiler kernels:", sum(1 for e in ev if e.get("cat") == "kernel"), flush=True)
 else:
     secs = timed()
 print(json.dumps({"mode": a.mode, "steps": a.steps, "seconds": secs, "ms_per_step": 1000 * secs / a.steps, "window_ns": window}), flush=True)

@@ -305,7 +305,7 @@ type Process struct {
 	// function (--gpu-times), for kernels nothing else names (launched
 	// before cudatap attached, by a statically linked runtime).
 	MeasuredNames map[uint64]string
-	Stubs       map[uint64]uint64
+	Stubs         map[uint64]uint64
 	// Distinct captured user stacks (raw addresses, innermost first) and
 	// Python stacks (innermost first); calls and syncs index them.
 	Stacks   [][]uint64
