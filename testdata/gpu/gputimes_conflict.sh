@@ -36,6 +36,7 @@ P
 echo "## a. names, attached to GPT-2-small"
 CT_ARGS="" attach plain gpt --steps 60 --wait
 CT_ARGS="--gpu-times" attach gputimes gpt --steps 60 --wait
+[ "${ONLY_NAMES:-}" ] && exit 0
 echo "## b. the profiler runs first"
 CT_ARGS="--gpu-times" attach proffirst gpt --steps 40 --wait-inside --profile "$OUT/b_kineto.json"
 echo "## c. cudatap first, then the profiler"
