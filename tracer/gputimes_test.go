@@ -24,7 +24,7 @@ import (
 func TestGPUTimesLaunch(t *testing.T) {
 	testutil.RequireRoot(t)
 	b := testutil.Sim(t)
-	for _, scenario := range []string{"basic", "ptsz", "all", "timing"} {
+	for _, scenario := range []string{"basic", "ptsz", "all", "timing", "devices"} {
 		t.Run(scenario, func(t *testing.T) {
 			out, rep := launchWith(t, Config{Command: []string{b.Workload, "--scenario", scenario, "--iters", "20"},
 				Stacks: probe.StacksNone, Stderr: os.Stderr, Duration: time.Minute, GPUTimes: true})
@@ -50,6 +50,17 @@ func TestGPUTimesLaunch(t *testing.T) {
 				}
 			}
 			nHostFuncs := 0
+			if scenario == "devices" {
+				// As the model attributes them without CUPTI, and CUPTI
+				// reports them: a created stream's ops on its device.
+				byDevice := map[int8]int{}
+				for _, op := range p.GPUOps {
+					byDevice[op.Device]++
+				}
+				if want := map[int8]int{1: 80, 0: 60}; !maps.Equal(byDevice, want) {
+					t.Errorf("ops by device %v, want %v", byDevice, want)
+				}
+			}
 			for handle, busy := range rep.BusyNs {
 				s := streamOfHandle(t, p, handle)
 				if s == nil {

@@ -186,6 +186,14 @@ func (m *Model) join(ps *procState, r *Measurement) {
 		ps.p.Streams[op.Stream].Stats.Measured++
 	}
 	ps.st[op.Stream].measured.add(r.Start, r.End)
+	if r.Device >= 0 && r.Device != op.Device {
+		// CUPTI knows the device the op ran on: it overrides what the
+		// calling thread's current device suggested (a context made
+		// current through the driver API, a process attached late).
+		op.Device = r.Device
+		ps.p.Devices |= deviceBit(op.Device)
+		ps.p.Streams[op.Stream].Devices |= deviceBit(op.Device)
+	}
 	if r.Name != "" && op.Kind == OpKernel {
 		if _, ok := ps.p.MeasuredNames[op.Func]; !ok && len(ps.p.MeasuredNames) < maxMeasuredNames {
 			ps.p.MeasuredNames[op.Func] = r.Name

@@ -167,3 +167,20 @@ func TestSpanUnion(t *testing.T) {
 		t.Errorf("union %d, want %d", got, want)
 	}
 }
+
+// TestMeasuredDevice: the device CUPTI reports is the op's, whatever the
+// thread's current device suggested.
+func TestMeasuredDevice(t *testing.T) {
+	const h = 0x5000
+	c := NewCollector()
+	m := New(c)
+	m.StartMeasuring(testPID)
+	for _, e := range []*ev{streamCreate(1, 500, h), timedLaunch(1, 1000, 500, h)} {
+		m.Handle(&e.Event)
+	}
+	m.Measure(testPID, &Measurement{TID: 1, APIStart: 1100, APIEnd: 1400, Start: 1500, End: 2500, Device: 1})
+	p := finish(m, c)[0]
+	if op := p.GPUOps[0]; op.Device != 1 || p.Devices&DeviceBitsOf(1) == 0 {
+		t.Errorf("op on device %d, process devices %b: want device 1", op.Device, p.Devices)
+	}
+}

@@ -99,6 +99,7 @@ struct CUstream_st {
 	int64_t clock;  /* completion time of the last enqueued operation */
 	int64_t busy;   /* modeled GPU time of the operations enqueued on it */
 	int owner;      /* per-thread default stream: its thread's tid; else 0 */
+	int device;     /* created stream: the runtime's current device then; else -1 */
 	unsigned flags; /* CU_STREAM_NON_BLOCKING or not */
 	struct CUstream_st *prev, *next; /* live-stream list, for implicit syncs */
 };
@@ -160,12 +161,21 @@ static void sleep_until(int64_t t)
 
 /* ---- streams ---- */
 
+/* The runtime's current device on the calling thread, where there is a
+ * runtime (the driver has no per-thread device of its own), else 0. */
+static int runtime_device(void)
+{
+	int (*device)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "sim_current_device");
+	return device ? device() : 0;
+}
+
 static struct CUstream_st *stream_new(unsigned flags)
 {
 	struct CUstream_st *s = calloc(1, sizeof *s);
 	if (!s)
 		return NULL;
 	s->flags = flags & CU_STREAM_NON_BLOCKING;
+	s->device = runtime_device(); /* a created stream belongs to its device */
 	pthread_mutex_lock(&mu);
 	s->next = streams;
 	if (streams)
@@ -313,7 +323,9 @@ static int64_t enqueue_op(struct CUstream_st *s, int64_t dur, int kind, uint64_t
 	pthread_mutex_unlock(&mu);
 	if (a && kind != OP_NONE) {
 		uint32_t corr = __atomic_add_fetch(&activity_corr, 1, __ATOMIC_RELAXED);
-		a->op(kind, corr, end - dur, end, (uint32_t)((uintptr_t)s >> 4), bytes, copy_kind, name);
+		/* A created stream's device; a default stream's is the caller's. */
+		int device = s->owner || s == &legacy_stream ? runtime_device() : s->device;
+		a->op(kind, corr, end - dur, end, (uint32_t)((uintptr_t)s >> 4), bytes, copy_kind, name, device);
 		a->api(corr, api_start, now_ns(), (uint32_t)syscall(SYS_gettid));
 	}
 	return end;

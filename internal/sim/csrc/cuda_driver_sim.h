@@ -223,7 +223,8 @@ CUresult sim_enqueue(CUstream hStream, long long duration_ns);
  * it (an interval inside the call, on thread tid). */
 struct sim_activity {
 	void (*op)(int kind, uint32_t corr, int64_t start, int64_t end, uint32_t stream, uint64_t bytes, int copy_kind,
-		   const char *name); /* a kernel's name: lives as long as its module */
+		   const char *name, /* a kernel's name: lives as long as its module */
+		   int device);
 	void (*api)(uint32_t corr, int64_t start, int64_t end, uint32_t tid);
 };
 void sim_set_activity(const struct sim_activity *a);

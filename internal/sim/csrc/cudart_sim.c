@@ -691,6 +691,10 @@ API cudaError_t cudaHostUnregister(void *ptr)
 #define SIM_DEVICES 2
 static __thread int current_device;
 
+/* The calling thread's current device, for the simulated CUPTI's records
+ * (the driver asks: it has no per-thread device of its own). */
+__attribute__((visibility("default"))) int sim_current_device(void) { return current_device; }
+
 API cudaError_t cudaGetDevice(int *device)
 {
 	if (!device)

@@ -85,7 +85,7 @@ static union record *store(void)
 }
 
 static void on_op(int kind, uint32_t corr, int64_t start, int64_t end, uint32_t stream, uint64_t bytes, int copy_kind,
-		  const char *name)
+		  const char *name, int device)
 {
 	pthread_mutex_lock(&mu);
 	union record *r = NULL;
@@ -96,6 +96,7 @@ static void on_op(int kind, uint32_t corr, int64_t start, int64_t end, uint32_t 
 			r->kernel.start = stamp(start), r->kernel.end = stamp(end);
 			r->kernel.streamId = stream, r->kernel.correlationId = corr;
 			r->kernel.name = name;
+			r->kernel.deviceId = (uint32_t)device;
 		}
 		break;
 	case 2:
@@ -105,6 +106,7 @@ static void on_op(int kind, uint32_t corr, int64_t start, int64_t end, uint32_t 
 			r->memcpy.bytes = bytes;
 			r->memcpy.start = stamp(start), r->memcpy.end = stamp(end);
 			r->memcpy.streamId = stream, r->memcpy.correlationId = corr;
+			r->memcpy.deviceId = (uint32_t)device;
 		}
 		break;
 	case 3:
@@ -113,6 +115,7 @@ static void on_op(int kind, uint32_t corr, int64_t start, int64_t end, uint32_t 
 			r->memset.bytes = bytes;
 			r->memset.start = stamp(start), r->memset.end = stamp(end);
 			r->memset.streamId = stream, r->memset.correlationId = corr;
+			r->memset.deviceId = (uint32_t)device;
 		}
 		break;
 	}
