@@ -33,6 +33,9 @@ type agentOptions struct {
 	window, every time.Duration
 	continuous    bool
 	ringBuffer    int
+	profilesDir   string
+	profilesMax   int64
+	push          string
 }
 
 func newAgentCmd(g *globalOptions) *cobra.Command {
@@ -45,7 +48,9 @@ one link set per CUDA library file, and serves what it finds as Prometheus metri
 calls and launches, synchronization waits by kind, copy bytes by direction and host memory, NCCL
 bytes and operations, CUDA API time, per process (pid, comm, container), cumulative.
 
-It traces in windows (--window, once every --every) or without gaps (--continuous). It listens on
+It traces in windows (--window, once every --every) or without gaps (--continuous). After each
+window, each process's profile (pprof, labelled pid, comm, container, pod) is served at /profile,
+written to --profiles-dir (bounded by --profiles-max-bytes) and pushed to --push. It listens on
 127.0.0.1 by default; to listen beyond loopback it needs --token, which every request must then
 carry as "Authorization: Bearer TOKEN".`,
 		Example: `  sudo cudatap agent --continuous
@@ -63,6 +68,9 @@ carry as "Authorization: Bearer TOKEN".`,
 	f.DurationVar(&o.every, "every", 60*time.Second, "how often a window starts")
 	f.BoolVar(&o.continuous, "continuous", false, "trace without gaps (--window and --every are ignored)")
 	f.IntVar(&o.ringBuffer, "ring-buffer-size", 16<<20, "BPF ring buffer bytes")
+	f.StringVar(&o.profilesDir, "profiles-dir", "", "write each window's profile of each process (pprof) into this directory")
+	f.Int64Var(&o.profilesMax, "profiles-max-bytes", 256<<20, "with --profiles-dir: keep at most this many bytes of profiles, removing the oldest")
+	f.StringVar(&o.push, "push", "", "push each window's profile of each process to this Pyroscope-compatible server (http://HOST:PORT; POST /ingest)")
 	return cmd
 }
 
@@ -194,6 +202,11 @@ func runAgent(ctx context.Context, g *globalOptions, o *agentOptions, stderr io.
 	reg.MustRegister(coll, collectors.NewProcessCollector(collectors.ProcessCollectorOpts{Namespace: "cudatap_agent"}),
 		collectors.NewGoCollector())
 	stats := newAgentStats(reg)
+	stores, err := newProfileStores(o, reg)
+	if err != nil {
+		return err
+	}
+	defer stores.wait()
 
 	ln, err := net.Listen("tcp", o.listen)
 	if err != nil {
@@ -237,6 +250,7 @@ func runAgent(ctx context.Context, g *globalOptions, o *agentOptions, stderr io.
 		}
 		if p, err := pprofout.Build(out.Result, prof, pprofout.Options{}); err == nil {
 			profiles.set(p)
+			stores.window(ctx, p, out.Result.Processes, start, time.Now(), g.logger())
 		}
 		stats.windowEnded(out.Result.Drops)
 		if ctx.Err() != nil || o.continuous {

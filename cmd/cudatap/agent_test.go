@@ -6,9 +6,12 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -265,5 +268,67 @@ func TestAgentWindowProfiles(t *testing.T) {
 	}
 	if code, _ := get("/profile?pid=nonsense"); code != http.StatusBadRequest {
 		t.Errorf("/profile?pid=nonsense: %d, want 400", code)
+	}
+}
+
+// TestAgentProfileStores: each window's profile of a workload lands in
+// --profiles-dir and at a Pyroscope-compatible receiver (--push), parsing
+// as pprof and labelled with the workload's pid and comm.
+func TestAgentProfileStores(t *testing.T) {
+	testutil.RequireRoot(t)
+	b := testutil.Sim(t)
+	var mu sync.Mutex
+	pushed := map[string]*profile.Profile{}
+	rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		f, _, err := r.FormFile("profile")
+		if err != nil || r.URL.Path != "/ingest" || r.URL.Query().Get("format") != "pprof" {
+			http.Error(w, "bad request", http.StatusBadRequest)
+			return
+		}
+		data, _ := io.ReadAll(f)
+		p, err := profile.ParseData(data)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		mu.Lock()
+		pushed[r.URL.Query().Get("name")] = p
+		mu.Unlock()
+	}))
+	defer rcv.Close()
+	dir := t.TempDir()
+	startAgent(t, &agentOptions{listen: "127.0.0.1:0", window: time.Second, every: time.Second, ringBuffer: 16 << 20,
+		profilesDir: dir, profilesMax: 1 << 20, push: rcv.URL})
+	cmd := exec.Command(b.Workload, "--scenario", "launches", "--iters", "200000")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	defer cmd.Process.Kill()
+	pid := strconv.Itoa(cmd.Process.Pid)
+	name := "cudatap.cuda{pid=" + pid + ",comm=workload,service_name=workload}"
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no profile of pid %s pushed and written within a minute (pushed %d)", pid, len(pushed))
+		}
+		mu.Lock()
+		p := pushed[name]
+		mu.Unlock()
+		files, _ := filepath.Glob(filepath.Join(dir, "cudatap-*-"+pid+"-workload.pb.gz"))
+		if p == nil || len(files) == 0 {
+			continue
+		}
+		if len(p.Sample) == 0 || p.Sample[0].Label["pid"][0] != pid || p.Sample[0].Label["comm"][0] != "workload" {
+			t.Fatalf("pushed profile: %v", p)
+		}
+		f, err := os.Open(files[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if fp, err := profile.Parse(f); err != nil || len(fp.Sample) == 0 {
+			t.Fatalf("%s: %v", files[0], err)
+		}
+		break
 	}
 }
