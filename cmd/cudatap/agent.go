@@ -36,6 +36,7 @@ type agentOptions struct {
 	profilesDir   string
 	profilesMax   int64
 	push          string
+	gpuTimes      bool
 }
 
 func newAgentCmd(g *globalOptions) *cobra.Command {
@@ -70,6 +71,7 @@ carry as "Authorization: Bearer TOKEN".`,
 	f.IntVar(&o.ringBuffer, "ring-buffer-size", 16<<20, "BPF ring buffer bytes")
 	f.StringVar(&o.profilesDir, "profiles-dir", "", "write each window's profile of each process (pprof) into this directory")
 	f.Int64Var(&o.profilesMax, "profiles-max-bytes", 256<<20, "with --profiles-dir: keep at most this many bytes of profiles, removing the oldest")
+	f.BoolVar(&o.gpuTimes, "gpu-times", false, "let POST /capture measure GPU times with the target's CUPTI (record --gpu-times)")
 	f.StringVar(&o.push, "push", "", "push each window's profile of each process to this Pyroscope-compatible server (http://HOST:PORT; POST /ingest)")
 	return cmd
 }
@@ -216,6 +218,7 @@ func runAgent(ctx context.Context, g *globalOptions, o *agentOptions, stderr io.
 	mux.Handle("/metrics", withToken(o.token, promhttp.HandlerFor(reg, promhttp.HandlerOpts{})))
 	var profiles lastProfile
 	mux.Handle("/profile", withToken(o.token, &profiles))
+	mux.Handle("/capture", withToken(o.token, &capturer{gpuTimes: o.gpuTimes, log: g.logger()}))
 	// Ready once the first window's probes are live (a readiness probe).
 	var ready atomic.Bool
 	mux.Handle("/healthz", withToken(o.token, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -330,5 +331,56 @@ func TestAgentProfileStores(t *testing.T) {
 			t.Fatalf("%s: %v", files[0], err)
 		}
 		break
+	}
+}
+
+// TestAgentCapture: POST /capture traces one process for the duration asked
+// and answers with its Chrome trace; bad requests are refused.
+func TestAgentCapture(t *testing.T) {
+	testutil.RequireRoot(t)
+	b := testutil.Sim(t)
+	base := startAgent(t, &agentOptions{listen: "127.0.0.1:0", window: time.Second, every: time.Second, ringBuffer: 16 << 20})
+	cmd := exec.Command(b.Workload, "--scenario", "launches", "--iters", "200000")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	defer cmd.Process.Kill()
+	pid := strconv.Itoa(cmd.Process.Pid)
+	post := func(query string) (int, []byte) {
+		resp, err := http.Post(base+"/capture?"+query, "", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, body
+	}
+	for q, want := range map[string]int{"pid=abc": 400, "pid=" + pid + "&duration=1h": 400, "pid=999999999": 404, "pid=" + strconv.Itoa(os.Getpid()) + "&duration=100ms": 422} {
+		if code, body := post(q); code != want {
+			t.Errorf("POST /capture?%s: %d %s, want %d", q, code, body, want)
+		}
+	}
+	if resp, err := http.Get(base + "/capture?pid=" + pid); err != nil || resp.StatusCode != http.StatusMethodNotAllowed {
+		t.Errorf("GET /capture: %v %v, want 405", resp.StatusCode, err)
+	}
+	code, body := post("pid=" + pid + "&duration=1s")
+	if code != http.StatusOK {
+		t.Fatalf("capture: %d %s", code, body)
+	}
+	var trace struct {
+		TraceEvents []map[string]any `json:"traceEvents"`
+	}
+	if err := json.Unmarshal(body, &trace); err != nil {
+		t.Fatalf("capture is not a Chrome trace: %v", err)
+	}
+	launches := 0
+	for _, ev := range trace.TraceEvents {
+		if ev["ph"] == "X" && ev["name"] == "cudaLaunchKernel" && fmt.Sprint(ev["pid"]) == pid {
+			launches++
+		}
+	}
+	if launches == 0 {
+		t.Errorf("the capture of pid %s has no launch of it (%d events)", pid, len(trace.TraceEvents))
 	}
 }
