@@ -37,6 +37,7 @@ type agentOptions struct {
 	profilesMax   int64
 	push          string
 	gpuTimes      bool
+	maxCPU        float64
 }
 
 func newAgentCmd(g *globalOptions) *cobra.Command {
@@ -71,6 +72,7 @@ carry as "Authorization: Bearer TOKEN".`,
 	f.IntVar(&o.ringBuffer, "ring-buffer-size", 16<<20, "BPF ring buffer bytes")
 	f.StringVar(&o.profilesDir, "profiles-dir", "", "write each window's profile of each process (pprof) into this directory")
 	f.Int64Var(&o.profilesMax, "profiles-max-bytes", 256<<20, "with --profiles-dir: keep at most this many bytes of profiles, removing the oldest")
+	f.Float64Var(&o.maxCPU, "max-cpu", 0.01, "in window mode, keep the agent's own CPU time under this share of one core by pausing longer between windows (0: no budget)")
 	f.BoolVar(&o.gpuTimes, "gpu-times", false, "let POST /capture measure GPU times with the target's CUPTI (record --gpu-times)")
 	f.StringVar(&o.push, "push", "", "push each window's profile of each process to this Pyroscope-compatible server (http://HOST:PORT; POST /ingest)")
 	return cmd
@@ -204,6 +206,10 @@ func runAgent(ctx context.Context, g *globalOptions, o *agentOptions, stderr io.
 	reg.MustRegister(coll, collectors.NewProcessCollector(collectors.ProcessCollectorOpts{Namespace: "cudatap_agent"}),
 		collectors.NewGoCollector())
 	stats := newAgentStats(reg)
+	if o.maxCPU < 0 {
+		return fmt.Errorf("--max-cpu %v: want a share of one core, e.g. 0.01", o.maxCPU)
+	}
+	budget := newCPUBudget(o.maxCPU, o.every, reg)
 	stores, err := newProfileStores(o, reg)
 	if err != nil {
 		return err
@@ -244,6 +250,7 @@ func runAgent(ctx context.Context, g *globalOptions, o *agentOptions, stderr io.
 			window = 0 // until stopped
 		}
 		start := time.Now()
+		budget.windowStarts()
 		prof := pprofout.NewCollector()
 		out, err := tracer.Run(ctx, tracer.Config{All: o.container == "", Container: o.container, Duration: window,
 			Stacks: probe.StacksNone, RingBufferBytes: o.ringBuffer, NVMLInterval: -1, NameWindow: -1,
@@ -267,7 +274,7 @@ func runAgent(ctx context.Context, g *globalOptions, o *agentOptions, stderr io.
 				return fmt.Errorf("serving metrics: %w", err)
 			}
 			return nil
-		case <-time.After(time.Until(start.Add(o.every))):
+		case <-time.After(time.Until(start.Add(budget.next(time.Since(start))))):
 		}
 	}
 }
