@@ -38,6 +38,7 @@ type agentOptions struct {
 	push          string
 	gpuTimes      bool
 	maxCPU        float64
+	nvml          time.Duration
 }
 
 func newAgentCmd(g *globalOptions) *cobra.Command {
@@ -72,6 +73,7 @@ carry as "Authorization: Bearer TOKEN".`,
 	f.IntVar(&o.ringBuffer, "ring-buffer-size", 16<<20, "BPF ring buffer bytes")
 	f.StringVar(&o.profilesDir, "profiles-dir", "", "write each window's profile of each process (pprof) into this directory")
 	f.Int64Var(&o.profilesMax, "profiles-max-bytes", 256<<20, "with --profiles-dir: keep at most this many bytes of profiles, removing the oldest")
+	f.DurationVar(&o.nvml, "nvml-interval", time.Second, "GPU sampling period through NVML for the device series (0: off)")
 	f.Float64Var(&o.maxCPU, "max-cpu", 0.01, "in window mode, keep the agent's own CPU time under this share of one core by pausing longer between windows (0: no budget)")
 	f.BoolVar(&o.gpuTimes, "gpu-times", false, "let POST /capture measure GPU times with the target's CUPTI (record --gpu-times)")
 	f.StringVar(&o.push, "push", "", "push each window's profile of each process to this Pyroscope-compatible server (http://HOST:PORT; POST /ingest)")
@@ -203,8 +205,14 @@ func runAgent(ctx context.Context, g *globalOptions, o *agentOptions, stderr io.
 	}
 	reg := prometheus.NewRegistry()
 	coll := metrics.NewCollector()
-	reg.MustRegister(coll, collectors.NewProcessCollector(collectors.ProcessCollectorOpts{Namespace: "cudatap_agent"}),
+	gpus := metrics.NewGPUCollector()
+	reg.MustRegister(coll, gpus, collectors.NewProcessCollector(collectors.ProcessCollectorOpts{Namespace: "cudatap_agent"}),
 		collectors.NewGoCollector())
+	if o.nvml > 0 {
+		gctx, stopGPUs := context.WithCancel(ctx)
+		defer stopGPUs()
+		go watchGPUs(gctx, gpus, o.nvml, g.logger())
+	}
 	stats := newAgentStats(reg)
 	if o.maxCPU < 0 {
 		return fmt.Errorf("--max-cpu %v: want a share of one core, e.g. 0.01", o.maxCPU)

@@ -339,7 +339,18 @@ func TestAgentProfileStores(t *testing.T) {
 func TestAgentCapture(t *testing.T) {
 	testutil.RequireRoot(t)
 	b := testutil.Sim(t)
-	base := startAgent(t, &agentOptions{listen: "127.0.0.1:0", window: time.Second, every: time.Second, ringBuffer: 16 << 20})
+	// With NVML sampling on: absent on a machine without a GPU, the agent
+	// runs on and says so.
+	base := startAgent(t, &agentOptions{listen: "127.0.0.1:0", window: time.Second, every: time.Second, ringBuffer: 16 << 20, nvml: time.Second})
+	if resp, err := http.Get(base + "/metrics"); err != nil {
+		t.Fatal(err)
+	} else {
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if !strings.Contains(string(body), "\ncudatap_agent_nvml_up ") {
+			t.Error("/metrics has no cudatap_agent_nvml_up")
+		}
+	}
 	cmd := exec.Command(b.Workload, "--scenario", "launches", "--iters", "200000")
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -1,0 +1,131 @@
+package metrics
+
+import (
+	"math"
+	"os"
+	"strconv"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cudatap/cudatap/tracer/nvml"
+)
+
+// GPUCollector exports the NVML device series of the node, with the labels
+// dcgm-exporter puts on its own (gpu, UUID, modelName, Hostname; per
+// process also pid, comm, pod, namespace, container), so dashboards written
+// for one work with the other. It keeps the latest sample per device; feed
+// it with Add from an nvml.Sampler's Run.
+type GPUCollector struct {
+	mu      sync.Mutex
+	last    map[int]nvml.Sample
+	xids    map[[2]int]uint64 // (device, xid) → count
+	up      bool
+	host    string
+	label   func(pid uint32) (comm, container, pod string)
+	descs   map[string]*prometheus.Desc
+	procMem *prometheus.Desc
+	xid     *prometheus.Desc
+	upDesc  *prometheus.Desc
+}
+
+// gpuSeries are the device gauges: name, help, value.
+var gpuSeries = []struct {
+	name, help string
+	value      func(s *nvml.Sample) float64
+}{
+	{"cudatap_gpu_utilization_ratio", "Share of time a kernel ran on the GPU (NVML utilization.gpu).", func(s *nvml.Sample) float64 { return s.GPUUtil / 100 }},
+	{"cudatap_gpu_memory_utilization_ratio", "Share of time device memory was read or written (NVML utilization.memory).", func(s *nvml.Sample) float64 { return s.MemUtil / 100 }},
+	{"cudatap_gpu_memory_used_bytes", "Device memory in use.", func(s *nvml.Sample) float64 { return float64(s.MemUsed) }},
+	{"cudatap_gpu_memory_total_bytes", "Device memory.", func(s *nvml.Sample) float64 { return float64(s.MemTotal) }},
+	{"cudatap_gpu_temperature_celsius", "GPU temperature.", func(s *nvml.Sample) float64 { return s.TempC }},
+	{"cudatap_gpu_power_watts", "Power draw.", func(s *nvml.Sample) float64 { return s.PowerW }},
+	{"cudatap_gpu_power_limit_watts", "Enforced power limit.", func(s *nvml.Sample) float64 { return s.PowerLimitW }},
+	{"cudatap_gpu_sm_clock_hertz", "SM clock.", func(s *nvml.Sample) float64 { return float64(s.SMClockMHz) * 1e6 }},
+	{"cudatap_gpu_memory_clock_hertz", "Memory clock.", func(s *nvml.Sample) float64 { return float64(s.MemClockMHz) * 1e6 }},
+	{"cudatap_gpu_pcie_rx_bytes_per_second", "PCIe receive throughput.", func(s *nvml.Sample) float64 { return s.PCIeRxBps }},
+	{"cudatap_gpu_pcie_tx_bytes_per_second", "PCIe transmit throughput.", func(s *nvml.Sample) float64 { return s.PCIeTxBps }},
+}
+
+var gpuLabels = []string{"gpu", "UUID", "modelName", "Hostname"}
+
+// NewGPUCollector returns a collector with no samples yet: it reports
+// cudatap_agent_nvml_up 0 until SetUp(true).
+func NewGPUCollector() *GPUCollector {
+	host, _ := os.Hostname()
+	c := &GPUCollector{last: map[int]nvml.Sample{}, xids: map[[2]int]uint64{}, host: host, label: procLabels, descs: map[string]*prometheus.Desc{}}
+	for _, s := range gpuSeries {
+		c.descs[s.name] = prometheus.NewDesc(s.name, s.help, gpuLabels, nil)
+	}
+	c.procMem = prometheus.NewDesc("cudatap_gpu_process_memory_used_bytes", "Device memory a process uses on the GPU (NVML).",
+		append(append([]string{}, gpuLabels...), "pid", "comm", "pod", "namespace", "container"), nil)
+	c.xid = prometheus.NewDesc("cudatap_gpu_xid_errors_total", "Xid errors the driver reported while the agent watched.", append(append([]string{}, gpuLabels...), "xid"), nil)
+	c.upDesc = prometheus.NewDesc("cudatap_agent_nvml_up", "1 when NVML answers (GPU series are exported), 0 when it is absent or failing.", nil, nil)
+	return c
+}
+
+// SetUp says whether NVML works.
+func (c *GPUCollector) SetUp(up bool) {
+	c.mu.Lock()
+	c.up = up
+	c.mu.Unlock()
+}
+
+// Add keeps s as its device's latest sample.
+func (c *GPUCollector) Add(s nvml.Sample) {
+	c.mu.Lock()
+	c.last[s.Device] = s
+	c.mu.Unlock()
+}
+
+// Event counts Xid errors.
+func (c *GPUCollector) Event(e nvml.Event) {
+	if e.Kind != "xid" {
+		return
+	}
+	c.mu.Lock()
+	if len(c.xids) < 1024 {
+		c.xids[[2]int{e.Device, int(e.Data)}]++
+	}
+	c.mu.Unlock()
+}
+
+func (c *GPUCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range c.descs {
+		ch <- d
+	}
+	ch <- c.procMem
+	ch <- c.xid
+	ch <- c.upDesc
+}
+
+func (c *GPUCollector) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	up := 0.0
+	if c.up {
+		up = 1
+	}
+	ch <- prometheus.MustNewConstMetric(c.upDesc, prometheus.GaugeValue, up)
+	for dev, s := range c.last {
+		labels := []string{strconv.Itoa(dev), s.UUID, s.Name, c.host}
+		for _, series := range gpuSeries {
+			// Unsupported fields are NaN (or 0 for clocks and memory
+			// totals the GPU does not report): left out, not exported as 0.
+			v := series.value(&s)
+			if math.IsNaN(v) {
+				continue
+			}
+			ch <- prometheus.MustNewConstMetric(c.descs[series.name], prometheus.GaugeValue, v, labels...)
+		}
+		for _, p := range s.Processes {
+			comm, container, pod := c.label(p.PID)
+			ch <- prometheus.MustNewConstMetric(c.procMem, prometheus.GaugeValue, float64(p.MemUsed),
+				append(append([]string{}, labels...), strconv.FormatUint(uint64(p.PID), 10), comm, pod, "", container)...)
+		}
+	}
+	for k, n := range c.xids {
+		s := c.last[k[0]]
+		ch <- prometheus.MustNewConstMetric(c.xid, prometheus.CounterValue, float64(n), strconv.Itoa(k[0]), s.UUID, s.Name, c.host, strconv.Itoa(k[1]))
+	}
+}

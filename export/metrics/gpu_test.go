@@ -1,0 +1,60 @@
+package metrics
+
+import (
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/cudatap/cudatap/tracer/nvml"
+)
+
+// TestGPUCollector: the latest sample per device, with dcgm-exporter's
+// labels; unsupported fields left out; per-process memory with the
+// process's labels; Xid errors counted; NVML's state reported.
+func TestGPUCollector(t *testing.T) {
+	c := NewGPUCollector()
+	c.host = "node-7"
+	c.label = func(pid uint32) (string, string, string) { return "python3", "3f2a9c1b", "pod-uid" }
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(c)
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP cudatap_agent_nvml_up 1 when NVML answers (GPU series are exported), 0 when it is absent or failing.
+# TYPE cudatap_agent_nvml_up gauge
+cudatap_agent_nvml_up 0
+`), "cudatap_agent_nvml_up"); err != nil {
+		t.Error(err)
+	}
+	c.SetUp(true)
+	old := nvml.Sample{Device: 1, UUID: "GPU-1", Name: "NVIDIA H200", GPUUtil: 10, TempC: math.NaN(), PowerW: math.NaN(), PowerLimitW: math.NaN()}
+	c.Add(old)
+	c.Add(nvml.Sample{Device: 1, UUID: "GPU-1", Name: "NVIDIA H200", GPUUtil: 25, MemUtil: 5, MemUsed: 1 << 30, MemTotal: 141 << 30,
+		TempC: math.NaN(), PowerW: 205.5, PowerLimitW: 700, SMClockMHz: 1980, MemClockMHz: 2619,
+		Processes: []nvml.ProcSample{{PID: 4123, MemUsed: 880 << 20, SMUtil: math.NaN()}}})
+	c.Event(nvml.Event{Device: 1, Kind: "xid", Data: 79})
+	c.Event(nvml.Event{Device: 1, Kind: "xid", Data: 79})
+	c.Event(nvml.Event{Device: 1, Kind: "ecc_single_bit"})
+	want := `
+# HELP cudatap_gpu_utilization_ratio Share of time a kernel ran on the GPU (NVML utilization.gpu).
+# TYPE cudatap_gpu_utilization_ratio gauge
+cudatap_gpu_utilization_ratio{Hostname="node-7",UUID="GPU-1",gpu="1",modelName="NVIDIA H200"} 0.25
+# HELP cudatap_gpu_power_watts Power draw.
+# TYPE cudatap_gpu_power_watts gauge
+cudatap_gpu_power_watts{Hostname="node-7",UUID="GPU-1",gpu="1",modelName="NVIDIA H200"} 205.5
+# HELP cudatap_gpu_process_memory_used_bytes Device memory a process uses on the GPU (NVML).
+# TYPE cudatap_gpu_process_memory_used_bytes gauge
+cudatap_gpu_process_memory_used_bytes{Hostname="node-7",UUID="GPU-1",comm="python3",container="3f2a9c1b",gpu="1",modelName="NVIDIA H200",namespace="",pid="4123",pod="pod-uid"} 9.2274688e+08
+# HELP cudatap_gpu_xid_errors_total Xid errors the driver reported while the agent watched.
+# TYPE cudatap_gpu_xid_errors_total counter
+cudatap_gpu_xid_errors_total{Hostname="node-7",UUID="GPU-1",gpu="1",modelName="NVIDIA H200",xid="79"} 2
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "cudatap_gpu_utilization_ratio", "cudatap_gpu_power_watts",
+		"cudatap_gpu_process_memory_used_bytes", "cudatap_gpu_xid_errors_total"); err != nil {
+		t.Error(err)
+	}
+	if n := testutil.CollectAndCount(c, "cudatap_gpu_temperature_celsius"); n != 0 {
+		t.Errorf("an unsupported temperature was exported (%d series)", n)
+	}
+}
