@@ -29,9 +29,14 @@ test: test-deps
 
 # What the tests need beyond Go and a C compiler: Debian's Python packages
 # for HolisticTraceAnalysis (testdata/hta), which checks that the traces
-# read as Kineto traces. Installed when missing.
+# read as Kineto traces, and Debian's prometheus, which scrapes the agent in
+# its test. Installed when missing.
 HTA_DEPS = python3-pandas python3-numpy python3-networkx python3-plotly python3-yaml python3-psutil python3-pydot
 test-deps:
+	@command -v prometheus >/dev/null || { \
+		command -v apt-get >/dev/null || { echo "the tests need Debian's prometheus package (a Prometheus server) on PATH" >&2; exit 1; }; \
+		echo "installing prometheus"; \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null; }; }
 	@/usr/bin/python3 -c 'import pandas, numpy, networkx, plotly, yaml, psutil, pydot' 2>/dev/null || { \
 		command -v apt-get >/dev/null || { echo "the tests need $(HTA_DEPS) (Debian package names) for /usr/bin/python3" >&2; exit 1; }; \
 		echo "installing $(HTA_DEPS)"; \

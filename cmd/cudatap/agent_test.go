@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -214,6 +216,78 @@ func TestAgentMetrics(t *testing.T) {
 	// Only the metrics are served.
 	if code, _ := get("/etc/passwd"); code != http.StatusNotFound {
 		t.Errorf("GET /etc/passwd: %d", code)
+	}
+	// A real Prometheus server scrapes the agent and its query API gives
+	// the same exact values.
+	promQuery(t, base, map[string]float64{
+		`cudatap_kernel_launches_total{pid="` + pid + `"}`:                            float64(launches),
+		`cudatap_cuda_calls_total{pid="` + pid + `",api="cudaStreamSynchronize"}`:     float64(rep.Calls["cudaStreamSynchronize"]),
+		`cudatap_cuda_calls_total{pid="` + pid + `",api="cudaMemcpyAsync"}`:           float64(rep.Calls["cudaMemcpyAsync"]),
+		`sum(cudatap_syncs_total{pid="` + pid + `",kind="pageable_memcpy"}) > bool 0`: 1,
+	})
+}
+
+// promQuery runs Debian's prometheus (make test-deps installs it; without
+// it the check is skipped, except in CI) scraping the agent at base every
+// second, and waits until every query returns its value.
+func promQuery(t *testing.T, base string, queries map[string]float64) {
+	t.Helper()
+	bin, err := exec.LookPath("prometheus")
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("CI needs Debian's prometheus package for this test (make test-deps installs it)")
+		}
+		t.Log("no prometheus binary: the Prometheus server check is skipped (make test-deps installs it)")
+		return
+	}
+	dir := t.TempDir()
+	conf := fmt.Sprintf("global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: cudatap\n    static_configs:\n      - targets: [%q]\n",
+		strings.TrimPrefix(base, "http://"))
+	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	cmd := exec.Command(bin, "--config.file="+filepath.Join(dir, "prometheus.yml"), "--storage.tsdb.path="+filepath.Join(dir, "data"),
+		"--web.listen-address="+addr)
+	var logs strings.Builder
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	for q, want := range queries {
+		var got string
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("Prometheus: %s = %s, want %v\n%s", q, got, want, logs.String())
+			}
+			resp, err := http.Get("http://" + addr + "/api/v1/query?query=" + url.QueryEscape(q))
+			if err != nil {
+				continue
+			}
+			var r struct {
+				Data struct {
+					Result []struct {
+						Value [2]any `json:"value"`
+					} `json:"result"`
+				} `json:"data"`
+			}
+			err = json.NewDecoder(resp.Body).Decode(&r)
+			resp.Body.Close()
+			if err != nil || len(r.Data.Result) != 1 {
+				got = fmt.Sprintf("%d results", len(r.Data.Result))
+				continue
+			}
+			got = fmt.Sprint(r.Data.Result[0].Value[1])
+			if v, err := strconv.ParseFloat(got, 64); err == nil && v == want {
+				break
+			}
+		}
 	}
 }
 
