@@ -192,6 +192,45 @@ static __always_inline void count(__u32 which)
 		*v += 1;
 }
 
+/*
+ * Aggregate mode (the agent): a launch probe with COOKIE_AGG adds one to
+ * its process's counter for its API here, per CPU, and writes no ring-buffer
+ * record: a launch costs a map lookup on top of the trap. User space sums
+ * the CPUs' counters. With no room for a new process, the launch goes to
+ * the ring buffer as usual (counted): never lost.
+ */
+struct agg_key {
+	__u32 tgid;
+	__u32 api;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct agg_key);
+	__type(value, __u64);
+} launch_counts SEC(".maps");
+
+static __always_inline bool aggregate(__u64 cookie, __u64 pid_tgid)
+{
+	struct agg_key k = { .tgid = pid_tgid >> 32, .api = COOKIE_API(cookie) };
+	__u64 *n = bpf_map_lookup_elem(&launch_counts, &k);
+	if (n) {
+		*n += 1;
+		return true;
+	}
+	__u64 one = 1;
+	if (bpf_map_update_elem(&launch_counts, &k, &one, BPF_NOEXIST) == 0)
+		return true;
+	n = bpf_map_lookup_elem(&launch_counts, &k); /* another CPU made it */
+	if (n) {
+		*n += 1;
+		return true;
+	}
+	count(STAT_AGG_FULL);
+	return false;
+}
+
 #include "pycode.h"
 
 /* Copy registers, stack arguments and the config struct per the cookie;
@@ -383,6 +422,8 @@ static __always_inline int on_entry(struct pt_regs *ctx)
 			stub = v;
 		}
 	}
+	if ((cookie & COOKIE_AGG) && aggregate(cookie, pid_tgid))
+		return 0;
 	if (COOKIE_FULL(cookie))
 		return emit_entry(ctx, cookie, pid_tgid, now, stub, true);
 	return emit_entry(ctx, cookie, pid_tgid, now, stub, false);

@@ -41,6 +41,7 @@
 #define COOKIE_SHADOWED (1ULL << 39)
 #define COOKIE_RUNTIME (1ULL << 40)
 #define COOKIE_CGROUP (1ULL << 41)
+#define COOKIE_AGG (1ULL << 42)
 /* Records with a stack or a string are full size; others end at stack[]. */
 #define COOKIE_FULL(c) (((c) & COOKIE_STACK) || (COOKIE_STRARG(c) && !((c) & COOKIE_PAIR)))
 
@@ -124,6 +125,7 @@ enum stat {
 	STAT_NESTED,         /* a launch seen by both layers, counted once (not a loss) */
 	STAT_ENTRY_REPLACED, /* an entry saved over one still waiting: a nested call of the same API */
 	STAT_PY_CODE_LOST,   /* no room for a code object's copy: its frames are named from the live process */
+	STAT_AGG_FULL,       /* no room in the launch counters: the launch went to the ring buffer instead */
 	STAT_MAX,
 };
 

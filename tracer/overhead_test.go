@@ -59,17 +59,7 @@ int main(int argc, char **argv) {
 // reports cudatap's added cost per call as a ratio to the empty uprobe's.
 func BenchmarkLaunchOverhead(b *testing.B) {
 	testutil.RequireRoot(b)
-	s := testutil.Sim(b)
-	src := filepath.Join(s.Dir, "launchloop.c")
-	bin := filepath.Join(s.Dir, "launchloop")
-	if err := os.WriteFile(src, []byte(launchLoop), 0o644); err != nil {
-		b.Fatal(err)
-	}
-	out, err := exec.Command("cc", "-O2", "-I", s.Dir, "-I", filepath.Join(s.Dir, "csrc"), "-o", bin, src,
-		"-L"+s.Dir, "-l:libcudart.so.13", "-Wl,-rpath,"+s.Dir).CombinedOutput()
-	if err != nil {
-		b.Fatalf("compile: %v\n%s", err, out)
-	}
+	bin := buildLaunchLoop(b)
 	const n = 20000
 	rounds := 5
 	var base, empty, traced, both, stacks []float64
@@ -93,6 +83,78 @@ func BenchmarkLaunchOverhead(b *testing.B) {
 	if me > mb {
 		b.ReportMetric((mt-mb)/(me-mb), "cost-ratio-vs-empty-uprobe")
 		b.ReportMetric((m2-mb)/(me-mb), "both-layers-ratio-vs-empty-uprobe")
+	}
+}
+
+// buildLaunchLoop compiles launchLoop against the simulated runtime.
+func buildLaunchLoop(b *testing.B) string {
+	s := testutil.Sim(b)
+	src := filepath.Join(s.Dir, "launchloop.c")
+	bin := filepath.Join(s.Dir, "launchloop")
+	if err := os.WriteFile(src, []byte(launchLoop), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	out, err := exec.Command("cc", "-O2", "-I", s.Dir, "-I", filepath.Join(s.Dir, "csrc"), "-o", bin, src,
+		"-L"+s.Dir, "-l:libcudart.so.13", "-Wl,-rpath,"+s.Dir).CombinedOutput()
+	if err != nil {
+		b.Fatalf("compile: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// BenchmarkAggregateOverhead measures the agent's way of tracing a launch,
+// interleaved in one run: shared probes (--all) counting launches in BPF
+// maps (aggregate mode), and recording each launch, against an empty
+// uprobe on the same driver symbol, cuLaunchKernel (where shared probes
+// count the runtime's launches).
+//
+//	go test -run '^$' -bench AggregateOverhead -benchtime 1x ./tracer/
+func BenchmarkAggregateOverhead(b *testing.B) {
+	testutil.RequireRoot(b)
+	bin := buildLaunchLoop(b)
+	const n = 20000
+	var base, empty, recorded, aggregated []float64
+	for range 5 {
+		base = append(base, runLoop(b, bin, n, nil))
+		empty = append(empty, runLoop(b, bin, n, func(tb testing.TB, pid int) func() { return attachEmptyOn(tb, pid, "cuLaunchKernel") }))
+		recorded = append(recorded, runLoop(b, bin, n, attachAll(false)))
+		aggregated = append(aggregated, runLoop(b, bin, n, attachAll(true)))
+	}
+	med := func(v []float64) float64 { slices.Sort(v); return v[len(v)/2] }
+	mb, me, mr, ma := med(base), med(empty), med(recorded), med(aggregated)
+	b.ReportMetric(mb, "ns/launch-untraced")
+	b.ReportMetric(me, "ns/launch-empty-uprobe")
+	b.ReportMetric(mr, "ns/launch-recorded")
+	b.ReportMetric(ma, "ns/launch-aggregated")
+	if me > mb {
+		b.ReportMetric((ma-mb)/(me-mb), "aggregated-ratio-vs-empty-uprobe")
+		b.ReportMetric((mr-mb)/(me-mb), "recorded-ratio-vs-empty-uprobe")
+	}
+}
+
+// attachAll runs an --all session (shared probes), counting launches in
+// BPF when aggregate; detaching ends it.
+func attachAll(aggregate bool) func(testing.TB, int) func() {
+	return func(tb testing.TB, pid int) func() {
+		ctx, cancel := context.WithCancel(context.Background())
+		attached := make(chan struct{})
+		done := make(chan error, 1)
+		go func() {
+			_, err := Run(ctx, Config{All: true, Stacks: probe.StacksNone, NVMLInterval: -1, NameWindow: -1, Recording: discard{},
+				AggregateLaunches: aggregate, OnLaunchCounts: func(map[uint32]map[event.API]uint64) {}, OnAttached: func(int) { close(attached) }})
+			done <- err
+		}()
+		select {
+		case <-attached:
+		case err := <-done:
+			tb.Fatalf("record --all: %v", err)
+		}
+		return func() {
+			cancel()
+			if err := <-done; err != nil {
+				tb.Fatal(err)
+			}
+		}
 	}
 }
 

@@ -47,6 +47,12 @@ type Config struct {
 	// cudatap's collector (gputime.go); CUPTIPath overrides which CUPTI.
 	GPUTimes  bool
 	CUPTIPath string
+	// AggregateLaunches counts launches in BPF maps instead of recording
+	// each (--all/--container: shared probes only); OnLaunchCounts gets the
+	// counts so far, per process and API, about once a second and at the
+	// end. Aggregated launches reach no model, trace or profile.
+	AggregateLaunches bool
+	OnLaunchCounts    func(map[uint32]map[event.API]uint64)
 	Recording io.Writer // optional .cudatap stream
 	// Sink, if set, receives every call, sync and GPU op as the model
 	// concludes them (aggregates for profiles and summaries): the session
@@ -216,6 +222,22 @@ func recordingHeader(cfg Config) recording.Header {
 	return h
 }
 
+// reportLaunchCounts hands the aggregated launch counts to OnLaunchCounts.
+func (s *Session) reportLaunchCounts() {
+	if !s.cfg.AggregateLaunches || s.cfg.OnLaunchCounts == nil {
+		return
+	}
+	counts, err := s.tr.LaunchCounts()
+	if err != nil {
+		s.log.Warn("reading the launch counters failed", "err", err)
+		return
+	}
+	if st, err := s.tr.Stats(); err == nil && st.AggregateFull > 0 {
+		s.log.Warn("launch counters full: launches recorded one by one instead", "launches", st.AggregateFull)
+	}
+	s.cfg.OnLaunchCounts(counts)
+}
+
 // WallOffset measures unix_ns - monotonic_ns now.
 func WallOffset() int64 {
 	var ts unix.Timespec
@@ -346,6 +368,7 @@ loop:
 			if s.watching() {
 				s.discoverAll()
 			}
+			s.reportLaunchCounts()
 			if s.cfg.OnStatus != nil {
 				ev := s.events.Load()
 				dt := now.Sub(lastStatus).Seconds()
@@ -386,6 +409,7 @@ loop:
 		s.model.SetAttachFailures(s.attachFails.Load())
 	}
 	s.model.AddGPUTimesLost(s.gpuTimesLost())
+	s.reportLaunchCounts() // the last counts, probes closed
 	if child != nil {
 		out.Exit = child.stop()
 		out.ExitCode = out.Exit.Code

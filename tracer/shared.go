@@ -103,7 +103,16 @@ func (s *Session) hookShared(t *target, lib *probe.Library, cgroupOnly bool) boo
 	a := s.shared[key]
 	s.mu.Unlock()
 	if a == nil {
-		if a, err = s.tr.AttachShared(lib, sharedWant, sharedBits, cgroupOnly); err != nil {
+		bits := sharedBits
+		if s.cfg.AggregateLaunches {
+			bits = func(sp *event.Spec) uint64 {
+				if sp.Class == event.ClassLaunch {
+					return sharedBits(sp) | event.CookieAggregate
+				}
+				return sharedBits(sp)
+			}
+		}
+		if a, err = s.tr.AttachShared(lib, sharedWant, bits, cgroupOnly); err != nil {
 			s.attachFailed(err)
 			s.log.Warn("cannot hook library", "library", lib.Path, "pid", t.pid, "err", err)
 			return false

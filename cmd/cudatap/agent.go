@@ -39,6 +39,7 @@ type agentOptions struct {
 	gpuTimes      bool
 	maxCPU        float64
 	nvml          time.Duration
+	perLaunch     bool
 }
 
 func newAgentCmd(g *globalOptions) *cobra.Command {
@@ -73,6 +74,7 @@ carry as "Authorization: Bearer TOKEN".`,
 	f.IntVar(&o.ringBuffer, "ring-buffer-size", 16<<20, "BPF ring buffer bytes")
 	f.StringVar(&o.profilesDir, "profiles-dir", "", "write each window's profile of each process (pprof) into this directory")
 	f.Int64Var(&o.profilesMax, "profiles-max-bytes", 256<<20, "with --profiles-dir: keep at most this many bytes of profiles, removing the oldest")
+	f.BoolVar(&o.perLaunch, "record-launches", false, "record every launch through the ring buffer (for profiles with launches) instead of counting them in BPF maps")
 	f.DurationVar(&o.nvml, "nvml-interval", time.Second, "GPU sampling period through NVML for the device series (0: off)")
 	f.Float64Var(&o.maxCPU, "max-cpu", 0.01, "in window mode, keep the agent's own CPU time under this share of one core by pausing longer between windows (0: no budget)")
 	f.BoolVar(&o.gpuTimes, "gpu-times", false, "let POST /capture measure GPU times with the target's CUPTI (record --gpu-times)")
@@ -262,7 +264,9 @@ func runAgent(ctx context.Context, g *globalOptions, o *agentOptions, stderr io.
 		prof := pprofout.NewCollector()
 		out, err := tracer.Run(ctx, tracer.Config{All: o.container == "", Container: o.container, Duration: window,
 			Stacks: probe.StacksNone, RingBufferBytes: o.ringBuffer, NVMLInterval: -1, NameWindow: -1,
-			Sink: model.Sinks{coll, prof}, Logger: g.logger(), OnAttached: func(int) { ready.Store(true) }, OnStatus: stats.status})
+			Sink: model.Sinks{coll, prof}, Logger: g.logger(), OnAttached: func(int) { ready.Store(true) }, OnStatus: stats.status,
+			AggregateLaunches: !o.perLaunch, OnLaunchCounts: coll.SetLaunchCounts})
+		coll.FoldLaunchCounts()
 		if err != nil {
 			return err
 		}

@@ -53,6 +53,9 @@ type proc struct {
 	ncclBytes            map[string]uint64    // by collective
 	ncclOps              map[string]uint64
 	apiTime              map[string]*histogram
+	// Launches counted in BPF (aggregate mode): of the sessions that
+	// ended (folded into calls and launches) and of the current one.
+	aggLive map[string]uint64
 }
 
 type histogram struct {
@@ -188,6 +191,38 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 // Collect sends the current values.
+// SetLaunchCounts takes the launches counted in BPF by the current
+// session (aggregate mode), cumulative per process and API since it began.
+func (c *Collector) SetLaunchCounts(counts map[uint32]map[event.API]uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for pid, byAPI := range counts {
+		p := c.proc(pid)
+		if p.aggLive == nil {
+			p.aggLive = map[string]uint64{}
+		}
+		for api, n := range byAPI {
+			if s := event.Lookup(api); s != nil {
+				p.aggLive[s.Name] = n
+			}
+		}
+	}
+}
+
+// FoldLaunchCounts ends the current session's launch counts: they become
+// part of the totals, and the next session's start from zero.
+func (c *Collector) FoldLaunchCounts() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, p := range c.procs {
+		for api, n := range p.aggLive {
+			p.calls[api] += n
+			p.launches += n
+		}
+		p.aggLive = nil
+	}
+}
+
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -197,10 +232,17 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	for _, p := range c.procs {
 		l := []string{p.pid, p.comm, p.container, p.pod}
 		with := func(extra ...string) []string { return append(append([]string{}, l...), extra...) }
-		for api, n := range p.calls {
-			counter(c.calls, float64(n), with(api)...)
+		launches := p.launches
+		for api, n := range p.aggLive {
+			launches += n
+			if _, ok := p.calls[api]; !ok {
+				counter(c.calls, float64(n), with(api)...)
+			}
 		}
-		counter(c.launches, float64(p.launches), l...)
+		for api, n := range p.calls {
+			counter(c.calls, float64(n+p.aggLive[api]), with(api)...)
+		}
+		counter(c.launches, float64(launches), l...)
 		for k, n := range p.syncs {
 			counter(c.syncs, float64(n), with(k)...)
 			counter(c.syncWait, float64(p.syncWaitNs[k])/1e9, with(k)...)

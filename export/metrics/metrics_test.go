@@ -103,3 +103,26 @@ func TestCollectorBounded(t *testing.T) {
 		t.Errorf("the oldest process still has series: %v", got)
 	}
 }
+
+// TestLaunchCounts: launches counted in BPF show live, per API, and fold
+// into the totals when the session ends; the next session adds to them.
+func TestLaunchCounts(t *testing.T) {
+	c := NewCollector()
+	c.label = func(uint32) (string, string, string) { return "python3", "", "" }
+	c.SetLaunchCounts(map[uint32]map[event.API]uint64{7: {event.CuLaunchKernel: 100}})
+	c.SetLaunchCounts(map[uint32]map[event.API]uint64{7: {event.CuLaunchKernel: 150}}) // cumulative: replaces
+	check := func(want float64) {
+		t.Helper()
+		if got := gather(t, c, "cudatap_kernel_launches_total", map[string]string{"pid": "7"}); got != want {
+			t.Errorf("launches %v, want %v", got, want)
+		}
+		if got := gather(t, c, "cudatap_cuda_calls_total", map[string]string{"pid": "7", "api": "cuLaunchKernel"}); got != want {
+			t.Errorf("cuLaunchKernel calls %v, want %v", got, want)
+		}
+	}
+	check(150)
+	c.FoldLaunchCounts()
+	check(150)
+	c.SetLaunchCounts(map[uint32]map[event.API]uint64{7: {event.CuLaunchKernel: 5}}) // a new session
+	check(155)
+}

@@ -113,6 +113,10 @@ const (
 	CookieShadowed = 1 << 39
 	CookieRuntime  = 1 << 40
 	CookieCgroup   = 1 << 41
+	// CookieAggregate: a launch probe that counts the launch in BPF
+	// (probe.Tracer.LaunchCounts) instead of writing a record: the agent's
+	// aggregate mode.
+	CookieAggregate = 1 << 42
 )
 
 // PairCookie is the cookie of runtime launch symbol sym when the driver

@@ -13,6 +13,12 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type cudatapAggKey struct {
+	_    structs.HostLayout
+	Tgid uint32
+	Api  uint32
+}
+
 type cudatapEvent struct {
 	_       structs.HostLayout
 	StartNs uint64
@@ -117,7 +123,8 @@ const (
 	cudatapStatSTAT_NESTED         cudatapStat = 5
 	cudatapStatSTAT_ENTRY_REPLACED cudatapStat = 6
 	cudatapStatSTAT_PY_CODE_LOST   cudatapStat = 7
-	cudatapStatSTAT_MAX            cudatapStat = 8
+	cudatapStatSTAT_AGG_FULL       cudatapStat = 8
+	cudatapStatSTAT_MAX            cudatapStat = 9
 )
 
 // Names of all BPF objects in the ELF.
@@ -128,6 +135,7 @@ const (
 	cudatapMapDriverLive       = "driver_live"
 	cudatapMapEvents           = "events"
 	cudatapMapInflight         = "inflight"
+	cudatapMapLaunchCounts     = "launch_counts"
 	cudatapMapOrphans          = "orphans"
 	cudatapMapPairing          = "pairing"
 	cudatapMapPendingStub      = "pending_stub"
@@ -202,18 +210,19 @@ type cudatapProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type cudatapMapSpecs struct {
-	Cgroups     *ebpf.MapSpec `ebpf:"cgroups"`
-	DriverLive  *ebpf.MapSpec `ebpf:"driver_live"`
-	Events      *ebpf.MapSpec `ebpf:"events"`
-	Inflight    *ebpf.MapSpec `ebpf:"inflight"`
-	Orphans     *ebpf.MapSpec `ebpf:"orphans"`
-	Pairing     *ebpf.MapSpec `ebpf:"pairing"`
-	PendingStub *ebpf.MapSpec `ebpf:"pending_stub"`
-	ProcFlags   *ebpf.MapSpec `ebpf:"proc_flags"`
-	PyCodeSeen  *ebpf.MapSpec `ebpf:"py_code_seen"`
-	PyConfigs   *ebpf.MapSpec `ebpf:"py_configs"`
-	Scratch     *ebpf.MapSpec `ebpf:"scratch"`
-	Stats       *ebpf.MapSpec `ebpf:"stats"`
+	Cgroups      *ebpf.MapSpec `ebpf:"cgroups"`
+	DriverLive   *ebpf.MapSpec `ebpf:"driver_live"`
+	Events       *ebpf.MapSpec `ebpf:"events"`
+	Inflight     *ebpf.MapSpec `ebpf:"inflight"`
+	LaunchCounts *ebpf.MapSpec `ebpf:"launch_counts"`
+	Orphans      *ebpf.MapSpec `ebpf:"orphans"`
+	Pairing      *ebpf.MapSpec `ebpf:"pairing"`
+	PendingStub  *ebpf.MapSpec `ebpf:"pending_stub"`
+	ProcFlags    *ebpf.MapSpec `ebpf:"proc_flags"`
+	PyCodeSeen   *ebpf.MapSpec `ebpf:"py_code_seen"`
+	PyConfigs    *ebpf.MapSpec `ebpf:"py_configs"`
+	Scratch      *ebpf.MapSpec `ebpf:"scratch"`
+	Stats        *ebpf.MapSpec `ebpf:"stats"`
 }
 
 // cudatapVariableSpecs contains global variables before they are loaded into the kernel.
@@ -246,18 +255,19 @@ func (o *cudatapObjects) Close() error {
 //
 // It can be passed to loadCudatapObjects or ebpf.CollectionSpec.LoadAndAssign.
 type cudatapMaps struct {
-	Cgroups     *ebpf.Map `ebpf:"cgroups"`
-	DriverLive  *ebpf.Map `ebpf:"driver_live"`
-	Events      *ebpf.Map `ebpf:"events"`
-	Inflight    *ebpf.Map `ebpf:"inflight"`
-	Orphans     *ebpf.Map `ebpf:"orphans"`
-	Pairing     *ebpf.Map `ebpf:"pairing"`
-	PendingStub *ebpf.Map `ebpf:"pending_stub"`
-	ProcFlags   *ebpf.Map `ebpf:"proc_flags"`
-	PyCodeSeen  *ebpf.Map `ebpf:"py_code_seen"`
-	PyConfigs   *ebpf.Map `ebpf:"py_configs"`
-	Scratch     *ebpf.Map `ebpf:"scratch"`
-	Stats       *ebpf.Map `ebpf:"stats"`
+	Cgroups      *ebpf.Map `ebpf:"cgroups"`
+	DriverLive   *ebpf.Map `ebpf:"driver_live"`
+	Events       *ebpf.Map `ebpf:"events"`
+	Inflight     *ebpf.Map `ebpf:"inflight"`
+	LaunchCounts *ebpf.Map `ebpf:"launch_counts"`
+	Orphans      *ebpf.Map `ebpf:"orphans"`
+	Pairing      *ebpf.Map `ebpf:"pairing"`
+	PendingStub  *ebpf.Map `ebpf:"pending_stub"`
+	ProcFlags    *ebpf.Map `ebpf:"proc_flags"`
+	PyCodeSeen   *ebpf.Map `ebpf:"py_code_seen"`
+	PyConfigs    *ebpf.Map `ebpf:"py_configs"`
+	Scratch      *ebpf.Map `ebpf:"scratch"`
+	Stats        *ebpf.Map `ebpf:"stats"`
 }
 
 func (m *cudatapMaps) Close() error {
@@ -266,6 +276,7 @@ func (m *cudatapMaps) Close() error {
 		m.DriverLive,
 		m.Events,
 		m.Inflight,
+		m.LaunchCounts,
 		m.Orphans,
 		m.Pairing,
 		m.PendingStub,

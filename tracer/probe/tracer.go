@@ -7,6 +7,7 @@ import (
 	"encoding"
 	"errors"
 	"fmt"
+	"github.com/cudatap/cudatap/tracer/event"
 	"log/slog"
 	"os"
 	"strings"
@@ -53,6 +54,9 @@ type Stats struct {
 	// PyCodeLost counts Python code objects whose copy found no room in
 	// the ring buffer: their frames are named from the live process.
 	PyCodeLost uint64
+	// AggregateFull counts launches that found no room in the launch
+	// counters (aggregate mode) and went to the ring buffer instead.
+	AggregateFull uint64
 }
 
 // programs is the set of programs one kernel variant uses. The object
@@ -275,7 +279,32 @@ func (s *Stats) counters() [cudatapStatSTAT_MAX]*uint64 {
 		cudatapStatSTAT_NESTED:         &s.Nested,
 		cudatapStatSTAT_ENTRY_REPLACED: &s.EntryReplaced,
 		cudatapStatSTAT_PY_CODE_LOST:   &s.PyCodeLost,
+		cudatapStatSTAT_AGG_FULL:       &s.AggregateFull,
 	}
+}
+
+// LaunchCounts are the launches counted in BPF (aggregate mode:
+// event.CookieAggregate) since the tracer was loaded, per process and API,
+// summed over CPUs.
+func (t *Tracer) LaunchCounts() (map[uint32]map[event.API]uint64, error) {
+	out := map[uint32]map[event.API]uint64{}
+	var k cudatapAggKey
+	var perCPU []uint64
+	it := t.maps.LaunchCounts.Iterate()
+	for it.Next(&k, &perCPU) {
+		var n uint64
+		for _, v := range perCPU {
+			n += v
+		}
+		if out[k.Tgid] == nil {
+			out[k.Tgid] = map[event.API]uint64{}
+		}
+		out[k.Tgid][event.API(k.Api)] += n
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("read the launch counters: %w", err)
+	}
+	return out, nil
 }
 
 // Stats reads the per-CPU counters.

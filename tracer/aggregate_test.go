@@ -1,0 +1,125 @@
+package tracer
+
+import (
+	"context"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cudatap/cudatap/internal/sim"
+	"github.com/cudatap/cudatap/internal/testutil"
+	"github.com/cudatap/cudatap/tracer/event"
+	"github.com/cudatap/cudatap/tracer/model"
+	"github.com/cudatap/cudatap/tracer/probe"
+)
+
+// TestAggregateLaunches: under shared probes with AggregateLaunches, a
+// workload's launches are counted in BPF, exactly, and none reaches the
+// model as a call; its other calls still do.
+func TestAggregateLaunches(t *testing.T) {
+	testutil.RequireRoot(t)
+	b := testutil.Sim(t)
+	var mu sync.Mutex
+	var last map[uint32]map[event.API]uint64
+	ctx, cancel := context.WithCancel(context.Background())
+	attached := make(chan struct{})
+	done := make(chan *Outcome, 1)
+	col := &pidSink{Collector: model.NewCollector(), seen: map[uint32]bool{}, first: make(chan uint32, 64)}
+	go func() {
+		out, err := Run(ctx, Config{All: true, Stacks: probe.StacksNone, NVMLInterval: -1, NameWindow: -1, Sink: col,
+			AggregateLaunches: true, OnAttached: func(int) { close(attached) },
+			OnLaunchCounts: func(c map[uint32]map[event.API]uint64) { mu.Lock(); last = c; mu.Unlock() }})
+		if err != nil {
+			t.Error(err)
+		}
+		done <- out
+	}()
+	<-attached
+	run := func() *sim.Report {
+		t.Helper()
+		out, err := exec.Command(b.Workload, "--scenario", "basic", "--iters", "20").Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep, err := sim.ParseReport(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rep
+	}
+	// The first process to map the simulated runtime may run before its
+	// file is hooked: run until one is traced, then count the next.
+	for i := 0; ; i++ {
+		if i == 50 {
+			t.Fatal("50 workloads ran and none was traced")
+		}
+		warm := run()
+		if col.waitFor(uint32(warm.PID)) {
+			break
+		}
+	}
+	rep := run()
+	cancel()
+	out := <-done
+	if out == nil {
+		t.FailNow()
+	}
+	launches := uint64(0)
+	for sym, n := range rep.Calls {
+		if strings.HasPrefix(sym, "cudaLaunchKernel") {
+			launches += uint64(n)
+		}
+	}
+	mu.Lock()
+	counted := last[uint32(rep.PID)][event.CuLaunchKernel]
+	mu.Unlock()
+	if counted != launches {
+		t.Errorf("launches counted in BPF: %d, the workload made %d", counted, launches)
+	}
+	var calls, launchCalls int
+	for _, c := range col.Traces[uint32(rep.PID)].Calls {
+		calls++
+		if s := c.Spec(); s != nil && s.Class == event.ClassLaunch {
+			launchCalls++
+		}
+	}
+	if launchCalls != 0 || calls == 0 {
+		t.Errorf("%d launch calls reached the model (want 0), %d calls in all (want the others)", launchCalls, calls)
+	}
+}
+
+// pidSink is a collector that says when it first sees a process's call.
+type pidSink struct {
+	*model.Collector
+	mu    sync.Mutex
+	seen  map[uint32]bool
+	first chan uint32
+}
+
+func (s *pidSink) Call(p *model.Process, c *model.Call) {
+	s.mu.Lock()
+	s.Collector.Call(p, c)
+	if !s.seen[p.PID] {
+		s.seen[p.PID] = true
+		s.first <- p.PID
+	}
+	s.mu.Unlock()
+}
+
+// waitFor says whether pid's calls reach the model: true once one does;
+// false when none did within 10 s of its exit (its calls were not traced).
+func (s *pidSink) waitFor(pid uint32) bool {
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case p := <-s.first:
+			if p == pid {
+				return true
+			}
+		case <-deadline:
+			return false
+		}
+	}
+}
