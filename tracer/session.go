@@ -53,7 +53,7 @@ type Config struct {
 	// end. Aggregated launches reach no model, trace or profile.
 	AggregateLaunches bool
 	OnLaunchCounts    func(map[uint32]map[event.API]uint64)
-	Recording io.Writer // optional .cudatap stream
+	Recording         io.Writer // optional .cudatap stream
 	// Sink, if set, receives every call, sync and GPU op as the model
 	// concludes them (aggregates for profiles and summaries): the session
 	// keeps none of them.
