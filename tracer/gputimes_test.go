@@ -2,7 +2,6 @@ package tracer
 
 import (
 	"bytes"
-	"context"
 	"maps"
 	"os"
 	"os/exec"
@@ -10,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cudatap/cudatap/internal/sim"
 	"github.com/cudatap/cudatap/internal/testutil"
 	"github.com/cudatap/cudatap/tracer/model"
 	"github.com/cudatap/cudatap/tracer/probe"
@@ -132,34 +130,9 @@ func TestGPUTimesAttach(t *testing.T) {
 	testutil.RequireRoot(t)
 	b := testutil.Sim(t)
 	cmd := exec.Command(b.Workload, "--wait-after-setup", "--wait-before-exit", "--scenario", "basic", "--iters", "20")
-	w := startWaiterCmd(t, "setup ", cmd)
-	defer cmd.Process.Kill()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	col := model.NewCollector()
-	done := make(chan *Outcome, 1)
 	var sess *Session
-	go func() {
-		out, err := run(ctx, Config{PIDs: []int{w.pid()}, Stacks: probe.StacksNone, NVMLInterval: -1, GPUTimes: true,
-			Sink: col, Duration: time.Minute, OnAttached: func(int) { w.start() }}, func(s *Session) { sess = s })
-		if err != nil {
-			t.Error(err)
-		}
-		done <- out
-	}()
-	if line := w.line(t); !strings.HasPrefix(line, "done ") {
-		t.Fatalf("workload did not finish: %q", line)
-	}
-	cancel()
-	out := <-done
-	w.start()
-	rep, err := sim.ParseReport([]byte(w.result(t)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if out == nil {
-		t.FailNow()
-	}
+	out, col, rep := attachAfterSetupWith(t, cmd, Config{Stacks: probe.StacksNone, NVMLInterval: -1, GPUTimes: true},
+		func(s *Session) { sess = s })
 	if st := sess.GPUTimeStatus()[uint32(rep.PID)]; !strings.HasPrefix(st, "measured") {
 		t.Fatalf("GPU time status %q", st)
 	}
@@ -195,29 +168,7 @@ func TestGPUTimesNamesKernelsLoadedBefore(t *testing.T) {
 	b := testutil.Sim(t)
 	for _, gpuTimes := range []bool{false, true} {
 		cmd := exec.Command(b.DriverWorkload, "--wait-after-setup", "--wait-before-exit", "--scenario", "driver", "--iters", "5")
-		w := startWaiterCmd(t, "setup ", cmd)
-		ctx, cancel := context.WithCancel(context.Background())
-		col := model.NewCollector()
-		done := make(chan *Outcome, 1)
-		go func() {
-			out, err := Run(ctx, Config{PIDs: []int{w.pid()}, Stacks: probe.StacksNone, NVMLInterval: -1, GPUTimes: gpuTimes, CUPTIPath: b.CUPTI,
-				Sink: col, Duration: time.Minute, OnAttached: func(int) { w.start() }})
-			if err != nil {
-				t.Error(err)
-			}
-			done <- out
-		}()
-		if line := w.line(t); !strings.HasPrefix(line, "done ") {
-			t.Fatalf("workload did not finish: %q", line)
-		}
-		cancel()
-		out := <-done
-		w.start()
-		w.result(t)
-		cmd.Process.Kill()
-		if out == nil {
-			t.FailNow()
-		}
+		out, col, _ := attachAfterSetupWith(t, cmd, Config{Stacks: probe.StacksNone, NVMLInterval: -1, GPUTimes: gpuTimes, CUPTIPath: b.CUPTI}, nil)
 		names := map[string]int{}
 		p := out.Result.Processes[0]
 		for _, op := range col.Traces[p.PID].GPUOps {

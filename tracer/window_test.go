@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cudatap/cudatap/internal/sim"
 	"github.com/cudatap/cudatap/internal/testutil"
 	"github.com/cudatap/cudatap/tracer/model"
 	"github.com/cudatap/cudatap/tracer/probe"
@@ -131,15 +132,24 @@ func TestAttachNamesCUDA13Kernels(t *testing.T) {
 // then lets it exit. It returns the outcome and the session's calls.
 func attachAfterSetup(t *testing.T, cmd *exec.Cmd) (*Outcome, *model.Collector) {
 	t.Helper()
+	out, col, _ := attachAfterSetupWith(t, cmd, Config{Stacks: probe.StacksNone, NVMLInterval: -1}, nil)
+	return out, col
+}
+
+// attachAfterSetupWith is attachAfterSetup with cfg (its PIDs, Sink,
+// Duration and OnAttached set here), inspect given the session; it also
+// returns the workload's report.
+func attachAfterSetupWith(t *testing.T, cmd *exec.Cmd, cfg Config, inspect func(*Session)) (*Outcome, *model.Collector, *sim.Report) {
+	t.Helper()
 	w := startWaiterCmd(t, "setup ", cmd)
 	defer cmd.Process.Kill()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	col := model.NewCollector()
 	done := make(chan *Outcome, 1)
+	cfg.PIDs, cfg.Sink, cfg.Duration, cfg.OnAttached = []int{w.pid()}, col, time.Minute, func(int) { w.start() }
 	go func() {
-		out, err := Run(ctx, Config{PIDs: []int{w.pid()}, Stacks: probe.StacksNone, NVMLInterval: -1,
-			Sink: col, Duration: time.Minute, OnAttached: func(int) { w.start() }})
+		out, err := run(ctx, cfg, inspect)
 		if err != nil {
 			t.Error(err)
 		}
@@ -150,12 +160,15 @@ func attachAfterSetup(t *testing.T, cmd *exec.Cmd) (*Outcome, *model.Collector) 
 	}
 	cancel()
 	out := <-done
-	w.start()   // the line it waits for before exiting
-	w.result(t) // its report, and its exit
+	w.start()                                        // the line it waits for before exiting
+	rep, err := sim.ParseReport([]byte(w.result(t))) // its report, and its exit
+	if err != nil {
+		t.Fatal(err)
+	}
 	if out == nil {
 		t.FailNow()
 	}
-	return out, col
+	return out, col, rep
 }
 
 // kernelNames counts the kernel ops of the outcome's first process by the

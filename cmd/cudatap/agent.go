@@ -8,7 +8,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,6 +31,7 @@ import (
 
 type agentOptions struct {
 	listen, token string
+	tokenFile     string
 	container     string
 	window, every time.Duration
 	continuous    bool
@@ -66,7 +69,8 @@ carry as "Authorization: Bearer TOKEN".`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.listen, "listen", "127.0.0.1:9400", "address to serve /metrics and /healthz on")
-	f.StringVar(&o.token, "token", "", "bearer token every request must carry (required to listen beyond loopback)")
+	f.StringVar(&o.token, "token", "", "bearer token every request but /healthz must carry (required to listen beyond loopback)")
+	f.StringVar(&o.tokenFile, "token-file", "", "read the bearer token from this file (a mounted secret: not visible in the process list)")
 	f.StringVar(&o.container, "container", "", "trace only this container's processes (id prefix or cgroup name)")
 	f.DurationVar(&o.window, "window", 10*time.Second, "how long each tracing window lasts")
 	f.DurationVar(&o.every, "every", 60*time.Second, "how often a window starts")
@@ -199,6 +203,18 @@ func (s *agentStats) windowEnded(d model.Drops) {
 }
 
 func runAgent(ctx context.Context, g *globalOptions, o *agentOptions, stderr io.Writer) error {
+	if o.tokenFile != "" {
+		if o.token != "" {
+			return errors.New("--token and --token-file: give one")
+		}
+		b, err := os.ReadFile(o.tokenFile)
+		if err != nil {
+			return fmt.Errorf("--token-file: %w", err)
+		}
+		if o.token = strings.TrimSpace(string(b)); o.token == "" {
+			return fmt.Errorf("--token-file %s is empty", o.tokenFile)
+		}
+	}
 	if err := checkListen(o.listen, o.token); err != nil {
 		return err
 	}
@@ -236,14 +252,16 @@ func runAgent(ctx context.Context, g *globalOptions, o *agentOptions, stderr io.
 	mux.Handle("/profile", withToken(o.token, &profiles))
 	mux.Handle("/capture", withToken(o.token, &capturer{gpuTimes: o.gpuTimes, log: g.logger()}))
 	// Ready once the first window's probes are live (a readiness probe).
+	// It says nothing but that, so it needs no token: Kubernetes probes
+	// cannot carry a secret header.
 	var ready atomic.Bool
-	mux.Handle("/healthz", withToken(o.token, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	mux.Handle("/healthz", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		if !ready.Load() {
 			http.Error(w, "attaching", http.StatusServiceUnavailable)
 			return
 		}
 		io.WriteString(w, "ok\n")
-	})))
+	}))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
