@@ -476,6 +476,8 @@ func TestDriverAndNCCL(t *testing.T) {
 		{"nccl", []string{b.NCCLWorkload, "--scenario", "nccl", "--iters", "10"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("SIM_NCCL_RANK", "3") // the nccl workload plays rank 3 of 4
+			t.Setenv("SIM_NCCL_NRANKS", "4")
 			out, rep := launch(t, probe.StacksSync, tc.args...)
 			checkCounts(t, out, rep)
 			p := tracedOf(t, out, rep.PID)
@@ -515,6 +517,10 @@ func TestDriverAndNCCL(t *testing.T) {
 				}
 				if commNs, _ := model.CommOverlap(p.Process); commNs == 0 || n < 16 {
 					t.Errorf("collectives %d, inferred communication time %d ns", n, commNs)
+				}
+				// The rank and world size the workload passed (SIM_NCCL_*).
+				if p.Rank != 3 || p.WorldSize != 4 {
+					t.Errorf("rank %d of %d, want 3 of 4 (ncclCommInitRank)", p.Rank, p.WorldSize)
 				}
 			}
 		})

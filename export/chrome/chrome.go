@@ -189,6 +189,7 @@ func (w *Writer) Close(r *model.Result) error {
 	}
 	w.write([]byte("\n],"))
 	w.deviceProperties(r)
+	w.distributedInfo(r)
 	w.footer(r)
 	w.write([]byte("}\n"))
 	if err := w.out.Flush(); err != nil && w.err == nil {
@@ -653,6 +654,32 @@ func (w *Writer) deviceProperties(r *model.Result) {
 		w.b = append(w.b, '}')
 	}
 	w.b = append(w.b, "],"...)
+	w.write(w.b)
+}
+
+// distributedInfo says which rank of an NCCL job the trace is, as Kineto
+// does (HTA groups a job's traces by it): written when exactly one traced
+// process made an NCCL communicator. A trace of several ranks (--all)
+// names each in its process's track instead.
+func (w *Writer) distributedInfo(r *model.Result) {
+	var ranked *model.Process
+	for _, p := range r.Processes {
+		if p.WorldSize > 0 {
+			if ranked != nil {
+				return
+			}
+			ranked = p
+		}
+	}
+	if ranked == nil {
+		return
+	}
+	w.b = append(w.b[:0], `"distributedInfo":{`...)
+	w.sep = false
+	w.str("backend", "nccl")
+	w.int("rank", int64(ranked.Rank))
+	w.int("world_size", int64(ranked.WorldSize))
+	w.b = append(w.b, "},"...)
 	w.write(w.b)
 }
 

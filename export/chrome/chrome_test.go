@@ -705,3 +705,27 @@ func TestMeasuredKernelName(t *testing.T) {
 		t.Error("no kernel slice")
 	}
 }
+
+// distributedInfo is written as Kineto writes it for a trace of one NCCL
+// rank; a trace of several ranks names each in its process track instead.
+func TestDistributedInfo(t *testing.T) {
+	for _, tc := range []struct {
+		procs []*model.Process
+		want  string
+	}{
+		{[]*model.Process{{PID: 7, Rank: 1, WorldSize: 2}, {PID: 8}}, `"distributedInfo":{"backend":"nccl","rank":1,"world_size":2}`},
+		{[]*model.Process{{PID: 7, Rank: 0, WorldSize: 2}, {PID: 8, Rank: 1, WorldSize: 2}}, ""},
+		{[]*model.Process{{PID: 7}}, ""},
+	} {
+		var buf bytes.Buffer
+		w := NewWriter(&buf, nil, Options{})
+		if err := w.Close(&model.Result{Processes: tc.procs}); err != nil {
+			t.Fatal(err)
+		}
+		parse(t, buf.Bytes())
+		got := strings.Contains(buf.String(), `"distributedInfo"`)
+		if got != (tc.want != "") || (tc.want != "" && !strings.Contains(buf.String(), tc.want)) {
+			t.Errorf("%d processes: distributedInfo %v, want %q", len(tc.procs), got, tc.want)
+		}
+	}
+}

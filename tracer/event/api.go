@@ -73,6 +73,7 @@ const (
 	ClassCaptureEnd
 	ClassGraphInstantiate
 	ClassSetDevice // the calling thread's current device
+	ClassCommInit  // an NCCL communicator made: rank and world size
 )
 
 // Spec describes one hooked API: its symbols and how the BPF side reads it.
@@ -243,6 +244,9 @@ const (
 
 	// The calling thread's device (appended).
 	CudaSetDevice
+
+	// NCCL communicators (appended).
+	NcclCommInitRank
 	numAPIs
 )
 
@@ -350,6 +354,11 @@ var specs = [...]Spec{
 	// Streams created, and work enqueued on the default streams, belong to
 	// the calling thread's current device. Rare; its result matters.
 	{API: CudaSetDevice, Name: "cudaSetDevice", Class: ClassSetDevice, Return: true},
+
+	// NCCL communicators: (comm*, nranks, ncclUniqueId by value — 128 bytes
+	// on the stack, no register —, rank): the rank is the third integer
+	// register. The new comm is read at return.
+	{API: NcclCommInitRank, Name: "ncclCommInitRank", Layer: NCCL, Class: ClassCommInit, Return: true, OutArg: 1},
 }
 
 // The per-thread-default-stream builds export each stream call twice.

@@ -33,6 +33,7 @@ var outPointerArg = map[API]int{
 	CuStreamEndCapture:            1, // CUgraph *phGraph
 	CudaGraphInstantiate:          0, // cudaGraphExec_t *pGraphExec
 	CudaGraphInstantiateWithFlags: 0,
+	NcclCommInitRank:              0, // ncclComm_t *comm
 	CuGraphInstantiate:            0, // CUgraphExec *phGraphExec
 }
 

@@ -232,6 +232,8 @@ func (e *Event) Decode(a *Args) {
 		a.Src, a.Dst, a.Size, a.DataType, a.Comm, a.Stream, a.HasStream = r[0], r[1], r[2], uint8(r[3]), r[4], r[5], true
 		a.Peer = -1
 		a.Bytes = ncclBytes(r[2], r[3])
+	case NcclCommInitRank:
+		a.Comm, a.Size, a.Peer = e.Out, r[1], int32(r[2]) // comm, nranks, rank
 	case NcclSend, NcclRecv:
 		// (buf, count, type, peer, comm, stream): send reads buf, recv writes it.
 		a.Size, a.DataType, a.Peer, a.Comm, a.Stream, a.HasStream = r[1], uint8(r[2]), int32(r[3]), r[4], r[5], true

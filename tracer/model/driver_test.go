@@ -65,3 +65,21 @@ func TestDriverAndNCCL(t *testing.T) {
 		t.Errorf("device memory %d peak %d", p.DeviceMemInUse, p.DeviceMemPeak)
 	}
 }
+
+// TestCommInitRank: a process's rank and world size come from its widest
+// NCCL communicator; a failed init or a smaller sub-communicator changes
+// nothing.
+func TestCommInitRank(t *testing.T) {
+	p := run1(t,
+		call(event.NcclCommInitRank, 1, 1000, 100, 0x7ff0, 2, 1).out(0xc0), // rank 1 of 2
+		call(event.NcclCommInitRank, 1, 2000, 100, 0x7ff0, 8, 5).out(0xc1), // rank 5 of 8: wider
+		call(event.NcclCommInitRank, 1, 3000, 100, 0x7ff0, 4, 3).out(0xc2), // a sub-group
+		call(event.NcclCommInitRank, 1, 4000, 100, 0x7ff0, 16, 9).ret(5),   // failed
+	)
+	if p.Rank != 5 || p.WorldSize != 8 {
+		t.Errorf("rank %d of %d, want 5 of 8", p.Rank, p.WorldSize)
+	}
+	if got := p.Label(); got != "process (pid 100, rank 5 of 8)" {
+		t.Errorf("label %q", got)
+	}
+}

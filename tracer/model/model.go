@@ -350,6 +350,12 @@ func (m *Model) Handle(ev *event.Event) {
 		if call.HasRet && call.Ret == 0 && a.Device >= 0 && a.Device < maxDevices {
 			ps.devices[call.TID] = int8(a.Device)
 		}
+	case event.ClassCommInit:
+		// The process's place in its job: its widest communicator (DDP's
+		// world, not a sub-group made later).
+		if call.HasRet && call.Ret == 0 && a.Size > 0 && int64(a.Size) > int64(p.WorldSize) && a.Peer >= 0 {
+			p.Rank, p.WorldSize = a.Peer, int32(a.Size)
+		}
 	case event.ClassStreamDestroy:
 		if call.Stream > 0 {
 			p.Streams[call.Stream].DestroyedAt = ev.Start

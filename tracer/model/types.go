@@ -325,6 +325,9 @@ type Process struct {
 	PinnedRecovered uint64
 	AttachedLate    bool
 	Measured        bool // CUPTI measured its GPU ops (--gpu-times)
+	// Rank and WorldSize: its place in an NCCL job (ncclCommInitRank, its
+	// widest communicator); WorldSize 0 when none was seen.
+	Rank, WorldSize int32
 	// Devices has a bit per device the process's GPU ops ran on (DeviceBits).
 	Devices   uint64
 	HeldNs    uint64 // time its threads were held while cudatap hooked libraries
@@ -367,14 +370,18 @@ func (p *Process) Label() string {
 	if name == "" {
 		name = "process"
 	}
+	rank := ""
+	if p.WorldSize > 0 {
+		rank = fmt.Sprintf(", rank %d of %d", p.Rank, p.WorldSize)
+	}
 	if p.Info.Container != "" {
 		short := p.Info.Container
 		if len(short) > 12 {
 			short = short[:12]
 		}
-		return fmt.Sprintf("%s (pid %d, container %s)", name, p.PID, short)
+		return fmt.Sprintf("%s (pid %d%s, container %s)", name, p.PID, rank, short)
 	}
-	return fmt.Sprintf("%s (pid %d)", name, p.PID)
+	return fmt.Sprintf("%s (pid %d%s)", name, p.PID, rank)
 }
 
 // Drops says what was lost between the probes and the model. Every output

@@ -905,7 +905,11 @@ static void scenario_nccl(const struct options *o)
 	ncclUniqueId id;
 	ncclComm_t comm;
 	CK(ncclGetUniqueId, &id);
-	CK(ncclCommInitRank, &comm, 1, id, 0);
+	/* A rank and world size a test can recognize (SIM_NCCL_RANK of
+	 * SIM_NCCL_NRANKS; this process plays every rank's part). */
+	int nranks = getenv("SIM_NCCL_NRANKS") ? atoi(getenv("SIM_NCCL_NRANKS")) : 1;
+	int rank = getenv("SIM_NCCL_RANK") ? atoi(getenv("SIM_NCCL_RANK")) : 0;
+	CK(ncclCommInitRank, &comm, nranks, id, rank);
 
 	cudaStream_t compute, comm_stream;
 	cudaEvent_t grads_ready, grads_reduced;
