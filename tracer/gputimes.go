@@ -9,10 +9,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/cudatap/cudatap/internal/objfile"
 	"github.com/cudatap/cudatap/tracer/gputime"
@@ -44,9 +47,19 @@ type gpuNote struct {
 type gpuTimes struct {
 	mu        sync.Mutex
 	listeners []*gputime.Listener
-	status    map[uint32]string // per process: measuring, or why not
-	lost      uint64            // measurements that found the queue full
+	byPID     map[int]*gputime.Listener // attached ones, released when the process exits
+	tried     map[int]bool              // processes adopted under --all/--container
+	status    map[uint32]string         // per process: measuring, or why not
+	lost      uint64                    // measurements that found the queue full
+	loading   sync.Mutex                // one ptrace load at a time
+	inflight  sync.WaitGroup            // loads started by gpuTimesAdopted
+	closed    bool                      // stopGPUTimes ran: no new listener
 }
+
+// maxMeasured bounds the processes measured at once under --all and
+// --container (a listener and a socket each); beyond, new ones are refused
+// with that reason.
+const maxMeasured = 64
 
 // GPUTimeStatus says, per process, whether its GPU ops were measured and
 // with which CUPTI, or why not.
@@ -88,6 +101,10 @@ func (s *Session) gpuTimesForLaunch(env []string) (string, error) {
 // stopGPUTimes asks every collector for its last records and to stop.
 func (s *Session) stopGPUTimes() {
 	s.gputimes.mu.Lock()
+	s.gputimes.closed = true
+	s.gputimes.mu.Unlock()
+	s.gputimes.inflight.Wait() // loads under way finish (bounded by the collector's word)
+	s.gputimes.mu.Lock()
 	ls := s.gputimes.listeners
 	s.gputimes.listeners = nil
 	s.gputimes.mu.Unlock()
@@ -117,14 +134,17 @@ func (s *Session) setGPUStatus(pid uint32, st string) {
 	}
 	s.gputimes.status[pid] = st
 	s.gputimes.mu.Unlock()
+	if s.cfg.OnGPUTimes != nil {
+		s.cfg.OnGPUTimes(pid, st)
+	}
 }
 
 // The gputime.Sink methods, called on the listener's goroutines.
 
 func (s *Session) Started(pid uint32, info string) {
 	s.log.Info("GPU times measured by CUPTI", "pid", pid, "collector", info)
-	s.setGPUStatus(pid, "measured ("+info+")")
 	s.queueGPU(gpuNote{kind: gpuStart, pid: pid})
+	s.setGPUStatus(pid, "measured ("+info+")")
 }
 
 func (s *Session) Refused(pid uint32, why string) {
@@ -201,6 +221,49 @@ func (s *Session) gpuTimesLost() uint64 {
 	return s.gputimes.lost
 }
 
+// gpuTimesAdopted measures a process --all or --container found, once, off
+// the control loop (loading CUPTI takes a fraction of a second).
+func (s *Session) gpuTimesAdopted(pid int) {
+	s.gputimes.mu.Lock()
+	if s.gputimes.tried == nil {
+		s.gputimes.tried = map[int]bool{}
+	}
+	if s.gputimes.tried[pid] || len(s.gputimes.tried) >= 1<<16 {
+		s.gputimes.mu.Unlock()
+		return
+	}
+	s.gputimes.tried[pid] = true
+	full, closed := len(s.gputimes.byPID) >= maxMeasured, s.gputimes.closed
+	if !full && !closed {
+		s.gputimes.inflight.Add(1)
+	}
+	s.gputimes.mu.Unlock()
+	if full {
+		s.setGPUStatus(uint32(pid), fmt.Sprintf("not measured: %d processes are measured already", maxMeasured))
+	}
+	if full || closed {
+		return
+	}
+	go func() {
+		defer s.gputimes.inflight.Done()
+		s.gpuTimesAttach(pid)
+	}()
+}
+
+// gpuTimesExited releases the collector's listener of a process that ended.
+func (s *Session) gpuTimesExited(pid int) {
+	s.gputimes.mu.Lock()
+	l := s.gputimes.byPID[pid]
+	delete(s.gputimes.byPID, pid)
+	if l != nil {
+		s.gputimes.listeners = slices.DeleteFunc(s.gputimes.listeners, func(x *gputime.Listener) bool { return x == l })
+	}
+	s.gputimes.mu.Unlock()
+	if l != nil {
+		go l.Stop(time.Second) // its collector is gone with it: nothing to wait for
+	}
+}
+
 // gpuTimesAttach loads the collector into a running process (-p): it is
 // written where the process sees it (its own /tmp, through /proc/PID/root:
 // a container's), then the process is made to dlopen it with ptrace. It is
@@ -218,7 +281,10 @@ func (s *Session) gpuTimesAttach(pid int) {
 	}
 	uid, gid := procOwner(pid)
 	dir := fmt.Sprintf("/tmp/cudatap-gputimes-%d-%d", os.Getpid(), pid)
-	host := fmt.Sprintf("/proc/%d/root%s", pid, dir)
+	host := dir
+	if !sameRoot(pid) {
+		host = fmt.Sprintf("/proc/%d/root%s", pid, dir) // a container's /tmp
+	}
 	l, err := gputime.Listen(gputime.Config{HostDir: host, TargetDir: dir, CUPTI: s.cfg.CUPTIPath, Attach: true, UID: uid, GID: gid}, s)
 	if err != nil {
 		refuse(err.Error())
@@ -226,13 +292,20 @@ func (s *Session) gpuTimesAttach(pid int) {
 	}
 	// The guardian borrows the process: were cudatap killed mid-call, it
 	// still gives the thread back.
-	if _, err := s.guard.inject(pid, l.LibraryPath()); err != nil {
+	s.gputimes.loading.Lock()
+	_, err = s.guard.inject(pid, l.LibraryPath())
+	s.gputimes.loading.Unlock()
+	if err != nil {
 		l.Stop(0)
 		refuse(fmt.Sprintf("load the collector: %v", err))
 		return
 	}
 	s.gputimes.mu.Lock()
 	s.gputimes.listeners = append(s.gputimes.listeners, l)
+	if s.gputimes.byPID == nil {
+		s.gputimes.byPID = map[int]*gputime.Listener{}
+	}
+	s.gputimes.byPID[pid] = l
 	s.gputimes.mu.Unlock()
 	// The collector sets CUPTI up on a thread of its own: wait for its
 	// word, so that "attached" means measured from here on.
@@ -276,6 +349,16 @@ func findCUPTI(pid int) (string, error) {
 	}
 	return "", fmt.Errorf("no CUPTI found for this process (looked for %s): install the CUDA toolkit's CUPTI or pip's nvidia-cuda-cupti in its environment, or give --cupti PATH",
 		strings.Join(cands, ", "))
+}
+
+// sameRoot says whether pid sees the same root directory as cudatap (not
+// a container's): then its /tmp is cudatap's, reachable after it exits.
+func sameRoot(pid int) bool {
+	var a, b unix.Stat_t
+	if unix.Stat("/", &a) != nil || unix.Stat(fmt.Sprintf("/proc/%d/root", pid), &b) != nil {
+		return false
+	}
+	return a.Dev == b.Dev && a.Ino == b.Ino
 }
 
 // procOwner is the real uid and gid a process runs as (-1, -1 unknown).

@@ -2,9 +2,11 @@ package tracer
 
 import (
 	"bytes"
+	"context"
 	"maps"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -191,5 +193,70 @@ func TestGPUTimesNamesKernelsLoadedBefore(t *testing.T) {
 		if !gpuTimes && names["triton_matmul_kernel"] != 0 {
 			t.Errorf("without --gpu-times the kernels were named %v: the test proves nothing", names)
 		}
+	}
+}
+
+// TestGPUTimesAll: under --all, a CUDA process that appears is measured
+// too (the collector loaded once cudatap adopts it); every op it enqueues
+// once measured has CUPTI's times.
+func TestGPUTimesAll(t *testing.T) {
+	testutil.RequireRoot(t)
+	b := testutil.Sim(t)
+	statuses := make(chan [2]string, 1024) // other CUDA processes of the host may report too
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	col := model.NewCollector()
+	attached := make(chan struct{})
+	done := make(chan *Outcome, 1)
+	go func() {
+		out, err := Run(ctx, Config{All: true, Stacks: probe.StacksNone, NVMLInterval: -1, NameWindow: -1, GPUTimes: true, Sink: col,
+			OnAttached: func(int) { close(attached) },
+			OnGPUTimes: func(pid uint32, st string) {
+				select {
+				case statuses <- [2]string{strconv.Itoa(int(pid)), st}:
+				default: // never block the session
+				}
+			}})
+		if err != nil {
+			t.Error(err)
+		}
+		done <- out
+	}()
+	<-attached
+	cmd := exec.Command(b.Workload, "--wait-after-setup", "--wait-before-exit", "--scenario", "basic", "--iters", "20")
+	w := startWaiterCmd(t, "setup ", cmd)
+	defer cmd.Process.Kill()
+	pid := strconv.Itoa(w.pid())
+	for st := range statuses { // cudatap adopts the process and loads the collector
+		if st[0] != pid {
+			continue
+		}
+		if !strings.HasPrefix(st[1], "measured") {
+			t.Fatalf("process %s: %s", pid, st[1])
+		}
+		break
+	}
+	w.start()
+	if line := w.line(t); !strings.HasPrefix(line, "done ") {
+		t.Fatalf("workload did not finish: %q", line)
+	}
+	cancel()
+	out := <-done
+	w.start()
+	w.result(t)
+	if out == nil {
+		t.FailNow()
+	}
+	ops, measured := 0, 0
+	for _, op := range col.Traces[uint32(w.pid())].GPUOps {
+		if op.ID >= 0 {
+			ops++
+			if op.Measured {
+				measured++
+			}
+		}
+	}
+	if ops != 20*(2+4) || measured != ops {
+		t.Errorf("%d of %d ops measured, want all %d", measured, ops, 20*(2+4))
 	}
 }

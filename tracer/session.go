@@ -47,6 +47,9 @@ type Config struct {
 	// cudatap's collector (gputime.go); CUPTIPath overrides which CUPTI.
 	GPUTimes  bool
 	CUPTIPath string
+	// OnGPUTimes, if set, hears whether each process's GPU ops are
+	// measured ("measured (…)") or why not ("not measured: …").
+	OnGPUTimes func(pid uint32, status string)
 	// AggregateLaunches counts launches in BPF maps instead of recording
 	// each (--all/--container: shared probes only); OnLaunchCounts gets the
 	// counts so far, per process and API, about once a second and at the
@@ -199,7 +202,7 @@ func run(ctx context.Context, cfg Config, inspect func(*Session)) (*Outcome, err
 	s.names = newResolver(s)
 	s.closer = newCloser()
 	defer s.closer.stop() // before tr.Close: links go before the BPF objects
-	if len(cfg.Command) > 0 || cfg.WaitForCUDA || (cfg.GPUTimes && len(cfg.PIDs) > 0) {
+	if len(cfg.Command) > 0 || cfg.WaitForCUDA || (cfg.GPUTimes && (len(cfg.PIDs) > 0 || cfg.All || cfg.Container != "")) {
 		// These targets are held at library loads, or borrowed by ptrace to
 		// load the GPU-time collector: never without a guardian.
 		if s.guard, err = startGuardian(); err != nil {

@@ -86,6 +86,9 @@ func (s *Session) adopt(pid int, d *probe.Discovery) error {
 	s.detectPython(t)
 	t.mapsHash = mapsHash(pid)
 	s.symProcess(uint32(pid)) // its mappings while it lives (see attachProcess)
+	if s.cfg.GPUTimes && t.layers&(1<<event.Runtime|1<<event.Driver) != 0 {
+		s.gpuTimesAdopted(pid)
+	}
 	return nil
 }
 

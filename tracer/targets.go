@@ -351,6 +351,9 @@ func (s *Session) markExited(pid int) {
 		if t.stopOnLd {
 			s.guard.free(pid)
 		}
+		if s.cfg.GPUTimes {
+			s.gpuTimesExited(pid)
+		}
 	}
 }
 
