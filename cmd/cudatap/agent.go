@@ -279,6 +279,9 @@ func runAgent(ctx context.Context, g *globalOptions, o *agentOptions, stderr io.
 		}
 		start := time.Now()
 		budget.windowStarts()
+		if !o.continuous {
+			coll.SetWeight(budget.sampleWeight(o.window))
+		}
 		prof := pprofout.NewCollector()
 		out, err := tracer.Run(ctx, tracer.Config{All: o.container == "", Container: o.container, Duration: window,
 			Stacks: probe.StacksNone, RingBufferBytes: o.ringBuffer, NVMLInterval: -1, NameWindow: -1,

@@ -18,18 +18,22 @@ type cpuBudget struct {
 	share   float64 // of one core
 	every   time.Duration
 	start   time.Duration // CPU time when the window began
+	cycle   time.Duration // the last cycle's length (window and pause)
+	weight  prometheus.Gauge
 	ratio   prometheus.Gauge
 	cpuUsed prometheus.Gauge
 	skipped prometheus.Counter
 }
 
 func newCPUBudget(share float64, every time.Duration, reg prometheus.Registerer) *cpuBudget {
-	b := &cpuBudget{share: share, every: every,
+	b := &cpuBudget{share: share, every: every, cycle: every,
+		weight: prometheus.NewGauge(prometheus.GaugeOpts{Name: "cudatap_agent_sample_weight", Help: "What each count of the current window counts for in the *_total series: the last cycle's length over the window's (1 in --continuous)."}),
 		ratio:   prometheus.NewGauge(prometheus.GaugeOpts{Name: "cudatap_agent_traced_ratio", Help: "Share of wall time the last cycle traced (window / (window + pause)): divide window-mode rates by it."}),
 		cpuUsed: prometheus.NewGauge(prometheus.GaugeOpts{Name: "cudatap_agent_cycle_cpu_ratio", Help: "The agent's CPU time over the last cycle, as a share of one core (held under --max-cpu)."}),
 		skipped: prometheus.NewCounter(prometheus.CounterOpts{Name: "cudatap_agent_budget_delays_total", Help: "Windows started later than --every to stay within --max-cpu."}),
 	}
-	reg.MustRegister(b.ratio, b.cpuUsed, b.skipped)
+	reg.MustRegister(b.ratio, b.cpuUsed, b.skipped, b.weight)
+	b.weight.Set(1)
 	return b
 }
 
@@ -57,5 +61,19 @@ func (b *cpuBudget) next(window time.Duration) time.Duration {
 	}
 	b.cpuUsed.Set(cost.Seconds() / cycle.Seconds())
 	b.ratio.Set(min(1, window.Seconds()/cycle.Seconds()))
+	b.cycle = cycle
 	return cycle
+}
+
+// sampleWeight is what a count of the next window stands for: the
+// windows trace a share window/cycle of the time, so each count is worth
+// cycle/window of them (the last cycle's, as the next one's is known only
+// after it). Totals so weighted estimate the counts over all the time.
+func (b *cpuBudget) sampleWeight(window time.Duration) float64 {
+	w := 1.0
+	if window > 0 && b.cycle > window {
+		w = b.cycle.Seconds() / window.Seconds()
+	}
+	b.weight.Set(w)
+	return w
 }

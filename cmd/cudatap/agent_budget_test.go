@@ -45,3 +45,18 @@ func TestCPUBudget(t *testing.T) {
 		t.Errorf("within budget: cycle %v ratio %v, want --every and 0.5", cycle, testutil.ToFloat64(g.ratio))
 	}
 }
+
+// TestSampleWeight: a window that traced half its cycle makes the next
+// window's counts count twice; in budget, windows every --every of length
+// --every count once.
+func TestSampleWeight(t *testing.T) {
+	b := newCPUBudget(1, 2*time.Second, prometheus.NewRegistry())
+	if w := b.sampleWeight(time.Second); w != 2 {
+		t.Errorf("first window of 1s every 2s: weight %v, want 2", w)
+	}
+	b.windowStarts()
+	b.next(time.Second)
+	if w := b.sampleWeight(2 * time.Second); w != 1 {
+		t.Errorf("window as long as its cycle: weight %v, want 1", w)
+	}
+}

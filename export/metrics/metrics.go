@@ -37,6 +37,7 @@ type Collector struct {
 	seq     uint64 // recency, for eviction
 	evicted uint64
 	label   func(pid uint32) (comm, container, pod string)
+	weight  float64 // each count counts this much (SetWeight)
 
 	calls, launches, syncs, syncWait, copyBytes, ncclBytes, ncclOps, apiTime, evictedDesc *prometheus.Desc
 }
@@ -45,14 +46,15 @@ type proc struct {
 	comm, container, pod string
 	pid                  string
 	seen                 uint64
-	calls                map[string]uint64 // by API
-	launches             uint64
-	syncs                map[string]uint64 // by kind
-	syncWaitNs           map[string]uint64
-	copyBytes            map[[2]string]uint64 // (direction, host memory)
-	ncclBytes            map[string]uint64    // by collective
-	ncclOps              map[string]uint64
-	apiTime              map[string]*histogram
+	// Counts are weighted (SetWeight): floats.
+	calls      map[string]float64 // by API
+	launches   float64
+	syncs      map[string]float64 // by kind
+	syncWaitNs map[string]float64
+	copyBytes  map[[2]string]float64 // (direction, host memory)
+	ncclBytes  map[string]float64    // by collective
+	ncclOps    map[string]float64
+	apiTime    map[string]*histogram
 	// Launches counted in BPF (aggregate mode): of the sessions that
 	// ended (folded into calls and launches) and of the current one.
 	aggLive map[string]uint64
@@ -73,6 +75,7 @@ func NewCollector() *Collector {
 	}
 	return &Collector{
 		procs:       map[uint32]*proc{},
+		weight:      1,
 		label:       procLabels,
 		calls:       d("cudatap_cuda_calls_total", "CUDA runtime, driver and NCCL calls traced, by API.", "api"),
 		launches:    d("cudatap_kernel_launches_total", "Kernel launches traced."),
@@ -112,8 +115,8 @@ func (c *Collector) proc(pid uint32) *proc {
 	}
 	comm, container, pod := c.label(pid)
 	p := &proc{comm: comm, container: container, pod: pod, pid: strconv.FormatUint(uint64(pid), 10), seen: c.seq,
-		calls: map[string]uint64{}, syncs: map[string]uint64{}, syncWaitNs: map[string]uint64{},
-		copyBytes: map[[2]string]uint64{}, ncclBytes: map[string]uint64{}, ncclOps: map[string]uint64{},
+		calls: map[string]float64{}, syncs: map[string]float64{}, syncWaitNs: map[string]float64{},
+		copyBytes: map[[2]string]float64{}, ncclBytes: map[string]float64{}, ncclOps: map[string]float64{},
 		apiTime: map[string]*histogram{}}
 	c.procs[pid] = p
 	return p
@@ -132,11 +135,12 @@ func (c *Collector) Call(mp *model.Process, x *model.Call) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	p := c.proc(mp.PID)
-	p.calls[name]++
+	w := c.weight
+	p.calls[name] += w
 	switch spec.Class {
 	case event.ClassLaunch:
 		if !x.Captured {
-			p.launches++
+			p.launches += w
 		}
 	case event.ClassMemcpy:
 		host := "pinned"
@@ -146,10 +150,10 @@ func (c *Collector) Call(mp *model.Process, x *model.Call) {
 		case x.Pageable:
 			host = "pageable"
 		}
-		p.copyBytes[[2]string{x.Args.Kind.String(), host}] += x.Args.Bytes
+		p.copyBytes[[2]string{x.Args.Kind.String(), host}] += float64(x.Args.Bytes) * w
 	case event.ClassCollective:
-		p.ncclBytes[name] += x.Args.Bytes
-		p.ncclOps[name]++
+		p.ncclBytes[name] += float64(x.Args.Bytes) * w
+		p.ncclOps[name] += w
 	}
 	if x.HasRet {
 		h := p.apiTime[name]
@@ -174,14 +178,26 @@ func (c *Collector) Sync(mp *model.Process, s *model.Sync) {
 	defer c.mu.Unlock()
 	p := c.proc(mp.PID)
 	k := s.Kind.String()
-	p.syncs[k]++
-	p.syncWaitNs[k] += s.BlockedNs
+	p.syncs[k] += c.weight
+	p.syncWaitNs[k] += float64(s.BlockedNs) * c.weight
 }
 
 // GPUOp, Dependency and Hold add nothing to the metrics.
 func (c *Collector) GPUOp(*model.Process, *model.GPUOp)           {}
 func (c *Collector) Dependency(*model.Process, *model.Dependency) {}
 func (c *Collector) Hold(*model.Process, *model.Hold)             {}
+
+// SetWeight makes every count from now on count w times (w ≥ 1): window
+// mode traces a share 1/w of the time, and weighted counts estimate the
+// totals over all of it. Histograms stay unweighted (distributions).
+func (c *Collector) SetWeight(w float64) {
+	if w < 1 {
+		w = 1
+	}
+	c.mu.Lock()
+	c.weight = w
+	c.mu.Unlock()
+}
 
 // Describe sends the metrics' descriptions.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
@@ -190,7 +206,6 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	}
 }
 
-// Collect sends the current values.
 // SetLaunchCounts takes the launches counted in BPF by the current
 // session (aggregate mode), cumulative per process and API since it began.
 func (c *Collector) SetLaunchCounts(counts map[uint32]map[event.API]uint64) {
@@ -216,13 +231,14 @@ func (c *Collector) FoldLaunchCounts() {
 	defer c.mu.Unlock()
 	for _, p := range c.procs {
 		for api, n := range p.aggLive {
-			p.calls[api] += n
-			p.launches += n
+			p.calls[api] += float64(n) * c.weight
+			p.launches += float64(n) * c.weight
 		}
 		p.aggLive = nil
 	}
 }
 
+// Collect sends the current values.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -233,26 +249,27 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		l := []string{p.pid, p.comm, p.container, p.pod}
 		with := func(extra ...string) []string { return append(append([]string{}, l...), extra...) }
 		launches := p.launches
-		for api, n := range p.aggLive {
-			launches += n
+		live := func(api string) float64 { return float64(p.aggLive[api]) * c.weight }
+		for api := range p.aggLive {
+			launches += live(api)
 			if _, ok := p.calls[api]; !ok {
-				counter(c.calls, float64(n), with(api)...)
+				counter(c.calls, live(api), with(api)...)
 			}
 		}
 		for api, n := range p.calls {
-			counter(c.calls, float64(n+p.aggLive[api]), with(api)...)
+			counter(c.calls, n+live(api), with(api)...)
 		}
-		counter(c.launches, float64(launches), l...)
+		counter(c.launches, launches, l...)
 		for k, n := range p.syncs {
-			counter(c.syncs, float64(n), with(k)...)
-			counter(c.syncWait, float64(p.syncWaitNs[k])/1e9, with(k)...)
+			counter(c.syncs, n, with(k)...)
+			counter(c.syncWait, p.syncWaitNs[k]/1e9, with(k)...)
 		}
 		for k, n := range p.copyBytes {
-			counter(c.copyBytes, float64(n), with(k[0], k[1])...)
+			counter(c.copyBytes, n, with(k[0], k[1])...)
 		}
 		for op, n := range p.ncclBytes {
-			counter(c.ncclBytes, float64(n), with(op)...)
-			counter(c.ncclOps, float64(p.ncclOps[op]), with(op)...)
+			counter(c.ncclBytes, n, with(op)...)
+			counter(c.ncclOps, p.ncclOps[op], with(op)...)
 		}
 		for api, h := range p.apiTime {
 			buckets := make(map[float64]uint64, len(apiBuckets))

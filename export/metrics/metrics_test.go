@@ -126,3 +126,32 @@ func TestLaunchCounts(t *testing.T) {
 	c.SetLaunchCounts(map[uint32]map[event.API]uint64{7: {event.CuLaunchKernel: 5}}) // a new session
 	check(155)
 }
+
+// TestWeight: with a weight, every count (calls, launches counted in BPF,
+// syncs and their wait, bytes) counts that many times; histograms do not.
+func TestWeight(t *testing.T) {
+	c := NewCollector()
+	c.label = func(uint32) (string, string, string) { return "python3", "", "" }
+	p := &model.Process{PID: 7}
+	c.SetWeight(6)
+	c.Call(p, &model.Call{API: event.CudaMemcpyAsync, Pageable: true, HasRet: true, Start: 0, End: 1000,
+		Args: event.Args{Kind: event.HostToDevice, Bytes: 100}})
+	c.Sync(p, &model.Sync{Kind: model.SyncPageableMemcpy, BlockedNs: 1e9})
+	c.SetLaunchCounts(map[uint32]map[event.API]uint64{7: {event.CuLaunchKernel: 10}})
+	c.FoldLaunchCounts()
+	for _, tc := range []struct {
+		name   string
+		labels map[string]string
+		want   float64
+	}{
+		{"cudatap_cuda_calls_total", map[string]string{"api": "cudaMemcpyAsync"}, 6},
+		{"cudatap_memcpy_bytes_total", map[string]string{"direction": "HtoD"}, 600},
+		{"cudatap_syncs_total", map[string]string{"kind": "pageable_memcpy"}, 6},
+		{"cudatap_sync_wait_seconds_total", map[string]string{"kind": "pageable_memcpy"}, 6},
+		{"cudatap_kernel_launches_total", nil, 60},
+	} {
+		if got := gather(t, c, tc.name, tc.labels); got != tc.want {
+			t.Errorf("%s%v = %v, want %v", tc.name, tc.labels, got, tc.want)
+		}
+	}
+}
