@@ -22,6 +22,7 @@ import (
 
 	"github.com/cudatap/cudatap/export/chrome"
 	"github.com/cudatap/cudatap/export/pprofout"
+	"github.com/cudatap/cudatap/export/straggler"
 	"github.com/cudatap/cudatap/export/syncs"
 	"github.com/cudatap/cudatap/tracer/model"
 )
@@ -212,17 +213,18 @@ func (t *tempFile) abort() {
 // bounded by distinct call sites: the pprof profile and the sync sites
 // (for `cudatap syncs` and the summary).
 type Aggregates struct {
-	Profile *pprofout.Collector
-	Syncs   *syncs.Collector
+	Profile    *pprofout.Collector
+	Syncs      *syncs.Collector
+	Stragglers *straggler.Collector
 }
 
 // NewAggregates returns empty aggregates.
 func NewAggregates() *Aggregates {
-	return &Aggregates{Profile: pprofout.NewCollector(), Syncs: syncs.NewCollector()}
+	return &Aggregates{Profile: pprofout.NewCollector(), Syncs: syncs.NewCollector(), Stragglers: straggler.NewCollector()}
 }
 
-// Sink feeds both aggregates.
-func (a *Aggregates) Sink() model.Sink { return model.Sinks{a.Profile, a.Syncs} }
+// Sink feeds every aggregate.
+func (a *Aggregates) Sink() model.Sink { return model.Sinks{a.Profile, a.Syncs, a.Stragglers} }
 
 // WritePprof writes the profile of agg to every pprof output. An output
 // that fails is removed and reported, naming its path, and the others are

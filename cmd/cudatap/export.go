@@ -78,6 +78,7 @@ func runExport(cmd *cobra.Command, o *exportOptions, in string) error {
 	if err := report.Summary(cmd.OutOrStdout(), res, agg.Syncs, report.Options{}); err != nil {
 		errs = append(errs, err)
 	}
+	agg.Stragglers.Report(cmd.OutOrStdout())
 	wrote(cmd, outs)
 	return errors.Join(errs...)
 }

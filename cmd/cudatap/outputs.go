@@ -116,6 +116,7 @@ func (t *traceOutputs) finish(cmd *cobra.Command, res *model.Result) error {
 	if err := report.Summary(cmd.OutOrStdout(), res, t.agg.Syncs, report.Options{}); err != nil {
 		errs = append(errs, err)
 	}
+	t.agg.Stragglers.Report(cmd.OutOrStdout())
 	wrote(cmd, t.outs)
 	return errors.Join(errs...)
 }

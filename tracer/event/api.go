@@ -357,8 +357,10 @@ var specs = [...]Spec{
 
 	// NCCL communicators: (comm*, nranks, ncclUniqueId by value — 128 bytes
 	// on the stack, no register —, rank): the rank is the third integer
-	// register. The new comm is read at return.
-	{API: NcclCommInitRank, Name: "ncclCommInitRank", Layer: NCCL, Class: ClassCommInit, Return: true, OutArg: 1},
+	// register; the id's first word ([rsp+8], a random magic every rank of
+	// the communicator shares) tells communicators apart across processes.
+	// The new comm is read at return.
+	{API: NcclCommInitRank, Name: "ncclCommInitRank", Layer: NCCL, Class: ClassCommInit, Return: true, OutArg: 1, StackArgs: 1},
 }
 
 // The per-thread-default-stream builds export each stream call twice.

@@ -54,6 +54,7 @@ var stubArg = map[API]int{
 // stackArgs is the number of arguments each API passes on the stack
 // (x86-64 System V: six integer registers; a dim3 by value takes two).
 var stackArgs = map[API]int{
+	NcclCommInitRank:            1, // the unique id's first word
 	CudaLaunchKernel:            2, // sharedMem, stream
 	CudaLaunchCooperativeKernel: 2,
 	CudaMemcpy2D:                1, // kind

@@ -54,7 +54,8 @@ type Args struct {
 	DataType uint8
 	RedOp    uint8
 
-	Device int32 // cudaSetDevice
+	Device int32  // cudaSetDevice
+	CommID uint64 // ncclCommInitRank: the unique id's first word, shared by the communicator's ranks
 
 	HasStream bool
 	Kind      MemcpyKind
@@ -233,7 +234,7 @@ func (e *Event) Decode(a *Args) {
 		a.Peer = -1
 		a.Bytes = ncclBytes(r[2], r[3])
 	case NcclCommInitRank:
-		a.Comm, a.Size, a.Peer = e.Out, r[1], int32(r[2]) // comm, nranks, rank
+		a.Comm, a.Size, a.Peer, a.CommID = e.Out, r[1], int32(r[2]), r[6] // comm, nranks, rank, id
 	case NcclSend, NcclRecv:
 		// (buf, count, type, peer, comm, stream): send reads buf, recv writes it.
 		a.Size, a.DataType, a.Peer, a.Comm, a.Stream, a.HasStream = r[1], uint8(r[2]), int32(r[3]), r[4], r[5], true

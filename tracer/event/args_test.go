@@ -284,7 +284,7 @@ var argsCases = []argsCase{
 		want: Args{Src: 0x7f1000, Dst: 0x7f2000, Size: 77, DataType: 200, Comm: 0xc0, HasStream: true, Peer: -1, Bytes: 77}},
 	{api: CudaSetDevice, args: regs(1), want: Args{Device: 1}},
 	// ncclCommInitRank(comm*, nranks, ncclUniqueId by value (stack), rank=rdx): the comm at return.
-	{api: NcclCommInitRank, args: regs(0x7ffd00, 8, 5), out: 0xc0, want: Args{Comm: 0xc0, Size: 8, Peer: 5}},
+	{api: NcclCommInitRank, args: [9]uint64{0x7ffd00, 8, 5, 0, 0, 0, 0x5eed}, out: 0xc0, want: Args{Comm: 0xc0, Size: 8, Peer: 5, CommID: 0x5eed}},
 	{api: NcclGroupStart, args: regs(1, 2, 3), want: Args{}},
 	{api: NcclGroupEnd, want: Args{}},
 }

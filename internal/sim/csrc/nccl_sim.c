@@ -97,6 +97,10 @@ API ncclResult_t pncclGetUniqueId(ncclUniqueId *uniqueId)
 	clock_gettime(CLOCK_REALTIME, &ts);
 	unsigned long seq = __atomic_fetch_add(&next, 1, __ATOMIC_RELAXED);
 	long words[4] = { (long)getpid(), (long)ts.tv_sec, ts.tv_nsec, (long)seq };
+	/* A job's ranks share one id (rank 0 makes it and sends it to the
+	 * others); processes that play ranks of one job get it from here. */
+	if (getenv("SIM_NCCL_ID"))
+		words[0] = strtol(getenv("SIM_NCCL_ID"), NULL, 0), words[1] = words[2] = words[3] = 0;
 	memset(uniqueId, 0, sizeof *uniqueId);
 	memcpy(uniqueId->internal, words, sizeof words);
 	return ncclSuccess;

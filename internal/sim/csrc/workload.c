@@ -929,6 +929,9 @@ static void scenario_nccl(const struct options *o)
 		CK(cudaLaunchKernel, REDUCE, grid, block, reduce_args, 0, compute);
 		CK(cudaEventRecord, grads_ready, compute);
 		CK(cudaStreamWaitEvent, comm_stream, grads_ready, 0);
+		/* SIM_NCCL_DELAY_US: a straggler, late at every all-reduce. */
+		if (getenv("SIM_NCCL_DELAY_US"))
+			usleep((useconds_t)atoi(getenv("SIM_NCCL_DELAY_US")));
 		CK(ncclAllReduce, grad, grad, NCCL_GRAD_COUNT, ncclFloat, ncclSum, comm, comm_stream);
 		CK(cudaEventRecord, grads_reduced, comm_stream);
 		CK(cudaStreamWaitEvent, compute, grads_reduced, 0);

@@ -1,0 +1,94 @@
+package tracer
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"testing"
+
+	"github.com/cudatap/cudatap/export/straggler"
+	"github.com/cudatap/cudatap/internal/sim"
+	"github.com/cudatap/cudatap/internal/testutil"
+	"github.com/cudatap/cudatap/tracer/event"
+	"github.com/cudatap/cudatap/tracer/model"
+	"github.com/cudatap/cudatap/tracer/probe"
+)
+
+// TestStragglerNamed: two processes play ranks 0 and 1 of one NCCL job
+// (one communicator id) under --all; rank 1 sleeps 20 ms before every
+// all-reduce. The meetings name rank 1 the straggler at every one.
+func TestStragglerNamed(t *testing.T) {
+	testutil.RequireRoot(t)
+	b := testutil.Sim(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	st := straggler.NewCollector()
+	seen := &pidSink{Collector: model.NewCollector(), seen: map[uint32]bool{}, first: make(chan uint32, 64)}
+	attached := make(chan struct{})
+	done := make(chan *Outcome, 1)
+	go func() {
+		out, err := Run(ctx, Config{All: true, Stacks: probe.StacksNone, NVMLInterval: -1, NameWindow: -1, Sink: model.Sinks{st, seen},
+			OnAttached: func(int) { close(attached) }})
+		if err != nil {
+			t.Error(err)
+		}
+		done <- out
+	}()
+	<-attached
+	// The first process to map the simulated NCCL may run before its file
+	// is hooked: run one (alone in its communicator) until one is traced.
+	for i := 0; ; i++ {
+		if i == 50 {
+			t.Fatal("50 workloads ran and none was traced")
+		}
+		warm := exec.Command(b.NCCLWorkload, "--scenario", "nccl", "--iters", "1")
+		if err := warm.Run(); err != nil {
+			t.Fatal(err)
+		}
+		if seen.waitFor(uint32(warm.Process.Pid)) {
+			break
+		}
+	}
+	var ranks [2]*waiter
+	for r := range ranks {
+		cmd := exec.Command(b.NCCLWorkload, "--wait-stdin", "--scenario", "nccl", "--iters", "10")
+		cmd.Env = append(os.Environ(), "SIM_NCCL_ID=0x5eed", "SIM_NCCL_NRANKS=2", "SIM_NCCL_RANK="+string(rune('0'+r)))
+		if r == 1 {
+			cmd.Env = append(cmd.Env, "SIM_NCCL_DELAY_US=20000")
+		}
+		ranks[r] = startWaiterCmd(t, "ready", cmd)
+		defer cmd.Process.Kill()
+	}
+	for _, w := range ranks { // both go at once: their start skew is far below 20 ms
+		w.start()
+	}
+	collectives := 0
+	for _, w := range ranks {
+		rep, err := sim.ParseReport([]byte(w.result(t)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, s := range event.Specs(event.NCCL) {
+			if s.Class == event.ClassCollective {
+				n += rep.Calls[s.Name]
+			}
+		}
+		if collectives != 0 && n != collectives {
+			t.Fatalf("the ranks made %d and %d collectives", collectives, n)
+		}
+		collectives = n
+	}
+	cancel()
+	if out := <-done; out == nil {
+		t.FailNow()
+	}
+	comms := st.Comms()
+	if len(comms) != 1 || comms[0].ID != 0x5eed || comms[0].Meetings != collectives {
+		t.Fatalf("communicators %+v, want one (0x5eed) with %d meetings (each rank's collectives)", comms, collectives)
+	}
+	c := comms[0]
+	if s := c.Straggler(); s != 1 || c.Stats[1].Last != collectives || c.Stats[1].PID != uint32(ranks[1].pid()) {
+		t.Errorf("straggler rank %d, stats %+v: want rank 1 (pid %d) last at all %d", s, c.Stats, ranks[1].pid(), collectives)
+	}
+}
