@@ -27,7 +27,7 @@ type cpuBudget struct {
 
 func newCPUBudget(share float64, every time.Duration, reg prometheus.Registerer) *cpuBudget {
 	b := &cpuBudget{share: share, every: every, cycle: every,
-		weight: prometheus.NewGauge(prometheus.GaugeOpts{Name: "cudatap_agent_sample_weight", Help: "What each count of the current window counts for in the *_total series: the last cycle's length over the window's (1 in --continuous)."}),
+		weight:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "cudatap_agent_sample_weight", Help: "What each count of the current window counts for in the *_total series: the last cycle's length over the window's (1 in --continuous)."}),
 		ratio:   prometheus.NewGauge(prometheus.GaugeOpts{Name: "cudatap_agent_traced_ratio", Help: "Share of wall time the last cycle traced (window / (window + pause)): divide window-mode rates by it."}),
 		cpuUsed: prometheus.NewGauge(prometheus.GaugeOpts{Name: "cudatap_agent_cycle_cpu_ratio", Help: "The agent's CPU time over the last cycle, as a share of one core (held under --max-cpu)."}),
 		skipped: prometheus.NewCounter(prometheus.CounterOpts{Name: "cudatap_agent_budget_delays_total", Help: "Windows started later than --every to stay within --max-cpu."}),
