@@ -12,10 +12,13 @@
 package metrics
 
 import (
+	"fmt"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sys/unix"
 
 	"github.com/cudatap/cudatap/internal/procfs"
 	"github.com/cudatap/cudatap/tracer/event"
@@ -40,6 +43,7 @@ type Collector struct {
 	weight  float64 // each count counts this much (SetWeight)
 
 	calls, launches, syncs, syncWait, copyBytes, ncclBytes, ncclOps, apiTime, evictedDesc *prometheus.Desc
+	commCalls, commLast                                                                   *prometheus.Desc
 }
 
 type proc struct {
@@ -58,6 +62,31 @@ type proc struct {
 	// Launches counted in BPF (aggregate mode): of the sessions that
 	// ended (folded into calls and launches) and of the current one.
 	aggLive map[string]uint64
+	// NCCL communicators by handle: their collectives, exactly (not
+	// weighted: ranks are compared by them).
+	comms map[uint64]*commState
+}
+
+// commState is one rank's view of a communicator: which one (its unique
+// id's first word, shared by its ranks), its rank, and the collectives it
+// called on it. A rank whose count stays behind its communicator's others
+// has stopped arriving (hung, or a straggler).
+type commState struct {
+	id       uint64
+	rank     int32
+	size     uint64
+	calls    uint64
+	lastWall float64 // Unix seconds of its last collective call
+}
+
+// maxComms bounds the communicators kept per process.
+const maxComms = 64
+
+// wallOf converts a CLOCK_MONOTONIC ns time to Unix seconds.
+func wallOf(mono uint64) float64 {
+	var ts unix.Timespec
+	unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return float64(time.Now().UnixNano()-ts.Nano()+int64(mono)) / 1e9
 }
 
 type histogram struct {
@@ -73,7 +102,12 @@ func NewCollector() *Collector {
 	d := func(name, help string, extra ...string) *prometheus.Desc {
 		return prometheus.NewDesc(name, help, append(append([]string{}, labels...), extra...), nil)
 	}
+	comm := func(name, help string) *prometheus.Desc {
+		return prometheus.NewDesc(name, help, append(append([]string{}, labels...), "communicator", "rank", "world_size"), nil)
+	}
 	return &Collector{
+		commCalls:   comm("cudatap_nccl_comm_collectives", "Collectives this rank called on the communicator (exact). A rank behind the others of its communicator has stopped arriving: hung or late."),
+		commLast:    comm("cudatap_nccl_comm_last_collective_timestamp_seconds", "When this rank last called a collective on the communicator (Unix time)."),
 		procs:       map[uint32]*proc{},
 		weight:      1,
 		label:       procLabels,
@@ -154,6 +188,17 @@ func (c *Collector) Call(mp *model.Process, x *model.Call) {
 	case event.ClassCollective:
 		p.ncclBytes[name] += float64(x.Args.Bytes) * w
 		p.ncclOps[name] += w
+		if m := p.comms[x.Args.Comm]; m != nil {
+			m.calls++
+			m.lastWall = wallOf(x.Start)
+		}
+	case event.ClassCommInit:
+		if x.HasRet && x.Ret == 0 && x.Args.CommID != 0 && len(p.comms) < maxComms {
+			if p.comms == nil {
+				p.comms = map[uint64]*commState{}
+			}
+			p.comms[x.Args.Comm] = &commState{id: x.Args.CommID, rank: x.Args.Peer, size: x.Args.Size}
+		}
 	}
 	if x.HasRet {
 		h := p.apiTime[name]
@@ -201,7 +246,7 @@ func (c *Collector) SetWeight(w float64) {
 
 // Describe sends the metrics' descriptions.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.calls, c.launches, c.syncs, c.syncWait, c.copyBytes, c.ncclBytes, c.ncclOps, c.apiTime, c.evictedDesc} {
+	for _, d := range []*prometheus.Desc{c.calls, c.launches, c.syncs, c.syncWait, c.copyBytes, c.ncclBytes, c.ncclOps, c.apiTime, c.evictedDesc, c.commCalls, c.commLast} {
 		ch <- d
 	}
 }
@@ -270,6 +315,13 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		for op, n := range p.ncclBytes {
 			counter(c.ncclBytes, n, with(op)...)
 			counter(c.ncclOps, p.ncclOps[op], with(op)...)
+		}
+		for _, m := range p.comms {
+			cl := with(fmt.Sprintf("%016x", m.id), strconv.Itoa(int(m.rank)), strconv.FormatUint(m.size, 10))
+			ch <- prometheus.MustNewConstMetric(c.commCalls, prometheus.GaugeValue, float64(m.calls), cl...)
+			if m.lastWall > 0 {
+				ch <- prometheus.MustNewConstMetric(c.commLast, prometheus.GaugeValue, m.lastWall, cl...)
+			}
 		}
 		for api, h := range p.apiTime {
 			buckets := make(map[float64]uint64, len(apiBuckets))

@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"strconv"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -39,6 +40,8 @@ func gather(t *testing.T, c *Collector, name string, want map[string]string) flo
 				return m.GetCounter().GetValue()
 			case m.GetHistogram() != nil:
 				return float64(m.GetHistogram().GetSampleCount())
+			case m.GetGauge() != nil:
+				return m.GetGauge().GetValue()
 			}
 		}
 	}
@@ -153,5 +156,29 @@ func TestWeight(t *testing.T) {
 		if got := gather(t, c, tc.name, tc.labels); got != tc.want {
 			t.Errorf("%s%v = %v, want %v", tc.name, tc.labels, got, tc.want)
 		}
+	}
+}
+
+// TestCommCollectives: each rank's collectives on a communicator, by the
+// communicator's id, exact whatever the weight: a rank behind the others
+// has stopped arriving.
+func TestCommCollectives(t *testing.T) {
+	c := NewCollector()
+	c.label = func(uint32) (string, string, string) { return "python3", "", "" }
+	c.SetWeight(5)
+	for r := range 2 {
+		p := &model.Process{PID: uint32(10 + r)}
+		c.Call(p, &model.Call{API: event.NcclCommInitRank, HasRet: true, Args: event.Args{Comm: 0xc0, CommID: 0x5eed, Peer: int32(r), Size: 2}})
+		for range 3 - r { // rank 1 stops after 2
+			c.Call(p, &model.Call{API: event.NcclAllReduce, Start: 1, Args: event.Args{Comm: 0xc0, Bytes: 4}})
+		}
+	}
+	for r, want := range []float64{3, 2} {
+		if got := gather(t, c, "cudatap_nccl_comm_collectives", map[string]string{"rank": strconv.Itoa(r), "communicator": "0000000000005eed", "world_size": "2"}); got != want {
+			t.Errorf("rank %d: %v collectives, want %v", r, got, want)
+		}
+	}
+	if got := gather(t, c, "cudatap_nccl_comm_last_collective_timestamp_seconds", map[string]string{"rank": "0"}); got < 1e9 {
+		t.Errorf("last collective at %v, want a Unix time", got)
 	}
 }
