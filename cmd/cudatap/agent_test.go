@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -425,10 +426,19 @@ func TestAgentCapture(t *testing.T) {
 			t.Error("/metrics has no cudatap_agent_nvml_up")
 		}
 	}
-	cmd := exec.Command(b.Workload, "--scenario", "launches", "--iters", "200000")
+	// Started and waiting (its CUDA libraries mapped) before it is
+	// captured, then let go.
+	cmd := exec.Command(b.Workload, "--wait-stdin", "--scenario", "launches", "--iters", "200000")
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	if l, _ := bufio.NewReader(stdout).ReadString('\n'); !strings.HasPrefix(l, "ready") {
+		t.Fatalf("workload: %q", l)
+	}
+	go io.Copy(io.Discard, stdout)
+	io.WriteString(stdin, "go\n")
 	defer cmd.Wait()
 	defer cmd.Process.Kill()
 	pid := strconv.Itoa(cmd.Process.Pid)
