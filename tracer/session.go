@@ -143,6 +143,7 @@ type Session struct {
 	// Watch mode (control loop only).
 	loaders     map[string]*probe.Attachment // host-wide dynamic-linker hooks, by file
 	seenMaps    map[int]uint64               // maps hash of processes looked at
+	sweeps      int                          // discoverAll calls, for the full sweep
 	plain       map[string]bool              // files ("dev:inode") that hold no CUDA layer
 	newTargets  int
 	attachFails atomic.Uint64 // probe sets that could not be attached (shown as "attach failures")

@@ -53,6 +53,14 @@ func CgroupMatches(cgroup, container string) bool {
 // maxPlain bounds the set of files known to hold no CUDA.
 const maxPlain = 1 << 16
 
+// fullSweepEvery is how many sweeps pass between two that read the memory
+// map of every process: the others look only at processes not seen
+// before. Library loads in a process already seen reach cudatap through
+// its dynamic linker's hook; the full sweep is the safety net (a loader
+// cudatap could not hook), and reading every map each second was most of
+// an idle agent's CPU (1.5% of a core on the CI VM).
+const fullSweepEvery = 10
+
 // discoverAll hooks every matching process that maps CUDA now and watches
 // library loads in all of them.
 func (s *Session) discoverAll() {
@@ -60,9 +68,14 @@ func (s *Session) discoverAll() {
 	if err != nil {
 		return // no /proc to sweep: forget nothing
 	}
+	s.sweeps++
+	full := s.sweeps%fullSweepEvery == 1
 	live := make(map[int]bool, len(pids))
 	for _, pid := range pids {
 		live[pid] = true
+		if _, seen := s.seenMaps[pid]; seen && !full {
+			continue
+		}
 		s.consider(pid)
 	}
 	// Keep state bounded: forget processes that are gone.
