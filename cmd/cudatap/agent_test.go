@@ -427,8 +427,9 @@ func TestAgentCapture(t *testing.T) {
 		}
 	}
 	// Started and waiting (its CUDA libraries mapped) before it is
-	// captured, then let go.
-	cmd := exec.Command(b.Workload, "--wait-stdin", "--scenario", "launches", "--iters", "200000")
+	// captured, then let go; it launches until killed (200,000 launches
+	// were over, under the agent's probes, before the capture began).
+	cmd := exec.Command(b.Workload, "--wait-stdin", "--scenario", "launches", "--iters", "100000000") // runs until killed
 	stdin, _ := cmd.StdinPipe()
 	stdout, _ := cmd.StdoutPipe()
 	if err := cmd.Start(); err != nil {
