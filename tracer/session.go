@@ -144,6 +144,7 @@ type Session struct {
 	loaders     map[string]*probe.Attachment // host-wide dynamic-linker hooks, by file
 	seenMaps    map[int]uint64               // maps hash of processes looked at
 	sweeps      int                          // discoverAll calls, for the full sweep
+	aggFullSaid uint64                       // launch-counter overflows already logged
 	plain       map[string]bool              // files ("dev:inode") that hold no CUDA layer
 	newTargets  int
 	attachFails atomic.Uint64 // probe sets that could not be attached (shown as "attach failures")
@@ -236,8 +237,11 @@ func (s *Session) reportLaunchCounts() {
 		s.log.Warn("reading the launch counters failed", "err", err)
 		return
 	}
-	if st, err := s.tr.Stats(); err == nil && st.AggregateFull > 0 {
-		s.log.Warn("launch counters full: launches recorded one by one instead", "launches", st.AggregateFull)
+	// Not a loss (those launches went to the ring buffer), but a limit
+	// that acted: said when it grows, not every second.
+	if st, err := s.tr.Stats(); err == nil && st.AggregateFull > s.aggFullSaid {
+		s.aggFullSaid = st.AggregateFull
+		s.log.Warn("launch counters full (16,384 processes): launches recorded one by one instead", "launches", st.AggregateFull)
 	}
 	s.cfg.OnLaunchCounts(counts)
 }

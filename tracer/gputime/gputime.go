@@ -332,6 +332,8 @@ func (p *peer) message(b []byte) (done bool) {
 		return true
 	case msgRecords:
 		if int(count)*recordSize > len(body) {
+			// A message cut short: its records are lost, counted.
+			p.lost.Invalid += uint64(count)
 			return false
 		}
 		for i := range int(count) {
