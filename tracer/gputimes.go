@@ -228,9 +228,14 @@ func (s *Session) gpuTimesAdopted(pid int) {
 	if s.gputimes.tried == nil {
 		s.gputimes.tried = map[int]bool{}
 	}
-	if s.gputimes.tried[pid] || len(s.gputimes.tried) >= 1<<16 {
+	if s.gputimes.tried[pid] {
 		s.gputimes.mu.Unlock()
 		return
+	}
+	if len(s.gputimes.tried) >= 1<<16 {
+		// Bounded: most are long gone. One still alive and tried again
+		// gets the same library path, which dlopen loads once.
+		clear(s.gputimes.tried)
 	}
 	s.gputimes.tried[pid] = true
 	full, closed := len(s.gputimes.byPID) >= maxMeasured, s.gputimes.closed
