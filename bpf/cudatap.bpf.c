@@ -115,6 +115,10 @@ static __always_inline bool pairing_active(void)
  * runtime makes underneath come after that call's entry.
  */
 #define PROC_HAS_RUNTIME 1
+/* The agent's per-process sampling: this process sits the window out (none
+ * of its calls count; user space sets it before the probes attach and
+ * weighs the windows it does trace by 1/p). */
+#define PROC_SAMPLED_OUT 2
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -131,6 +135,10 @@ struct {
 	__type(value, __u8);
 } cgroups SEC(".maps");
 
+/* Set by the loader when some process is sampled out: only then does a
+ * launch probe look its process up (a launch is the hot path). */
+volatile const __u8 sampling = 0;
+
 /* Whether a shared probe's hit counts for the calling process. */
 static __always_inline bool admit(__u64 cookie, __u32 tgid)
 {
@@ -139,16 +147,19 @@ static __always_inline bool admit(__u64 cookie, __u32 tgid)
 		if (!bpf_map_lookup_elem(&cgroups, &cg))
 			return false;
 	}
+	if (!sampling && !(cookie & (COOKIE_RUNTIME | COOKIE_SHADOWED)))
+		return true;
+	__u8 *f = bpf_map_lookup_elem(&proc_flags, &tgid);
+	__u8 v = f ? *f : 0;
+	if (v & PROC_SAMPLED_OUT)
+		return false;
 	if (cookie & COOKIE_RUNTIME) {
-		__u8 *f = bpf_map_lookup_elem(&proc_flags, &tgid);
-		if (!f || !(*f & PROC_HAS_RUNTIME)) {
-			__u8 v = PROC_HAS_RUNTIME;
+		if (!(v & PROC_HAS_RUNTIME)) {
+			v |= PROC_HAS_RUNTIME;
 			bpf_map_update_elem(&proc_flags, &tgid, &v, BPF_ANY);
 		}
-	} else if (cookie & COOKIE_SHADOWED) {
-		__u8 *f = bpf_map_lookup_elem(&proc_flags, &tgid);
-		if (f && (*f & PROC_HAS_RUNTIME))
-			return false;
+	} else if ((cookie & COOKIE_SHADOWED) && (v & PROC_HAS_RUNTIME)) {
+		return false;
 	}
 	return true;
 }

@@ -56,6 +56,12 @@ type Config struct {
 	// end. Aggregated launches reach no model, trace or profile.
 	AggregateLaunches bool
 	OnLaunchCounts    func(map[uint32]map[event.API]uint64)
+	// SampledOut keeps processes out of this session (--all/--container:
+	// the agent's per-process sampling): PID → start time
+	// (procfs.ProcessStat.StartTicks), so that a PID reused by a new
+	// process does not keep the old one's lot. None of their calls count
+	// and none is adopted.
+	SampledOut map[int]uint64
 	Recording         io.Writer // optional .cudatap stream
 	// Sink, if set, receives every call, sync and GPU op as the model
 	// concludes them (aggregates for profiles and summaries): the session
@@ -184,11 +190,21 @@ func run(ctx context.Context, cfg Config, inspect func(*Session)) (*Outcome, err
 		}
 	}
 	tr, err := probe.New(probe.Config{RingBufferBytes: cfg.RingBufferBytes, Stacks: cfg.Stacks, Logger: cfg.Logger,
-		PerSymbolUprobes: cfg.PerSymbolUprobes})
+		PerSymbolUprobes: cfg.PerSymbolUprobes, Sampling: len(cfg.SampledOut) > 0})
 	if err != nil {
 		return nil, err
 	}
 	defer tr.Close()
+	if len(cfg.SampledOut) > 0 && len(cfg.PIDs)+len(cfg.Command) > 0 {
+		return nil, errors.New("SampledOut needs All or Container (shared probes)")
+	}
+	for pid := range cfg.SampledOut {
+		if sampledOut(cfg.SampledOut, pid) {
+			if err := tr.SampleOut(pid); err != nil {
+				return nil, err
+			}
+		}
+	}
 
 	s := &Session{cfg: cfg, log: cfg.Logger, tr: tr, cache: objfile.NewCache(512),
 		targets: map[int]*target{}, rescans: map[int]rescan{}, rescanWake: make(chan struct{}, 1), unwind: unwind.New(),

@@ -99,6 +99,10 @@ func (s *Session) consider(pid int) {
 	if !s.matches(pid) {
 		return
 	}
+	if sampledOut(s.cfg.SampledOut, pid) {
+		s.seenMaps[pid] = 1 // looked at: not again each second
+		return
+	}
 	h := mapsHash(pid)
 	if h == 0 || s.seenMaps[pid] == h {
 		return // gone, or unchanged since we last looked
@@ -169,4 +173,15 @@ func (s *Session) forgetExited(live map[int]bool) {
 			delete(s.targets, pid)
 		}
 	}
+}
+
+// sampledOut reports whether pid is the process the sampling left out
+// (the same start time: not a new process under its PID).
+func sampledOut(out map[int]uint64, pid int) bool {
+	start, ok := out[pid]
+	if !ok {
+		return false
+	}
+	st, err := procfs.Stat(pid)
+	return err == nil && st.StartTicks == start
 }

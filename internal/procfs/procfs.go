@@ -141,6 +141,9 @@ func findField(r io.Reader, key string) (string, bool, error) {
 type ProcessStat struct {
 	State    byte   // R, S, D, Z, X, ...
 	CPUTicks uint64 // utime + stime, in ClockTicks
+	// StartTicks is when the process started, in ClockTicks after boot:
+	// with the PID, it names one process (PIDs are reused).
+	StartTicks uint64
 }
 
 // Stat reads /proc/PID/stat.
@@ -164,17 +167,19 @@ func parseStat(b []byte) (ProcessStat, error) {
 	if i < 0 {
 		return ProcessStat{}, errors.New("no ')' after the command name")
 	}
-	// Fields from 3 (state) on; utime and stime are fields 14 and 15.
+	// Fields from 3 (state) on; utime and stime are fields 14 and 15,
+	// starttime 22.
 	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 13 || len(f[0]) != 1 {
-		return ProcessStat{}, fmt.Errorf("%d fields after the command name, want at least 13", len(f))
+	if len(f) < 20 || len(f[0]) != 1 {
+		return ProcessStat{}, fmt.Errorf("%d fields after the command name, want at least 20", len(f))
 	}
 	utime, err1 := strconv.ParseUint(f[11], 10, 64)
 	stime, err2 := strconv.ParseUint(f[12], 10, 64)
-	if err := errors.Join(err1, err2); err != nil {
+	start, err3 := strconv.ParseUint(f[19], 10, 64)
+	if err := errors.Join(err1, err2, err3); err != nil {
 		return ProcessStat{}, err
 	}
-	return ProcessStat{State: f[0][0], CPUTicks: utime + stime}, nil
+	return ProcessStat{State: f[0][0], CPUTicks: utime + stime, StartTicks: start}, nil
 }
 
 // Alive reports whether a process exists and is not a zombie.

@@ -17,23 +17,23 @@ func TestParseStat(t *testing.T) {
 	// fields 3.. of a real line: state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime ...
 	const rest = " S 1 4123 4123 0 -1 4194560 1520 0 3 0 250 17 0 0 20 0 7 0 9912 1000000 300 18446744073709551615\n"
 	for _, tc := range []struct {
-		line  string
-		state byte
-		ticks uint64
+		line         string
+		state        byte
+		ticks, start uint64
 	}{
-		{"4123 (python3)" + rest, 'S', 267},
-		{"4123 (a) b (c)" + rest, 'S', 267},                        // ')' and spaces inside comm
-		{"4123 ())))" + rest, 'S', 267},                            // nothing but ')'
-		{"4123 (x) R 1 2 3 4 5 6 7 8 9 10 11 12 13", 'R', 11 + 12}, // after the comm, state is first
-		{"77 (zombie) Z 1 77 77 0 -1 0 0 0 0 0 0 0 0", 'Z', 0},
+		{"4123 (python3)" + rest, 'S', 267, 9912},
+		{"4123 (a) b (c)" + rest, 'S', 267, 9912},                                        // ')' and spaces inside comm
+		{"4123 ())))" + rest, 'S', 267, 9912},                                            // nothing but ')'
+		{"4123 (x) R 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19", 'R', 11 + 12, 19}, // after the comm, state is first
+		{"77 (zombie) Z 1 77 77 0 -1 0 0 0 0 0 0 0 0 0 0 0 0 0 5", 'Z', 0, 5},
 	} {
 		st, err := parseStat([]byte(tc.line))
 		if err != nil {
 			t.Errorf("%q: %v", tc.line, err)
 			continue
 		}
-		if st.State != tc.state || st.CPUTicks != tc.ticks {
-			t.Errorf("%q: state %c ticks %d, want %c %d", tc.line, st.State, st.CPUTicks, tc.state, tc.ticks)
+		if st.State != tc.state || st.CPUTicks != tc.ticks || st.StartTicks != tc.start {
+			t.Errorf("%q: state %c ticks %d start %d, want %c %d %d", tc.line, st.State, st.CPUTicks, st.StartTicks, tc.state, tc.ticks, tc.start)
 		}
 	}
 	for _, bad := range []string{"", "4123 python3 S 1", "4123 (x) S 1 2 3", "4123 (x) S 1 2 3 4 5 6 7 8 9 10 u 12 13", "1 (x) SS 1 2 3 4 5 6 7 8 9 10 11 12"} {

@@ -150,6 +150,7 @@ const (
 	cudatapProgCudaReturnMulti = "cuda_return_multi"
 	cudatapProgLdso            = "ldso"
 	cudatapProgLdsoMulti       = "ldso_multi"
+	cudatapVarSampling         = "sampling"
 	cudatapVarUnusedEvent      = "unused_event"
 	cudatapVarUnusedPyCode     = "unused_py_code"
 	cudatapVarUnusedStat       = "unused_stat"
@@ -229,6 +230,7 @@ type cudatapMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type cudatapVariableSpecs struct {
+	Sampling     *ebpf.VariableSpec `ebpf:"sampling"`
 	UnusedEvent  *ebpf.VariableSpec `ebpf:"unused_event"`
 	UnusedPyCode *ebpf.VariableSpec `ebpf:"unused_py_code"`
 	UnusedStat   *ebpf.VariableSpec `ebpf:"unused_stat"`
@@ -292,6 +294,7 @@ func (m *cudatapMaps) Close() error {
 //
 // It can be passed to loadCudatapObjects or ebpf.CollectionSpec.LoadAndAssign.
 type cudatapVariables struct {
+	Sampling     *ebpf.Variable `ebpf:"sampling"`
 	UnusedEvent  *ebpf.Variable `ebpf:"unused_event"`
 	UnusedPyCode *ebpf.Variable `ebpf:"unused_py_code"`
 	UnusedStat   *ebpf.Variable `ebpf:"unused_stat"`

@@ -36,6 +36,9 @@ type Config struct {
 	// PerSymbolUprobes uses one perf-event uprobe per symbol even where the
 	// kernel has uprobe_multi (the path kernels before 6.6 take; tests).
 	PerSymbolUprobes bool
+	// Sampling lets SampleOut keep processes out of shared probes; without
+	// it a launch probe never looks its process up.
+	Sampling bool
 }
 
 // Stats are the BPF side's counters, summed over CPUs.
@@ -115,6 +118,9 @@ func New(cfg Config) (*Tracer, error) {
 	// Force a wakeup once an eighth of the ring is pending; otherwise the
 	// reader's poll timer picks records up.
 	if err := specs.WakeupBytes.Set(uint64(cfg.RingBufferBytes / 8)); err != nil {
+		return nil, fmt.Errorf("configure BPF programs: %w", err)
+	}
+	if err := specs.Sampling.Set(boolByte(cfg.Sampling)); err != nil {
 		return nil, fmt.Errorf("configure BPF programs: %w", err)
 	}
 
@@ -221,10 +227,45 @@ func (t *Tracer) addPairing(d int) {
 // its driver calls other than launches and kernel loads are the runtime's
 // and do not count (the BPF side also learns it from the first runtime call).
 func (t *Tracer) SetRuntime(pid int) error {
-	if err := t.maps.ProcFlags.Put(uint32(pid), uint8(1)); err != nil {
+	if err := t.setProcFlag(pid, procHasRuntime); err != nil {
 		return fmt.Errorf("mark process %d as using the CUDA runtime: %w", pid, err)
 	}
 	return nil
+}
+
+// SampleOut keeps process pid out of the shared probes for this tracer's
+// life (the agent's per-process sampling; needs Config.Sampling): none of
+// its calls count. The mark goes with the process: ForgetProcess and
+// PruneProcesses drop it with the rest of what is known of it.
+func (t *Tracer) SampleOut(pid int) error {
+	if !t.cfg.Sampling {
+		return errors.New("sampling processes out needs probe.Config.Sampling")
+	}
+	if err := t.setProcFlag(pid, procSampledOut); err != nil {
+		return fmt.Errorf("sample process %d out: %w", pid, err)
+	}
+	return nil
+}
+
+// The bits of proc_flags (bpf/cudatap.bpf.c, PROC_*).
+const (
+	procHasRuntime = 1
+	procSampledOut = 2
+)
+
+// setProcFlag adds a bit to a process's flags, keeping the others (the BPF
+// side may set PROC_HAS_RUNTIME at the same time: it too only adds).
+func (t *Tracer) setProcFlag(pid int, bit uint8) error {
+	var v uint8
+	t.maps.ProcFlags.Lookup(uint32(pid), &v)
+	return t.maps.ProcFlags.Put(uint32(pid), v|bit)
+}
+
+func boolByte(b bool) uint8 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // ForgetProcess drops what the shared probes know of an exited process.

@@ -1,0 +1,74 @@
+package tracer
+
+import (
+	"os"
+	"testing"
+
+	"github.com/cudatap/cudatap/internal/procfs"
+	"github.com/cudatap/cudatap/internal/testutil"
+)
+
+// TestSampledOut: under --all, a process the agent's sampling leaves out of
+// the session has none of its calls counted, runtime or driver, though it
+// maps the very files another traced process has hooked; the other's are
+// all counted.
+func TestSampledOut(t *testing.T) {
+	testutil.RequireRoot(t)
+	b := testutil.Sim(t)
+	out, err := startHeld(b, "--scenario", "basic", "--iters", "10")
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := startHeld(b, "--scenario", "basic", "--iters", "10")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.cmd.Process.Kill()
+	defer in.cmd.Process.Kill()
+	st, err := procfs.Stat(out.pid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	done, attached := watch(t, Config{All: true, SampledOut: map[int]uint64{out.pid(): st.StartTicks}}, stop)
+	s := <-attached
+	inRep, err := in.finish(s) // hooks the runtime's file for everyone
+	if err != nil {
+		t.Fatal(err)
+	}
+	out.stdin.Write([]byte("go\n"))
+	out.stdin.Close()
+	if err := out.cmd.Wait(); err != nil {
+		t.Fatalf("sampled-out workload: %v\n%s", err, out.out.Bytes())
+	}
+	if hooked(s, out.pid()) {
+		t.Error("the sampled-out process was adopted")
+	}
+	close(stop)
+	res := <-done
+	if res == nil {
+		t.FailNow()
+	}
+	checkCounts(t, res, inRep)
+	if n := len(countsBySymbol(res.Result, out.pid())); n != 0 {
+		t.Errorf("the sampled-out process has calls of %d APIs traced: %v", n, countsBySymbol(res.Result, out.pid()))
+	}
+}
+
+// A PID names the process sampled out only with the start time it had:
+// a new process under a reused PID is traced.
+func TestSampledOutNeedsSameProcess(t *testing.T) {
+	st, err := procfs.Stat(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sampledOut(map[int]uint64{os.Getpid(): st.StartTicks}, os.Getpid()) {
+		t.Error("this process, with its start time, is not sampled out")
+	}
+	if sampledOut(map[int]uint64{os.Getpid(): st.StartTicks + 1}, os.Getpid()) {
+		t.Error("another start time under this PID is sampled out")
+	}
+	if sampledOut(nil, os.Getpid()) {
+		t.Error("sampled out with no sampling")
+	}
+}
