@@ -57,7 +57,11 @@ bytes and operations, CUDA API time, per process (pid, comm, container), cumulat
 
 It traces in windows (--window, once every --every) or without gaps (--continuous). After each
 window, each process's profile (pprof, labelled pid, comm, container, pod) is served at /profile,
-written to --profiles-dir (bounded by --profiles-max-bytes) and pushed to --push. It listens on
+written to --profiles-dir (bounded by --profiles-max-bytes) and pushed to --push. Its own CPU
+time stays under --max-cpu: when tracing every process in every window would cost more, the
+busiest are traced in fewer windows, each with a probability p of its own (quiet processes keep
+p = 1) and its counts in the windows it is traced in weighted 1/p, so totals stay unbiased
+(cudatap_process_sample_probability, cudatap_process_windows_total). It listens on
 127.0.0.1 by default; to listen beyond loopback it needs --token, which every request must then
 carry as "Authorization: Bearer TOKEN".`,
 		Example: `  sudo cudatap agent --continuous
@@ -80,7 +84,7 @@ carry as "Authorization: Bearer TOKEN".`,
 	f.Int64Var(&o.profilesMax, "profiles-max-bytes", 256<<20, "with --profiles-dir: keep at most this many bytes of profiles, removing the oldest")
 	f.BoolVar(&o.perLaunch, "record-launches", false, "record every launch through the ring buffer (for profiles with launches) instead of counting them in BPF maps")
 	f.DurationVar(&o.nvml, "nvml-interval", time.Second, "GPU sampling period through NVML for the device series (0: off)")
-	f.Float64Var(&o.maxCPU, "max-cpu", 0.01, "in window mode, keep the agent's own CPU time under this share of one core by pausing longer between windows (0: no budget)")
+	f.Float64Var(&o.maxCPU, "max-cpu", 0.01, "in window mode, keep the agent's own CPU time under this share of one core: the busiest processes are traced in fewer windows (each with a probability p, its counts weighted 1/p), and the pause between windows lengthens when that is not enough (0: no budget)")
 	f.BoolVar(&o.gpuTimes, "gpu-times", false, "let POST /capture measure GPU times with the target's CUPTI (record --gpu-times)")
 	f.StringVar(&o.push, "push", "", "push each window's profile of each process to this Pyroscope-compatible server (http://HOST:PORT; POST /ingest)")
 	return cmd
@@ -236,6 +240,7 @@ func runAgent(ctx context.Context, g *globalOptions, o *agentOptions, stderr io.
 		return fmt.Errorf("--max-cpu %v: want a share of one core, e.g. 0.01", o.maxCPU)
 	}
 	budget := newCPUBudget(o.maxCPU, o.every, reg)
+	sampler := newProcessSampler(uint64(time.Now().UnixNano()))
 	stores, err := newProfileStores(o, reg)
 	if err != nil {
 		return err
@@ -279,17 +284,24 @@ func runAgent(ctx context.Context, g *globalOptions, o *agentOptions, stderr io.
 		}
 		start := time.Now()
 		budget.windowStarts()
+		var sampledOut map[int]uint64
 		if !o.continuous {
 			coll.SetWeight(budget.sampleWeight(o.window))
+			sampledOut = drawWindow(sampler, coll, g.logger())
 		}
 		prof := pprofout.NewCollector()
 		out, err := tracer.Run(ctx, tracer.Config{All: o.container == "", Container: o.container, Duration: window,
 			Stacks: probe.StacksNone, RingBufferBytes: o.ringBuffer, NVMLInterval: -1, NameWindow: -1,
-			Sink: model.Sinks{coll, prof}, Logger: g.logger(), OnAttached: func(int) { ready.Store(true) }, OnStatus: stats.status,
-			AggregateLaunches: !o.perLaunch, OnLaunchCounts: coll.SetLaunchCounts})
+			Sink: model.Sinks{coll, prof, sampler}, Logger: g.logger(), OnAttached: func(int) { ready.Store(true) }, OnStatus: stats.status,
+			AggregateLaunches: !o.perLaunch, OnLaunchCounts: coll.SetLaunchCounts, SampledOut: sampledOut})
 		coll.FoldLaunchCounts()
 		if err != nil {
 			return err
+		}
+		if !o.continuous {
+			for _, pid := range sampler.windowEnded(budget.spent(), budget.perCycle(), processStart) {
+				coll.SetSampling(pid, 1, true)
+			}
 		}
 		if p, err := pprofout.Build(out.Result, prof, pprofout.Options{}); err == nil {
 			profiles.set(p)

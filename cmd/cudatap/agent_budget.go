@@ -48,6 +48,13 @@ func cpuTime() time.Duration {
 
 func (b *cpuBudget) windowStarts() { b.start = cpuTime() }
 
+// spent is the agent's CPU time since the window began.
+func (b *cpuBudget) spent() time.Duration { return cpuTime() - b.start }
+
+// perCycle is the CPU time the budget allows a window: its share of
+// --every (0: no budget).
+func (b *cpuBudget) perCycle() time.Duration { return time.Duration(b.share * float64(b.every)) }
+
 // next is how long after the window's start the next one may begin:
 // --every, or longer when the window cost more than the budget allows.
 func (b *cpuBudget) next(window time.Duration) time.Duration {

@@ -480,3 +480,62 @@ func TestAgentCapture(t *testing.T) {
 		t.Errorf("the capture of pid %s has no launch of it (%d events)", pid, len(trace.TraceEvents))
 	}
 }
+
+// TestAgentSamplesBusyProcess: a process that calls more than --max-cpu
+// lets the agent trace is traced in fewer windows (a probability below 1
+// in /metrics, windows sat out counted), instead of losing calls inside a
+// window.
+func TestAgentSamplesBusyProcess(t *testing.T) {
+	testutil.RequireRoot(t)
+	b := testutil.Sim(t)
+	// Every launch a record (the agent's cost per call is what is budgeted):
+	// 3% of a core is 15 ms a 500 ms cycle, far less than tracing a
+	// workload that launches flat out costs.
+	base := startAgent(t, &agentOptions{listen: "127.0.0.1:0", window: 500 * time.Millisecond, every: 500 * time.Millisecond,
+		ringBuffer: 16 << 20, perLaunch: true, maxCPU: 0.03})
+	cmd := exec.Command(b.Workload, "--scenario", "launches", "--iters", "100000000") // runs until killed
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	defer cmd.Process.Kill()
+	pid := `pid="` + strconv.Itoa(cmd.Process.Pid) + `"`
+	value := func(body, metric string, labels ...string) float64 {
+		for _, l := range strings.Split(body, "\n") {
+			if !strings.HasPrefix(l, metric+"{") || !strings.Contains(l, pid) {
+				continue
+			}
+			match := true
+			for _, lb := range labels {
+				match = match && strings.Contains(l, lb)
+			}
+			if match {
+				v, _ := strconv.ParseFloat(l[strings.LastIndexByte(l, ' ')+1:], 64)
+				return v
+			}
+		}
+		return -1
+	}
+	var body string
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the busy process sat no window out within 2 minutes:\n%s", body)
+		}
+		resp, err := http.Get(base + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		body = string(b)
+		if value(body, "cudatap_process_windows_total", `traced="false"`) >= 1 {
+			break
+		}
+	}
+	if p := value(body, "cudatap_process_sample_probability"); p <= 0 || p >= 1 {
+		t.Errorf("sample probability %v, want in (0, 1)", p)
+	}
+	if n := value(body, "cudatap_process_windows_total", `traced="true"`); n < 1 {
+		t.Errorf("traced in %v windows, want at least the first", n)
+	}
+}

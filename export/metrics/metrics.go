@@ -44,6 +44,7 @@ type Collector struct {
 
 	calls, launches, syncs, syncWait, copyBytes, ncclBytes, ncclOps, apiTime, evictedDesc *prometheus.Desc
 	commCalls, commLast                                                                   *prometheus.Desc
+	sampleProb, sampleWindows                                                             *prometheus.Desc
 }
 
 type proc struct {
@@ -62,6 +63,11 @@ type proc struct {
 	// Launches counted in BPF (aggregate mode): of the sessions that
 	// ended (folded into calls and launches) and of the current one.
 	aggLive map[string]uint64
+	// The agent's per-process sampling: its probability of being traced
+	// in the current window, and the windows it was traced in and sat out.
+	// Its counts in a traced window count 1/probability.
+	probability           float64
+	windowsIn, windowsOut uint64
 	// NCCL communicators by handle: their collectives, exactly (not
 	// weighted: ranks are compared by them).
 	comms map[uint64]*commState
@@ -106,20 +112,22 @@ func NewCollector() *Collector {
 		return prometheus.NewDesc(name, help, append(append([]string{}, labels...), "communicator", "rank", "world_size"), nil)
 	}
 	return &Collector{
-		commCalls:   comm("cudatap_nccl_comm_collectives", "Collectives this rank called on the communicator (exact). A rank behind the others of its communicator has stopped arriving: hung or late."),
-		commLast:    comm("cudatap_nccl_comm_last_collective_timestamp_seconds", "When this rank last called a collective on the communicator (Unix time)."),
-		procs:       map[uint32]*proc{},
-		weight:      1,
-		label:       procLabels,
-		calls:       d("cudatap_cuda_calls_total", "CUDA runtime, driver and NCCL calls traced, by API.", "api"),
-		launches:    d("cudatap_kernel_launches_total", "Kernel launches traced."),
-		syncs:       d("cudatap_syncs_total", "Host-blocking synchronizations, by kind (stream_sync, pageable_memcpy, ...).", "kind"),
-		syncWait:    d("cudatap_sync_wait_seconds_total", "Host time blocked in synchronizations, by kind.", "kind"),
-		copyBytes:   d("cudatap_memcpy_bytes_total", "Bytes copied, by direction (HtoD, DtoH, DtoD, ...) and host memory (pageable, pinned, device).", "direction", "host_memory"),
-		ncclBytes:   d("cudatap_nccl_bytes_total", "NCCL payload bytes, by operation.", "op"),
-		ncclOps:     d("cudatap_nccl_operations_total", "NCCL operations, by operation.", "op"),
-		apiTime:     d("cudatap_cuda_api_seconds", "Host time in CUDA calls whose return is traced, by API.", "api"),
-		evictedDesc: prometheus.NewDesc("cudatap_metrics_processes_evicted_total", "Processes whose series were dropped to bound cardinality.", nil, nil),
+		commCalls:     comm("cudatap_nccl_comm_collectives", "Collectives this rank called on the communicator (exact). A rank behind the others of its communicator has stopped arriving: hung or late."),
+		commLast:      comm("cudatap_nccl_comm_last_collective_timestamp_seconds", "When this rank last called a collective on the communicator (Unix time)."),
+		procs:         map[uint32]*proc{},
+		weight:        1,
+		label:         procLabels,
+		calls:         d("cudatap_cuda_calls_total", "CUDA runtime, driver and NCCL calls traced, by API.", "api"),
+		launches:      d("cudatap_kernel_launches_total", "Kernel launches traced."),
+		syncs:         d("cudatap_syncs_total", "Host-blocking synchronizations, by kind (stream_sync, pageable_memcpy, ...).", "kind"),
+		syncWait:      d("cudatap_sync_wait_seconds_total", "Host time blocked in synchronizations, by kind.", "kind"),
+		copyBytes:     d("cudatap_memcpy_bytes_total", "Bytes copied, by direction (HtoD, DtoH, DtoD, ...) and host memory (pageable, pinned, device).", "direction", "host_memory"),
+		ncclBytes:     d("cudatap_nccl_bytes_total", "NCCL payload bytes, by operation.", "op"),
+		ncclOps:       d("cudatap_nccl_operations_total", "NCCL operations, by operation.", "op"),
+		apiTime:       d("cudatap_cuda_api_seconds", "Host time in CUDA calls whose return is traced, by API.", "api"),
+		sampleProb:    d("cudatap_process_sample_probability", "Probability the agent traces this process in a window (1 unless --max-cpu makes it sample the busiest processes; counts of traced windows are weighted 1/p)."),
+		sampleWindows: d("cudatap_process_windows_total", "Windows this process was traced in (traced=\"true\") or sat out to keep the agent within --max-cpu (traced=\"false\").", "traced"),
+		evictedDesc:   prometheus.NewDesc("cudatap_metrics_processes_evicted_total", "Processes whose series were dropped to bound cardinality.", nil, nil),
 	}
 }
 
@@ -148,7 +156,7 @@ func (c *Collector) proc(pid uint32) *proc {
 		c.evicted++
 	}
 	comm, container, pod := c.label(pid)
-	p := &proc{comm: comm, container: container, pod: pod, pid: strconv.FormatUint(uint64(pid), 10), seen: c.seq,
+	p := &proc{comm: comm, container: container, pod: pod, pid: strconv.FormatUint(uint64(pid), 10), seen: c.seq, probability: 1,
 		calls: map[string]float64{}, syncs: map[string]float64{}, syncWaitNs: map[string]float64{},
 		copyBytes: map[[2]string]float64{}, ncclBytes: map[string]float64{}, ncclOps: map[string]float64{},
 		apiTime: map[string]*histogram{}}
@@ -169,7 +177,7 @@ func (c *Collector) Call(mp *model.Process, x *model.Call) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	p := c.proc(mp.PID)
-	w := c.weight
+	w := c.weightOf(p)
 	p.calls[name] += w
 	switch spec.Class {
 	case event.ClassLaunch:
@@ -223,8 +231,8 @@ func (c *Collector) Sync(mp *model.Process, s *model.Sync) {
 	defer c.mu.Unlock()
 	p := c.proc(mp.PID)
 	k := s.Kind.String()
-	p.syncs[k] += c.weight
-	p.syncWaitNs[k] += float64(s.BlockedNs) * c.weight
+	p.syncs[k] += c.weightOf(p)
+	p.syncWaitNs[k] += float64(s.BlockedNs) * c.weightOf(p)
 }
 
 // GPUOp, Dependency and Hold add nothing to the metrics.
@@ -244,9 +252,30 @@ func (c *Collector) SetWeight(w float64) {
 	c.mu.Unlock()
 }
 
+// SetSampling says whether process pid is traced in the window that
+// begins, and with which probability (the agent's per-process sampling):
+// its counts in it count 1/probability more (on top of SetWeight).
+func (c *Collector) SetSampling(pid uint32, probability float64, traced bool) {
+	if probability <= 0 || probability > 1 {
+		probability = 1
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p := c.proc(pid)
+	p.probability = probability
+	if traced {
+		p.windowsIn++
+	} else {
+		p.windowsOut++
+	}
+}
+
+// weightOf is what one of p's counts counts for now.
+func (c *Collector) weightOf(p *proc) float64 { return c.weight / p.probability }
+
 // Describe sends the metrics' descriptions.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.calls, c.launches, c.syncs, c.syncWait, c.copyBytes, c.ncclBytes, c.ncclOps, c.apiTime, c.evictedDesc, c.commCalls, c.commLast} {
+	for _, d := range []*prometheus.Desc{c.calls, c.launches, c.syncs, c.syncWait, c.copyBytes, c.ncclBytes, c.ncclOps, c.apiTime, c.evictedDesc, c.commCalls, c.commLast, c.sampleProb, c.sampleWindows} {
 		ch <- d
 	}
 }
@@ -276,8 +305,8 @@ func (c *Collector) FoldLaunchCounts() {
 	defer c.mu.Unlock()
 	for _, p := range c.procs {
 		for api, n := range p.aggLive {
-			p.calls[api] += float64(n) * c.weight
-			p.launches += float64(n) * c.weight
+			p.calls[api] += float64(n) * c.weightOf(p)
+			p.launches += float64(n) * c.weightOf(p)
 		}
 		p.aggLive = nil
 	}
@@ -294,7 +323,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		l := []string{p.pid, p.comm, p.container, p.pod}
 		with := func(extra ...string) []string { return append(append([]string{}, l...), extra...) }
 		launches := p.launches
-		live := func(api string) float64 { return float64(p.aggLive[api]) * c.weight }
+		live := func(api string) float64 { return float64(p.aggLive[api]) * c.weightOf(p) }
 		for api := range p.aggLive {
 			launches += live(api)
 			if _, ok := p.calls[api]; !ok {
@@ -305,6 +334,11 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			counter(c.calls, n+live(api), with(api)...)
 		}
 		counter(c.launches, launches, l...)
+		if p.windowsIn+p.windowsOut > 0 {
+			ch <- prometheus.MustNewConstMetric(c.sampleProb, prometheus.GaugeValue, p.probability, l...)
+			counter(c.sampleWindows, float64(p.windowsIn), with("true")...)
+			counter(c.sampleWindows, float64(p.windowsOut), with("false")...)
+		}
 		for k, n := range p.syncs {
 			counter(c.syncs, n, with(k)...)
 			counter(c.syncWait, p.syncWaitNs[k]/1e9, with(k)...)

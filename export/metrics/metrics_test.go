@@ -159,6 +159,37 @@ func TestWeight(t *testing.T) {
 	}
 }
 
+// TestSampling: a process traced with probability p in a window counts
+// 1/p of it, on top of the window weight; its windows in and out and its
+// probability are series of their own.
+func TestSampling(t *testing.T) {
+	c := NewCollector()
+	c.label = func(uint32) (string, string, string) { return "python3", "", "" }
+	p := &model.Process{PID: 7}
+	c.SetWeight(2)
+	c.SetSampling(7, 0.25, false) // sits a window out
+	c.SetSampling(7, 0.25, true)
+	c.Call(p, &model.Call{API: event.CudaMemcpyAsync, Args: event.Args{Kind: event.HostToDevice, Bytes: 100}})
+	c.SetLaunchCounts(map[uint32]map[event.API]uint64{7: {event.CuLaunchKernel: 10}})
+	c.FoldLaunchCounts()
+	for _, tc := range []struct {
+		name   string
+		labels map[string]string
+		want   float64
+	}{
+		{"cudatap_cuda_calls_total", map[string]string{"api": "cudaMemcpyAsync"}, 8},
+		{"cudatap_memcpy_bytes_total", map[string]string{"direction": "HtoD"}, 800},
+		{"cudatap_kernel_launches_total", nil, 80},
+		{"cudatap_process_sample_probability", nil, 0.25},
+		{"cudatap_process_windows_total", map[string]string{"traced": "true"}, 1},
+		{"cudatap_process_windows_total", map[string]string{"traced": "false"}, 1},
+	} {
+		if got := gather(t, c, tc.name, tc.labels); got != tc.want {
+			t.Errorf("%s%v = %v, want %v", tc.name, tc.labels, got, tc.want)
+		}
+	}
+}
+
 // TestCommCollectives: each rank's collectives on a communicator, by the
 // communicator's id, exact whatever the weight: a rank behind the others
 // has stopped arriving.
