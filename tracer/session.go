@@ -62,7 +62,7 @@ type Config struct {
 	// process does not keep the old one's lot. None of their calls count
 	// and none is adopted.
 	SampledOut map[int]uint64
-	Recording         io.Writer // optional .cudatap stream
+	Recording  io.Writer // optional .cudatap stream
 	// Sink, if set, receives every call, sync and GPU op as the model
 	// concludes them (aggregates for profiles and summaries): the session
 	// keeps none of them.
