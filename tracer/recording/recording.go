@@ -11,11 +11,12 @@ package recording
 
 import (
 	"bufio"
+	"cmp"
 	"encoding/binary"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 
 	"github.com/cudatap/cudatap/tracer/event"
@@ -59,6 +60,10 @@ type Header struct {
 	EventHeader  int       `json:"event_header_bytes"`
 	EventMax     int       `json:"event_max_bytes"`
 	APIs         []APIDesc `json:"apis"`
+	// Merge, in a recording `cudatap merge` wrote, says which recordings
+	// it joins and how their clocks were aligned (export/merge reads it).
+	// Its timestamps are then on the clock of one of them, the reference.
+	Merge json.RawMessage `json:"merge,omitempty"`
 }
 
 // APIDesc names an API id, so a file stays readable when ids grow.
@@ -231,6 +236,38 @@ func (w *Writer) GPU(g model.GPUReport) {
 	w.record(recGPU, js)
 }
 
+// Copy appends the record rs is at, as rs read it (transformed).
+func (w *Writer) Copy(rs *Records) {
+	if rs.typ != 0 && rs.typ != recEnd {
+		w.record(rs.typ, rs.buf)
+	}
+}
+
+// Names records the name tables, every process's (n.Procs) too when procs
+// is set, in a fixed order.
+func (w *Writer) Names(n *model.Names, procs bool) {
+	if procs {
+		for _, pid := range slices.Sorted(maps.Keys(n.Procs)) {
+			w.Process(pid, n.Procs[pid])
+		}
+	}
+	cmpKey := func(a, b model.NameKey) int { return cmp.Or(cmp.Compare(a.PID, b.PID), cmp.Compare(a.Key, b.Key)) }
+	for _, k := range slices.SortedFunc(maps.Keys(n.Threads), cmpKey) {
+		w.Thread(k.PID, uint32(k.Key), n.Threads[k])
+	}
+	for _, k := range slices.SortedFunc(maps.Keys(n.Kernels), cmpKey) {
+		w.Kernel(k.PID, k.Key, n.Kernels[k])
+	}
+	for _, k := range slices.SortedFunc(maps.Keys(n.Frames), cmpKey) {
+		w.Frame(k.PID, k.Key, n.Frames[k])
+	}
+	for _, k := range slices.SortedFunc(maps.Keys(n.Py), func(a, b model.PyNameKey) int {
+		return cmp.Or(cmp.Compare(a.PID, b.PID), cmp.Compare(a.Code, b.Code), cmp.Compare(a.Instr, b.Instr))
+	}) {
+		w.PyFrame(k.PID, k.Code, k.Instr, n.Py[k])
+	}
+}
+
 // Drops records the final loss counters.
 func (w *Writer) Drops(d model.Drops) {
 	js, _ := json.Marshal(d)
@@ -256,296 +293,3 @@ func (w *Writer) Close() error {
 	return nil
 }
 
-// ErrFormat marks a file that is not a valid .cudatap recording.
-var ErrFormat = errors.New("not a cudatap recording")
-
-// ErrTruncated marks a recording that ends without its end record (the
-// recorder was killed): everything before the cut is still delivered.
-var ErrTruncated = errors.New("recording is truncated")
-
-// Replay is what a recording holds besides its events.
-type Replay struct {
-	Header    Header
-	Names     *model.Names
-	Processes []uint32 // every process the recorder named, in file order
-	Counters  []Counter
-	GPU       *model.GPUReport
-	Drops     *model.Drops // nil when the recording ends before its drop record
-	Records   uint64
-}
-
-// ReadNames reads everything but the events: header, name tables, NVML
-// series, GPU report and drop counters. Events are skipped, so a replay
-// can name things before it sees the first event, whatever the order of
-// the records in the file. Truncated files return ErrTruncated with what
-// was read before the cut; garbage returns ErrFormat; it never panics.
-func ReadNames(r io.Reader) (*Replay, error) {
-	rp := &Replay{Names: model.NewNames()}
-	err := scan(r, rp, nil, nil)
-	return rp, err
-}
-
-// ReadEvents feeds every event of a recording to m in file order (the
-// order they were read from the ring buffer), and registers every named
-// process with it. progress, if non-nil, is called with the bytes consumed
-// so far every 64 KiB or so.
-func ReadEvents(r io.Reader, m *model.Model, progress func(int64)) (*Replay, error) {
-	rp := &Replay{}
-	err := scan(r, rp, m, progress)
-	return rp, err
-}
-
-// scan reads the records of a recording: names and the rest into rp when
-// m is nil, events (and process registrations) into m otherwise.
-func scan(r io.Reader, rp *Replay, m *model.Model, progress func(int64)) error {
-	br := bufio.NewReaderSize(r, 1<<20)
-	var pre [16]byte
-	if _, err := io.ReadFull(br, pre[:]); err != nil {
-		return fmt.Errorf("%w: file too short", ErrFormat)
-	}
-	if [8]byte(pre[:8]) != magic {
-		return fmt.Errorf("%w: bad magic", ErrFormat)
-	}
-	if v := binary.LittleEndian.Uint32(pre[8:]); v != Version {
-		return fmt.Errorf("%w: version %d, this cudatap reads version %d", ErrFormat, v, Version)
-	}
-	hlen := binary.LittleEndian.Uint32(pre[12:])
-	if hlen > maxRecord {
-		return fmt.Errorf("%w: header of %d bytes", ErrFormat, hlen)
-	}
-	hdr, err := readN(br, nil, int(hlen))
-	if err != nil {
-		return fmt.Errorf("%w: header cut short", ErrTruncated)
-	}
-	if err := json.Unmarshal(hdr, &rp.Header); err != nil {
-		return fmt.Errorf("%w: header: %v", ErrFormat, err)
-	}
-	var (
-		buf      []byte
-		ev       event.Event
-		consumed = int64(16 + hlen)
-		lastTick int64
-	)
-	for {
-		typ, err := br.ReadByte()
-		if err != nil {
-			return fmt.Errorf("%w after %d records", ErrTruncated, rp.Records)
-		}
-		n, err := binary.ReadUvarint(br)
-		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-			return fmt.Errorf("%w after %d records: record length cut short", ErrTruncated, rp.Records)
-		}
-		if err != nil || n > maxRecord {
-			return fmt.Errorf("%w: bad record length after %d records", ErrFormat, rp.Records)
-		}
-		consumed += int64(1+uvarintLen(n)) + int64(n)
-		if progress != nil && consumed-lastTick > 64<<10 {
-			progress(consumed)
-			lastTick = consumed
-		}
-		// Records of the other pass are skipped unread.
-		if (typ == recEvent || typ == recNote || typ == recGPUTime) != (m != nil) && typ != recEnd && typ != recProcess {
-			if _, err := br.Discard(int(n)); err != nil {
-				return fmt.Errorf("%w after %d records", ErrTruncated, rp.Records)
-			}
-			rp.Records++
-			continue
-		}
-		if buf, err = readN(br, buf, int(n)); err != nil {
-			return fmt.Errorf("%w after %d records", ErrTruncated, rp.Records)
-		}
-		if err := rp.record(typ, buf, m, &ev); err != nil {
-			return err
-		}
-		if typ == recEnd {
-			if progress != nil {
-				progress(consumed)
-			}
-			return nil
-		}
-		rp.Records++
-	}
-}
-
-// record handles one record's payload.
-func (rp *Replay) record(typ byte, buf []byte, m *model.Model, ev *event.Event) error {
-	switch typ {
-	case recEvent:
-		if err := event.Decode(buf, ev); err != nil {
-			m.DecodeError()
-		} else if ev.API() == event.LibraryLoad {
-			m.Auxiliary()
-		} else {
-			m.Handle(ev)
-		}
-	case recProcess, recThread, recKernel, recFrame:
-		if len(buf) < 12 {
-			return fmt.Errorf("%w: short name record", ErrFormat)
-		}
-		pid, key, name := binary.LittleEndian.Uint32(buf), binary.LittleEndian.Uint64(buf[4:]), string(buf[12:])
-		if m != nil {
-			// The recorder names a process when it first sees it, which
-			// for an attached process that never calls CUDA is all it sees.
-			if typ == recProcess {
-				m.AddProcess(pid)
-			}
-			return nil
-		}
-		n := rp.Names
-		switch typ {
-		case recProcess:
-			var info model.ProcessInfo
-			if json.Unmarshal([]byte(name), &info) == nil {
-				n.Procs[pid] = info
-			}
-			rp.Processes = append(rp.Processes, pid)
-		case recThread:
-			n.Threads[model.NameKey{PID: pid, Key: key}] = name
-		case recKernel:
-			n.Kernels[model.NameKey{PID: pid, Key: key}] = name
-		case recFrame:
-			n.Frames[model.NameKey{PID: pid, Key: key}] = name
-		}
-	case recPyFrame:
-		if len(buf) < 20 {
-			return fmt.Errorf("%w: short Python frame record", ErrFormat)
-		}
-		k := model.PyNameKey{PID: binary.LittleEndian.Uint32(buf), PyKey: model.PyKey{Code: binary.LittleEndian.Uint64(buf[4:]), Instr: binary.LittleEndian.Uint64(buf[12:])}}
-		rp.Names.Py[k] = string(buf[20:])
-	case recDrops:
-		var d model.Drops
-		if err := json.Unmarshal(buf, &d); err != nil {
-			return fmt.Errorf("%w: drops record: %v", ErrFormat, err)
-		}
-		rp.Drops = &d
-	case recCounter:
-		var c Counter
-		if err := json.Unmarshal(buf, &c); err != nil {
-			return fmt.Errorf("%w: counter record: %v", ErrFormat, err)
-		}
-		rp.Counters = append(rp.Counters, c)
-	case recGPU:
-		var g model.GPUReport
-		if err := json.Unmarshal(buf, &g); err != nil {
-			return fmt.Errorf("%w: GPU record: %v", ErrFormat, err)
-		}
-		rp.GPU = &g
-	case recNote:
-		if len(buf) < 25 {
-			return fmt.Errorf("%w: short note record", ErrFormat)
-		}
-		pid, tid := binary.LittleEndian.Uint32(buf[1:]), binary.LittleEndian.Uint32(buf[5:])
-		a, b := binary.LittleEndian.Uint64(buf[9:]), binary.LittleEndian.Uint64(buf[17:])
-		switch buf[0] {
-		case noteHold:
-			m.AddHold(pid, tid, a, b)
-		case notePinned:
-			m.AddPinned(pid, a, b)
-		case noteAttachedLate:
-			m.AttachedLate(pid)
-		}
-	case recGPUTime:
-		if len(buf) < gpuTimeSize {
-			return fmt.Errorf("%w: short GPU time record", ErrFormat)
-		}
-		if m == nil {
-			return nil
-		}
-		le := binary.LittleEndian
-		pid, t := le.Uint32(buf[1:]), le.Uint64(buf[5:])
-		switch buf[0] {
-		case GPUTimesStart:
-			m.StartMeasuring(pid)
-		case GPUTimesMeasure:
-			b := buf[13:]
-			ms := model.Measurement{TID: le.Uint32(b), APIStart: le.Uint64(b[4:]), APIEnd: le.Uint64(b[12:]),
-				Start: le.Uint64(b[20:]), End: le.Uint64(b[28:]), Kind: model.OpKind(b[36]), Device: int8(b[37]), Bytes: le.Uint64(b[38:]),
-				Name: string(b[46:])}
-			m.Measure(pid, &ms)
-		case GPUTimesMark:
-			m.MeasuredUntil(pid, t)
-		case GPUTimesStop:
-			m.AddGPUTimesLost(t)
-			m.StopMeasuring(pid)
-		}
-	case recEnd:
-	default:
-		return fmt.Errorf("%w: unknown record type %d", ErrFormat, typ)
-	}
-	return nil
-}
-
-// readN reads n bytes into buf, reusing it when it is big enough and else
-// growing it only as the data arrives: a corrupt length cannot make the
-// reader allocate much more than the file holds.
-func readN(r io.Reader, buf []byte, n int) ([]byte, error) {
-	if n <= cap(buf) {
-		buf = buf[:n]
-		_, err := io.ReadFull(r, buf)
-		return buf, err
-	}
-	buf = buf[:0]
-	for len(buf) < n {
-		chunk := min(n-len(buf), max(len(buf), 64<<10))
-		buf = slices.Grow(buf, chunk)
-		k, err := io.ReadFull(r, buf[len(buf):len(buf)+chunk])
-		buf = buf[:len(buf)+k]
-		if err != nil {
-			return buf, err
-		}
-	}
-	return buf, nil
-}
-
-func uvarintLen(n uint64) int {
-	var b [binary.MaxVarintLen64]byte
-	return binary.PutUvarint(b[:], n)
-}
-
-// Load replays a whole recording in two passes, names first, then events
-// into a model that hands what it concludes to the sink newSink returns
-// (called once, between the passes, with everything but the events). A
-// truncated recording still yields a result (with the error): its drop
-// counters are then unknown, which Result.Drops cannot say, so callers must
-// report it. Memory is bounded by the name tables and the model's state,
-// not by the number of events.
-func Load(r io.ReadSeeker, newSink func(*Replay) model.Sink, progress func(int64)) (*model.Result, *Replay, error) {
-	rp, err := ReadNames(r)
-	if err != nil && !errors.Is(err, ErrTruncated) {
-		return nil, nil, err
-	}
-	if _, serr := r.Seek(0, io.SeekStart); serr != nil {
-		return nil, nil, fmt.Errorf("rewind recording: %w", serr)
-	}
-	var sink model.Sink
-	if newSink != nil {
-		sink = newSink(rp)
-	}
-	m := model.New(sink)
-	evs, err := ReadEvents(r, m, progress)
-	if d := rp.Drops; d != nil {
-		m.SetKernelStats(d.Submitted, d.RingbufFull, d.InflightFull, d.OrphanReturns, d.ReadFaults)
-		m.SetAttachFailures(d.AttachFailures)
-		m.SetNested(d.Nested)
-		m.SetProgramSkips(d.ProgramSkips)
-		m.SetPyCodeLost(d.PyCodeLost)
-		m.SetGPUTimesLost(d.GPUTimesLost) // the session's own losses too
-	}
-	res := m.Finish()
-	res.WallOffsetNs = rp.Header.WallOffsetNs
-	res.Counters = rp.Counters
-	if rp.GPU != nil {
-		res.GPU = *rp.GPU
-	} else {
-		res.GPU.Status = "unknown: the recording ends before its GPU record"
-	}
-	// Records the recorder could not decode were counted but not written.
-	if d := rp.Drops; d != nil && d.DecodeErrors > res.Drops.DecodeErrors {
-		missing := d.DecodeErrors - res.Drops.DecodeErrors
-		res.Drops.DecodeErrors += missing
-		res.Drops.Received += missing
-	}
-	res.Name(rp.Names)
-	rp.Records = evs.Records
-	return res, rp, err
-}
