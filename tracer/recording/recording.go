@@ -292,4 +292,3 @@ func (w *Writer) Close() error {
 	}
 	return nil
 }
-
