@@ -205,15 +205,19 @@ static __always_inline void count(__u32 which)
 
 /*
  * Aggregate mode (the agent): a launch probe with COOKIE_AGG adds one to
- * its process's counter for its API here, per CPU, and writes no ring-buffer
- * record: a launch costs a map lookup on top of the trap. User space sums
- * the CPUs' counters. With no room for a new process, the launch goes to
- * the ring buffer as usual (counted): never lost.
+ * its process's counter for its API and stream here, per CPU, and writes no
+ * ring-buffer record: a launch costs a map lookup and one 8-byte read of
+ * its stream on top of the trap. User space sums the CPUs' counters. With
+ * no room for a new key, the launch goes to the ring buffer as usual
+ * (counted): never lost.
  */
 struct agg_key {
 	__u32 tgid;
 	__u32 api;
+	__u64 stream; /* the handle; AGG_STREAM_UNKNOWN when unreadable */
 };
+
+#define AGG_STREAM_UNKNOWN (~0ULL)
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
@@ -222,9 +226,20 @@ struct {
 	__type(value, __u64);
 } launch_counts SEC(".maps");
 
-static __always_inline bool aggregate(__u64 cookie, __u64 pid_tgid)
+static __always_inline __u64 launch_stream(struct pt_regs *ctx, __u64 cookie)
 {
-	struct agg_key k = { .tgid = pid_tgid >> 32, .api = COOKIE_API(cookie) };
+	__u64 where = COOKIE_AGG_STREAM(cookie), stream = 0;
+	if (!where)
+		return AGG_STREAM_UNKNOWN;
+	void *at = where < 8 ? (void *)(PT_REGS_SP(ctx) + 8 * where) : (void *)(PT_REGS_PARM1(ctx) + 8 * (where - 8));
+	if (bpf_probe_read_user(&stream, sizeof stream, at) < 0)
+		return AGG_STREAM_UNKNOWN;
+	return stream;
+}
+
+static __always_inline bool aggregate(struct pt_regs *ctx, __u64 cookie, __u64 pid_tgid)
+{
+	struct agg_key k = { .tgid = pid_tgid >> 32, .api = COOKIE_API(cookie), .stream = launch_stream(ctx, cookie) };
 	__u64 *n = bpf_map_lookup_elem(&launch_counts, &k);
 	if (n) {
 		*n += 1;
@@ -433,7 +448,7 @@ static __always_inline int on_entry(struct pt_regs *ctx)
 			stub = v;
 		}
 	}
-	if ((cookie & COOKIE_AGG) && aggregate(cookie, pid_tgid))
+	if ((cookie & COOKIE_AGG) && aggregate(ctx, cookie, pid_tgid))
 		return 0;
 	if (COOKIE_FULL(cookie))
 		return emit_entry(ctx, cookie, pid_tgid, now, stub, true);

@@ -26,6 +26,9 @@
  *                process that has a runtime
  *   bit  40      (shared, runtime) mark the process as having a runtime
  *   bit  41      (shared) only processes in a cgroup of the `cgroups` map
+ *   bit  42      (launch) count the launch in `launch_counts`, write no record
+ *   bits 43..46  (with 42) where the launch's stream is: 0 nowhere, 1..3 stack
+ *                word k ([rsp+8k]), 8+w word w behind argument 0 (a config)
  */
 #define COOKIE_API(c) ((c) & 0xffff)
 #define COOKIE_NSTACK(c) (((c) >> 24) & 0x3)
@@ -42,6 +45,7 @@
 #define COOKIE_RUNTIME (1ULL << 40)
 #define COOKIE_CGROUP (1ULL << 41)
 #define COOKIE_AGG (1ULL << 42)
+#define COOKIE_AGG_STREAM(c) (((c) >> 43) & 0xf)
 /* Records with a stack or a string are full size; others end at stack[]. */
 #define COOKIE_FULL(c) (((c) & COOKIE_STACK) || (COOKIE_STRARG(c) && !((c) & COOKIE_PAIR)))
 

@@ -3,6 +3,7 @@ package tracer
 import (
 	"context"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -21,8 +22,9 @@ import (
 func TestAggregateLaunches(t *testing.T) {
 	testutil.RequireRoot(t)
 	b := testutil.Sim(t)
+	const iters = 20
 	var mu sync.Mutex
-	var last map[uint32]map[event.API]uint64
+	var last map[uint32]map[event.LaunchKey]uint64
 	ctx, cancel := context.WithCancel(context.Background())
 	attached := make(chan struct{})
 	done := make(chan *Outcome, 1)
@@ -30,7 +32,7 @@ func TestAggregateLaunches(t *testing.T) {
 	go func() {
 		out, err := Run(ctx, Config{All: true, Stacks: probe.StacksNone, NVMLInterval: -1, NameWindow: -1, Sink: col,
 			AggregateLaunches: true, OnAttached: func(int) { close(attached) },
-			OnLaunchCounts: func(c map[uint32]map[event.API]uint64) { mu.Lock(); last = c; mu.Unlock() }})
+			OnLaunchCounts: func(c map[uint32]map[event.LaunchKey]uint64) { mu.Lock(); last = c; mu.Unlock() }})
 		if err != nil {
 			t.Error(err)
 		}
@@ -39,7 +41,7 @@ func TestAggregateLaunches(t *testing.T) {
 	<-attached
 	run := func() *sim.Report {
 		t.Helper()
-		out, err := exec.Command(b.Workload, "--scenario", "basic", "--iters", "20").Output()
+		out, err := exec.Command(b.Workload, "--scenario", "basic", "--iters", strconv.Itoa(iters)).Output()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -73,16 +75,44 @@ func TestAggregateLaunches(t *testing.T) {
 		}
 	}
 	mu.Lock()
-	counted := last[uint32(rep.PID)][event.CuLaunchKernel]
+	var counted uint64
+	byStream := map[uint64]uint64{}
+	for k, n := range last[uint32(rep.PID)] {
+		if k.API == event.CuLaunchKernel {
+			counted += n
+			byStream[k.Stream] += n
+		}
+	}
 	mu.Unlock()
 	if counted != launches {
 		t.Errorf("launches counted in BPF: %d, the workload made %d", counted, launches)
 	}
 	var calls, launchCalls int
+	created := map[uint64]bool{}
 	for _, c := range col.Traces[uint32(rep.PID)].Calls {
 		calls++
-		if s := c.Spec(); s != nil && s.Class == event.ClassLaunch {
+		s := c.Spec()
+		if s != nil && s.Class == event.ClassLaunch {
 			launchCalls++
+		}
+		if s != nil && s.Class == event.ClassStreamCreate {
+			created[c.Args.Stream] = true
+		}
+	}
+	// Per stream: the basic scenario launches a gemm on each of its two
+	// streams and a relu on the legacy default stream (NULL) each
+	// iteration.
+	for stream, n := range byStream {
+		if stream != 0 && !created[stream] {
+			t.Errorf("%d launches counted on stream %#x, not one of the workload's %v", n, stream, created)
+		}
+	}
+	if len(created) != 2 || byStream[0] != iters {
+		t.Errorf("launches by stream %v (created %v), want %d on each of the 2 created and on the legacy stream", byStream, created, iters)
+	}
+	for stream := range created {
+		if byStream[stream] != iters {
+			t.Errorf("launches by stream %v (created %v), want %d on each of the 2 created and on the legacy stream", byStream, created, iters)
 		}
 	}
 	if launchCalls != 0 || calls == 0 {

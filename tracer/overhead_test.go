@@ -141,7 +141,7 @@ func attachAll(aggregate bool) func(testing.TB, int) func() {
 		done := make(chan error, 1)
 		go func() {
 			_, err := Run(ctx, Config{All: true, Stacks: probe.StacksNone, NVMLInterval: -1, NameWindow: -1, Recording: discard{},
-				AggregateLaunches: aggregate, OnLaunchCounts: func(map[uint32]map[event.API]uint64) {}, OnAttached: func(int) { close(attached) }})
+				AggregateLaunches: aggregate, OnLaunchCounts: func(map[uint32]map[event.LaunchKey]uint64) {}, OnAttached: func(int) { close(attached) }})
 			done <- err
 		}()
 		select {

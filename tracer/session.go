@@ -55,7 +55,7 @@ type Config struct {
 	// counts so far, per process and API, about once a second and at the
 	// end. Aggregated launches reach no model, trace or profile.
 	AggregateLaunches bool
-	OnLaunchCounts    func(map[uint32]map[event.API]uint64)
+	OnLaunchCounts    func(map[uint32]map[event.LaunchKey]uint64)
 	// SampledOut keeps processes out of this session (--all/--container:
 	// the agent's per-process sampling): PID → start time
 	// (procfs.ProcessStat.StartTicks), so that a PID reused by a new

@@ -110,7 +110,7 @@ func (s *Session) hookShared(t *target, lib *probe.Library, cgroupOnly bool) boo
 		if s.cfg.AggregateLaunches {
 			bits = func(sp *event.Spec) uint64 {
 				if sp.Class == event.ClassLaunch {
-					return sharedBits(sp) | event.CookieAggregate
+					return sharedBits(sp) | sp.AggregateCookie()
 				}
 				return sharedBits(sp)
 			}

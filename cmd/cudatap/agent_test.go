@@ -192,6 +192,11 @@ func TestAgentMetrics(t *testing.T) {
 		_, body = get("/metrics")
 		return value(body, "cudatap_kernel_launches_total") == float64(launches)
 	})
+	// By stream: the basic scenario's relu runs on the legacy default
+	// stream once an iteration (20), its gemms on its own two streams.
+	if got := value(body, "cudatap_stream_launches_total", `stream="legacy"`); got != 20 {
+		t.Errorf("launches on the legacy stream: /metrics says %v, want 20", got)
+	}
 	for _, api := range []string{"cudaStreamSynchronize", "cudaMemcpyAsync", "cudaEventRecord"} {
 		if got, want := value(body, "cudatap_cuda_calls_total", `api="`+api+`"`), float64(rep.Calls[api]); got != want {
 			t.Errorf("%s calls: /metrics says %v, the workload made %v", api, got, want)

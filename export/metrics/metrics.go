@@ -44,7 +44,7 @@ type Collector struct {
 
 	calls, launches, syncs, syncWait, copyBytes, ncclBytes, ncclOps, apiTime, evictedDesc *prometheus.Desc
 	commCalls, commLast                                                                   *prometheus.Desc
-	sampleProb, sampleWindows                                                             *prometheus.Desc
+	sampleProb, sampleWindows, streamLaunches                                             *prometheus.Desc
 }
 
 type proc struct {
@@ -60,9 +60,13 @@ type proc struct {
 	ncclBytes  map[string]float64    // by collective
 	ncclOps    map[string]float64
 	apiTime    map[string]*histogram
+	// Launches by stream (label: streamLabel), weighted.
+	streamLaunches map[string]float64
 	// Launches counted in BPF (aggregate mode): of the sessions that
-	// ended (folded into calls and launches) and of the current one.
-	aggLive map[string]uint64
+	// ended (folded into calls and launches) and of the current one, by
+	// API and by stream.
+	aggLive       map[string]uint64
+	aggLiveStream map[string]uint64
 	// The agent's per-process sampling: its probability of being traced
 	// in the current window, and the windows it was traced in and sat out.
 	// Its counts in a traced window count 1/probability.
@@ -112,22 +116,23 @@ func NewCollector() *Collector {
 		return prometheus.NewDesc(name, help, append(append([]string{}, labels...), "communicator", "rank", "world_size"), nil)
 	}
 	return &Collector{
-		commCalls:     comm("cudatap_nccl_comm_collectives", "Collectives this rank called on the communicator (exact). A rank behind the others of its communicator has stopped arriving: hung or late."),
-		commLast:      comm("cudatap_nccl_comm_last_collective_timestamp_seconds", "When this rank last called a collective on the communicator (Unix time)."),
-		procs:         map[uint32]*proc{},
-		weight:        1,
-		label:         procLabels,
-		calls:         d("cudatap_cuda_calls_total", "CUDA runtime, driver and NCCL calls traced, by API.", "api"),
-		launches:      d("cudatap_kernel_launches_total", "Kernel launches traced."),
-		syncs:         d("cudatap_syncs_total", "Host-blocking synchronizations, by kind (stream_sync, pageable_memcpy, ...).", "kind"),
-		syncWait:      d("cudatap_sync_wait_seconds_total", "Host time blocked in synchronizations, by kind.", "kind"),
-		copyBytes:     d("cudatap_memcpy_bytes_total", "Bytes copied, by direction (HtoD, DtoH, DtoD, ...) and host memory (pageable, pinned, device).", "direction", "host_memory"),
-		ncclBytes:     d("cudatap_nccl_bytes_total", "NCCL payload bytes, by operation.", "op"),
-		ncclOps:       d("cudatap_nccl_operations_total", "NCCL operations, by operation.", "op"),
-		apiTime:       d("cudatap_cuda_api_seconds", "Host time in CUDA calls whose return is traced, by API.", "api"),
-		sampleProb:    d("cudatap_process_sample_probability", "Probability the agent traces this process in a window (1 unless --max-cpu makes it sample the busiest processes; counts of traced windows are weighted 1/p)."),
-		sampleWindows: d("cudatap_process_windows_total", "Windows this process was traced in (traced=\"true\") or sat out to keep the agent within --max-cpu (traced=\"false\").", "traced"),
-		evictedDesc:   prometheus.NewDesc("cudatap_metrics_processes_evicted_total", "Processes whose series were dropped to bound cardinality.", nil, nil),
+		commCalls:      comm("cudatap_nccl_comm_collectives", "Collectives this rank called on the communicator (exact). A rank behind the others of its communicator has stopped arriving: hung or late."),
+		commLast:       comm("cudatap_nccl_comm_last_collective_timestamp_seconds", "When this rank last called a collective on the communicator (Unix time)."),
+		procs:          map[uint32]*proc{},
+		weight:         1,
+		label:          procLabels,
+		calls:          d("cudatap_cuda_calls_total", "CUDA runtime, driver and NCCL calls traced, by API.", "api"),
+		launches:       d("cudatap_kernel_launches_total", "Kernel launches traced."),
+		streamLaunches: d("cudatap_stream_launches_total", "Kernel launches traced, by stream (its handle: legacy, per_thread, 0x…; unknown when unreadable).", "stream"),
+		syncs:          d("cudatap_syncs_total", "Host-blocking synchronizations, by kind (stream_sync, pageable_memcpy, ...).", "kind"),
+		syncWait:       d("cudatap_sync_wait_seconds_total", "Host time blocked in synchronizations, by kind.", "kind"),
+		copyBytes:      d("cudatap_memcpy_bytes_total", "Bytes copied, by direction (HtoD, DtoH, DtoD, ...) and host memory (pageable, pinned, device).", "direction", "host_memory"),
+		ncclBytes:      d("cudatap_nccl_bytes_total", "NCCL payload bytes, by operation.", "op"),
+		ncclOps:        d("cudatap_nccl_operations_total", "NCCL operations, by operation.", "op"),
+		apiTime:        d("cudatap_cuda_api_seconds", "Host time in CUDA calls whose return is traced, by API.", "api"),
+		sampleProb:     d("cudatap_process_sample_probability", "Probability the agent traces this process in a window (1 unless --max-cpu makes it sample the busiest processes; counts of traced windows are weighted 1/p)."),
+		sampleWindows:  d("cudatap_process_windows_total", "Windows this process was traced in (traced=\"true\") or sat out to keep the agent within --max-cpu (traced=\"false\").", "traced"),
+		evictedDesc:    prometheus.NewDesc("cudatap_metrics_processes_evicted_total", "Processes whose series were dropped to bound cardinality.", nil, nil),
 	}
 }
 
@@ -159,7 +164,7 @@ func (c *Collector) proc(pid uint32) *proc {
 	p := &proc{comm: comm, container: container, pod: pod, pid: strconv.FormatUint(uint64(pid), 10), seen: c.seq, probability: 1,
 		calls: map[string]float64{}, syncs: map[string]float64{}, syncWaitNs: map[string]float64{},
 		copyBytes: map[[2]string]float64{}, ncclBytes: map[string]float64{}, ncclOps: map[string]float64{},
-		apiTime: map[string]*histogram{}}
+		apiTime: map[string]*histogram{}, streamLaunches: map[string]float64{}}
 	c.procs[pid] = p
 	return p
 }
@@ -183,6 +188,9 @@ func (c *Collector) Call(mp *model.Process, x *model.Call) {
 	case event.ClassLaunch:
 		if !x.Captured {
 			p.launches += w
+			if x.Args.HasStream {
+				p.streamLaunches[streamLabel(x.Args.Stream)] += w
+			}
 		}
 	case event.ClassMemcpy:
 		host := "pinned"
@@ -275,24 +283,24 @@ func (c *Collector) weightOf(p *proc) float64 { return c.weight / p.probability 
 
 // Describe sends the metrics' descriptions.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.calls, c.launches, c.syncs, c.syncWait, c.copyBytes, c.ncclBytes, c.ncclOps, c.apiTime, c.evictedDesc, c.commCalls, c.commLast, c.sampleProb, c.sampleWindows} {
+	for _, d := range []*prometheus.Desc{c.calls, c.launches, c.syncs, c.syncWait, c.copyBytes, c.ncclBytes, c.ncclOps, c.apiTime, c.evictedDesc, c.commCalls, c.commLast, c.sampleProb, c.sampleWindows, c.streamLaunches} {
 		ch <- d
 	}
 }
 
 // SetLaunchCounts takes the launches counted in BPF by the current
-// session (aggregate mode), cumulative per process and API since it began.
-func (c *Collector) SetLaunchCounts(counts map[uint32]map[event.API]uint64) {
+// session (aggregate mode), cumulative per process, API and stream since it
+// began.
+func (c *Collector) SetLaunchCounts(counts map[uint32]map[event.LaunchKey]uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for pid, byAPI := range counts {
+	for pid, byKey := range counts {
 		p := c.proc(pid)
-		if p.aggLive == nil {
-			p.aggLive = map[string]uint64{}
-		}
-		for api, n := range byAPI {
-			if s := event.Lookup(api); s != nil {
-				p.aggLive[s.Name] = n
+		p.aggLive, p.aggLiveStream = map[string]uint64{}, map[string]uint64{}
+		for k, n := range byKey {
+			if s := event.Lookup(k.API); s != nil {
+				p.aggLive[s.Name] += n
+				p.aggLiveStream[streamLabel(k.Stream)] += n
 			}
 		}
 	}
@@ -308,8 +316,26 @@ func (c *Collector) FoldLaunchCounts() {
 			p.calls[api] += float64(n) * c.weightOf(p)
 			p.launches += float64(n) * c.weightOf(p)
 		}
-		p.aggLive = nil
+		for stream, n := range p.aggLiveStream {
+			p.streamLaunches[stream] += float64(n) * c.weightOf(p)
+		}
+		p.aggLive, p.aggLiveStream = nil, nil
 	}
+}
+
+// streamLabel names a stream by its handle, stable across windows (the
+// model's small ids restart with each session): the legacy and per-thread
+// default streams by name, the others in hex.
+func streamLabel(handle uint64) string {
+	switch handle {
+	case 0, 1: // cudaStreamLegacy is 0x1
+		return "legacy"
+	case 2:
+		return "per_thread"
+	case event.AggregateUnknownStream:
+		return "unknown"
+	}
+	return fmt.Sprintf("0x%x", handle)
 }
 
 // Collect sends the current values.
@@ -334,6 +360,14 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			counter(c.calls, n+live(api), with(api)...)
 		}
 		counter(c.launches, launches, l...)
+		for stream, n := range p.streamLaunches {
+			if _, ok := p.aggLiveStream[stream]; !ok {
+				counter(c.streamLaunches, n, with(stream)...)
+			}
+		}
+		for stream, n := range p.aggLiveStream {
+			counter(c.streamLaunches, p.streamLaunches[stream]+float64(n)*c.weightOf(p), with(stream)...)
+		}
 		if p.windowsIn+p.windowsOut > 0 {
 			ch <- prometheus.MustNewConstMetric(c.sampleProb, prometheus.GaugeValue, p.probability, l...)
 			counter(c.sampleWindows, float64(p.windowsIn), with("true")...)

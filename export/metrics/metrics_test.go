@@ -112,8 +112,8 @@ func TestCollectorBounded(t *testing.T) {
 func TestLaunchCounts(t *testing.T) {
 	c := NewCollector()
 	c.label = func(uint32) (string, string, string) { return "python3", "", "" }
-	c.SetLaunchCounts(map[uint32]map[event.API]uint64{7: {event.CuLaunchKernel: 100}})
-	c.SetLaunchCounts(map[uint32]map[event.API]uint64{7: {event.CuLaunchKernel: 150}}) // cumulative: replaces
+	c.SetLaunchCounts(map[uint32]map[event.LaunchKey]uint64{7: {{API: event.CuLaunchKernel}: 100}})
+	c.SetLaunchCounts(map[uint32]map[event.LaunchKey]uint64{7: {{API: event.CuLaunchKernel}: 150}}) // cumulative: replaces
 	check := func(want float64) {
 		t.Helper()
 		if got := gather(t, c, "cudatap_kernel_launches_total", map[string]string{"pid": "7"}); got != want {
@@ -126,8 +126,33 @@ func TestLaunchCounts(t *testing.T) {
 	check(150)
 	c.FoldLaunchCounts()
 	check(150)
-	c.SetLaunchCounts(map[uint32]map[event.API]uint64{7: {event.CuLaunchKernel: 5}}) // a new session
+	c.SetLaunchCounts(map[uint32]map[event.LaunchKey]uint64{7: {{API: event.CuLaunchKernel}: 5}}) // a new session
 	check(155)
+}
+
+// TestStreamLaunches: launches by stream, from BPF counts (live, then
+// folded) and from traced launch calls, under one label per stream handle.
+func TestStreamLaunches(t *testing.T) {
+	c := NewCollector()
+	c.label = func(uint32) (string, string, string) { return "python3", "", "" }
+	k := func(api event.API, stream uint64) event.LaunchKey { return event.LaunchKey{API: api, Stream: stream} }
+	c.SetLaunchCounts(map[uint32]map[event.LaunchKey]uint64{7: {k(event.CuLaunchKernel, 0x7f00): 100, k(event.CuLaunchKernelEx, 0x7f00): 1,
+		k(event.CuLaunchKernel, 0): 20, k(event.CuLaunchKernel, event.AggregateUnknownStream): 3}})
+	check := func(stream string, want float64) {
+		t.Helper()
+		if got := gather(t, c, "cudatap_stream_launches_total", map[string]string{"pid": "7", "stream": stream}); got != want {
+			t.Errorf("stream %s: %v launches, want %v", stream, got, want)
+		}
+	}
+	check("0x7f00", 101)
+	check("legacy", 20)
+	check("unknown", 3)
+	c.FoldLaunchCounts()
+	c.Call(&model.Process{PID: 7}, &model.Call{API: event.CuLaunchKernel, Args: event.Args{Stream: 2, HasStream: true}})
+	c.SetLaunchCounts(map[uint32]map[event.LaunchKey]uint64{7: {k(event.CuLaunchKernel, 0x7f00): 4}}) // the next session
+	check("0x7f00", 105)
+	check("legacy", 20)
+	check("per_thread", 1)
 }
 
 // TestWeight: with a weight, every count (calls, launches counted in BPF,
@@ -140,7 +165,7 @@ func TestWeight(t *testing.T) {
 	c.Call(p, &model.Call{API: event.CudaMemcpyAsync, Pageable: true, HasRet: true, Start: 0, End: 1000,
 		Args: event.Args{Kind: event.HostToDevice, Bytes: 100}})
 	c.Sync(p, &model.Sync{Kind: model.SyncPageableMemcpy, BlockedNs: 1e9})
-	c.SetLaunchCounts(map[uint32]map[event.API]uint64{7: {event.CuLaunchKernel: 10}})
+	c.SetLaunchCounts(map[uint32]map[event.LaunchKey]uint64{7: {{API: event.CuLaunchKernel}: 10}})
 	c.FoldLaunchCounts()
 	for _, tc := range []struct {
 		name   string
@@ -170,7 +195,7 @@ func TestSampling(t *testing.T) {
 	c.SetSampling(7, 0.25, false) // sits a window out
 	c.SetSampling(7, 0.25, true)
 	c.Call(p, &model.Call{API: event.CudaMemcpyAsync, Args: event.Args{Kind: event.HostToDevice, Bytes: 100}})
-	c.SetLaunchCounts(map[uint32]map[event.API]uint64{7: {event.CuLaunchKernel: 10}})
+	c.SetLaunchCounts(map[uint32]map[event.LaunchKey]uint64{7: {{API: event.CuLaunchKernel}: 10}})
 	c.FoldLaunchCounts()
 	for _, tc := range []struct {
 		name   string

@@ -118,7 +118,40 @@ const (
 	// (probe.Tracer.LaunchCounts) instead of writing a record: the agent's
 	// aggregate mode.
 	CookieAggregate = 1 << 42
+	cookieAggStream = 43 // bits 43..46: where a launch's stream is (LaunchStreamSlot)
 )
+
+// AggregateCookie is what a launch probe's cookie adds to count the launch
+// in BPF: CookieAggregate, and where its stream is.
+func (s *Spec) AggregateCookie() uint64 {
+	return CookieAggregate | s.launchStreamSlot()<<cookieAggStream
+}
+
+// launchStreamSlot says where a launch API's stream argument is at entry,
+// for the BPF side (bpf/cudatap.h, COOKIE_AGG_STREAM): 1..3 the k-th stack
+// word, 8+w the w-th word behind argument 0 (its launch config), 0 not
+// known. DecodeArgs reads the same places (TestLaunchStreamSlot).
+func (s *Spec) launchStreamSlot() uint64 {
+	switch s.API {
+	case CudaLaunchKernel, CudaLaunchCooperativeKernel:
+		return 2 // (func, grid: 2 regs, block: 2 regs, args) in registers, then sharedMem, stream
+	case CuLaunchKernel, CuLaunchCooperativeKernel:
+		return 3 // f, grid x y z, block x y in registers, then block z, sharedMem, hStream
+	case CudaLaunchKernelExC, CuLaunchKernelEx:
+		return 8 + 4 // the config: grid, block, sharedMem (7 × 4 bytes, padded), then the stream
+	}
+	return 0
+}
+
+// AggregateUnknownStream is the stream of an aggregated launch whose stream
+// could not be read.
+const AggregateUnknownStream = ^uint64(0)
+
+// LaunchKey is what launches counted in BPF are counted by.
+type LaunchKey struct {
+	API    API
+	Stream uint64 // the handle (0 legacy, 2 per-thread), or AggregateUnknownStream
+}
 
 // PairCookie is the cookie of runtime launch symbol sym when the driver
 // counts launches.

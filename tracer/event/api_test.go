@@ -383,3 +383,42 @@ func TestCookieMatchesBPFHeader(t *testing.T) {
 		}
 	}
 }
+
+// TestLaunchStreamSlot: where the aggregate-mode BPF reads a launch's
+// stream (its cookie) is where Decode finds it, for every launch API.
+func TestLaunchStreamSlot(t *testing.T) {
+	for _, l := range []Layer{Runtime, Driver} {
+		for _, s := range Specs(l) {
+			if s.Class != ClassLaunch {
+				continue
+			}
+			var e Event
+			e.Cookie = uint64(s.API)
+			for i := range e.Args {
+				e.Args[i] = 1000 + uint64(i)
+			}
+			for w := range e.Ext {
+				e.Ext[w] = 2000 + uint64(w)
+			}
+			var a Args
+			e.Decode(&a)
+			slot := s.AggregateCookie() >> cookieAggStream & 0xf
+			var want uint64
+			switch {
+			case slot >= 1 && slot <= 3: // stack word k is argument 6+k-1
+				want = e.Args[5+slot]
+			case slot >= 8:
+				want = e.Ext[slot-8]
+			default:
+				t.Errorf("%s: no stream slot", s.Name)
+				continue
+			}
+			if !a.HasStream || a.Stream != want {
+				t.Errorf("%s: BPF reads the stream from slot %d (%d), Decode finds %d", s.Name, slot, want, a.Stream)
+			}
+			if s.AggregateCookie()&CookieAggregate == 0 {
+				t.Errorf("%s: aggregate cookie without CookieAggregate", s.Name)
+			}
+		}
+	}
+}

@@ -14,9 +14,10 @@ import (
 )
 
 type cudatapAggKey struct {
-	_    structs.HostLayout
-	Tgid uint32
-	Api  uint32
+	_      structs.HostLayout
+	Tgid   uint32
+	Api    uint32
+	Stream uint64
 }
 
 type cudatapEvent struct {

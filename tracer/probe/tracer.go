@@ -325,10 +325,10 @@ func (s *Stats) counters() [cudatapStatSTAT_MAX]*uint64 {
 }
 
 // LaunchCounts are the launches counted in BPF (aggregate mode:
-// event.CookieAggregate) since the tracer was loaded, per process and API,
-// summed over CPUs.
-func (t *Tracer) LaunchCounts() (map[uint32]map[event.API]uint64, error) {
-	out := map[uint32]map[event.API]uint64{}
+// event.Spec.AggregateCookie) since the tracer was loaded, per process, API
+// and stream, summed over CPUs.
+func (t *Tracer) LaunchCounts() (map[uint32]map[event.LaunchKey]uint64, error) {
+	out := map[uint32]map[event.LaunchKey]uint64{}
 	var k cudatapAggKey
 	var perCPU []uint64
 	it := t.maps.LaunchCounts.Iterate()
@@ -338,9 +338,9 @@ func (t *Tracer) LaunchCounts() (map[uint32]map[event.API]uint64, error) {
 			n += v
 		}
 		if out[k.Tgid] == nil {
-			out[k.Tgid] = map[event.API]uint64{}
+			out[k.Tgid] = map[event.LaunchKey]uint64{}
 		}
-		out[k.Tgid][event.API(k.Api)] += n
+		out[k.Tgid][event.LaunchKey{API: event.API(k.Api), Stream: k.Stream}] += n
 	}
 	if err := it.Err(); err != nil {
 		return nil, fmt.Errorf("read the launch counters: %w", err)
