@@ -16,12 +16,16 @@ package chrome
 
 import (
 	"bufio"
+	"cmp"
+	"encoding/json"
+	"fmt"
 	"io"
 	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/cudatap/cudatap/export/internal/describe"
+	"github.com/cudatap/cudatap/export/straggler"
 	"github.com/cudatap/cudatap/tracer/event"
 	"github.com/cudatap/cudatap/tracer/model"
 )
@@ -30,6 +34,18 @@ import (
 type Options struct {
 	Version  string    // cudatap version, recorded in the "cudatap" block
 	Counters []Counter // extra counter tracks; the result's NVML samples are added by Close
+	// Origins says where the processes of a merged trace ran, by trace
+	// pid: their track names show the host and the pid there.
+	Origins map[uint32]Origin
+	// Merge, when set, is written as is under "cudatap" → "merge": how a
+	// merged trace's recordings were put on one clock (export/merge).
+	Merge json.RawMessage
+}
+
+// Origin is where a process of a merged trace ran.
+type Origin struct {
+	Host string
+	PID  uint32
 }
 
 // Counter is one sample of a counter track (ph "C"). Values are drawn as
@@ -124,7 +140,24 @@ type Writer struct {
 
 	// Kernel names, demangled once per function rather than per launch.
 	kernels map[kernelKey]describe.Kernel
+	// NCCL communicators by process and handle: their unique id and the
+	// number of each one's next collective (args comm_id and seq, which
+	// match a collective across ranks as export/straggler does).
+	comms map[commKey]*commSeq
 }
+
+type commKey struct {
+	pid    uint32
+	handle uint64
+}
+
+type commSeq struct {
+	id   uint64
+	next int
+}
+
+// maxComms bounds the communicators numbered.
+const maxComms = 1 << 16
 
 var _ model.Sink = (*Writer)(nil)
 
@@ -136,7 +169,7 @@ func NewWriter(out io.Writer, names *model.Names, opts Options) *Writer {
 		names = model.NewNames()
 	}
 	w := &Writer{out: bufio.NewWriterSize(out, 256<<10), names: names, opts: opts, b: make([]byte, 0, 1024),
-		kernels: map[kernelKey]describe.Kernel{}}
+		kernels: map[kernelKey]describe.Kernel{}, comms: map[commKey]*commSeq{}}
 	w.write([]byte(`{"schemaVersion":1,"displayTimeUnit":"ns","traceEvents":[` + "\n"))
 	return w
 }
@@ -159,7 +192,7 @@ func (w *Writer) Close(r *model.Result) error {
 		return w.err
 	}
 	w.closed = true
-	for i, p := range r.Processes {
+	for i, p := range byRank(r.Processes) {
 		w.process(i, p)
 	}
 	counters := w.opts.Counters
@@ -249,13 +282,51 @@ func (w *Writer) kernel(p *model.Process, f uint64) describe.Kernel {
 	return k
 }
 
+// byRank orders processes for the trace: the ranks of NCCL jobs first, by
+// rank (a job's process groups in rank order), then the others by pid.
+func byRank(ps []*model.Process) []*model.Process {
+	out := slices.Clone(ps)
+	slices.SortStableFunc(out, func(a, b *model.Process) int {
+		ra, rb := a.WorldSize > 0, b.WorldSize > 0
+		switch {
+		case ra && !rb:
+			return -1
+		case rb && !ra:
+			return 1
+		case ra:
+			return cmp.Or(cmp.Compare(a.Rank, b.Rank), cmp.Compare(a.PID, b.PID))
+		}
+		return cmp.Compare(a.PID, b.PID)
+	})
+	return out
+}
+
+// label names p's process group: "rank 1 of 2 — python3 (pid 4124)" for a
+// rank of an NCCL job, with the host and its pid there in a merged trace.
+func (w *Writer) label(p *model.Process) string {
+	l := p.Label()
+	if o, ok := w.opts.Origins[p.PID]; ok {
+		where := "(pid " + strconv.FormatUint(uint64(o.PID), 10)
+		if o.Host != "" {
+			where += " on " + o.Host
+		}
+		l = strings.Replace(l, "(pid "+strconv.FormatUint(uint64(p.PID), 10), where, 1)
+	}
+	if p.WorldSize > 0 {
+		rank := fmt.Sprintf("rank %d of %d", p.Rank, p.WorldSize)
+		l = rank + " — " + strings.Replace(l, ", "+rank, "", 1)
+	}
+	return l
+}
+
 // process names the tracks of p: its threads, and its device track with
 // one thread per stream.
 func (w *Writer) process(idx int, p *model.Process) {
 	pid := int(p.PID)
+	label := w.label(p)
 
 	// Each process's device track sorts right after the process itself.
-	w.meta("process_name", pid, 0, p.Label())
+	w.meta("process_name", pid, 0, label)
 	w.metaSort("process_sort_index", pid, 0, 2*idx)
 	tids := make([]uint32, 0, len(p.Threads))
 	for tid := range p.Threads {
@@ -285,7 +356,7 @@ func (w *Writer) process(idx int, p *model.Process) {
 		if p.Measured {
 			timing = " (CUPTI)"
 		}
-		w.meta("process_name", gpid, 0, deviceName(d)+" — "+p.Label()+timing)
+		w.meta("process_name", gpid, 0, deviceName(d)+" — "+label+timing)
 		w.metaSort("process_sort_index", gpid, 0, 2*idx+1)
 		for _, s := range p.Streams {
 			if s == nil || (s.Devices&model.DeviceBitsOf(d) == 0 && !(s.Devices == 0 && d == devices[0])) {
@@ -369,6 +440,22 @@ func (w *Writer) Call(p *model.Process, c *model.Call) {
 		w.uint("comm", a.Comm)
 		if a.Peer >= 0 {
 			w.int("peer", int64(a.Peer))
+		}
+		// The meeting across ranks: the communicator's unique id and the
+		// collective's number on it (sends and receives are not numbered).
+		if cs := w.comms[commKey{p.PID, a.Comm}]; cs != nil && straggler.Meeting(c.API) {
+			w.str("comm_id", fmt.Sprintf("%016x", cs.id))
+			w.int("seq", int64(cs.next))
+			cs.next++
+		}
+	case event.ClassCommInit:
+		if c.HasRet && c.Ret == 0 && a.CommID != 0 {
+			w.str("comm_id", fmt.Sprintf("%016x", a.CommID))
+			w.int("rank", int64(a.Peer))
+			w.uint("nranks", a.Size)
+			if len(w.comms) < maxComms {
+				w.comms[commKey{p.PID, a.Comm}] = &commSeq{id: a.CommID}
+			}
 		}
 	}
 	if c.Captured {
@@ -693,6 +780,10 @@ func (w *Writer) footer(r *model.Result) {
 	w.str("version", w.opts.Version)
 	w.str("clock", "CLOCK_MONOTONIC")
 	w.int("wall_offset_ns", r.WallOffsetNs)
+	if len(w.opts.Merge) > 0 && json.Valid(w.opts.Merge) {
+		w.key("merge")
+		w.b = append(w.b, w.opts.Merge...)
+	}
 	w.open("drops")
 	w.uint("submitted", d.Submitted)
 	w.uint("received", d.Received)
