@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -24,6 +25,9 @@ import (
 
 	"github.com/cudatap/cudatap/export/metrics"
 	"github.com/cudatap/cudatap/export/pprofout"
+	"github.com/cudatap/cudatap/export/profilestore"
+	"github.com/cudatap/cudatap/internal/kube"
+	"github.com/cudatap/cudatap/internal/procfs"
 	"github.com/cudatap/cudatap/tracer"
 	"github.com/cudatap/cudatap/tracer/model"
 	"github.com/cudatap/cudatap/tracer/probe"
@@ -43,6 +47,7 @@ type agentOptions struct {
 	maxCPU        float64
 	nvml          time.Duration
 	perLaunch     bool
+	kubelet       string
 }
 
 func newAgentCmd(g *globalOptions) *cobra.Command {
@@ -86,6 +91,7 @@ carry as "Authorization: Bearer TOKEN".`,
 	f.DurationVar(&o.nvml, "nvml-interval", time.Second, "GPU sampling period through NVML for the device series (0: off)")
 	f.Float64Var(&o.maxCPU, "max-cpu", 0.01, "in window mode, keep the agent's own CPU time under this share of one core: the busiest processes are traced in fewer windows (each with a probability p, its counts weighted 1/p), and the pause between windows lengthens when that is not enough (0: no budget)")
 	f.BoolVar(&o.gpuTimes, "gpu-times", false, "let POST /capture measure GPU times with the target's CUPTI (record --gpu-times)")
+	f.StringVar(&o.kubelet, "kubelet-socket", kube.DefaultSocket, "the kubelet's pod-resources socket, for the pod, namespace and container labels (absent: labels from each process's own view; \"\": never asked)")
 	f.StringVar(&o.push, "push", "", "push each window's profile of each process to this Pyroscope-compatible server (http://HOST:PORT; POST /ingest)")
 	return cmd
 }
@@ -235,6 +241,9 @@ func runAgent(ctx context.Context, g *globalOptions, o *agentOptions, stderr io.
 		defer stopGPUs()
 		go watchGPUs(gctx, gpus, o.nvml, g.logger())
 	}
+	pods := newPodLabels(ctx, o.kubelet, g.logger())
+	coll.SetLabeler(pods.process)
+	gpus.SetLabelers(pods.process, pods.device)
 	stats := newAgentStats(reg)
 	if o.maxCPU < 0 {
 		return fmt.Errorf("--max-cpu %v: want a share of one core, e.g. 0.01", o.maxCPU)
@@ -305,7 +314,7 @@ func runAgent(ctx context.Context, g *globalOptions, o *agentOptions, stderr io.
 		}
 		if p, err := pprofout.Build(out.Result, prof, pprofout.Options{}); err == nil {
 			profiles.set(p)
-			stores.window(ctx, p, out.Result.Processes, start, time.Now(), g.logger())
+			stores.window(ctx, p, out.Result.Processes, pods.profile, start, time.Now(), g.logger())
 		}
 		stats.windowEnded(out.Result.Drops)
 		if ctx.Err() != nil || o.continuous {
@@ -322,4 +331,38 @@ func runAgent(ctx context.Context, g *globalOptions, o *agentOptions, stderr io.
 		case <-time.After(time.Until(start.Add(budget.next(time.Since(start))))):
 		}
 	}
+}
+
+// podLabels names processes and GPUs for the series and profiles: comm
+// from /proc, pod, namespace and container through the kubelet's
+// pod-resources API and the process's own view (internal/kube).
+type podLabels struct{ r *kube.Resolver }
+
+func newPodLabels(ctx context.Context, socket string, log *slog.Logger) podLabels {
+	r := kube.NewResolver(socket, log)
+	if socket != "" {
+		go r.Watch(ctx)
+	}
+	return podLabels{r}
+}
+
+func (p podLabels) process(pid uint32, gpus ...string) metrics.ProcLabels {
+	l := p.r.Process(pid, gpus...)
+	comm, _ := procfs.Comm(int(pid))
+	return metrics.ProcLabels{Comm: comm, Container: l.Container, Pod: l.Pod, Namespace: l.Namespace}
+}
+
+func (p podLabels) device(uuid string) metrics.ProcLabels {
+	l := p.r.Device(uuid)
+	return metrics.ProcLabels{Container: l.Container, Pod: l.Pod, Namespace: l.Namespace}
+}
+
+// profile labels a window's profile of a process: what the model knew of
+// it, with the pod's names where they are found.
+func (p podLabels) profile(mp *model.Process) profilestore.Labels {
+	l := profilestore.LabelsOf(mp)
+	if k := p.r.Process(mp.PID); k != (kube.Labels{}) {
+		l.Container, l.Pod, l.Namespace = k.Container, k.Pod, k.Namespace
+	}
+	return l
 }

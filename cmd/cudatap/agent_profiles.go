@@ -53,11 +53,12 @@ func newProfileStores(o *agentOptions, reg prometheus.Registerer) (*profileStore
 }
 
 // window stores one window's profiles.
-func (s *profileStores) window(ctx context.Context, p *profile.Profile, procs []*model.Process, from, until time.Time, log *slog.Logger) {
+func (s *profileStores) window(ctx context.Context, p *profile.Profile, procs []*model.Process, name func(*model.Process) profilestore.Labels,
+	from, until time.Time, log *slog.Logger) {
 	if s.dir == nil && s.pusher == nil {
 		return
 	}
-	per := profilestore.PerProcess(p, procs)
+	per := profilestore.PerProcess(p, procs, name)
 	if s.dir != nil {
 		for l, prof := range per {
 			if _, err := s.dir.Write(l, from, prof); err != nil {

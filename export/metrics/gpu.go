@@ -17,12 +17,15 @@ import (
 // for one work with the other. It keeps the latest sample per device; feed
 // it with Add from an nvml.Sampler's Run.
 type GPUCollector struct {
-	mu      sync.Mutex
-	last    map[int]nvml.Sample
-	xids    map[[2]int]uint64 // (device, xid) → count
-	up      bool
-	host    string
-	label   func(pid uint32) (comm, container, pod string)
+	mu    sync.Mutex
+	last  map[int]nvml.Sample
+	xids  map[[2]int]uint64 // (device, xid) → count
+	up    bool
+	host  string
+	label Labeler
+	// device names the pod, namespace and container a GPU is allocated
+	// to (Kubernetes' pod-resources), as dcgm-exporter labels its series.
+	device  func(uuid string) ProcLabels
 	descs   map[string]*prometheus.Desc
 	procMem *prometheus.Desc
 	xid     *prometheus.Desc
@@ -53,15 +56,23 @@ var gpuLabels = []string{"gpu", "UUID", "modelName", "Hostname"}
 // cudatap_agent_nvml_up 0 until SetUp(true).
 func NewGPUCollector() *GPUCollector {
 	host, _ := os.Hostname()
-	c := &GPUCollector{last: map[int]nvml.Sample{}, xids: map[[2]int]uint64{}, host: host, label: procLabels, descs: map[string]*prometheus.Desc{}}
+	c := &GPUCollector{last: map[int]nvml.Sample{}, xids: map[[2]int]uint64{}, host: host, label: ProcFSLabels, device: func(string) ProcLabels { return ProcLabels{} }, descs: map[string]*prometheus.Desc{}}
 	for _, s := range gpuSeries {
-		c.descs[s.name] = prometheus.NewDesc(s.name, s.help, gpuLabels, nil)
+		c.descs[s.name] = prometheus.NewDesc(s.name, s.help, append(append([]string{}, gpuLabels...), "pod", "namespace", "container"), nil)
 	}
 	c.procMem = prometheus.NewDesc("cudatap_gpu_process_memory_used_bytes", "Device memory a process uses on the GPU (NVML).",
 		append(append([]string{}, gpuLabels...), "pid", "comm", "pod", "namespace", "container"), nil)
 	c.xid = prometheus.NewDesc("cudatap_gpu_xid_errors_total", "Xid errors the driver reported while the agent watched.", append(append([]string{}, gpuLabels...), "xid"), nil)
 	c.upDesc = prometheus.NewDesc("cudatap_agent_nvml_up", "1 when NVML answers (GPU series are exported), 0 when it is absent or failing.", nil, nil)
 	return c
+}
+
+// SetLabelers replaces how processes and GPUs are named (by default
+// processes from /proc alone, GPUs after no pod).
+func (c *GPUCollector) SetLabelers(process Labeler, device func(uuid string) ProcLabels) {
+	c.mu.Lock()
+	c.label, c.device = process, device
+	c.mu.Unlock()
 }
 
 // SetUp says whether NVML works.
@@ -109,6 +120,7 @@ func (c *GPUCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.upDesc, prometheus.GaugeValue, up)
 	for dev, s := range c.last {
 		labels := []string{strconv.Itoa(dev), s.UUID, s.Name, c.host}
+		owner := c.device(s.UUID)
 		for _, series := range gpuSeries {
 			// Unsupported fields are NaN (or 0 for clocks and memory
 			// totals the GPU does not report): left out, not exported as 0.
@@ -116,12 +128,12 @@ func (c *GPUCollector) Collect(ch chan<- prometheus.Metric) {
 			if math.IsNaN(v) {
 				continue
 			}
-			ch <- prometheus.MustNewConstMetric(c.descs[series.name], prometheus.GaugeValue, v, labels...)
+			ch <- prometheus.MustNewConstMetric(c.descs[series.name], prometheus.GaugeValue, v, append(append([]string{}, labels...), owner.Pod, owner.Namespace, owner.Container)...)
 		}
 		for _, p := range s.Processes {
-			comm, container, pod := c.label(p.PID)
+			l := c.label(p.PID, s.UUID)
 			ch <- prometheus.MustNewConstMetric(c.procMem, prometheus.GaugeValue, float64(p.MemUsed),
-				append(append([]string{}, labels...), strconv.FormatUint(uint64(p.PID), 10), comm, pod, "", container)...)
+				append(append([]string{}, labels...), strconv.FormatUint(uint64(p.PID), 10), l.Comm, l.Pod, l.Namespace, l.Container)...)
 		}
 	}
 	for k, n := range c.xids {

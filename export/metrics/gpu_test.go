@@ -17,7 +17,16 @@ import (
 func TestGPUCollector(t *testing.T) {
 	c := NewGPUCollector()
 	c.host = "node-7"
-	c.label = func(pid uint32) (string, string, string) { return "python3", "3f2a9c1b", "pod-uid" }
+	var gpusAsked []string
+	c.SetLabelers(func(_ uint32, gpus ...string) ProcLabels {
+		gpusAsked = gpus
+		return ProcLabels{"python3", "main", "trainer-0", "ml"}
+	}, func(uuid string) ProcLabels {
+		if uuid == "GPU-1" {
+			return ProcLabels{Pod: "trainer-0", Namespace: "ml", Container: "main"}
+		}
+		return ProcLabels{}
+	})
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(c)
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
@@ -39,13 +48,13 @@ cudatap_agent_nvml_up 0
 	want := `
 # HELP cudatap_gpu_utilization_ratio Share of time a kernel ran on the GPU (NVML utilization.gpu).
 # TYPE cudatap_gpu_utilization_ratio gauge
-cudatap_gpu_utilization_ratio{Hostname="node-7",UUID="GPU-1",gpu="1",modelName="NVIDIA H200"} 0.25
+cudatap_gpu_utilization_ratio{Hostname="node-7",UUID="GPU-1",container="main",gpu="1",modelName="NVIDIA H200",namespace="ml",pod="trainer-0"} 0.25
 # HELP cudatap_gpu_power_watts Power draw.
 # TYPE cudatap_gpu_power_watts gauge
-cudatap_gpu_power_watts{Hostname="node-7",UUID="GPU-1",gpu="1",modelName="NVIDIA H200"} 205.5
+cudatap_gpu_power_watts{Hostname="node-7",UUID="GPU-1",container="main",gpu="1",modelName="NVIDIA H200",namespace="ml",pod="trainer-0"} 205.5
 # HELP cudatap_gpu_process_memory_used_bytes Device memory a process uses on the GPU (NVML).
 # TYPE cudatap_gpu_process_memory_used_bytes gauge
-cudatap_gpu_process_memory_used_bytes{Hostname="node-7",UUID="GPU-1",comm="python3",container="3f2a9c1b",gpu="1",modelName="NVIDIA H200",namespace="",pid="4123",pod="pod-uid"} 9.2274688e+08
+cudatap_gpu_process_memory_used_bytes{Hostname="node-7",UUID="GPU-1",comm="python3",container="main",gpu="1",modelName="NVIDIA H200",namespace="ml",pid="4123",pod="trainer-0"} 9.2274688e+08
 # HELP cudatap_gpu_xid_errors_total Xid errors the driver reported while the agent watched.
 # TYPE cudatap_gpu_xid_errors_total counter
 cudatap_gpu_xid_errors_total{Hostname="node-7",UUID="GPU-1",gpu="1",modelName="NVIDIA H200",xid="79"} 2
@@ -53,6 +62,9 @@ cudatap_gpu_xid_errors_total{Hostname="node-7",UUID="GPU-1",gpu="1",modelName="N
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "cudatap_gpu_utilization_ratio", "cudatap_gpu_power_watts",
 		"cudatap_gpu_process_memory_used_bytes", "cudatap_gpu_xid_errors_total"); err != nil {
 		t.Error(err)
+	}
+	if len(gpusAsked) != 1 || gpusAsked[0] != "GPU-1" {
+		t.Errorf("a process on GPU-1 was named with GPUs %v, want [GPU-1] (its container in a pod of several)", gpusAsked)
 	}
 	if n := testutil.CollectAndCount(c, "cudatap_gpu_temperature_celsius"); n != 0 {
 		t.Errorf("an unsupported temperature was exported (%d series)", n)

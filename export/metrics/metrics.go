@@ -39,7 +39,7 @@ type Collector struct {
 	procs   map[uint32]*proc
 	seq     uint64 // recency, for eviction
 	evicted uint64
-	label   func(pid uint32) (comm, container, pod string)
+	label   Labeler
 	weight  float64 // each count counts this much (SetWeight)
 
 	calls, launches, syncs, syncWait, copyBytes, ncclBytes, ncclOps, apiTime, evictedDesc *prometheus.Desc
@@ -48,9 +48,9 @@ type Collector struct {
 }
 
 type proc struct {
-	comm, container, pod string
-	pid                  string
-	seen                 uint64
+	ProcLabels
+	pid  string
+	seen uint64
 	// Counts are weighted (SetWeight): floats.
 	calls      map[string]float64 // by API
 	launches   float64
@@ -108,7 +108,7 @@ type histogram struct {
 // NewCollector returns an empty collector. Processes are labelled from
 // /proc (comm, container) when first seen.
 func NewCollector() *Collector {
-	labels := []string{"pid", "comm", "container", "pod"}
+	labels := []string{"pid", "comm", "container", "pod", "namespace"}
 	d := func(name, help string, extra ...string) *prometheus.Desc {
 		return prometheus.NewDesc(name, help, append(append([]string{}, labels...), extra...), nil)
 	}
@@ -120,7 +120,7 @@ func NewCollector() *Collector {
 		commLast:       comm("cudatap_nccl_comm_last_collective_timestamp_seconds", "When this rank last called a collective on the communicator (Unix time)."),
 		procs:          map[uint32]*proc{},
 		weight:         1,
-		label:          procLabels,
+		label:          ProcFSLabels,
 		calls:          d("cudatap_cuda_calls_total", "CUDA runtime, driver and NCCL calls traced, by API.", "api"),
 		launches:       d("cudatap_kernel_launches_total", "Kernel launches traced."),
 		streamLaunches: d("cudatap_stream_launches_total", "Kernel launches traced, by stream (its handle: legacy, per_thread, 0x…; unknown when unreadable).", "stream"),
@@ -136,12 +136,32 @@ func NewCollector() *Collector {
 	}
 }
 
-func procLabels(pid uint32) (comm, container, pod string) {
-	comm, _ = procfs.Comm(int(pid))
+// ProcLabels name a process in the series.
+type ProcLabels struct {
+	Comm, Container, Pod, Namespace string
+}
+
+// A Labeler names process pid; gpus, when known, are the UUIDs of GPUs it
+// uses (in a pod of several containers they tell which is its).
+type Labeler func(pid uint32, gpus ...string) ProcLabels
+
+// ProcFSLabels names a process from /proc alone: its comm, and the
+// container id and pod UID of its cgroup path (no namespace).
+func ProcFSLabels(pid uint32, _ ...string) ProcLabels {
+	var l ProcLabels
+	l.Comm, _ = procfs.Comm(int(pid))
 	if cg, err := procfs.Cgroup(int(pid)); err == nil {
-		container, pod = procfs.ContainerFromCgroup(cg)
+		l.Container, l.Pod = procfs.ContainerFromCgroup(cg)
 	}
-	return comm, container, pod
+	return l
+}
+
+// SetLabeler replaces how processes are named (ProcFSLabels by default),
+// for processes seen from now on.
+func (c *Collector) SetLabeler(l Labeler) {
+	c.mu.Lock()
+	c.label = l
+	c.mu.Unlock()
 }
 
 func (c *Collector) proc(pid uint32) *proc {
@@ -160,8 +180,7 @@ func (c *Collector) proc(pid uint32) *proc {
 		delete(c.procs, oldest)
 		c.evicted++
 	}
-	comm, container, pod := c.label(pid)
-	p := &proc{comm: comm, container: container, pod: pod, pid: strconv.FormatUint(uint64(pid), 10), seen: c.seq, probability: 1,
+	p := &proc{ProcLabels: c.label(pid), pid: strconv.FormatUint(uint64(pid), 10), seen: c.seq, probability: 1,
 		calls: map[string]float64{}, syncs: map[string]float64{}, syncWaitNs: map[string]float64{},
 		copyBytes: map[[2]string]float64{}, ncclBytes: map[string]float64{}, ncclOps: map[string]float64{},
 		apiTime: map[string]*histogram{}, streamLaunches: map[string]float64{}}
@@ -346,7 +365,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
 	}
 	for _, p := range c.procs {
-		l := []string{p.pid, p.comm, p.container, p.pod}
+		l := []string{p.pid, p.Comm, p.Container, p.Pod, p.Namespace}
 		with := func(extra ...string) []string { return append(append([]string{}, l...), extra...) }
 		launches := p.launches
 		live := func(api string) float64 { return float64(p.aggLive[api]) * c.weightOf(p) }

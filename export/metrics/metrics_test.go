@@ -50,7 +50,7 @@ func gather(t *testing.T, c *Collector, name string, want map[string]string) flo
 
 func TestCollector(t *testing.T) {
 	c := NewCollector()
-	c.label = func(pid uint32) (string, string, string) { return "python3", "abc123", "pod-uid" }
+	c.label = func(uint32, ...string) ProcLabels { return ProcLabels{"python3", "abc123", "pod-uid", "ml"} }
 	p := &model.Process{PID: 42}
 	call := func(api event.API, x model.Call) *model.Call { x.API = api; return &x }
 	c.Call(p, call(event.CuLaunchKernel, model.Call{ViaRuntime: true}))
@@ -60,7 +60,7 @@ func TestCollector(t *testing.T) {
 		Args: event.Args{Bytes: 4096, Kind: event.DeviceToHost}}))
 	c.Call(p, call(event.NcclAllReduce, model.Call{Args: event.Args{Bytes: 1 << 20}}))
 	c.Sync(p, &model.Sync{Kind: model.SyncPageableMemcpy, BlockedNs: 2_500_000})
-	id := map[string]string{"pid": "42", "comm": "python3", "container": "abc123", "pod": "pod-uid"}
+	id := map[string]string{"pid": "42", "comm": "python3", "container": "abc123", "pod": "pod-uid", "namespace": "ml"}
 	with := func(k, v string) map[string]string {
 		m := map[string]string{k: v}
 		for a, b := range id {
@@ -92,7 +92,7 @@ func TestCollector(t *testing.T) {
 // and are counted.
 func TestCollectorBounded(t *testing.T) {
 	c := NewCollector()
-	c.label = func(uint32) (string, string, string) { return "w", "", "" }
+	c.label = func(uint32, ...string) ProcLabels { return ProcLabels{Comm: "w"} }
 	for pid := uint32(1); pid <= MaxProcesses+10; pid++ {
 		c.Call(&model.Process{PID: pid}, &model.Call{API: event.CudaMemsetAsync})
 	}
@@ -111,7 +111,7 @@ func TestCollectorBounded(t *testing.T) {
 // into the totals when the session ends; the next session adds to them.
 func TestLaunchCounts(t *testing.T) {
 	c := NewCollector()
-	c.label = func(uint32) (string, string, string) { return "python3", "", "" }
+	c.label = func(uint32, ...string) ProcLabels { return ProcLabels{Comm: "python3"} }
 	c.SetLaunchCounts(map[uint32]map[event.LaunchKey]uint64{7: {{API: event.CuLaunchKernel}: 100}})
 	c.SetLaunchCounts(map[uint32]map[event.LaunchKey]uint64{7: {{API: event.CuLaunchKernel}: 150}}) // cumulative: replaces
 	check := func(want float64) {
@@ -134,7 +134,7 @@ func TestLaunchCounts(t *testing.T) {
 // folded) and from traced launch calls, under one label per stream handle.
 func TestStreamLaunches(t *testing.T) {
 	c := NewCollector()
-	c.label = func(uint32) (string, string, string) { return "python3", "", "" }
+	c.label = func(uint32, ...string) ProcLabels { return ProcLabels{Comm: "python3"} }
 	k := func(api event.API, stream uint64) event.LaunchKey { return event.LaunchKey{API: api, Stream: stream} }
 	c.SetLaunchCounts(map[uint32]map[event.LaunchKey]uint64{7: {k(event.CuLaunchKernel, 0x7f00): 100, k(event.CuLaunchKernelEx, 0x7f00): 1,
 		k(event.CuLaunchKernel, 0): 20, k(event.CuLaunchKernel, event.AggregateUnknownStream): 3}})
@@ -159,7 +159,7 @@ func TestStreamLaunches(t *testing.T) {
 // syncs and their wait, bytes) counts that many times; histograms do not.
 func TestWeight(t *testing.T) {
 	c := NewCollector()
-	c.label = func(uint32) (string, string, string) { return "python3", "", "" }
+	c.label = func(uint32, ...string) ProcLabels { return ProcLabels{Comm: "python3"} }
 	p := &model.Process{PID: 7}
 	c.SetWeight(6)
 	c.Call(p, &model.Call{API: event.CudaMemcpyAsync, Pageable: true, HasRet: true, Start: 0, End: 1000,
@@ -189,7 +189,7 @@ func TestWeight(t *testing.T) {
 // probability are series of their own.
 func TestSampling(t *testing.T) {
 	c := NewCollector()
-	c.label = func(uint32) (string, string, string) { return "python3", "", "" }
+	c.label = func(uint32, ...string) ProcLabels { return ProcLabels{Comm: "python3"} }
 	p := &model.Process{PID: 7}
 	c.SetWeight(2)
 	c.SetSampling(7, 0.25, false) // sits a window out
@@ -220,7 +220,7 @@ func TestSampling(t *testing.T) {
 // has stopped arriving.
 func TestCommCollectives(t *testing.T) {
 	c := NewCollector()
-	c.label = func(uint32) (string, string, string) { return "python3", "", "" }
+	c.label = func(uint32, ...string) ProcLabels { return ProcLabels{Comm: "python3"} }
 	c.SetWeight(5)
 	for r := range 2 {
 		p := &model.Process{PID: uint32(10 + r)}

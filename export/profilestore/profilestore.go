@@ -30,8 +30,8 @@ import (
 
 // Labels identify one process's profile.
 type Labels struct {
-	PID                  uint32
-	Comm, Container, Pod string
+	PID                             uint32
+	Comm, Container, Pod, Namespace string
 }
 
 // LabelsOf are a traced process's labels.
@@ -41,8 +41,11 @@ func LabelsOf(p *model.Process) Labels {
 
 // PerProcess splits a window's profile (its samples carry a pid label) into
 // one profile per process that has samples, each with the labels of its
-// process on every sample and in its comments.
-func PerProcess(p *profile.Profile, procs []*model.Process) map[Labels]*profile.Profile {
+// process on every sample and in its comments: name's (LabelsOf when nil).
+func PerProcess(p *profile.Profile, procs []*model.Process, name func(*model.Process) Labels) map[Labels]*profile.Profile {
+	if name == nil {
+		name = LabelsOf
+	}
 	out := map[Labels]*profile.Profile{}
 	for _, proc := range procs {
 		pid := strconv.FormatUint(uint64(proc.PID), 10)
@@ -53,15 +56,15 @@ func PerProcess(p *profile.Profile, procs []*model.Process) map[Labels]*profile.
 		if len(c.Sample) == 0 {
 			continue
 		}
-		l := LabelsOf(proc)
+		l := name(proc)
 		for _, s := range c.Sample {
-			for k, v := range map[string]string{"comm": l.Comm, "container": l.Container, "pod": l.Pod} {
+			for k, v := range map[string]string{"comm": l.Comm, "container": l.Container, "pod": l.Pod, "namespace": l.Namespace} {
 				if v != "" {
 					s.Label[k] = []string{v}
 				}
 			}
 		}
-		c.Comments = append(c.Comments, fmt.Sprintf("pid=%d comm=%s container=%s pod=%s", l.PID, l.Comm, l.Container, l.Pod))
+		c.Comments = append(c.Comments, fmt.Sprintf("pid=%d comm=%s container=%s pod=%s namespace=%s", l.PID, l.Comm, l.Container, l.Pod, l.Namespace))
 		out[l] = c
 	}
 	return out
@@ -190,12 +193,12 @@ func NewPusher(base string) (*Pusher, error) {
 }
 
 // AppName is the application name a process's profiles go under:
-// cudatap.cuda{pid=…,comm=…,container=…,pod=…,service_name=COMM}.
+// cudatap.cuda{pid=…,comm=…,container=…,pod=…,namespace=…,service_name=COMM}.
 func AppName(l Labels) string {
 	var b strings.Builder
 	b.WriteString("cudatap.cuda{")
 	fmt.Fprintf(&b, "pid=%d", l.PID)
-	for _, kv := range [][2]string{{"comm", l.Comm}, {"container", l.Container}, {"pod", l.Pod}, {"service_name", l.Comm}} {
+	for _, kv := range [][2]string{{"comm", l.Comm}, {"container", l.Container}, {"pod", l.Pod}, {"namespace", l.Namespace}, {"service_name", l.Comm}} {
 		if kv[1] != "" {
 			fmt.Fprintf(&b, ",%s=%s", kv[0], safe(kv[1]))
 		}

@@ -37,7 +37,7 @@ func window() (*profile.Profile, []*model.Process) {
 
 func TestPerProcess(t *testing.T) {
 	p, procs := window()
-	per := PerProcess(p, procs)
+	per := PerProcess(p, procs, nil)
 	if len(per) != 2 {
 		t.Fatalf("%d profiles, want 2 (one per process with samples)", len(per))
 	}
@@ -56,7 +56,7 @@ func TestPerProcess(t *testing.T) {
 func TestDirBounded(t *testing.T) {
 	dir := t.TempDir()
 	p, procs := window()
-	per := PerProcess(p, procs)
+	per := PerProcess(p, procs, nil)
 	one := per[LabelsOf(procs[0])]
 	path, err := (&Dir{path: dir, maxBytes: 1 << 30}).Write(LabelsOf(procs[0]), time.Unix(100, 0), one)
 	if err != nil {
@@ -145,7 +145,7 @@ func TestPush(t *testing.T) {
 	}
 	ps.backoff = []time.Duration{time.Millisecond, time.Millisecond}
 	p, procs := window()
-	for l, prof := range PerProcess(p, procs) {
+	for l, prof := range PerProcess(p, procs, nil) {
 		if err := ps.Push(context.Background(), l, time.Unix(100, 0), time.Unix(110, 0), prof); err != nil {
 			t.Fatal(err)
 		}
@@ -170,7 +170,7 @@ func TestPushDown(t *testing.T) {
 	ps, _ := NewPusher(srv.URL)
 	ps.backoff = []time.Duration{time.Millisecond, time.Millisecond}
 	p, procs := window()
-	per := PerProcess(p, procs)
+	per := PerProcess(p, procs, nil)
 	l := LabelsOf(procs[0])
 	if err := ps.Push(context.Background(), l, time.Unix(1, 0), time.Unix(2, 0), per[l]); err == nil {
 		t.Error("push to a server that is down succeeded")

@@ -19,6 +19,7 @@
 package kube
 
 import (
+	"context"
 	"errors"
 	"io"
 	"io/fs"
@@ -28,6 +29,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -76,6 +78,9 @@ type Resolver struct {
 	now      func() time.Time       // time.Now; a fake clock in tests
 	list     func() (*index, error) // the pod-resources API
 	maxProcs int
+
+	// watched: Watch refreshes the pod list; lookups never wait for it.
+	watched atomic.Bool
 
 	mu        sync.Mutex
 	idx       *index // nil: no pod list
@@ -129,7 +134,7 @@ func NewResolver(socket string, log *slog.Logger) *Resolver {
 // allocated to none, or to several (time-slicing), or when the pod list is
 // unavailable.
 func (r *Resolver) Device(uuid string) Labels {
-	r.refresh()
+	r.refreshInline()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.idx == nil {
@@ -144,7 +149,7 @@ func (r *Resolver) Device(uuid string) Labels {
 // process that has exited has no labels: a caller that exports a process
 // after its exit keeps the labels it got while the process ran.
 func (r *Resolver) Process(pid uint32, gpus ...string) Labels {
-	r.refresh()
+	r.refreshInline()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	now := r.now()
@@ -221,6 +226,32 @@ func (r *Resolver) pidDir(pid uint32) string {
 // refresh asks for the pod list when it is due, without holding mu during
 // the call: meanwhile, other callers use the list there is. It also sweeps
 // exited processes every refreshEvery.
+// Watch keeps the pod list fresh from its own goroutine until ctx is done,
+// so that Process and Device answer at once, from the list there is, and
+// never wait for the kubelet (call it before the first lookup).
+func (r *Resolver) Watch(ctx context.Context) {
+	r.watched.Store(true)
+	defer r.watched.Store(false)
+	tick := time.NewTicker(time.Second) // refresh itself keeps to its pace
+	defer tick.Stop()
+	for {
+		r.refresh()
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// refreshInline refreshes the pod list in the caller's goroutine unless
+// Watch does it.
+func (r *Resolver) refreshInline() {
+	if !r.watched.Load() {
+		r.refresh()
+	}
+}
+
 func (r *Resolver) refresh() {
 	r.mu.Lock()
 	now := r.now()

@@ -574,3 +574,39 @@ func TestConcurrent(t *testing.T) {
 		t.Errorf("Process = %+v, want %+v", got, want)
 	}
 }
+
+// TestWatch: under Watch, lookups answer from the list Watch fetched and
+// never wait for the kubelet, even when it hangs.
+func TestWatch(t *testing.T) {
+	f := newFixture(t)
+	k := &kubelet{pods: nodePods()}
+	serve(t, f.socket, k)
+	ask := f.r.list
+	hang := make(chan struct{})
+	first := true // only Watch's goroutine asks
+	f.r.list = func() (*index, error) {
+		if !first {
+			<-hang // the kubelet stops answering
+		}
+		first = false
+		return ask()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	f.r.watched.Store(true) // as Watch does first, before its goroutine runs
+	go func() { f.r.Watch(ctx); close(done) }()
+	defer func() { close(hang); cancel(); <-done }()
+	want := Labels{"ml", "trainer-0", "main"}
+	for deadline := time.Now().Add(time.Minute); f.r.Device("GPU-aaa") != want; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("Watch fetched no pod list within a minute")
+		}
+	}
+	f.clock.advance(refreshEvery) // due again: Watch's next ask hangs
+	if got := f.r.Device("GPU-aaa"); got != want {
+		t.Errorf("Device under Watch, the kubelet hanging = %+v, want the listed pod", got)
+	}
+	if n := k.count(); n != 1 {
+		t.Errorf("%d List calls, want the one Watch made", n)
+	}
+}
