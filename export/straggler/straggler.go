@@ -569,7 +569,7 @@ func (c *Collector) ReportNamed(w io.Writer, n Naming) {
 			fmt.Fprintf(w, ", %d given up waiting (more than %d meetings waited for a rank)", cm.Incomplete, maxPending)
 		}
 		if cm.Pending > 0 {
-			fmt.Fprintf(w, ", %d not met by every rank (a recording ended first)", cm.Pending)
+			fmt.Fprintf(w, ", %d not met by every rank (a rank's recording began late or ended early)", cm.Pending)
 		}
 		fmt.Fprintln(w)
 		if s := cm.Straggler(); s >= 0 {
@@ -610,8 +610,8 @@ func (c *Collector) ReportNamed(w io.Writer, n Naming) {
 			fmt.Fprintf(w, "  ... %d more\n", len(sites)-topSites)
 			break
 		}
-		fmt.Fprintf(w, "#%d rank %d (%s) of communicator %016x arrived last at %d meeting(s) from here: others waited %s for it (%s behind the first arrival)\n",
-			i+1, s.Rank, n.pid(s.PID), s.Comm, s.Meetings, dur(s.CausedNs), dur(s.HeldNs))
+		fmt.Fprintf(w, "#%d rank %d (%s) of communicator %016x arrived last at %d meeting(s) from here, %s behind the first arrival in all (%s of the other ranks' time)\n",
+			i+1, s.Rank, n.pid(s.PID), s.Comm, s.Meetings, dur(s.HeldNs), dur(s.CausedNs))
 		if s.Before != "" {
 			fmt.Fprintf(w, "    before: %s at %s, then %s on the host before the collective (mean)\n", s.Before, orNoStack(s.BeforeLine), dur(s.GapNs))
 		} else {

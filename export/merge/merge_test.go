@@ -1,0 +1,381 @@
+package merge
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cudatap/cudatap/export/chrome"
+	"github.com/cudatap/cudatap/export/merge/mergetest"
+	"github.com/cudatap/cudatap/export/straggler"
+	"github.com/cudatap/cudatap/tracer/model"
+	"github.com/cudatap/cudatap/tracer/recording"
+)
+
+const ms = int64(time.Millisecond)
+
+// checkAligned checks every input that met the others is within its
+// uncertainty of the truth, and that uncertainty below most.
+func checkAligned(t *testing.T, p *Plan, job *mergetest.Job, method string, most int64) {
+	t.Helper()
+	ref := job.Hosts[p.Reference]
+	for i, h := range job.Hosts {
+		a := p.Align[i]
+		truth := h.Theta() - ref.Theta()
+		if i == p.Reference {
+			if a.Theta != 0 || a.Method != MethodReference {
+				t.Errorf("reference %s: %+v", h.Name, a)
+			}
+			continue
+		}
+		if a.Method != method || a.Uncertainty < 0 || a.Meetings == 0 {
+			t.Errorf("%s: %+v, want method %s", h.Name, a, method)
+			continue
+		}
+		if err := a.Theta - truth; err > a.Uncertainty || -err > a.Uncertainty {
+			t.Errorf("%s: offset %v, truth %v: off by %v, more than its uncertainty %v", h.Name,
+				time.Duration(a.Theta), time.Duration(truth), time.Duration(err), time.Duration(a.Uncertainty))
+		}
+		if a.Uncertainty > most {
+			t.Errorf("%s: uncertainty %v, want at most %v", h.Name, time.Duration(a.Uncertainty), time.Duration(most))
+		}
+		if wallErr := a.Wall - truth; wallErr != h.WallErr-ref.WallErr {
+			t.Errorf("%s: wall-clock offset off by %v, want %v", h.Name, time.Duration(wallErr), time.Duration(h.WallErr))
+		}
+	}
+}
+
+type trace struct {
+	TraceEvents []struct {
+		Ph, Name string
+		PID      int
+		TS       float64
+		Args     map[string]any
+	} `json:"traceEvents"`
+	Cudatap struct {
+		Merge Info `json:"merge"`
+	} `json:"cudatap"`
+}
+
+// replay merges the plan into a Chrome trace and the stragglers.
+func replay(t *testing.T, p *Plan, rec *bytes.Buffer) (*model.Result, trace, *straggler.Collector) {
+	t.Helper()
+	var js bytes.Buffer
+	var cw *chrome.Writer
+	st := straggler.NewCollector()
+	info := p.Info()
+	var recw io.Writer
+	if rec != nil {
+		recw = rec
+	}
+	res, err := p.Replay(recw, func(rp *recording.Replay) model.Sink {
+		cw = chrome.NewWriter(&js, rp.Names, chrome.Options{Origins: info.Origins(), Merge: info.JSON()})
+		return model.Sinks{cw, st}
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cw.Close(res); err != nil {
+		t.Fatal(err)
+	}
+	var tr trace
+	if err := json.Unmarshal(js.Bytes(), &tr); err != nil {
+		t.Fatal(err)
+	}
+	return res, tr, st
+}
+
+// TestMergeThreeHosts: three hosts, clocks seconds apart, wall offsets 25
+// and 40 ms wrong; rank 1 arrives 20 ms late (now and then rank 0 is the
+// late one). The meetings place each host within a millisecond or two of
+// the truth, well under the wall clocks' error; the merged trace has a
+// process group per rank, named by host and real pid, distinct pids, the
+// residual in its metadata; the stragglers name rank 1 and its Python
+// lines.
+func TestMergeThreeHosts(t *testing.T) {
+	job := mergetest.ThreeHosts()
+	paths := job.Write(t, t.TempDir())
+	p, err := Scan(paths, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Reference != 0 {
+		t.Errorf("reference %d, want the input holding rank 0", p.Reference)
+	}
+	checkAligned(t, p, job, MethodHost, 2*ms)
+	res, tr, st := replay(t, p, nil)
+
+	// Process groups per rank, pids distinct, hosts named.
+	names := map[int]string{}
+	for _, e := range tr.TraceEvents {
+		if e.Ph == "M" && e.Name == "process_name" && e.PID < 1_000_000_000 {
+			names[e.PID] = e.Args["name"].(string)
+		}
+	}
+	want := map[int]string{
+		mergetest.PID: "rank 0 of 3 — python3 (pid 100 on nodeA)",
+		firstPID:      "rank 1 of 3 — python3 (pid 100 on nodeB)",
+		firstPID + 1:  "rank 2 of 3 — python3 (pid 100 on nodeC)",
+	}
+	for pid, name := range want {
+		if names[pid] != name {
+			t.Errorf("process %d named %q, want %q (all: %v)", pid, names[pid], name, names)
+		}
+	}
+	if len(res.Processes) != 3 {
+		t.Errorf("%d processes", len(res.Processes))
+	}
+	// The residual is in the trace.
+	m := tr.Cudatap.Merge
+	if m.Reference != paths[0] || len(m.Inputs) != 3 {
+		t.Fatalf("merge info %+v", m)
+	}
+	for i, in := range m.Inputs[1:] {
+		if in.UncertaintyNs == nil || *in.UncertaintyNs != p.Align[i+1].Uncertainty || in.Method != MethodHost || in.Host != job.Hosts[i+1].Name ||
+			in.OffsetNs != p.Align[i+1].Theta+p.Base || in.SkewNs == 0 || len(in.PIDs) != 1 || in.PIDs[0].HostPID != mergetest.PID {
+			t.Errorf("input %d info %+v", i+1, in)
+		}
+	}
+	// On the merged timeline, rank 1's all-reduce starts ~20 ms after
+	// rank 0's.
+	var r0, r1 []float64
+	for _, e := range tr.TraceEvents {
+		if e.Ph == "X" && e.Name == "ncclAllReduce" {
+			switch e.PID {
+			case mergetest.PID:
+				r0 = append(r0, e.TS)
+			case firstPID:
+				r1 = append(r1, e.TS)
+			}
+		}
+	}
+	if len(r0) != job.Meetings || len(r1) != job.Meetings {
+		t.Fatalf("%d and %d all-reduces", len(r0), len(r1))
+	}
+	if d := (r1[0] - r0[0]) * 1000; d < float64(18*ms) || d > float64(22*ms) {
+		t.Errorf("rank 1 arrives %v after rank 0 on the merged timeline, want 20 ms ± the uncertainty", time.Duration(d))
+	}
+
+	// The stragglers.
+	comms := st.Comms()
+	if len(comms) != 1 || comms[0].Meetings != job.Meetings || comms[0].Incomplete != 0 || comms[0].Straggler() != 1 {
+		t.Fatalf("communicators %+v", comms)
+	}
+	if st := comms[0].Stats[0]; st.Collectives != job.Meetings || st.WaitShare() < 0.5 {
+		t.Errorf("rank 0 waited %v of %v in collectives", st.WaitedNs, st.CollectiveNs)
+	}
+	info := p.Info()
+	var out strings.Builder
+	st.ReportNamed(&out, straggler.Naming{Result: res, Origins: info.Where()})
+	for _, s := range []string{"straggler: rank 1 (pid 100 on nodeB)", "before: cudaMemcpyAsync at train.py:42 load_batch", "at:     ncclAllReduce at train.py:57 step"} {
+		if !strings.Contains(out.String(), s) {
+			t.Errorf("report lacks %q:\n%s", s, out.String())
+		}
+	}
+	var rep strings.Builder
+	p.Report(&rep)
+	for _, s := range []string{"on the clock of " + paths[0], "nodeB, pid 100 as 4194304, rank 1): shifted -3.7", "NCCL meeting(s)"} {
+		if !strings.Contains(rep.String(), s) {
+			t.Errorf("plan report lacks %q:\n%s", s, rep.String())
+		}
+	}
+}
+
+// TestMergeAlwaysLate: two hosts; when rank 1 is late at every meeting,
+// host-side meetings bound its host's offset tightly from one side only
+// (nobody can finish before it arrives) and only by its lateness from the
+// other (as far as the host can tell, it might as well arrive with the
+// others on a clock 20 ms off): the truth is within the range, the
+// uncertainty about half the lateness, under the wall clocks' 25 ms.
+func TestMergeAlwaysLate(t *testing.T) {
+	job := mergetest.ThreeHosts()
+	job.Hosts = job.Hosts[:2]
+	job.Jitter = false
+	p, err := Scan(job.Write(t, t.TempDir()), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkAligned(t, p, job, MethodHost, 12*ms)
+	if u := p.Align[1].Uncertainty; u < 9*ms {
+		t.Errorf("uncertainty %v: the meetings cannot tell 20 ms lateness from clock offset better than half of it", time.Duration(u))
+	}
+}
+
+// TestMergeGPUTimes: with the collectives' GPU end times measured, the
+// offsets are known to microseconds.
+func TestMergeGPUTimes(t *testing.T) {
+	job := mergetest.ThreeHosts()
+	job.GPUTimes = true
+	p, err := Scan(job.Write(t, t.TempDir()), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkAligned(t, p, job, MethodGPU, 10_000)
+	_, _, st := replay(t, p, nil)
+	if cs := st.Comms(); len(cs) != 1 || cs[0].Straggler() != 1 {
+		t.Errorf("communicators %+v", cs)
+	}
+}
+
+// TestMergeNoNCCL: a host whose process made no communicator stays where
+// the wall clocks put it, and the plan says why.
+func TestMergeNoNCCL(t *testing.T) {
+	job := mergetest.ThreeHosts()
+	job.Hosts[2].NoNCCL = true
+	p, err := Scan(job.Write(t, t.TempDir()), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := p.Align[2]
+	if a.Method != MethodWall || a.Uncertainty != -1 || a.Theta != a.Wall || !strings.Contains(a.Note, "no NCCL communicator") {
+		t.Errorf("no-NCCL host: %+v", a)
+	}
+	if p.Align[1].Method != MethodHost {
+		t.Errorf("rank 1's host: %+v", p.Align[1])
+	}
+	var rep strings.Builder
+	p.Report(&rep)
+	if !strings.Contains(rep.String(), "wall clocks only") || !strings.Contains(rep.String(), "how well the hosts' clocks were synchronized") {
+		t.Errorf("plan report:\n%s", rep.String())
+	}
+	if in := p.Info().Inputs[2]; in.UncertaintyNs != nil || in.Method != MethodWall {
+		t.Errorf("info %+v", in)
+	}
+}
+
+// TestMergeOnlyWallClocks: no input has NCCL: every one is placed by the
+// wall clocks.
+func TestMergeOnlyWallClocks(t *testing.T) {
+	job := mergetest.ThreeHosts()
+	for i := range job.Hosts {
+		job.Hosts[i].NoNCCL = true
+	}
+	p, err := Scan(job.Write(t, t.TempDir()), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, a := range p.Align[1:] {
+		if a.Method != MethodWall || a.Theta != job.Hosts[i+1].Theta()+job.Hosts[i+1].WallErr {
+			t.Errorf("input %d: %+v", i+1, a)
+		}
+	}
+}
+
+// TestMergeMisnumbered: host B's recording began after the job's first
+// three collectives, so its meeting numbers are three behind: the
+// meetings contradict each other; B keeps its wall-clock offset and the
+// plan says why.
+func TestMergeMisnumbered(t *testing.T) {
+	job := mergetest.ThreeHosts()
+	job.Hosts[1].SkipFirst = 3
+	p, err := Scan(job.Write(t, t.TempDir()), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := p.Align[1]
+	if a.Method != MethodWall || !strings.Contains(a.Note, "contradict") || !strings.Contains(a.Note, "misnumbered") {
+		t.Errorf("misnumbered host: %+v", a)
+	}
+	if p.Align[2].Method != MethodHost {
+		t.Errorf("host C: %+v", p.Align[2])
+	}
+
+	// Without the odd late rank 0 or 2, every meeting looks alike: three
+	// meetings off is consistent, 300 ms away from the wall clocks, and
+	// flagged.
+	job.Jitter = false
+	if p, err = Scan(job.Write(t, t.TempDir()), Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if a := p.Align[1]; a.Method != MethodHost || !strings.Contains(a.Note, "may be misnumbered") {
+		t.Errorf("periodic misnumbered host: %+v", a)
+	}
+}
+
+// TestMergeSameRank: a recording given twice holds every rank twice.
+func TestMergeSameRank(t *testing.T) {
+	paths := mergetest.ThreeHosts().Write(t, t.TempDir())
+	_, err := Scan([]string{paths[0], paths[1], paths[1]}, Options{})
+	if !errors.Is(err, ErrSameRank) || !strings.Contains(err.Error(), "both hold rank 1 of NCCL communicator 0000000000005eed") ||
+		!strings.Contains(err.Error(), "give each rank's recording once") {
+		t.Errorf("err %v", err)
+	}
+}
+
+// TestMergeBadInput: a file that is not a recording, or cut inside its
+// header, is refused with what to do; a truncated one is merged up to its
+// cut, saying how much was read.
+func TestMergeBadInput(t *testing.T) {
+	dir := t.TempDir()
+	paths := mergetest.ThreeHosts().Write(t, dir)
+	text := filepath.Join(dir, "notes.txt")
+	os.WriteFile(text, []byte("not a recording\n"), 0o644)
+	if _, err := Scan([]string{paths[0], text}, Options{}); !errors.Is(err, recording.ErrFormat) ||
+		!strings.Contains(err.Error(), text) || !strings.Contains(err.Error(), "cudatap record") {
+		t.Errorf("text file: %v", err)
+	}
+	b, _ := os.ReadFile(paths[1])
+	head := filepath.Join(dir, "head.cudatap")
+	os.WriteFile(head, b[:20], 0o644)
+	if _, err := Scan([]string{paths[0], head}, Options{}); !errors.Is(err, recording.ErrTruncated) || !strings.Contains(err.Error(), "header") {
+		t.Errorf("cut in the header: %v", err)
+	}
+	cut := filepath.Join(dir, "cut.cudatap")
+	os.WriteFile(cut, b[:len(b)*6/10], 0o644)
+	p, err := Scan([]string{paths[0], cut, paths[2]}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tr := p.Inputs[1].Truncated; !strings.Contains(tr, "truncated") || !strings.Contains(tr, "records read") {
+		t.Errorf("truncated: %q", tr)
+	}
+	if p.Align[1].Method != MethodHost {
+		t.Errorf("the cut recording's meetings still align it: %+v", p.Align[1])
+	}
+	res, _, st := replay(t, p, nil)
+	if !strings.Contains(res.Truncated, cut) {
+		t.Errorf("result truncated %q", res.Truncated)
+	}
+	if cs := st.Comms(); len(cs) != 1 || cs[0].Straggler() != 1 || cs[0].Pending == 0 || cs[0].Incomplete != 0 {
+		t.Errorf("communicators %+v", cs)
+	}
+	var rep strings.Builder
+	p.Report(&rep)
+	if !strings.Contains(rep.String(), "truncated: ") || !strings.Contains(rep.String(), "merged up to the cut") {
+		t.Errorf("plan report:\n%s", rep.String())
+	}
+}
+
+// TestMergedRecording: the merged recording replays like the merge itself
+// and carries the merge info in its header.
+func TestMergedRecording(t *testing.T) {
+	job := mergetest.ThreeHosts()
+	p, err := Scan(job.Write(t, t.TempDir()), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec bytes.Buffer
+	res, _, st := replay(t, p, &rec)
+	st2 := straggler.NewCollector()
+	res2, rp, err := recording.Load(bytes.NewReader(rec.Bytes()), func(*recording.Replay) model.Sink { return st2 }, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := ReadInfo(rp.Header)
+	if err != nil || info == nil || len(info.Inputs) != 3 || info.Inputs[1].Host != "nodeB" || rp.Header.Host != "nodeA,nodeB,nodeC" {
+		t.Fatalf("header %+v: %v", rp.Header, err)
+	}
+	if res2.WallOffsetNs != res.WallOffsetNs || len(res2.Processes) != 3 || len(res2.Counters) != 3 || res2.Drops != res.Drops {
+		t.Errorf("merged recording: wall offset %d vs %d, %d processes, %d counters", res2.WallOffsetNs, res.WallOffsetNs, len(res2.Processes), len(res2.Counters))
+	}
+	c1, c2 := st.Comms(), st2.Comms()
+	if len(c2) != 1 || c2[0].Straggler() != 1 || c2[0].Stats[1].HeldNs != c1[0].Stats[1].HeldNs {
+		t.Errorf("stragglers differ: %+v vs %+v", c2, c1)
+	}
+}
