@@ -62,7 +62,10 @@ type Config struct {
 	// process does not keep the old one's lot. None of their calls count
 	// and none is adopted.
 	SampledOut map[int]uint64
-	Recording  io.Writer // optional .cudatap stream
+	// PollInterval: how long a record may wait in the ring buffer before
+	// it is read (probe.Config.PollInterval; 0: 20 ms).
+	PollInterval time.Duration
+	Recording    io.Writer // optional .cudatap stream
 	// Sink, if set, receives every call, sync and GPU op as the model
 	// concludes them (aggregates for profiles and summaries): the session
 	// keeps none of them.
@@ -190,7 +193,7 @@ func run(ctx context.Context, cfg Config, inspect func(*Session)) (*Outcome, err
 		}
 	}
 	tr, err := probe.New(probe.Config{RingBufferBytes: cfg.RingBufferBytes, Stacks: cfg.Stacks, Logger: cfg.Logger,
-		PerSymbolUprobes: cfg.PerSymbolUprobes, Sampling: len(cfg.SampledOut) > 0})
+		PerSymbolUprobes: cfg.PerSymbolUprobes, Sampling: len(cfg.SampledOut) > 0, PollInterval: cfg.PollInterval})
 	if err != nil {
 		return nil, err
 	}

@@ -39,6 +39,11 @@ type Config struct {
 	// Sampling lets SampleOut keep processes out of shared probes; without
 	// it a launch probe never looks its process up.
 	Sampling bool
+	// PollInterval bounds how long a record waits in the ring buffer
+	// before the reader looks (0: 20 ms). The BPF side wakes the reader
+	// early only when an eighth of the ring is pending; longer intervals
+	// cost fewer wakeups (the agent), shorter ones keep live views fresh.
+	PollInterval time.Duration
 }
 
 // Stats are the BPF side's counters, summed over CPUs.
@@ -94,6 +99,9 @@ func New(cfg Config) (*Tracer, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.PollInterval <= 0 {
+		cfg.PollInterval = 20 * time.Millisecond
 	}
 	if err := CheckPrivileges(); err != nil {
 		return nil, err
@@ -368,10 +376,6 @@ func (t *Tracer) Stats() (Stats, error) {
 	return s, nil
 }
 
-// pollInterval bounds how long a record waits in the ring buffer: the BPF
-// side wakes the reader only when an eighth of the ring is pending.
-const pollInterval = 20 * time.Millisecond
-
 // Read calls fn with every record until Drain or Close. The slice passed to
 // fn is reused: fn must not keep it.
 func (t *Tracer) Read(fn func(raw []byte)) error {
@@ -380,14 +384,14 @@ func (t *Tracer) Read(fn func(raw []byte)) error {
 	// this deadline; records that came without a wakeup are read at the
 	// latest then. So the deadline moves only when it has passed, not at
 	// every record.
-	t.reader.SetDeadline(time.Now().Add(pollInterval))
+	t.reader.SetDeadline(time.Now().Add(t.cfg.PollInterval))
 	for {
 		err := t.reader.ReadInto(&rec)
 		switch {
 		case err == nil:
 			fn(rec.RawSample)
 		case errors.Is(err, os.ErrDeadlineExceeded):
-			t.reader.SetDeadline(time.Now().Add(pollInterval))
+			t.reader.SetDeadline(time.Now().Add(t.cfg.PollInterval))
 		case errors.Is(err, ringbuf.ErrClosed):
 			return nil
 		case errors.Is(err, ringbuf.ErrFlushed):
