@@ -70,6 +70,10 @@ type Output struct {
 type Options struct {
 	Version  string
 	Counters []chrome.Counter
+	// A merged trace's (export/merge): where its processes ran, and how
+	// its recordings were aligned.
+	Origins map[uint32]chrome.Origin
+	Merge   []byte
 }
 
 // Plan resolves every path's format and makes sure each can be written,
@@ -306,7 +310,7 @@ func CreateChrome(outs []Output, names *model.Names, opts Options) (*ChromeSet, 
 			c.zw, _ = gzip.NewWriterLevel(t.f, gzip.BestSpeed)
 			w = c.zw
 		}
-		c.w = chrome.NewWriter(w, names, chrome.Options{Version: opts.Version, Counters: opts.Counters})
+		c.w = chrome.NewWriter(w, names, chrome.Options{Version: opts.Version, Counters: opts.Counters, Origins: opts.Origins, Merge: opts.Merge})
 	}
 	if len(s.outs) == 0 {
 		return nil, nil

@@ -8,7 +8,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cudatap/cudatap/export"
+	"github.com/cudatap/cudatap/export/merge"
 	"github.com/cudatap/cudatap/export/report"
+	"github.com/cudatap/cudatap/export/straggler"
 	"github.com/cudatap/cudatap/tracer/model"
 	"github.com/cudatap/cudatap/tracer/recording"
 )
@@ -57,10 +59,18 @@ func runExport(cmd *cobra.Command, o *exportOptions, in string) error {
 	defer f.Close()
 	agg := export.NewAggregates()
 	var chrome *export.ChromeSet
+	var merged *merge.Info // a recording `cudatap merge` wrote
 	status := newStatusLine(cmd.ErrOrStderr())
 	res, rp, err := recording.Load(f, func(rp *recording.Replay) model.Sink {
-		var cerr error
-		if chrome, cerr = export.CreateChrome(outs, rp.Names, export.Options{Version: version}); cerr != nil {
+		var merr, cerr error
+		if merged, merr = merge.ReadInfo(rp.Header); merr != nil {
+			fmt.Fprintf(cmd.ErrOrStderr(), "cudatap: warning: %s: %v; processes are named by their pids in the merged trace\n", in, merr)
+		}
+		opts := export.Options{Version: version}
+		if merged != nil {
+			opts.Origins, opts.Merge = merged.Origins(), rp.Header.Merge
+		}
+		if chrome, cerr = export.CreateChrome(outs, rp.Names, opts); cerr != nil {
 			fmt.Fprintf(cmd.ErrOrStderr(), "cudatap: %v\n", cerr)
 		}
 		return model.Sinks{agg.Sink(), chrome.Sink()}
@@ -78,7 +88,7 @@ func runExport(cmd *cobra.Command, o *exportOptions, in string) error {
 	if err := report.Summary(cmd.OutOrStdout(), res, agg.Syncs, report.Options{}); err != nil {
 		errs = append(errs, err)
 	}
-	agg.Stragglers.Report(cmd.OutOrStdout())
+	agg.Stragglers.ReportNamed(cmd.OutOrStdout(), straggler.Naming{Result: res, Origins: merged.Where()})
 	wrote(cmd, outs)
 	return errors.Join(errs...)
 }

@@ -52,7 +52,7 @@ that stall the GPU, and writes Chrome/Perfetto traces, pprof profiles and report
 		SilenceErrors: true,
 	}
 	root.PersistentFlags().BoolVarP(&g.verbose, "verbose", "v", false, "log attach details to stderr")
-	root.AddCommand(newRecordCmd(g), newExportCmd(g), newSyncsCmd(g), newDoctorCmd(g), newGPUsCmd(g), newTopCmd(g, traceForTop), newVersionCmd(), newDemoCmd(g), newAgentCmd(g))
+	root.AddCommand(newRecordCmd(g), newExportCmd(g), newSyncsCmd(g), newDoctorCmd(g), newGPUsCmd(g), newTopCmd(g, traceForTop), newVersionCmd(), newDemoCmd(g), newAgentCmd(g), newMergeCmd(g))
 	return root
 }
 

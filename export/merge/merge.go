@@ -691,8 +691,8 @@ func (p *Plan) Report(w io.Writer) {
 			if a.Method == MethodGPU {
 				how = "measured GPU end times of the collectives"
 			}
-			fmt.Fprintf(w, "shifted %v ±%v from %d NCCL meeting(s) with %s (%s); its wall clock was %v off",
-				signed(a.Theta), time.Duration(a.Uncertainty), a.Meetings, p.Inputs[a.Via].Path, how, signed(a.Theta-a.Wall))
+			fmt.Fprintf(w, "shifted %v ±%v from %d NCCL meeting(s) with %s (%s); the wall clocks alone were %v off",
+				signed(a.Theta), time.Duration(a.Uncertainty).Round(time.Microsecond/10), a.Meetings, p.Inputs[a.Via].Path, how, signed(a.Wall-a.Theta))
 		}
 		fmt.Fprintln(w)
 		if a.Note != "" {
@@ -710,9 +710,11 @@ func (p *Plan) Report(w io.Writer) {
 	}
 }
 
+// signed writes a shift to the µs, with its sign.
 func signed(ns int64) string {
-	if ns >= 0 {
-		return "+" + time.Duration(ns).String()
+	d := time.Duration(ns).Round(time.Microsecond)
+	if d >= 0 {
+		return "+" + d.String()
 	}
-	return time.Duration(ns).String()
+	return d.String()
 }
