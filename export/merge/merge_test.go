@@ -379,3 +379,21 @@ func TestMergedRecording(t *testing.T) {
 		t.Errorf("stragglers differ: %+v vs %+v", c2, c1)
 	}
 }
+
+// TestMergeLongRun: more meetings than the stragglers' collector keeps
+// waiting (maxPending, 4096): replayed interleaved by time, none is given
+// up (one host after the other, all but 4096 would be).
+func TestMergeLongRun(t *testing.T) {
+	job := mergetest.ThreeHosts()
+	job.Hosts = job.Hosts[:2]
+	job.Meetings = 5000
+	p, err := Scan(job.Write(t, t.TempDir()), Options{Keep: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkAligned(t, p, job, MethodHost, 2*ms)
+	_, _, st := replay(t, p, nil)
+	if cs := st.Comms(); len(cs) != 1 || cs[0].Meetings != 5000 || cs[0].Incomplete != 0 || cs[0].Pending != 0 {
+		t.Errorf("communicators %+v", cs)
+	}
+}

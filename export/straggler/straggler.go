@@ -213,6 +213,9 @@ type Collector struct {
 	opsLost   int
 	sites     map[siteKey]*site
 	sitesLost int
+	// threadsLost: calls of threads past the bound, whose last call is
+	// not remembered (a straggler among them shows no call before).
+	threadsLost int
 }
 
 // NewCollector returns an empty collector.
@@ -226,6 +229,8 @@ func (c *Collector) Call(p *model.Process, x *model.Call) {
 	prev, hasPrev := c.threads[key]
 	if hasPrev || len(c.threads) < maxThreads {
 		c.threads[key] = lastCall{end: max(x.End, x.Start), api: x.API, py: x.PyStack}
+	} else {
+		c.threadsLost++
 	}
 	m, seq := c.comms.call(p, x)
 	if m == nil {
@@ -621,6 +626,12 @@ func (c *Collector) ReportNamed(w io.Writer, n Naming) {
 	}
 	if c.sitesLost > 0 {
 		fmt.Fprintf(w, "  %d straggler meeting(s) not placed (more than %d places)\n", c.sitesLost, maxSites)
+	}
+	if c.threadsLost > 0 {
+		fmt.Fprintf(w, "  %d calls of threads past the first %d not followed: a straggler among them shows no call before its collective\n", c.threadsLost, maxThreads)
+	}
+	if c.opsLost > 0 {
+		fmt.Fprintf(w, "  %d collectives not followed to their completion (more than %d pending): left out of the ranks' time in collectives\n", c.opsLost, maxOps)
 	}
 }
 
