@@ -20,6 +20,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -140,24 +141,27 @@ type Writer struct {
 
 	// Kernel names, demangled once per function rather than per launch.
 	kernels map[kernelKey]describe.Kernel
-	// NCCL communicators by process and handle: their unique id and the
-	// number of each one's next collective (args comm_id and seq, which
-	// match a collective across ranks as export/straggler does).
-	comms map[commKey]*commSeq
+	// NCCL meetings: each collective's communicator and number (args
+	// comm_id and seq), and a track per communicator with a slice per
+	// meeting, from the first rank's arrival to the last's.
+	meetings *straggler.Matcher[struct{}]
+	commPIDs map[uint64]commTrack
 }
 
-type commKey struct {
-	pid    uint32
-	handle uint64
+// commTrack is a communicator's meetings track.
+type commTrack struct {
+	pid, ranks int
 }
 
-type commSeq struct {
-	id   uint64
-	next int
-}
+// commPIDBase holds the communicators' meetings tracks: above the GPU
+// tracks, below the NVML ones.
+const commPIDBase = 1_900_000_000
 
-// maxComms bounds the communicators numbered.
-const maxComms = 1 << 16
+// maxCommTracks bounds the communicators given a track.
+const maxCommTracks = 1 << 16
+
+// CommPID is the trace pid of the n-th communicator's meetings track.
+func CommPID(n int) int { return commPIDBase + n }
 
 var _ model.Sink = (*Writer)(nil)
 
@@ -169,7 +173,7 @@ func NewWriter(out io.Writer, names *model.Names, opts Options) *Writer {
 		names = model.NewNames()
 	}
 	w := &Writer{out: bufio.NewWriterSize(out, 256<<10), names: names, opts: opts, b: make([]byte, 0, 1024),
-		kernels: map[kernelKey]describe.Kernel{}, comms: map[commKey]*commSeq{}}
+		kernels: map[kernelKey]describe.Kernel{}, meetings: straggler.NewMatcher[struct{}](), commPIDs: map[uint64]commTrack{}}
 	w.write([]byte(`{"schemaVersion":1,"displayTimeUnit":"ns","traceEvents":[` + "\n"))
 	return w
 }
@@ -194,6 +198,12 @@ func (w *Writer) Close(r *model.Result) error {
 	w.closed = true
 	for i, p := range byRank(r.Processes) {
 		w.process(i, p)
+	}
+	// The communicators' meetings tracks, after every process.
+	for _, id := range slices.SortedFunc(maps.Keys(w.commPIDs), func(a, b uint64) int { return w.commPIDs[a].pid - w.commPIDs[b].pid }) {
+		tr := w.commPIDs[id]
+		w.meta("process_name", tr.pid, 0, fmt.Sprintf("NCCL communicator %016x (%d ranks): meetings, first to last arrival", id, tr.ranks))
+		w.metaSort("process_sort_index", tr.pid, 0, 2*len(r.Processes)+tr.pid-commPIDBase)
 	}
 	counters := w.opts.Counters
 	for _, c := range r.Counters {
@@ -419,6 +429,23 @@ func (w *Writer) Call(p *model.Process, c *model.Call) {
 		w.uint("correlation", c.Correlation)
 	}
 	a := &c.Args
+	var met *straggler.Met[struct{}]
+	if spec != nil && spec.Layer == event.NCCL {
+		var at straggler.Arrival
+		var ok bool
+		if at, ok, met = w.meetings.Call(p, c, struct{}{}); ok {
+			// The meeting across ranks: the communicator's unique id and
+			// the collective's number on it (sends and receives are not
+			// numbered); the communicator made: its id, rank and size.
+			w.str("comm_id", fmt.Sprintf("%016x", at.Comm))
+			if at.Seq >= 0 {
+				w.int("seq", int64(at.Seq))
+			} else {
+				w.int("rank", int64(at.Rank))
+				w.int("nranks", int64(at.Ranks))
+			}
+		}
+	}
 	switch class {
 	case event.ClassMemcpy:
 		w.uint("bytes", a.Bytes)
@@ -441,22 +468,6 @@ func (w *Writer) Call(p *model.Process, c *model.Call) {
 		if a.Peer >= 0 {
 			w.int("peer", int64(a.Peer))
 		}
-		// The meeting across ranks: the communicator's unique id and the
-		// collective's number on it (sends and receives are not numbered).
-		if cs := w.comms[commKey{p.PID, a.Comm}]; cs != nil && straggler.Meeting(c.API) {
-			w.str("comm_id", fmt.Sprintf("%016x", cs.id))
-			w.int("seq", int64(cs.next))
-			cs.next++
-		}
-	case event.ClassCommInit:
-		if c.HasRet && c.Ret == 0 && a.CommID != 0 {
-			w.str("comm_id", fmt.Sprintf("%016x", a.CommID))
-			w.int("rank", int64(a.Peer))
-			w.uint("nranks", a.Size)
-			if len(w.comms) < maxComms {
-				w.comms[commKey{p.PID, a.Comm}] = &commSeq{id: a.CommID}
-			}
-		}
 	}
 	if c.Captured {
 		w.bool("captured", true) // recorded into a CUDA graph, not executed here
@@ -465,6 +476,57 @@ func (w *Writer) Call(p *model.Process, c *model.Call) {
 		w.int("ret", c.Ret)
 	} else if c.End <= c.Start {
 		w.bool("dur_measured", false)
+	}
+	w.close()
+	w.end()
+	if met != nil {
+		w.meeting(met)
+	}
+}
+
+// maxArrivalsListed bounds the ranks whose arrivals a meeting's slice lists.
+const maxArrivalsListed = 64
+
+// meeting draws a meeting of a communicator's ranks on its track: from
+// the first arrival to the last, named by the collective and the rank that
+// came last.
+func (w *Writer) meeting(m *straggler.Met[struct{}]) {
+	tr, ok := w.commPIDs[m.Comm]
+	if !ok {
+		if len(w.commPIDs) >= maxCommTracks {
+			return
+		}
+		tr = commTrack{pid: CommPID(len(w.commPIDs)), ranks: len(m.Arrivals)}
+		w.commPIDs[m.Comm] = tr
+	}
+	w.begin("X", tr.pid, 0, m.First)
+	w.str("cat", "nccl_meeting")
+	w.key("name")
+	w.b = append(w.b, '"')
+	w.b = append(w.b, m.API.String()...)
+	w.b = append(w.b, " #"...)
+	w.b = strconv.AppendInt(w.b, int64(m.Seq), 10)
+	w.b = append(w.b, ": rank "...)
+	w.b = strconv.AppendInt(w.b, int64(m.LastRank), 10)
+	w.b = append(w.b, ` last"`...)
+	w.micros("dur", max(m.Last-m.First, minDur))
+	w.open("args")
+	w.str("comm_id", fmt.Sprintf("%016x", m.Comm))
+	w.int("seq", int64(m.Seq))
+	w.int("last_rank", int64(m.LastRank))
+	w.uint("last_pid", uint64(m.PIDs[m.LastRank]))
+	w.uint("arrival_spread_ns", m.Last-m.First)
+	if len(m.Arrivals) <= maxArrivalsListed {
+		// Each rank's arrival after the first, by rank.
+		w.key("arrivals_after_first_us")
+		w.b = append(w.b, '[')
+		for i, t := range m.Arrivals {
+			if i > 0 {
+				w.b = append(w.b, ',')
+			}
+			w.b = strconv.AppendFloat(w.b, float64(t-m.First)/1e3, 'f', 3, 64)
+		}
+		w.b = append(w.b, ']')
 	}
 	w.close()
 	w.end()

@@ -26,8 +26,9 @@ func TestMergedRanks(t *testing.T) {
 		w.Call(p, &model.Call{API: event.NcclCommInitRank, HasRet: true, GPUOp: -1, Stream: -1,
 			Args: event.Args{Comm: 0xc0, CommID: 0x5eed, Peer: p.Rank, Size: 2}})
 		w.Call(p, &model.Call{API: event.NcclSend, GPUOp: -1, Stream: -1, Args: event.Args{Comm: 0xc0}})
-		for range 2 {
-			w.Call(p, &model.Call{API: event.NcclAllReduce, GPUOp: -1, Stream: -1, Args: event.Args{Comm: 0xc0, Peer: -1}})
+		for k := range uint64(2) {
+			at := 1_000_000*(k+1) + 500_000*uint64(p.Rank) // rank 1 half a millisecond late
+			w.Call(p, &model.Call{API: event.NcclAllReduce, Start: at, End: at, GPUOp: -1, Stream: -1, Args: event.Args{Comm: 0xc0, Peer: -1}})
 		}
 	}
 	if err := w.Close(&model.Result{Processes: procs}); err != nil {
@@ -69,6 +70,23 @@ func TestMergedRanks(t *testing.T) {
 	}
 	if len(seqs) != 2 || seqs[0] != 0.0 || seqs[1] != 1.0 {
 		t.Errorf("seqs %v", seqs)
+	}
+	// Each all-reduce completed by the second rank is a meeting on the
+	// communicator's track, named by the rank that came last.
+	var meetings []string
+	for _, e := range tr.TraceEvents {
+		if e.Ph == "X" && e.PID == CommPID(0) {
+			meetings = append(meetings, e.Name)
+			if e.Args["comm_id"] != "0000000000005eed" || e.Args["last_rank"] != 1.0 || e.Args["arrival_spread_ns"] != 500_000.0 || e.Args["last_pid"] != 100.0 {
+				t.Errorf("meeting args %v", e.Args)
+			}
+		}
+		if e.Ph == "M" && e.Name == "process_name" && e.PID == CommPID(0) && e.Args["name"] != "NCCL communicator 0000000000005eed (2 ranks): meetings, first to last arrival" {
+			t.Errorf("communicator track named %v", e.Args["name"])
+		}
+	}
+	if len(meetings) != 2 || meetings[0] != "ncclAllReduce #0: rank 1 last" || meetings[1] != "ncclAllReduce #1: rank 1 last" {
+		t.Errorf("meetings %q", meetings)
 	}
 	if m, _ := tr.Cudatap["merge"].(map[string]any); m["reference"] != "a.cudatap" {
 		t.Errorf("cudatap block %v", tr.Cudatap)

@@ -162,6 +162,21 @@ func TestMergeThreeHosts(t *testing.T) {
 		t.Errorf("rank 1 arrives %v after rank 0 on the merged timeline, want 20 ms ± the uncertainty", time.Duration(d))
 	}
 
+	// Each meeting on the communicator's track, named by its last rank.
+	lastRank1 := 0
+	meetings := 0
+	for _, e := range tr.TraceEvents {
+		if e.Ph == "X" && e.PID == chrome.CommPID(0) {
+			meetings++
+			if strings.HasSuffix(e.Name, ": rank 1 last") {
+				lastRank1++
+			}
+		}
+	}
+	if meetings != job.Meetings || lastRank1 < job.Meetings*9/10 {
+		t.Errorf("%d meetings on the communicator's track, %d with rank 1 last", meetings, lastRank1)
+	}
+
 	// The stragglers.
 	comms := st.Comms()
 	if len(comms) != 1 || comms[0].Meetings != job.Meetings || comms[0].Incomplete != 0 || comms[0].Straggler() != 1 {

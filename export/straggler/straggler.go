@@ -107,34 +107,25 @@ func Meeting(api event.API) bool {
 	return s != nil && s.Class == event.ClassCollective && api != event.NcclSend && api != event.NcclRecv
 }
 
-// group is one communicator across the processes of its ranks.
+// group is one communicator's statistics.
 type group struct {
-	id      uint64
-	nranks  int
-	pending map[int]*meeting
-	oldest  int // meetings before this one were given up
-	stats   []RankStats
-	done    int
-	spread  time.Duration // summed over complete meetings
-	lost    int
-	worst   []Worst // widest spreads, widest first
+	id     uint64
+	nranks int
+	stats  []RankStats
+	done   int
+	spread time.Duration // summed over complete meetings
+	worst  []Worst       // widest spreads, widest first
 }
 
-// arrival is what the rank arriving last so far did.
+// arrival is what a rank did as it arrived: the Matcher keeps the latest
+// arrival's of each meeting (the last rank's, once complete).
 type arrival struct {
-	pid, tid       uint32
-	api, prevAPI   event.API
-	py, prevPy     int32  // Python stacks (index in the process), -1 none
-	start, prevEnd uint64 // the collective's start; the end of the thread's call before it
-	hasPrev        bool
-}
-
-type meeting struct {
-	arrivals []uint64 // by rank, 0 = not yet
-	n        int
-	latest   uint64
-	api      event.API
-	last     arrival
+	pid, tid     uint32
+	api, prevAPI event.API
+	py, prevPy   int32  // Python stacks (index in the process), -1 none
+	start        uint64 // the collective's start
+	prevEnd      uint64 // the end of the thread's call before it
+	hasPrev      bool
 }
 
 // RankStats is one rank's record over a communicator's meetings.
@@ -206,7 +197,7 @@ type opRef struct {
 
 // Collector is the sink.
 type Collector struct {
-	comms     comms
+	match     *Matcher[arrival]
 	groups    map[uint64]*group
 	threads   map[[2]uint32]lastCall
 	ops       map[opKey]opRef
@@ -220,7 +211,7 @@ type Collector struct {
 
 // NewCollector returns an empty collector.
 func NewCollector() *Collector {
-	return &Collector{comms: comms{}, groups: map[uint64]*group{}, threads: map[[2]uint32]lastCall{},
+	return &Collector{match: NewMatcher[arrival](), groups: map[uint64]*group{}, threads: map[[2]uint32]lastCall{},
 		ops: map[opKey]opRef{}, sites: map[siteKey]*site{}}
 }
 
@@ -232,90 +223,60 @@ func (c *Collector) Call(p *model.Process, x *model.Call) {
 	} else {
 		c.threadsLost++
 	}
-	m, seq := c.comms.call(p, x)
-	if m == nil {
-		return
-	}
-	if seq < 0 {
-		g := c.groups[m.id]
-		if g == nil {
-			g = &group{id: m.id, nranks: m.nranks, pending: map[int]*meeting{}, stats: make([]RankStats, m.nranks)}
-			c.groups[m.id] = g
-		}
-		if m.rank < g.nranks {
-			g.stats[m.rank].PID, g.stats[m.rank].Rank = p.PID, m.rank
-		}
-		return
-	}
-	g := c.groups[m.id]
-	if g == nil || m.rank >= g.nranks {
+	if spec := x.Spec(); spec == nil || spec.Layer != event.NCCL {
 		return
 	}
 	a := arrival{pid: p.PID, tid: x.TID, api: x.API, py: x.PyStack, prevPy: -1, start: x.Start}
 	if hasPrev {
 		a.prevAPI, a.prevPy, a.prevEnd, a.hasPrev = prev.api, prev.py, prev.end, true
 	}
-	g.arrive(c, m.rank, seq, a)
+	at, ok, met := c.match.Call(p, x, a)
+	if !ok {
+		return
+	}
+	g := c.groups[at.Comm]
+	if at.Seq < 0 {
+		if g == nil {
+			g = &group{id: at.Comm, nranks: at.Ranks, stats: make([]RankStats, at.Ranks)}
+			c.groups[at.Comm] = g
+		}
+		if at.Rank < g.nranks {
+			g.stats[at.Rank].PID, g.stats[at.Rank].Rank = p.PID, at.Rank
+		}
+		return
+	}
+	if g == nil || at.Rank >= g.nranks {
+		return
+	}
 	if x.GPUOp >= 0 {
 		if len(c.ops) < maxOps {
-			c.ops[opKey{p.PID, x.GPUOp}] = opRef{g: g, rank: m.rank, start: x.Start}
+			c.ops[opKey{p.PID, x.GPUOp}] = opRef{g: g, rank: at.Rank, start: x.Start}
 		} else {
 			c.opsLost++
 		}
 	}
+	if met != nil {
+		c.meet(g, met)
+	}
 }
 
-func (g *group) arrive(c *Collector, rank, k int, a arrival) {
-	if k < g.oldest {
-		return // a meeting given up already
-	}
-	mt := g.pending[k]
-	if mt == nil {
-		if len(g.pending) >= maxPending {
-			// Give up the oldest meeting still waiting for a rank.
-			oldest := k
-			for seq := range g.pending {
-				oldest = min(oldest, seq)
-			}
-			delete(g.pending, oldest)
-			g.oldest = oldest + 1
-			g.lost++
-			if k < g.oldest {
-				return
-			}
-		}
-		mt = &meeting{arrivals: make([]uint64, g.nranks), api: a.api}
-		g.pending[k] = mt
-	}
-	if mt.arrivals[rank] != 0 {
-		return
-	}
-	at := a.start
-	if at >= mt.latest {
-		mt.latest, mt.last = at, a
-	}
-	mt.arrivals[rank] = at
-	mt.n++
-	if mt.n < g.nranks {
-		return
-	}
-	delete(g.pending, k)
-	first, last := slices.Min(mt.arrivals), slices.Max(mt.arrivals)
-	lastRank := slices.Index(mt.arrivals, last)
+// meet counts a complete meeting.
+func (c *Collector) meet(g *group, mt *Met[arrival]) {
+	first, last := mt.First, mt.Last
 	var caused uint64
-	for r, t := range mt.arrivals {
+	for r, t := range mt.Arrivals {
 		g.stats[r].WaitedNs += last - t
 		caused += last - t
 	}
-	st := &g.stats[lastRank]
+	st := &g.stats[mt.LastRank]
 	st.Last++
 	st.HeldNs += last - first
 	st.CausedNs += caused
 	g.done++
 	g.spread += time.Duration(last - first)
-	g.keepWorst(Worst{Seq: k, API: mt.api, Spread: time.Duration(last - first), LastRank: lastRank, At: last})
+	g.keepWorst(Worst{Seq: mt.Seq, API: mt.API, Spread: time.Duration(last - first), LastRank: mt.LastRank, At: last})
 	if last > first {
-		c.site(g, lastRank, &mt.last, last-first, caused)
+		c.site(g, mt.LastRank, &mt.LastInfo, last-first, caused)
 	}
 }
 
@@ -424,8 +385,9 @@ func (c *Collector) Comms() []Comm {
 		if g.done == 0 {
 			continue
 		}
+		lost, pending := c.match.Waiting(g.id)
 		cm := Comm{ID: g.id, Ranks: g.nranks, Meetings: g.done, MeanSpread: g.spread / time.Duration(g.done),
-			Incomplete: g.lost, Stats: slices.Clone(g.stats), Worst: slices.Clone(g.worst), Pending: len(g.pending)}
+			Incomplete: lost, Stats: slices.Clone(g.stats), Worst: slices.Clone(g.worst), Pending: pending}
 		out = append(out, cm)
 	}
 	slices.SortFunc(out, func(a, b Comm) int { return cmp.Or(b.Meetings-a.Meetings, cmp.Compare(a.ID, b.ID)) })
