@@ -57,7 +57,7 @@ func runMerge(cmd *cobra.Command, o *mergeOptions, ins []string) error {
 		fi, err := os.Stat(in)
 		switch {
 		case err != nil:
-			return fmt.Errorf("open recording: %w", err)
+			return fmt.Errorf("open recording: %w: give the path of each .cudatap recording to merge", err)
 		case fi.IsDir():
 			return fmt.Errorf("%s is a directory: give the .cudatap recordings inside it", in)
 		case !fi.Mode().IsRegular():

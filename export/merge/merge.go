@@ -165,6 +165,8 @@ func scanOne(path string, keep int, progress func(int64)) (Input, error) {
 	rp, err := recording.ReadEvents(f, m, progress)
 	res := m.Finish()
 	switch {
+	case rp.Header.Version == 0 && errors.Is(err, recording.ErrTruncated):
+		return in, fmt.Errorf("%s: %w: nothing in it can be merged; leave it out", path, err)
 	case rp.Header.Version == 0 && err != nil:
 		return in, fmt.Errorf("%s: %w: give the .cudatap files `cudatap record -o FILE.cudatap` wrote", path, err)
 	case errors.Is(err, recording.ErrTruncated):
