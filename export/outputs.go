@@ -220,15 +220,20 @@ type Aggregates struct {
 	Profile    *pprofout.Collector
 	Syncs      *syncs.Collector
 	Stragglers *straggler.Collector
+	// Progress follows each NCCL rank live (hangs: which rank stopped
+	// arriving, which wait).
+	Progress *straggler.Progress
 }
 
 // NewAggregates returns empty aggregates.
 func NewAggregates() *Aggregates {
-	return &Aggregates{Profile: pprofout.NewCollector(), Syncs: syncs.NewCollector(), Stragglers: straggler.NewCollector()}
+	return &Aggregates{Profile: pprofout.NewCollector(), Syncs: syncs.NewCollector(), Stragglers: straggler.NewCollector(), Progress: straggler.NewProgress()}
 }
 
 // Sink feeds every aggregate.
-func (a *Aggregates) Sink() model.Sink { return model.Sinks{a.Profile, a.Syncs, a.Stragglers} }
+func (a *Aggregates) Sink() model.Sink {
+	return model.Sinks{a.Profile, a.Syncs, a.Stragglers, a.Progress}
+}
 
 // WritePprof writes the profile of agg to every pprof output. An output
 // that fails is removed and reported, naming its path, and the others are

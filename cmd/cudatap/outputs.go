@@ -11,6 +11,7 @@ import (
 
 	"github.com/cudatap/cudatap/export"
 	"github.com/cudatap/cudatap/export/report"
+	"github.com/cudatap/cudatap/export/straggler"
 	"github.com/cudatap/cudatap/internal/units"
 	"github.com/cudatap/cudatap/tracer/model"
 	"github.com/cudatap/cudatap/tracer/recording"
@@ -116,7 +117,8 @@ func (t *traceOutputs) finish(cmd *cobra.Command, res *model.Result) error {
 	if err := report.Summary(cmd.OutOrStdout(), res, t.agg.Syncs, report.Options{}); err != nil {
 		errs = append(errs, err)
 	}
-	t.agg.Stragglers.Report(cmd.OutOrStdout())
+	t.agg.Stragglers.ReportNamed(cmd.OutOrStdout(), straggler.Naming{Result: res})
+	reportStalls(cmd.OutOrStdout(), t.agg.Progress, "at the end")
 	wrote(cmd, t.outs)
 	return errors.Join(errs...)
 }

@@ -110,7 +110,11 @@ func runRecord(cmd *cobra.Command, g *globalOptions, o *recordOptions, command [
 		GPUTimes: o.gpuTimes, CUPTIPath: o.cupti,
 		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Logger: g.logger(),
 		OnAttached: printAttached(stderr),
-		OnStatus:   status.update,
+	}
+	hangs := &hangWatch{progress: to.agg.Progress, w: stderr, status: status}
+	cfg.OnStatus = func(st tracer.Status) {
+		status.update(st)
+		hangs.check()
 	}
 	if o.container != "" {
 		cfg.OnAttached = func(n int) {

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cudatap/cudatap/export/straggler"
 	"github.com/cudatap/cudatap/internal/units"
 	"github.com/cudatap/cudatap/tracer"
 	"github.com/cudatap/cudatap/tracer/model"
@@ -22,12 +23,13 @@ func traceForTop(ctx context.Context, g *globalOptions, pids []int, all bool) (f
 		return nil, nil
 	}
 	live := make(chan func() []model.StreamSnap, 1)
+	ranks := straggler.NewProgress()
 	errc := make(chan error, 1)
 	go func() {
 		_, err := tracer.Run(ctx, tracer.Config{
 			PIDs: pids, All: all, Stacks: probe.StacksNone, NVMLInterval: -1, WaitForCUDA: true,
 			Stdout: io.Discard, Stderr: io.Discard, Logger: g.logger(),
-			OnLive: func(snap func() []model.StreamSnap) { live <- snap },
+			OnLive: func(snap func() []model.StreamSnap) { live <- snap }, Sink: ranks,
 		})
 		errc <- err
 	}()
@@ -67,6 +69,37 @@ func traceForTop(ctx context.Context, g *globalOptions, pids []int, all bool) (f
 				100*float64(s.SyncBlockedNs-p.SyncBlockedNs)/1e9/dt, s.Queued))
 		}
 		prev, at = next, now
-		return lines
+		return append(lines, ncclLines(ranks, monotonicNow())...)
 	}, nil
+}
+
+// ncclLines show each NCCL rank traced: collectives arrived at and seen
+// complete, how long since the last completed, what it waits in; then the
+// ranks that stopped arriving while others wait (hangAfter).
+func ncclLines(p *straggler.Progress, now uint64) []string {
+	comms := p.Snapshot()
+	if len(comms) == 0 {
+		return nil
+	}
+	lines := []string{"", fmt.Sprintf("%-18s %-8s %-8s %10s %10s %14s  %s", "NCCL COMMUNICATOR", "RANK", "PID", "ARRIVED", "COMPLETE", "LAST COMPLETE", "STATE")}
+	for _, c := range comms {
+		for _, r := range c.Ranks {
+			if r.PID == 0 {
+				lines = append(lines, fmt.Sprintf("%016x   %-8d %-8s", c.Comm, r.Rank, "-"))
+				continue
+			}
+			ago, state := "-", "running"
+			if r.LastComplete > 0 && now > r.LastComplete {
+				ago = time.Duration(now-r.LastComplete).Truncate(100*time.Millisecond).String() + " ago"
+			}
+			if r.Waiting() && now > r.LastArrival {
+				state = fmt.Sprintf("in collective #%d for %s", r.Arrived, time.Duration(now-r.LastArrival).Truncate(100*time.Millisecond))
+			}
+			lines = append(lines, fmt.Sprintf("%016x   %-8d %-8d %10d %10d %14s  %s", c.Comm, r.Rank, r.PID, r.Arrived, r.Complete, ago, state))
+		}
+	}
+	for _, s := range p.Stalls(now, hangAfter) {
+		lines = append(lines, "NCCL hang? "+s.String(now))
+	}
+	return lines
 }

@@ -43,7 +43,7 @@ type Collector struct {
 	weight  float64 // each count counts this much (SetWeight)
 
 	calls, launches, syncs, syncWait, copyBytes, ncclBytes, ncclOps, apiTime, evictedDesc *prometheus.Desc
-	commCalls, commLast                                                                   *prometheus.Desc
+	commCalls, commLast, commDone, commDoneLast                                           *prometheus.Desc
 	sampleProb, sampleWindows, streamLaunches                                             *prometheus.Desc
 }
 
@@ -72,6 +72,8 @@ type proc struct {
 	// Its counts in a traced window count 1/probability.
 	probability           float64
 	windowsIn, windowsOut uint64
+	// Collectives called whose completion is awaited, by GPU op id.
+	pendingColl map[int]*commState
 	// NCCL communicators by handle: their collectives, exactly (not
 	// weighted: ranks are compared by them).
 	comms map[uint64]*commState
@@ -87,7 +89,16 @@ type commState struct {
 	size     uint64
 	calls    uint64
 	lastWall float64 // Unix seconds of its last collective call
+	// Of those, the ones its host saw complete (a synchronization proved
+	// them done): a rank waiting in a collective its others never reach
+	// stays calls > completed.
+	completed    uint64
+	completeWall float64
 }
+
+// maxPendingCollectives bounds, per process, the collectives whose
+// completion is followed (beyond, they are not counted complete).
+const maxPendingCollectives = 4096
 
 // maxComms bounds the communicators kept per process.
 const maxComms = 64
@@ -117,6 +128,8 @@ func NewCollector() *Collector {
 	}
 	return &Collector{
 		commCalls:      comm("cudatap_nccl_comm_collectives", "Collectives this rank called on the communicator (exact). A rank behind the others of its communicator has stopped arriving: hung or late."),
+		commDone:       comm("cudatap_nccl_comm_completed_collectives", "Of the collectives this rank called on the communicator, those its host saw complete. Fewer than cudatap_nccl_comm_collectives for long: it waits in a collective (for a rank that has not arrived)."),
+		commDoneLast:   comm("cudatap_nccl_comm_last_completed_collective_timestamp_seconds", "When this rank's host last saw one of its collectives complete (Unix time)."),
 		commLast:       comm("cudatap_nccl_comm_last_collective_timestamp_seconds", "When this rank last called a collective on the communicator (Unix time)."),
 		procs:          map[uint32]*proc{},
 		weight:         1,
@@ -226,6 +239,12 @@ func (c *Collector) Call(mp *model.Process, x *model.Call) {
 		if m := p.comms[x.Args.Comm]; m != nil {
 			m.calls++
 			m.lastWall = wallOf(x.Start)
+			if x.GPUOp >= 0 && len(p.pendingColl) < maxPendingCollectives {
+				if p.pendingColl == nil {
+					p.pendingColl = map[int]*commState{}
+				}
+				p.pendingColl[x.GPUOp] = m
+			}
 		}
 	case event.ClassCommInit:
 		if x.HasRet && x.Ret == 0 && x.Args.CommID != 0 && len(p.comms) < maxComms {
@@ -263,7 +282,30 @@ func (c *Collector) Sync(mp *model.Process, s *model.Sync) {
 }
 
 // GPUOp, Dependency and Hold add nothing to the metrics.
-func (c *Collector) GPUOp(*model.Process, *model.GPUOp)           {}
+// GPUOp counts a collective its host saw complete.
+func (c *Collector) GPUOp(mp *model.Process, op *model.GPUOp) {
+	if op.Kind != model.OpCollective {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p := c.procs[mp.PID]
+	if p == nil {
+		return
+	}
+	m := p.pendingColl[op.ID]
+	if m == nil {
+		return
+	}
+	delete(p.pendingColl, op.ID)
+	m.completed++
+	switch {
+	case op.Measured:
+		m.completeWall = wallOf(op.End)
+	case op.Bounded:
+		m.completeWall = wallOf(op.ProvenBy())
+	}
+}
 func (c *Collector) Dependency(*model.Process, *model.Dependency) {}
 func (c *Collector) Hold(*model.Process, *model.Hold)             {}
 
@@ -302,7 +344,7 @@ func (c *Collector) weightOf(p *proc) float64 { return c.weight / p.probability 
 
 // Describe sends the metrics' descriptions.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.calls, c.launches, c.syncs, c.syncWait, c.copyBytes, c.ncclBytes, c.ncclOps, c.apiTime, c.evictedDesc, c.commCalls, c.commLast, c.sampleProb, c.sampleWindows, c.streamLaunches} {
+	for _, d := range []*prometheus.Desc{c.calls, c.launches, c.syncs, c.syncWait, c.copyBytes, c.ncclBytes, c.ncclOps, c.apiTime, c.evictedDesc, c.commCalls, c.commLast, c.commDone, c.commDoneLast, c.sampleProb, c.sampleWindows, c.streamLaunches} {
 		ch <- d
 	}
 }
@@ -406,6 +448,10 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		for _, m := range p.comms {
 			cl := with(fmt.Sprintf("%016x", m.id), strconv.Itoa(int(m.rank)), strconv.FormatUint(m.size, 10))
 			ch <- prometheus.MustNewConstMetric(c.commCalls, prometheus.GaugeValue, float64(m.calls), cl...)
+			ch <- prometheus.MustNewConstMetric(c.commDone, prometheus.GaugeValue, float64(m.completed), cl...)
+			if m.completeWall > 0 {
+				ch <- prometheus.MustNewConstMetric(c.commDoneLast, prometheus.GaugeValue, m.completeWall, cl...)
+			}
 			if m.lastWall > 0 {
 				ch <- prometheus.MustNewConstMetric(c.commLast, prometheus.GaugeValue, m.lastWall, cl...)
 			}

@@ -225,9 +225,22 @@ func TestCommCollectives(t *testing.T) {
 	for r := range 2 {
 		p := &model.Process{PID: uint32(10 + r)}
 		c.Call(p, &model.Call{API: event.NcclCommInitRank, HasRet: true, Args: event.Args{Comm: 0xc0, CommID: 0x5eed, Peer: int32(r), Size: 2}})
-		for range 3 - r { // rank 1 stops after 2
-			c.Call(p, &model.Call{API: event.NcclAllReduce, Start: 1, Args: event.Args{Comm: 0xc0, Bytes: 4}})
+		for k := range 3 - r { // rank 1 stops after 2
+			c.Call(p, &model.Call{API: event.NcclAllReduce, Start: 1, GPUOp: k, Args: event.Args{Comm: 0xc0, Bytes: 4}})
 		}
+		// Each saw its first two complete: rank 0 waits in its third.
+		for k := range 2 {
+			c.GPUOp(p, &model.GPUOp{ID: k, Kind: model.OpCollective, Measured: true, End: 2})
+		}
+		c.GPUOp(p, &model.GPUOp{ID: 7, Kind: model.OpKernel, Measured: true, End: 2}) // not a collective
+	}
+	for r := range 2 {
+		if got := gather(t, c, "cudatap_nccl_comm_completed_collectives", map[string]string{"rank": strconv.Itoa(r)}); got != 2 {
+			t.Errorf("rank %d: %v collectives complete, want 2", r, got)
+		}
+	}
+	if got := gather(t, c, "cudatap_nccl_comm_last_completed_collective_timestamp_seconds", map[string]string{"rank": "1"}); got < 1e9 {
+		t.Errorf("last completion at %v, want a Unix time", got)
 	}
 	for r, want := range []float64{3, 2} {
 		if got := gather(t, c, "cudatap_nccl_comm_collectives", map[string]string{"rank": strconv.Itoa(r), "communicator": "0000000000005eed", "world_size": "2"}); got != want {
