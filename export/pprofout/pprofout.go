@@ -206,7 +206,9 @@ func (b *builder) pyLocation(name string, k model.PyKey) *profile.Location {
 	if l, ok := b.locs[key]; ok {
 		return l
 	}
-	f := &profile.Function{ID: uint64(len(b.p.Function) + 1), Name: fn, SystemName: fn, Filename: file}
+	// No system name: pprof demangles a function whose system name equals
+	// its name, and its demangler cuts "<module>" down to "".
+	f := &profile.Function{ID: uint64(len(b.p.Function) + 1), Name: fn, Filename: file}
 	b.p.Function = append(b.p.Function, f)
 	l := &profile.Location{ID: uint64(len(b.p.Location) + 1), Line: []profile.Line{{Function: f, Line: int64(line)}}}
 	b.p.Location = append(b.p.Location, l)

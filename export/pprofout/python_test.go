@@ -37,6 +37,10 @@ func TestPythonFrames(t *testing.T) {
 		names = append(names, fn.Name)
 		if fn.Filename != "" {
 			lines[fn.Name] = l.Line[0].Line
+			if fn.SystemName != "" {
+				// pprof would demangle it, and cut "<module>" to "".
+				t.Errorf("%s: system name %q", fn.Name, fn.SystemName)
+			}
 			if fn.Filename != "/src/train.py" {
 				t.Errorf("%s: file %q", fn.Name, fn.Filename)
 			}
