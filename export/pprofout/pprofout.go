@@ -3,6 +3,9 @@
 // with the API (and for launches the kernel) as leaf frame under the host
 // stack that made the call, rooted at the thread and the process. `go tool pprof` and any flame-graph
 // viewer then answer "which code waits for the GPU, and how long".
+//
+// Native frames carry their address and the mapping of their object file,
+// so that profile stores can group by library.
 package pprofout
 
 import (
@@ -24,6 +27,14 @@ type Options struct {
 	// DefaultSampleType is the sample type viewers show first; "" means
 	// sync_wait, the one that answers "where does my code wait".
 	DefaultSampleType string
+	// Modules are the object files mapped into the traced processes, when
+	// the caller knows them: each native frame then gets the exact mapping
+	// (range, file offset, build ID) of the one that holds it. Without,
+	// a frame's mapping is inferred from its name, "function (object)":
+	// the object's full path when the recording names it (a hooked CUDA
+	// library, the command's absolute argv[0]), else its base name; the
+	// pages its frames span; no build ID.
+	Modules []Module
 }
 
 // Sample value indices, in the order of sampleTypes.
@@ -56,6 +67,9 @@ type key struct {
 	stream         int32
 	stack, pyStack int32
 	kernel         uint64 // the launched function, 0 for other calls
+	// The stack was taken at the call's return: its first frame is the
+	// return address in the caller, not the probed function's entry.
+	atReturn bool
 }
 
 type entry struct {
@@ -83,7 +97,7 @@ func (c *Collector) Call(p *model.Process, x *model.Call) {
 		class = s.Class
 	}
 	k := key{pid: p.PID, tid: x.TID, api: x.API, symbol: x.Symbol, sync: x.Sync, stream: x.Stream,
-		stack: x.Stack, pyStack: x.PyStack}
+		stack: x.Stack, pyStack: x.PyStack, atReturn: x.HasRet}
 	if class == event.ClassLaunch {
 		k.kernel = x.Args.Func
 	}
@@ -131,17 +145,24 @@ func Build(r *model.Result, c *Collector, opts Options) (*profile.Profile, error
 	if names == nil {
 		names = model.NewNames()
 	}
-	b := &builder{p: p, names: names, locs: map[frameKey]*profile.Location{},
+	b := &builder{p: p, names: names, locs: map[frameKey]*profile.Location{}, funcs: map[funcKey]*profile.Function{},
 		frames: map[model.NameKey]*profile.Location{}, kernels: map[model.NameKey]*profile.Location{},
 		threads: map[model.NameKey]*profile.Location{}, roots: map[uint32]*profile.Location{},
 		procs: map[uint32]*model.Process{}, samples: map[string]*profile.Sample{}}
 	for _, proc := range r.Processes {
 		b.procs[proc.PID] = proc
 	}
+	b.mods = newModules(opts.Modules, b.procs)
+	var entries []entry
 	if c != nil {
-		for i := range c.entries {
-			b.sample(&c.entries[i])
-		}
+		entries = c.entries
+	}
+	b.prepare(entries, r.Processes)
+	for i := range entries {
+		b.sample(&entries[i])
+	}
+	if s := b.stacksComment(); s != "" {
+		p.Comments = append(p.Comments, s)
 	}
 	if err := p.CheckValid(); err != nil {
 		return nil, fmt.Errorf("build pprof profile: %w", err)
@@ -163,9 +184,19 @@ func Write(w io.Writer, r *model.Result, c *Collector, opts Options) error {
 	return nil
 }
 
-// frameKey identifies a function: kernels keep their mangled symbol as the
-// system name, so two kernels that shorten alike stay apart.
+// frameKey identifies a location without an address: kernels keep their
+// mangled symbol as the system name, so two kernels that shorten alike
+// stay apart; a Python frame is its function at a file and line.
 type frameKey struct{ name, system string }
+
+// funcKey identifies a function.
+type funcKey struct{ name, system, file string }
+
+// stackPair is a call's pair of stacks in its process.
+type stackPair struct {
+	pid            uint32
+	stack, pyStack int32
+}
 
 // builder dedupes functions and locations (one line each) and merges
 // samples with the same stack and labels, as pyroscope's ebpf builder does.
@@ -174,24 +205,65 @@ type builder struct {
 	names *model.Names
 	procs map[uint32]*model.Process
 	locs  map[frameKey]*profile.Location
+	funcs map[funcKey]*profile.Function
 	// Per process: the same address means different code elsewhere.
+	// Native frames by their pprof address.
 	frames, kernels, threads map[model.NameKey]*profile.Location
+	mods                     *modules
 	roots                    map[uint32]*profile.Location
 	samples                  map[string]*profile.Sample
 	stack                    []*profile.Location // the sample being built
 	key                      []byte              // its identity: location ids and label values
 }
 
+func (b *builder) function(name, system, file string) *profile.Function {
+	k := funcKey{name, system, file}
+	if f, ok := b.funcs[k]; ok {
+		return f
+	}
+	f := &profile.Function{ID: uint64(len(b.p.Function) + 1), Name: name, SystemName: system, Filename: file}
+	b.p.Function = append(b.p.Function, f)
+	b.funcs[k] = f
+	return f
+}
+
+func (b *builder) newLocation(l *profile.Location) *profile.Location {
+	l.ID = uint64(len(b.p.Location) + 1)
+	b.p.Location = append(b.p.Location, l)
+	return l
+}
+
+// location is a frame of cudatap's own: an API, a kernel, a thread, a
+// process.
 func (b *builder) location(name, system string) *profile.Location {
 	k := frameKey{name, system}
 	if l, ok := b.locs[k]; ok {
 		return l
 	}
-	f := &profile.Function{ID: uint64(len(b.p.Function) + 1), Name: name, SystemName: system}
-	b.p.Function = append(b.p.Function, f)
-	l := &profile.Location{ID: uint64(len(b.p.Location) + 1), Line: []profile.Line{{Function: f}}}
-	b.p.Location = append(b.p.Location, l)
+	l := b.newLocation(&profile.Location{Line: []profile.Line{{Function: b.function(name, system, "")}}})
 	b.locs[k] = l
+	return l
+}
+
+// nativeLocation is the location of frame i of a native stack of pid: its
+// address and mapping, and the function as resolved while the process
+// lived, in the object's file.
+func (b *builder) nativeLocation(pid uint32, raw uint64, i int, atReturn bool) *profile.Location {
+	addr := frameAddress(raw, i, atReturn)
+	nk := model.NameKey{PID: pid, Key: addr}
+	if l, ok := b.frames[nk]; ok {
+		return l
+	}
+	name := describe.Frame(b.names, pid, raw)
+	l := &profile.Location{Address: addr}
+	file := ""
+	if m := b.mods.at(pid, raw, addr, name); m != nil {
+		l.Mapping, file = m.m, m.file
+	}
+	// No system name: pprof would take an equal one for a name to
+	// demangle, and cut "<...>" out of it.
+	l.Line = []profile.Line{{Function: b.function(name, "", file)}}
+	b.frames[nk] = b.newLocation(l)
 	return l
 }
 
@@ -208,10 +280,8 @@ func (b *builder) pyLocation(name string, k model.PyKey) *profile.Location {
 	}
 	// No system name: pprof demangles a function whose system name equals
 	// its name, and its demangler cuts "<module>" down to "".
-	f := &profile.Function{ID: uint64(len(b.p.Function) + 1), Name: fn, Filename: file}
-	b.p.Function = append(b.p.Function, f)
-	l := &profile.Location{ID: uint64(len(b.p.Location) + 1), Line: []profile.Line{{Function: f, Line: int64(line)}}}
-	b.p.Location = append(b.p.Location, l)
+	f := b.function(fn, "", file)
+	l := b.newLocation(&profile.Location{Line: []profile.Line{{Function: f, Line: int64(line)}}})
 	b.locs[key] = l
 	return l
 }
@@ -263,24 +333,13 @@ func (b *builder) sample(e *entry) {
 		symbol = spec.Symbol(int(e.symbol))
 	}
 	b.stack = append(b.stack, b.location(e.api.String(), symbol))
-	if e.stack >= 0 && int(e.stack) < len(p.Stacks) {
-		for _, addr := range p.Stacks[e.stack] {
-			nk := model.NameKey{PID: e.pid, Key: addr}
-			l, ok := b.frames[nk]
-			if !ok {
-				l = b.location(describe.Frame(b.names, e.pid, addr), "")
-				b.frames[nk] = l
-			}
-			b.stack = append(b.stack, l)
-		}
+	native, py := stacks(p, e.stack, e.pyStack)
+	for i, addr := range native {
+		b.stack = append(b.stack, b.nativeLocation(e.pid, addr, i, e.atReturn))
 	}
 	// Python frames are the callers of the native ones: above them in a
 	// flame graph.
-	if e.pyStack >= 0 && int(e.pyStack) < len(p.PyStacks) {
-		for _, k := range p.PyStacks[e.pyStack] {
-			b.stack = append(b.stack, b.pyLocation(b.names.PyFrame(e.pid, k), k))
-		}
-	}
+	b.pyFrames(e.pid, py)
 	tk := model.NameKey{PID: e.pid, Key: uint64(e.tid)}
 	t, ok := b.threads[tk]
 	if !ok {
@@ -303,6 +362,12 @@ func (b *builder) sample(e *entry) {
 		stream = strconv.Itoa(int(e.stream))
 	}
 	b.add(e.api.String(), stream, syncKind, strconv.FormatUint(uint64(e.pid), 10), &e.v)
+}
+
+func (b *builder) pyFrames(pid uint32, py []model.PyKey) {
+	for _, k := range py {
+		b.stack = append(b.stack, b.pyLocation(b.names.PyFrame(pid, k), k))
+	}
 }
 
 // add merges the values into the sample with b.stack and these labels.
@@ -341,4 +406,85 @@ func threadName(n *model.Names, pid, tid uint32) string {
 		return fmt.Sprintf("thread %s (tid %d)", name, tid)
 	}
 	return fmt.Sprintf("thread %d", tid)
+}
+
+// stacks is the native and the Python stack of a call, nil where it has
+// none.
+func stacks(p *model.Process, stack, pyStack int32) (native []uint64, py []model.PyKey) {
+	if stack >= 0 && int(stack) < len(p.Stacks) {
+		native = p.Stacks[stack]
+	}
+	if pyStack >= 0 && int(pyStack) < len(p.PyStacks) {
+		py = p.PyStacks[pyStack]
+	}
+	return native, py
+}
+
+// prepare looks at each native stack the entries use, once: their frames
+// make the mappings.
+func (b *builder) prepare(entries []entry, procs []*model.Process) {
+	var pairs []stackPair
+	seen := map[stackPair]bool{}
+	type nativeKey struct {
+		pid      uint32
+		stack    int32
+		atReturn bool
+	}
+	seenNative := map[nativeKey]bool{}
+	for i := range entries {
+		e := &entries[i]
+		k := stackPair{e.pid, e.stack, e.pyStack}
+		if !seen[k] {
+			seen[k] = true
+			pairs = append(pairs, k)
+		}
+		if nk := (nativeKey{e.pid, e.stack, e.atReturn}); !seenNative[nk] {
+			seenNative[nk] = true
+			native, _ := stacks(b.proc(e.pid), e.stack, -1)
+			for i, raw := range native {
+				b.mods.see(e.pid, raw, frameAddress(raw, i, e.atReturn), b.names.Frame(e.pid, raw))
+			}
+		}
+	}
+	b.mods.build(b.p)
+	if len(b.p.Mapping) == 0 {
+		b.mainMapping(pairs, procs)
+	}
+}
+
+// mainMapping gives a profile without native frames a main binary all the
+// same, the command of its first process, marked symbolized: pprof
+// otherwise makes up an empty one and warns "Main binary filename not
+// available" in every view.
+func (b *builder) mainMapping(pairs []stackPair, procs []*model.Process) {
+	pids := make([]uint32, 0, len(pairs)+len(procs))
+	for _, k := range pairs {
+		pids = append(pids, k.pid)
+	}
+	for _, p := range procs {
+		pids = append(pids, p.PID)
+	}
+	for _, pid := range pids {
+		info := b.proc(pid).Info
+		file, _, _ := strings.Cut(info.Cmdline, " ")
+		if file == "" {
+			file = info.Comm
+		}
+		if file != "" {
+			b.p.Mapping = []*profile.Mapping{{ID: 1, File: file, HasFunctions: true}}
+			return
+		}
+	}
+}
+
+// stacksComment says, when it applies, that the mappings were inferred.
+func (b *builder) stacksComment() string {
+	var parts []string
+	if b.mods.inferredOnly() {
+		parts = append(parts, "mappings inferred from frame names (the recording keeps no memory maps or build IDs)")
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "cudatap: " + strings.Join(parts, "; ")
 }

@@ -35,12 +35,13 @@ func TestPythonFrames(t *testing.T) {
 	for _, l := range prof.Sample[0].Location {
 		fn := l.Line[0].Function
 		names = append(names, fn.Name)
-		if fn.Filename != "" {
-			lines[fn.Name] = l.Line[0].Line
-			if fn.SystemName != "" {
-				// pprof would demangle it, and cut "<module>" to "".
-				t.Errorf("%s: system name %q", fn.Name, fn.SystemName)
+		switch {
+		case l.Address != 0: // native: in its object's file
+			if fn.Filename != "libtorch_cuda.so" || l.Mapping == nil || l.Mapping.File != fn.Filename {
+				t.Errorf("%s: file %q mapping %v", fn.Name, fn.Filename, l.Mapping)
 			}
+		case fn.Filename != "":
+			lines[fn.Name] = l.Line[0].Line
 			if fn.Filename != "/src/train.py" {
 				t.Errorf("%s: file %q", fn.Name, fn.Filename)
 			}
