@@ -273,6 +273,63 @@ func TestExactModules(t *testing.T) {
 	}
 }
 
+func TestPythonInterleaved(t *testing.T) {
+	r, c := pythonResult(t)
+	p, _ := writeParse(t, r, c, Options{})
+	tail := []string{"Py_RunMain (python3.12)", "__libc_start_call_main (libc.so.6)", "_start (python3.12)", "thread 7", "python3 (pid 7)"}
+	for _, tc := range []struct {
+		name string
+		got  *profile.Sample
+		want []string
+	}{
+		{"one activation", sampleOf(t, p, "7", "cudaStreamSynchronize", "at::native::_local_scalar_dense_cuda (libtorch_cuda.so)", "0x7f2000003000"),
+			append([]string{"cudaStreamSynchronize", "at::native::_local_scalar_dense_cuda (libtorch_cuda.so)",
+				"0x7f2000003000", "at::_ops::_local_scalar_dense::call (libtorch_cuda.so)", "train", "<module>"}, tail...)},
+		{"learnt call site", sampleOf(t, p, "7", "cudaStreamSynchronize", "at::native::_local_scalar_dense_cuda (libtorch_cuda.so)", "forward"),
+			append([]string{"cudaStreamSynchronize", "at::native::_local_scalar_dense_cuda (libtorch_cuda.so)",
+				"forward", "_PyObject_MakeTpCall (python3.12)", "train", "<module>"}, tail...)},
+		{"a launch from its entry", sampleOf(t, p, "7", "kernel@0x4242"),
+			append([]string{"kernel@0x4242", "cudaLaunchKernel", "cudaLaunchKernel (libcudart.so.13)", "at::native::_local_scalar_dense_cuda (libtorch_cuda.so)",
+				"train", "<module>"}, tail...)},
+		{"not matched: above, as before", sampleOf(t, p, "7", "cudaDeviceSynchronize"),
+			[]string{"cudaDeviceSynchronize", "at::_ops::_local_scalar_dense::call (libtorch_cuda.so)", "_PyEval_EvalFrameDefault (python3.12)",
+				"_PyObject_MakeTpCall (python3.12)", "_PyEval_EvalFrameDefault (python3.12)", "Py_RunMain (python3.12)",
+				"__libc_start_call_main (libc.so.6)", "_start (python3.12)", "forward", "_call_impl", "train", "thread 7", "python3 (pid 7)"}},
+		{"no interpreter frames: above", sampleOf(t, p, "7", "cudaMemcpy"),
+			[]string{"cudaMemcpy", "at::native::_local_scalar_dense_cuda (libtorch_cuda.so)", "0x10000000", "train", "<module>", "thread 7", "python3 (pid 7)"}},
+		{"Python 3.10, stack cut short", sampleOf(t, p, "8", "cudaStreamSynchronize"),
+			[]string{"cudaStreamSynchronize", "at::native::_local_scalar_dense_cuda (libtorch_cuda.so)",
+				"forward", "_PyObject_Call (libpython3.10.so.1.0)", "train", "<module>", "thread 8", "python3 (pid 8)"}},
+	} {
+		if got := names(tc.got); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: stack\n%q\nwant\n%q", tc.name, got, tc.want)
+		}
+	}
+
+	// Python frames: their .py file and line, no mapping or address, and
+	// the module-level frame named.
+	lines := map[string]int64{}
+	for _, l := range p.Location {
+		fn := l.Line[0].Function
+		if strings.HasSuffix(fn.Filename, ".py") {
+			lines[fn.Name+" "+fn.Filename] = l.Line[0].Line
+			if l.Mapping != nil || l.Address != 0 || fn.SystemName != "" {
+				t.Errorf("Python frame %s: mapping %v address %#x system name %q", fn.Name, l.Mapping, l.Address, fn.SystemName)
+			}
+		}
+	}
+	for k, v := range map[string]int64{"<module> /src/train.py": 30, "forward /src/model.py": 10, "_call_impl /venv/torch/nn/modules/module.py": 1500} {
+		if lines[k] != v {
+			t.Errorf("%s: line %d, want %d (%v)", k, lines[k], v, lines)
+		}
+	}
+	want := "Python frames replace the interpreter's evaluation frames in 4 of 6 stacks (1 by call sites learnt from other stacks); " +
+		"above the native frames in 2 (1 whose native frames do not reach the interpreter, 1 whose evaluation frames could not be matched)"
+	if !strings.Contains(strings.Join(p.Comments, "\n"), want) {
+		t.Errorf("comments %q\nlack %q", p.Comments, want)
+	}
+}
+
 // A profile without native stacks still names its main binary.
 func TestMainMappingWithoutStacks(t *testing.T) {
 	p := &model.Process{PID: 3, Threads: map[uint32]struct{}{3: {}}}

@@ -5,7 +5,9 @@
 // viewer then answer "which code waits for the GPU, and how long".
 //
 // Native frames carry their address and the mapping of their object file,
-// so that profile stores can group by library.
+// so that profile stores can group by library; Python frames take the
+// place of the interpreter's evaluation frames that ran them, as
+// py-spy --native shows them.
 package pprofout
 
 import (
@@ -148,7 +150,8 @@ func Build(r *model.Result, c *Collector, opts Options) (*profile.Profile, error
 	b := &builder{p: p, names: names, locs: map[frameKey]*profile.Location{}, funcs: map[funcKey]*profile.Function{},
 		frames: map[model.NameKey]*profile.Location{}, kernels: map[model.NameKey]*profile.Location{},
 		threads: map[model.NameKey]*profile.Location{}, roots: map[uint32]*profile.Location{},
-		procs: map[uint32]*model.Process{}, samples: map[string]*profile.Sample{}}
+		procs: map[uint32]*model.Process{}, samples: map[string]*profile.Sample{},
+		layouts: map[stackPair]layout{}}
 	for _, proc := range r.Processes {
 		b.procs[proc.PID] = proc
 	}
@@ -210,6 +213,8 @@ type builder struct {
 	// Native frames by their pprof address.
 	frames, kernels, threads map[model.NameKey]*profile.Location
 	mods                     *modules
+	layouts                  map[stackPair]layout
+	outcomes                 [unmatched + 1]int // stack pairs by how their Python frames were laid out
 	roots                    map[uint32]*profile.Location
 	samples                  map[string]*profile.Sample
 	stack                    []*profile.Location // the sample being built
@@ -334,12 +339,23 @@ func (b *builder) sample(e *entry) {
 	}
 	b.stack = append(b.stack, b.location(e.api.String(), symbol))
 	native, py := stacks(p, e.stack, e.pyStack)
-	for i, addr := range native {
-		b.stack = append(b.stack, b.nativeLocation(e.pid, addr, i, e.atReturn))
+	lay := b.layouts[stackPair{e.pid, e.stack, e.pyStack}]
+	next := 0
+	for i := 0; i < len(native); i++ {
+		if next < len(lay.acts) && lay.acts[next].first == i {
+			a := lay.acts[next]
+			next++
+			if a.py1 > a.py0 {
+				b.pyFrames(e.pid, py[a.py0:a.py1])
+				i = a.last
+				continue
+			}
+		}
+		b.stack = append(b.stack, b.nativeLocation(e.pid, native[i], i, e.atReturn))
 	}
-	// Python frames are the callers of the native ones: above them in a
-	// flame graph.
-	b.pyFrames(e.pid, py)
+	// The Python frames no activation took are callers of the native
+	// ones: above them in a flame graph.
+	b.pyFrames(e.pid, py[lay.rest:])
 	tk := model.NameKey{PID: e.pid, Key: uint64(e.tid)}
 	t, ok := b.threads[tk]
 	if !ok {
@@ -420,8 +436,10 @@ func stacks(p *model.Process, stack, pyStack int32) (native []uint64, py []model
 	return native, py
 }
 
-// prepare looks at each native stack the entries use, once: their frames
-// make the mappings.
+// prepare looks at each pair of stacks the entries use, once: their native
+// frames make the mappings; then the layout of their Python frames is
+// decided, first from each pair's own evidence, then for the pairs left
+// with the call sites so learnt.
 func (b *builder) prepare(entries []entry, procs []*model.Process) {
 	var pairs []stackPair
 	seen := map[stackPair]bool{}
@@ -450,6 +468,24 @@ func (b *builder) prepare(entries []entry, procs []*model.Process) {
 	if len(b.p.Mapping) == 0 {
 		b.mainMapping(pairs, procs)
 	}
+
+	in := newInterleaver(b.names)
+	var later []stackPair
+	for _, k := range pairs {
+		native, py := stacks(b.proc(k.pid), k.stack, k.pyStack)
+		l := in.decide(k.pid, native, py, false)
+		if l.how == unmatched {
+			later = append(later, k)
+		}
+		b.layouts[k] = l
+	}
+	for _, k := range later {
+		native, py := stacks(b.proc(k.pid), k.stack, k.pyStack)
+		b.layouts[k] = in.decide(k.pid, native, py, true)
+	}
+	for _, k := range pairs {
+		b.outcomes[b.layouts[k].how]++
+	}
 }
 
 // mainMapping gives a profile without native frames a main binary all the
@@ -477,11 +513,25 @@ func (b *builder) mainMapping(pairs []stackPair, procs []*model.Process) {
 	}
 }
 
-// stacksComment says, when it applies, that the mappings were inferred.
+// stacksComment says, when it applies, that the mappings were inferred and
+// how many stacks have their Python frames in place.
 func (b *builder) stacksComment() string {
 	var parts []string
 	if b.mods.inferredOnly() {
 		parts = append(parts, "mappings inferred from frame names (the recording keeps no memory maps or build IDs)")
+	}
+	o := b.outcomes
+	placed, above := o[interleaved]+o[learnt], o[noEval]+o[unmatched]
+	if placed+above > 0 {
+		s := fmt.Sprintf("Python frames replace the interpreter's evaluation frames in %d of %d stacks", placed, placed+above)
+		if o[learnt] > 0 {
+			s += fmt.Sprintf(" (%d by call sites learnt from other stacks)", o[learnt])
+		}
+		if above > 0 {
+			s += fmt.Sprintf("; above the native frames in %d (%d whose native frames do not reach the interpreter, %d whose evaluation frames could not be matched)",
+				above, o[noEval], o[unmatched])
+		}
+		parts = append(parts, s)
 	}
 	if len(parts) == 0 {
 		return ""
