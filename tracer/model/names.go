@@ -1,5 +1,10 @@
 package model
 
+import (
+	"cmp"
+	"slices"
+)
+
 // NameKey is a per-process key: a thread id or an address.
 type NameKey struct {
 	PID uint32
@@ -12,9 +17,19 @@ type PyNameKey struct {
 	PyKey
 }
 
+// Mapping is a file mapped into a process, as the process saw it: [Start,
+// Limit) maps File from Offset.
+type Mapping struct {
+	File    string // path as the process sees it
+	BuildID string // hex GNU build ID, "" when the file has none
+	Start   uint64
+	Limit   uint64
+	Offset  uint64
+}
+
 // Names holds what a resolver learnt about raw keys while the processes
 // lived: process and thread names, the ELF symbols of kernel stubs, stack
-// frames and Python lines. The model never consults it; exporters join it
+// frames and Python lines, and the mappings that hold the stack frames. The model never consults it; exporters join it
 // with the model's raw keys, so a replay names things the same whatever
 // order the name records come in.
 type Names struct {
@@ -23,12 +38,15 @@ type Names struct {
 	Kernels map[NameKey]string // raw (mangled) symbol at a host address
 	Frames  map[NameKey]string // "function (object)" of a stack address
 	Py      map[PyNameKey]string
+	// Mappings holds, by process and start address, the mappings of the
+	// files that code of stack frames lies in.
+	Mappings map[NameKey]Mapping
 }
 
 // NewNames returns empty tables.
 func NewNames() *Names {
 	return &Names{Procs: map[uint32]ProcessInfo{}, Threads: map[NameKey]string{}, Kernels: map[NameKey]string{},
-		Frames: map[NameKey]string{}, Py: map[PyNameKey]string{}}
+		Frames: map[NameKey]string{}, Py: map[PyNameKey]string{}, Mappings: map[NameKey]Mapping{}}
 }
 
 // Thread is the name of a thread, "" when unknown.
@@ -42,3 +60,15 @@ func (n *Names) Frame(pid uint32, addr uint64) string { return n.Frames[NameKey{
 
 // PyFrame is the "file:line function" of a Python frame, "" when unknown.
 func (n *Names) PyFrame(pid uint32, k PyKey) string { return n.Py[PyNameKey{pid, k}] }
+
+// MappingsOf lists the mappings known of pid, by start address.
+func (n *Names) MappingsOf(pid uint32) []Mapping {
+	var out []Mapping
+	for k, m := range n.Mappings {
+		if k.PID == pid {
+			out = append(out, m)
+		}
+	}
+	slices.SortFunc(out, func(a, b Mapping) int { return cmp.Compare(a.Start, b.Start) })
+	return out
+}

@@ -20,6 +20,7 @@ func FuzzRead(f *testing.F) {
 	w, _ := NewWriter(&buf, Header{Version: Version})
 	w.Process(1, model.ProcessInfo{Comm: "x"})
 	w.Thread(1, 1, "t")
+	w.Mapping(1, model.Mapping{File: "/x/libcudart.so.13", BuildID: "ab", Start: 0x1000, Limit: 0x2000, Offset: 0x1000})
 	for i, e := range []event.Event{
 		mk(event.CudaStreamCreate, 1, 1, 10, 5, 0x7ffd0000),
 		mk(event.CudaLaunchKernel, 1, 1, 20, 0, 0x401000, 1, 1, 1, 1, 0, 0, 0xa0),

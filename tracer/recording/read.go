@@ -233,6 +233,19 @@ func (rp *Replay) name(typ byte, buf []byte, t *Transform) error {
 		}
 		k := model.PyNameKey{PID: t.PID(binary.LittleEndian.Uint32(buf)), PyKey: model.PyKey{Code: binary.LittleEndian.Uint64(buf[4:]), Instr: binary.LittleEndian.Uint64(buf[12:])}}
 		rp.Names.Py[k] = string(buf[20:])
+	case recMapping:
+		if len(buf) < mappingSize {
+			return fmt.Errorf("%w: short mapping record", ErrFormat)
+		}
+		le := binary.LittleEndian
+		m := model.Mapping{Start: le.Uint64(buf[4:]), Limit: le.Uint64(buf[12:]), Offset: le.Uint64(buf[20:])}
+		n, k := binary.Uvarint(buf[mappingSize:])
+		rest := buf[mappingSize+max(k, 0):]
+		if k <= 0 || n > uint64(len(rest)) {
+			return fmt.Errorf("%w: bad mapping record", ErrFormat)
+		}
+		m.BuildID, m.File = string(rest[:n]), string(rest[n:])
+		rp.Names.Mappings[model.NameKey{PID: t.PID(le.Uint32(buf)), Key: m.Start}] = m
 	case recDrops:
 		var d model.Drops
 		if err := json.Unmarshal(buf, &d); err != nil {
@@ -673,6 +686,9 @@ func combine(rps []*Replay) *Replay {
 		}
 		for k, v := range n.Py {
 			all.Names.Py[k] = v
+		}
+		for k, v := range n.Mappings {
+			all.Names.Mappings[k] = v
 		}
 		all.Processes = append(all.Processes, rp.Processes...)
 		all.Counters = append(all.Counters, rp.Counters...)

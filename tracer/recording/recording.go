@@ -1,7 +1,7 @@
 // Package recording reads and writes .cudatap files: the raw event records
 // exactly as the BPF programs wrote them, plus everything resolved while the
-// processes were alive (process and thread names, kernel and frame symbols)
-// and the final drop counters, so that `cudatap export` can rebuild every
+// processes were alive (process and thread names, kernel and frame symbols,
+// the mappings of the files the frames lie in) and the final drop counters, so that `cudatap export` can rebuild every
 // output later. The format is versioned and self-describing.
 //
 // Layout: "CUDATAP\n", u32 version, u32 header length, JSON header, then
@@ -41,6 +41,7 @@ const (
 	recGPU     = 9
 	recNote    = 10 // a fact the session learnt outside the ring buffer: a hold, a pinned range
 	recGPUTime = 11 // a measured GPU time, or the collector's start, mark or stop
+	recMapping = 12 // a file mapped into a process, that stack frames lie in
 	recEnd     = 0xff
 )
 
@@ -163,6 +164,25 @@ func (w *Writer) PyFrame(pid uint32, code, instr uint64, name string) {
 	w.record(recPyFrame, b)
 }
 
+// mappingSize is a mapping record before its strings: pid, start, limit,
+// offset.
+const mappingSize = 4 + 8*3
+
+// Mapping records a file mapped into a process: where, from which offset,
+// its path as the process saw it and its build ID.
+func (w *Writer) Mapping(pid uint32, m model.Mapping) {
+	le := binary.LittleEndian
+	b := le.AppendUint32(w.buf[:0], pid)
+	b = le.AppendUint64(b, m.Start)
+	b = le.AppendUint64(b, m.Limit)
+	b = le.AppendUint64(b, m.Offset)
+	b = binary.AppendUvarint(b, uint64(len(m.BuildID)))
+	b = append(b, m.BuildID...)
+	b = append(b, m.File...)
+	w.buf = b
+	w.record(recMapping, b)
+}
+
 // Kinds of note records.
 const (
 	noteHold         = 1 // [a, b) the thread was held while cudatap hooked a library
@@ -265,6 +285,9 @@ func (w *Writer) Names(n *model.Names, procs bool) {
 		return cmp.Or(cmp.Compare(a.PID, b.PID), cmp.Compare(a.Code, b.Code), cmp.Compare(a.Instr, b.Instr))
 	}) {
 		w.PyFrame(k.PID, k.Code, k.Instr, n.Py[k])
+	}
+	for _, k := range slices.SortedFunc(maps.Keys(n.Mappings), cmpKey) {
+		w.Mapping(k.PID, n.Mappings[k])
 	}
 }
 
