@@ -8,13 +8,21 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 # and check-generate would fail for no fault of the sources.
 BPF_CLANG ?= clang-19
 BPF_STRIP ?= llvm-strip-19
+# go-nvml's nvml.h marks the NVML 13 deprecations: the cgo stubs of its
+# bindings draw a page of -Wdeprecated-declarations warnings from the C
+# compiler on every cold build, none of them about cudatap's code.
+export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
+# What `cudatap version` says about the build (besides what Go records:
+# commit, its time, a modified tree): the release, and the BPF object.
+BPF_OBJECT := $(shell sha256sum tracer/probe/cudatap_x86_bpfel.o 2>/dev/null | cut -c1-16)
+LDFLAGS ?= -X main.version=$(VERSION) -X main.bpfObject=$(BPF_OBJECT)
 
 .PHONY: all build demo test test-deps test-short bench generate check-generate vet gpu-check clean
 
 all: build
 
 build:
-	CGO_ENABLED=1 $(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/cudatap
+	CGO_ENABLED=1 $(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/cudatap
 
 demo: build
 	./$(BIN) demo
