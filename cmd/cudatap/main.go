@@ -4,8 +4,8 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -14,30 +14,16 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// version is set at build time (-ldflags "-X main.version=...").
-var version = "dev"
-
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
-	defer stop()
-	if err := newRootCmd().ExecuteContext(ctx); err != nil {
-		var ee *exitError
-		if errors.As(err, &ee) {
-			os.Exit(ee.code)
-		}
-		fmt.Fprintln(os.Stderr, "cudatap:", err)
-		os.Exit(1)
-	}
+	code := reportError(newRootCmd().ExecuteContext(ctx))
+	stop()
+	os.Exit(code)
 }
-
-// exitError carries a specific exit status (the traced command's) without
-// printing anything more.
-type exitError struct{ code int }
-
-func (e *exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
 
 type globalOptions struct {
 	verbose bool
+	quiet   bool
 }
 
 func newRootCmd() *cobra.Command {
@@ -47,13 +33,56 @@ func newRootCmd() *cobra.Command {
 		Short: "See what CUDA programs really do: per-stream traces and hidden synchronizations, via eBPF",
 		Long: `cudatap attaches eBPF uprobes to the CUDA runtime, driver and NCCL inside unmodified,
 already running processes, rebuilds what every CUDA stream did, finds the synchronizations
-that stall the GPU, and writes Chrome/Perfetto traces, pprof profiles and reports.`,
+that stall the GPU, and writes Chrome/Perfetto traces, pprof profiles and reports.
+
+Data goes to stdout or the -o files (-o - is stdout); the summary goes to stdout, or to
+stderr when -o - takes stdout; notes, warnings and errors go to stderr.
+
+Environment: CUDATAP_DEBUG=1 logs at debug level on stderr (each attach, rescan,
+kernel and Python frame named; more than -v).
+
+` + exitCodesHelp,
+		Version:       readBuildInfo().Version,
+		Args:          cobra.ArbitraryArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		// For "did you mean": cobra's default, which SuggestionsFor leaves 0.
+		SuggestionsMinimumDistance: 2,
+		// Only for what is not a command: `cudatap` alone shows the help.
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				msg := fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())
+				if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+					msg += fmt.Sprintf("; did you mean %q?", s[0])
+				}
+				return usageError(fmt.Errorf("%s (cudatap --help lists the commands)", msg))
+			}
+			return cmd.Help()
+		},
 	}
+	root.SetVersionTemplate(readBuildInfo().String() + "\n")
 	root.PersistentFlags().BoolVarP(&g.verbose, "verbose", "v", false, "log attach details to stderr")
-	root.AddCommand(newRecordCmd(g), newExportCmd(g), newSyncsCmd(g), newDoctorCmd(g), newGPUsCmd(g), newTopCmd(g, traceForTop), newVersionCmd(), newDemoCmd(g), newAgentCmd(g), newMergeCmd(g))
+	root.PersistentFlags().BoolVarP(&g.quiet, "quiet", "q", false, "print no summary, status line or notes; errors still go to stderr")
+	root.AddCommand(newRecordCmd(g), newExportCmd(g), newSyncsCmd(g), newDoctorCmd(g), newGPUsCmd(g, nil), newTopCmd(g, traceForTop), newVersionCmd(), newDemoCmd(g), newAgentCmd(g), newMergeCmd(g))
+	usageErrors(root)
+	addCompletions(root)
 	return root
+}
+
+// usageErrors makes every error cobra finds before a command runs (a flag
+// it cannot parse, an argument count) a usage error (exit status 2).
+func usageErrors(root *cobra.Command) {
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError(err) })
+	var walk func(*cobra.Command)
+	walk = func(c *cobra.Command) {
+		if args := c.Args; args != nil && c != root {
+			c.Args = func(cmd *cobra.Command, a []string) error { return usageError(args(cmd, a)) }
+		}
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(root)
 }
 
 func (g *globalOptions) logger() *slog.Logger {
@@ -65,4 +94,26 @@ func (g *globalOptions) logger() *slog.Logger {
 		level = slog.LevelDebug
 	}
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+}
+
+// notes is where a command's notes go: the attach line, "wrote ...", the
+// status line, advice. Stderr; nowhere with --quiet.
+func (g *globalOptions) notes(cmd *cobra.Command) io.Writer {
+	if g.quiet {
+		return io.Discard
+	}
+	return cmd.ErrOrStderr()
+}
+
+// summary is where the end-of-run summary goes: stdout, or stderr when
+// stdout carries an output (-o -); nowhere with --quiet, unless asked for
+// as JSON.
+func (g *globalOptions) summary(cmd *cobra.Command, piped, asJSON bool) io.Writer {
+	switch {
+	case g.quiet && !asJSON:
+		return io.Discard
+	case piped:
+		return cmd.ErrOrStderr()
+	}
+	return cmd.OutOrStdout()
 }
