@@ -249,6 +249,12 @@ type GPUOp struct {
 	provenAt    uint64 // when it was known complete
 }
 
+// ProvenAt is when the op was known complete: the return of the call that
+// proved it (a sync, a ready query) or, for an op nothing bounded, the last
+// event seen when it was laid out. Until then the op was queued or running:
+// its stream was not empty. 0 when unknown (an op not laid out by a model).
+func (op *GPUOp) ProvenAt() uint64 { return op.provenAt }
+
 // Sync is one host-blocking (or stream-serializing) synchronization.
 type Sync struct {
 	Kind      SyncKind
