@@ -1,0 +1,91 @@
+package syncs
+
+import (
+	"slices"
+	"testing"
+)
+
+func TestSpanSet(t *testing.T) {
+	var x spanSet
+	for _, s := range []span{{10, 20}, {30, 40}, {20, 25}, {0, 5}, {38, 50}, {60, 70}, {4, 31}} {
+		x.add(s.from, s.to)
+	}
+	if want := []span{{0, 50}, {60, 70}}; !slices.Equal(x.s, want) {
+		t.Errorf("spans %v, want %v", x.s, want)
+	}
+	if total(x.s) != 60 {
+		t.Errorf("total %d", total(x.s))
+	}
+
+	// Past its maximum it joins the closest spans: the union only grows.
+	y := spanSet{max: 8}
+	for i := range uint64(100) {
+		y.add(i*10_000, i*10_000+100)
+	}
+	if len(y.s) > 8 || y.s[0].from != 0 || y.s[len(y.s)-1].to != 990_100 || total(y.s) < 100*100 {
+		t.Errorf("limited set %v (slack %d)", y.s, y.slack)
+	}
+}
+
+func TestSpanAlgebra(t *testing.T) {
+	a := []span{{0, 10}, {20, 30}, {40, 50}}
+	b := []span{{5, 25}, {45, 60}}
+	if got, want := intersect(a, b), []span{{5, 10}, {20, 25}, {45, 50}}; !slices.Equal(got, want) {
+		t.Errorf("intersect %v, want %v", got, want)
+	}
+	if got, want := subtract(a, b), []span{{0, 5}, {25, 30}, {40, 45}}; !slices.Equal(got, want) {
+		t.Errorf("subtract %v, want %v", got, want)
+	}
+	if got, want := union(a, b), []span{{0, 30}, {40, 60}}; !slices.Equal(got, want) {
+		t.Errorf("union %v, want %v", got, want)
+	}
+	if got, want := clip(a, 8, 42), []span{{8, 10}, {20, 30}, {40, 42}}; !slices.Equal(got, want) {
+		t.Errorf("clip %v, want %v", got, want)
+	}
+	if got := subtract(a, nil); !slices.Equal(got, a) {
+		t.Errorf("subtract nothing: %v", got)
+	}
+}
+
+// A thread's blocked time counts each nanosecond once: nested and
+// overlapping syncs add only what was not counted yet, in whatever order
+// they come.
+func TestWindow(t *testing.T) {
+	var w window
+	for _, c := range []struct {
+		from, to, fresh uint64
+	}{
+		{100, 200, 100}, // a runtime sync
+		{110, 190, 0},   // the driver sync inside it
+		{300, 400, 100}, // a poll loop
+		{250, 350, 50},  // another one, begun earlier, ended first
+		{50, 120, 50},   // older, partly counted
+		{400, 400, 0},
+	} {
+		if got := w.add(c.from, c.to); got != c.fresh {
+			t.Errorf("add [%d, %d) = %d, want %d", c.from, c.to, got, c.fresh)
+		}
+	}
+	// Past the spans it keeps, older time is taken as counted: whatever
+	// the order, the sum never exceeds the union, and in time order it is
+	// the union.
+	var w2 window
+	var all spanSet
+	var sum uint64
+	for i := range uint64(4 * windowSpans) {
+		from := 1000 + (i*37%(4*windowSpans))*10 // out of order
+		sum += w2.add(from, from+25)
+		all.add(from, from+25)
+	}
+	if sum > total(all.s) {
+		t.Errorf("counted %d, more than the %d covered", sum, total(all.s))
+	}
+	var w3 window
+	sum = 0
+	for i := range uint64(4 * windowSpans) {
+		sum += w3.add(i*10, i*10+25)
+	}
+	if want := uint64(4*windowSpans-1)*10 + 25; sum != want {
+		t.Errorf("in order: counted %d, want %d", sum, want)
+	}
+}
