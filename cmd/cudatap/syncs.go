@@ -20,6 +20,7 @@ type syncsOptions struct {
 	duration time.Duration
 	json     bool
 	top      int
+	full     bool
 	wait     bool
 }
 
@@ -27,8 +28,14 @@ func newSyncsCmd(g *globalOptions) *cobra.Command {
 	o := &syncsOptions{}
 	cmd := &cobra.Command{
 		Use:   "syncs [FILE.cudatap | -p PID [-d DURATION] | -- COMMAND...]",
-		Short: "List where the host waited for the GPU: sync sites by blocked time, with Python and native lines and a fix hint",
+		Short: "List where the host waited for the GPU: sync sites by blocked time, at the user's line, with a fix hint",
+		Long: `List where the host waited for the GPU: sync sites by blocked time, each at the innermost
+line of the user's code (outside the interpreter, installed packages, the standard library and
+the CUDA, NCCL and PyTorch libraries), with where the CUDA call was made and a fix hint.
+Blocked time counts each thread's time once. Background threads (NCCL's watchdog, threads that
+launch no work) are shown apart: they did not hold up the threads that launch work.`,
 		Example: `  cudatap syncs run.cudatap
+  cudatap syncs --full-stacks run.cudatap
   sudo cudatap syncs -p 4123 -d 20s
   sudo cudatap syncs --json -- python3 train.py`,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -37,11 +44,11 @@ func newSyncsCmd(g *globalOptions) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			sites := syncs.Sites(res, col)
+			sites, hosts := syncs.Sites(res, col), syncs.Hosts(res, col)
 			if o.json {
-				return syncs.WriteJSON(cmd.OutOrStdout(), res, sites)
+				return syncs.WriteJSON(cmd.OutOrStdout(), res, sites, hosts)
 			}
-			return syncs.WriteText(cmd.OutOrStdout(), res, sites, o.top)
+			return syncs.WriteText(cmd.OutOrStdout(), res, sites, hosts, syncs.TextOptions{Top: o.top, FullStacks: o.full})
 		},
 	}
 	f := cmd.Flags()
@@ -49,6 +56,7 @@ func newSyncsCmd(g *globalOptions) *cobra.Command {
 	f.DurationVarP(&o.duration, "duration", "d", 0, "when tracing live: stop after this long")
 	f.BoolVar(&o.json, "json", false, "write JSON instead of a table")
 	f.IntVar(&o.top, "top", 20, "show at most this many sites in the table")
+	f.BoolVar(&o.full, "full-stacks", false, "show every Python and native frame of each site (the JSON output always has them)")
 	f.BoolVar(&o.wait, "wait-for-cuda", false, "accept processes that have not loaded CUDA yet and hook it when they do")
 	return cmd
 }

@@ -81,8 +81,9 @@ func TestSummary(t *testing.T) {
 		}
 	}
 
-	// Sync sites: heaviest first; the site is the caller, not the CUDA
-	// function the probe stopped in; the hint comes along.
+	// Sync sites: heaviest first; the site is the user's code, not the
+	// CUDA function the probe stopped in nor PyTorch's native code that
+	// called it; the hint comes along.
 	sites := out[strings.Index(out, "top sync sites"):]
 	var order []int
 	for _, k := range []string{"device_sync", "sync_memcpy", "stream_sync", "event_sync", "pageable_memcpy"} {
@@ -93,7 +94,7 @@ func TestSummary(t *testing.T) {
 			t.Errorf("sync sites out of order: %v\n%s", order, sites)
 		}
 	}
-	want := []string{"stream_sync", "1", "1.9 ms", "cudaStreamSynchronize", "at::native::_local_scalar_dense_cuda (libtorch_cuda.so)", model.SyncStream.Hint()}
+	want := []string{"stream_sync", "1", "1.9 ms", "cudaStreamSynchronize", "train_step (train.py)", model.SyncStream.Hint()}
 	if got := row(t, sites, "stream_sync"); strings.Join(got, "|") != strings.Join(want, "|") {
 		t.Errorf("stream sync site %q, want %q", got, want)
 	}
@@ -111,9 +112,10 @@ func TestSummary(t *testing.T) {
 func TestGrouping(t *testing.T) {
 	f := fixture.New()
 	a := f.Traces[fixture.PIDA]
-	// A second stream sync from the same place joins the first site.
+	// A second stream sync from the same place, later, joins the first
+	// site.
 	s := a.Syncs[1]
-	s.BlockedNs = 100_000
+	s.Start, s.BlockedNs = fixture.Base+11_300_000, 100_000
 	a.Syncs = append(a.Syncs, s)
 
 	out := summary(t, f, Options{TopSites: 3})

@@ -18,31 +18,48 @@ import (
 	"github.com/cudatap/cudatap/tracer/model"
 )
 
-// Site is one place the host waited: same process, kind, API, Python line
-// and native caller.
+// Site is one place the host waited: same process, kind and API, at the
+// same line of the user's code, on threads of the same kind (those that
+// launch work, or background ones).
 type Site struct {
-	PID          uint32   `json:"pid"`
-	Process      string   `json:"process"`
-	Kind         string   `json:"kind"`
-	Explicit     bool     `json:"explicit"`
-	API          string   `json:"api"`
-	Count        int      `json:"count"`
-	BlockedNs    uint64   `json:"blocked_ns"`
-	MaxBlockedNs uint64   `json:"max_blocked_ns"`
-	QueuedOps    int      `json:"queued_ops_max"` // most GPU ops pending when it began
-	Streams      []int    `json:"streams"`
-	PythonLine   string   `json:"python_line,omitempty"` // innermost Python frame
-	PythonStack  []string `json:"python_stack,omitempty"`
-	NativeStack  []string `json:"native_stack,omitempty"`
-	Hint         string   `json:"hint"`
+	PID      uint32 `json:"pid"`
+	Process  string `json:"process"`
+	Kind     string `json:"kind"`
+	Explicit bool   `json:"explicit"`
+	API      string `json:"api"`
+	// Site is the innermost frame of the user's code (UserSite): Python
+	// first, else native. UserFrame is false when the stacks hold none (a
+	// library's own thread): Site is then their innermost frame. Via is the
+	// innermost frame when it is not Site: where the CUDA call was made.
+	Site      string `json:"site"`
+	UserFrame bool   `json:"user_frame"`
+	Via       string `json:"via,omitempty"`
+	Count     int    `json:"count"`
+	// BlockedNs counts each nanosecond of a thread's blocked time once:
+	// time a thread was already counted as blocked in (a sync nested in
+	// another, overlapping poll loops) is OverlappedNs, not BlockedNs.
+	BlockedNs    uint64 `json:"blocked_ns"`
+	OverlappedNs uint64 `json:"overlapped_ns"`
+	MaxBlockedNs uint64 `json:"max_blocked_ns"`
+	QueuedOps    int    `json:"queued_ops_max"` // most GPU ops pending when it began
+	Streams      []int  `json:"streams"`
+	// Threads that waited here ("name (tid N)"); Background is their role
+	// when they are background threads (RolePoller, RoleBackground): their
+	// waits did not hold up the threads that launch work.
+	Threads     []string `json:"threads"`
+	Background  Role     `json:"background,omitempty"`
+	PythonLine  string   `json:"python_line,omitempty"` // innermost Python frame
+	PythonStack []string `json:"python_stack,omitempty"`
+	NativeStack []string `json:"native_stack,omitempty"` // every frame, innermost first
+	Hint        string   `json:"hint"`
 }
 
-// nativeFrames kept per site.
-const nativeFrames = 6
+// allFrames: a site keeps its whole native stack.
+const allFrames = 1 << 30
 
 // key is what makes two synchronizations one entry of the collector.
 type key struct {
-	pid            uint32
+	pid, tid       uint32
 	kind           model.SyncKind
 	api            event.API
 	symbol         uint8
@@ -53,28 +70,51 @@ type key struct {
 type entry struct {
 	key
 	count     int
-	blocked   uint64
+	blocked   uint64 // not counted before on its thread
+	raw       uint64
 	maxBlock  uint64
 	maxQueued int
 }
 
-// Collector aggregates synchronizations as the model hands them over: its
-// memory is bounded by the distinct (process, kind, API, stream, stack)
-// combinations, never by the number of syncs. It keeps them in the order
-// first seen.
+// Collector aggregates synchronizations as the model hands them over, and
+// what each thread did around them: its memory is bounded by the distinct
+// (process, thread, kind, API, stream, stack) combinations and the
+// threads, never by the number of calls or syncs. It keeps the entries in
+// the order first seen.
 type Collector struct {
 	index   map[key]int
 	entries []entry
+
+	threadState map[threadKey]*thread
+	gpuState    map[uint32]*gpu
+	lastKey     threadKey
+	last        *thread
 }
 
 var _ model.Sink = (*Collector)(nil)
 
 // NewCollector returns an empty collector.
-func NewCollector() *Collector { return &Collector{index: map[key]int{}} }
+func NewCollector() *Collector {
+	return &Collector{index: map[key]int{}, threadState: map[threadKey]*thread{}, gpuState: map[uint32]*gpu{}}
+}
 
-// Sync adds s to its entry.
+func (c *Collector) thread(pid, tid uint32) *thread {
+	k := threadKey{pid, tid}
+	if c.last != nil && c.lastKey == k {
+		return c.last
+	}
+	t := c.threadState[k]
+	if t == nil {
+		t = &thread{}
+		c.threadState[k] = t
+	}
+	c.lastKey, c.last = k, t
+	return t
+}
+
+// Sync adds s to its entry, and its blocked time to its thread.
 func (c *Collector) Sync(p *model.Process, s *model.Sync) {
-	k := key{pid: p.PID, kind: s.Kind, api: s.API, symbol: s.Symbol, stream: int32(s.Stream), stack: s.Stack, pyStack: s.PyStack}
+	k := key{pid: p.PID, tid: s.TID, kind: s.Kind, api: s.API, symbol: s.Symbol, stream: int32(s.Stream), stack: s.Stack, pyStack: s.PyStack}
 	i, ok := c.index[k]
 	if !ok {
 		i = len(c.entries)
@@ -83,13 +123,27 @@ func (c *Collector) Sync(p *model.Process, s *model.Sync) {
 	}
 	e := &c.entries[i]
 	e.count++
-	e.blocked += s.BlockedNs
+	e.blocked += c.thread(p.PID, s.TID).sync(s)
+	e.raw += s.BlockedNs
 	e.maxBlock = max(e.maxBlock, s.BlockedNs)
 	e.maxQueued = max(e.maxQueued, s.QueuedOps)
 }
 
-func (*Collector) Call(*model.Process, *model.Call)             {}
-func (*Collector) GPUOp(*model.Process, *model.GPUOp)           {}
+// Call follows each thread: its calls, the work it enqueued, the gaps
+// between its calls.
+func (c *Collector) Call(p *model.Process, x *model.Call) { c.thread(p.PID, x.TID).call(x) }
+
+// GPUOp follows the time some GPU work of the process was queued or
+// running.
+func (c *Collector) GPUOp(p *model.Process, op *model.GPUOp) {
+	g := c.gpuState[p.PID]
+	if g == nil {
+		g = newGPU()
+		c.gpuState[p.PID] = g
+	}
+	g.op(op)
+}
+
 func (*Collector) Dependency(*model.Process, *model.Dependency) {}
 func (*Collector) Hold(*model.Process, *model.Hold)             {}
 
@@ -101,12 +155,27 @@ type Totals struct {
 }
 
 // StreamTotals sums the synchronizations of process pid per stream id; key
-// -1 holds the device-wide ones.
+// -1 holds the device-wide ones. Blocked times count each nanosecond of a
+// thread once.
 func (c *Collector) StreamTotals(pid uint32) map[int]Totals {
+	return c.streamTotals(pid, nil)
+}
+
+// WorkStreamTotals is StreamTotals of the threads that launch work only:
+// background threads' waits (HostOf) held none of them up.
+func (c *Collector) WorkStreamTotals(r *model.Result, pid uint32) map[int]Totals {
+	roles := map[uint32]Role{}
+	for _, t := range c.threads(r, pid) {
+		roles[t.TID] = t.Role
+	}
+	return c.streamTotals(pid, func(tid uint32) bool { return !roles[tid].Background() })
+}
+
+func (c *Collector) streamTotals(pid uint32, keep func(tid uint32) bool) map[int]Totals {
 	out := map[int]Totals{}
 	for i := range c.entries {
 		e := &c.entries[i]
-		if e.pid != pid {
+		if e.pid != pid || keep != nil && !keep(e.tid) {
 			continue
 		}
 		k := int(e.stream)
@@ -138,8 +207,8 @@ func Sites(r *model.Result, c *Collector) []Site {
 }
 
 // ProcessSites groups the synchronizations of process pid by site (kind,
-// API, innermost Python line, innermost native caller), most blocked time
-// first.
+// API, user line, background or not): those of the threads that launch
+// work first, most blocked time first.
 func ProcessSites(r *model.Result, c *Collector, pid uint32) []Site {
 	for _, p := range r.Processes {
 		if p.PID == pid {
@@ -156,9 +225,14 @@ func processSites(r *model.Result, c *Collector, p *model.Process) []Site {
 		return nil
 	}
 	type siteKey struct {
-		kind    model.SyncKind
-		api, py string
-		native  string
+		kind       model.SyncKind
+		api, site  string
+		background Role
+	}
+	threads := map[uint32]*Thread{}
+	ts := c.threads(r, p.PID)
+	for i := range ts {
+		threads[ts[i].TID] = &ts[i]
 	}
 	idx := map[siteKey]int{}
 	var out []Site
@@ -168,28 +242,41 @@ func processSites(r *model.Result, c *Collector, p *model.Process) []Site {
 			continue
 		}
 		py := describe.PyStack(r.Names, p, e.pyStack)
-		native := describe.NativeStack(r.Names, p, e.stack, e.api, e.symbol, nativeFrames)
-		k := siteKey{kind: e.kind, api: e.api.String()}
-		if len(py) > 0 {
-			k.py = py[0]
+		native := describe.NativeStack(r.Names, p, e.stack, e.api, e.symbol, allFrames)
+		site, via, user := UserSite(py, native)
+		th := threads[e.tid]
+		var bg Role
+		label := fmt.Sprintf("tid %d", e.tid)
+		if th != nil {
+			label = th.Label()
+			if th.Role.Background() {
+				bg = th.Role
+			}
 		}
-		if len(native) > 0 {
-			k.native = native[0]
-		}
+		k := siteKey{kind: e.kind, api: e.api.String(), site: site, background: bg}
 		j, ok := idx[k]
 		if !ok {
 			j = len(out)
 			idx[k] = j
-			out = append(out, Site{PID: p.PID, Process: p.Label(), Kind: e.kind.String(), Explicit: e.kind.Explicit(),
-				API: k.api, PythonLine: k.py, PythonStack: py, NativeStack: native, Hint: e.kind.Hint()})
+			st := Site{PID: p.PID, Process: p.Label(), Kind: e.kind.String(), Explicit: e.kind.Explicit(),
+				API: k.api, Site: site, UserFrame: user, Via: via, Background: bg,
+				PythonStack: py, NativeStack: native, Hint: e.kind.Hint()}
+			if len(py) > 0 {
+				st.PythonLine = py[0]
+			}
+			out = append(out, st)
 		}
 		st := &out[j]
 		st.Count += e.count
 		st.BlockedNs += e.blocked
+		st.OverlappedNs += e.raw - e.blocked
 		st.MaxBlockedNs = max(st.MaxBlockedNs, e.maxBlock)
 		st.QueuedOps = max(st.QueuedOps, e.maxQueued)
 		if s := int(e.stream); !slices.Contains(st.Streams, s) {
 			st.Streams = append(st.Streams, s)
+		}
+		if !slices.Contains(st.Threads, label) {
+			st.Threads = append(st.Threads, label)
 		}
 	}
 	return out
@@ -197,69 +284,173 @@ func processSites(r *model.Result, c *Collector, p *model.Process) []Site {
 
 func sortSites(out []Site) {
 	slices.SortFunc(out, func(a, b Site) int {
-		return cmp.Or(cmp.Compare(b.BlockedNs, a.BlockedNs), cmp.Compare(b.Count, a.Count),
-			cmp.Compare(a.PID, b.PID), cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.PythonLine, b.PythonLine),
+		return cmp.Or(cmp.Compare(a.Background, b.Background), cmp.Compare(b.BlockedNs, a.BlockedNs), cmp.Compare(b.Count, a.Count),
+			cmp.Compare(a.PID, b.PID), cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Site, b.Site),
 			cmp.Compare(strings.Join(a.NativeStack, ";"), strings.Join(b.NativeStack, ";")))
 	})
 }
 
-// Where is the site's most telling place: its Python line, else its
-// innermost native frame outside CUDA, else "".
-func (s *Site) Where() string {
-	if s.PythonLine != "" {
-		return s.PythonLine
+// Where is the site's most telling place: the innermost line of the
+// user's code, else the innermost frame; "" without a stack.
+func (s *Site) Where() string { return s.Site }
+
+// Hosts is the host side of every process with calls, by pid.
+func Hosts(r *model.Result, c *Collector) []Host {
+	var out []Host
+	for _, p := range r.Processes {
+		if h := HostOf(r, c, p.PID); h != nil {
+			out = append(out, *h)
+		}
 	}
-	if len(s.NativeStack) > 0 {
-		return s.NativeStack[0]
-	}
-	return ""
+	return out
 }
 
-// WriteJSON writes the sites and the loss account as one JSON document.
-func WriteJSON(w io.Writer, r *model.Result, sites []Site) error {
+// WriteJSON writes the sites, the threads and the loss account as one
+// JSON document.
+func WriteJSON(w io.Writer, r *model.Result, sites []Site, hosts []Host) error {
+	var threads []Thread
+	for _, h := range hosts {
+		threads = append(threads, h.Threads...)
+	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(struct {
-		Sites []Site      `json:"sites"`
-		Drops model.Drops `json:"drops"`
-		Lost  uint64      `json:"lost_events"`
-	}{sites, r.Drops, r.Drops.Lost()})
+		Sites   []Site      `json:"sites"`
+		Threads []Thread    `json:"threads"`
+		Drops   model.Drops `json:"drops"`
+		Lost    uint64      `json:"lost_events"`
+	}{sites, threads, r.Drops, r.Drops.Lost()})
 }
 
-// WriteText writes the sites for a terminal: a ranked table, then each
-// site's stacks and fix hint.
-func WriteText(w io.Writer, r *model.Result, sites []Site, top int) error {
-	var total uint64
+// TextOptions tune WriteText.
+type TextOptions struct {
+	Top        int  // sites in the table; 0: all
+	FullStacks bool // every Python and native frame of each site
+}
+
+// WriteText writes the sites for a terminal: how much the threads that
+// launch work were blocked and which threads were background ones, a
+// ranked table, then each site's user line, where the call was made, and
+// its fix hint (or its stacks, with FullStacks).
+func WriteText(w io.Writer, r *model.Result, sites []Site, hosts []Host, opts TextOptions) error {
+	var work, background uint64
 	for _, s := range sites {
-		total += s.BlockedNs
+		if s.Background == "" {
+			work += s.BlockedNs
+		} else {
+			background += s.BlockedNs
+		}
 	}
-	fmt.Fprintf(w, "%d synchronization site(s), %s blocked in total\n\n", len(sites), dur(total))
-	if top > 0 && len(sites) > top {
-		sites = sites[:top]
+	fmt.Fprintf(w, "%d synchronization site(s), %s blocked in total on the threads that launch work", len(sites), dur(work))
+	if background > 0 {
+		fmt.Fprintf(w, "; %s more on background threads, which held none of them up", dur(background))
+	}
+	fmt.Fprintln(w)
+	for _, h := range hosts {
+		writeHost(w, r, &h)
+	}
+	fmt.Fprintln(w)
+	if opts.Top > 0 && len(sites) > opts.Top {
+		sites = sites[:opts.Top]
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "#\tBLOCKED\tCOUNT\tKIND\tAPI\tPID\tWHERE")
+	fmt.Fprintln(tw, "#\tBLOCKED\tCOUNT\tKIND\tAPI\tPID\tTHREAD\tWHERE")
 	for i, s := range sites {
-		where := s.Where()
-		if where == "" {
-			where = "(no stack)"
+		blocked := dur(s.BlockedNs)
+		if s.Background != "" {
+			blocked = "(" + blocked + ")"
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\t%d\t%s\n", i+1, dur(s.BlockedNs), s.Count, s.Kind, s.API, s.PID, where)
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\t%d\t%s\t%s\n", i+1, blocked, s.Count, s.Kind, s.API, s.PID, threadCell(&s), whereCell(&s))
 	}
 	tw.Flush()
 	for i, s := range sites {
-		fmt.Fprintf(w, "\n#%d %s in %s, %d× (%s blocked, max %s, up to %d GPU ops queued)\n", i+1, s.Kind, s.API, s.Count,
-			dur(s.BlockedNs), dur(s.MaxBlockedNs), s.QueuedOps)
-		for _, f := range s.PythonStack {
-			fmt.Fprintf(w, "    py  %s\n", f)
+		fmt.Fprintf(w, "\n#%d %s in %s, %d× on %s (%s blocked, max %s, up to %d GPU ops queued", i+1, s.Kind, s.API, s.Count,
+			strings.Join(s.Threads, ", "), dur(s.BlockedNs), dur(s.MaxBlockedNs), s.QueuedOps)
+		if s.OverlappedNs > 0 {
+			fmt.Fprintf(w, "; %s more overlapped time already counted on its thread", dur(s.OverlappedNs))
 		}
-		for _, f := range s.NativeStack {
-			fmt.Fprintf(w, "    c   %s\n", f)
+		fmt.Fprintln(w, ")")
+		if s.Background != "" {
+			fmt.Fprintf(w, "    %s: did not hold up the threads that launch work\n", s.Background)
 		}
-		fmt.Fprintf(w, "    fix: %s\n", s.Hint)
+		switch {
+		case s.Site == "":
+			fmt.Fprintf(w, "    at  (no stack)\n")
+		case s.UserFrame:
+			fmt.Fprintf(w, "    at  %s\n", s.Site)
+		default:
+			fmt.Fprintf(w, "    at  %s (no frame of the user's code: a library's own thread)\n", s.Site)
+		}
+		if s.Via != "" && !opts.FullStacks {
+			fmt.Fprintf(w, "    via %s\n", s.Via)
+		}
+		if opts.FullStacks {
+			for _, f := range s.PythonStack {
+				fmt.Fprintf(w, "    py  %s\n", f)
+			}
+			for _, f := range s.NativeStack {
+				fmt.Fprintf(w, "    c   %s\n", f)
+			}
+		}
+		if s.Background == "" {
+			fmt.Fprintf(w, "    fix: %s\n", s.Hint)
+		}
+	}
+	if !opts.FullStacks && len(sites) > 0 {
+		fmt.Fprintf(w, "\n(--full-stacks shows every Python and native frame; --json keeps them too)\n")
 	}
 	fmt.Fprintf(w, "\n%s\n", describe.Account(r))
 	return nil
+}
+
+// writeHost says how blocked the threads of one process that launch work
+// were, and names its background threads.
+func writeHost(w io.Writer, r *model.Result, h *Host) {
+	label := fmt.Sprintf("pid %d", h.PID)
+	for _, p := range r.Processes {
+		if p.PID == h.PID {
+			label = p.Label()
+		}
+	}
+	if h.WorkThreads > 0 {
+		var names []string
+		for _, t := range h.Threads {
+			if t.Role == RoleWork {
+				names = append(names, t.Label())
+			}
+		}
+		who, its := "the thread that launches work", "its"
+		if h.WorkThreads > 1 {
+			who, its = fmt.Sprintf("the %d threads that launch work", h.WorkThreads), "their"
+		}
+		fmt.Fprintf(w, "  %s: %s, %s, blocked %s of %s %s wall time (%.0f%%)\n", label,
+			who, strings.Join(names, ", "), dur(h.BlockedNs), its, dur(h.ThreadWallNs), 100*h.Blocked())
+	}
+	for _, t := range h.Background() {
+		what := fmt.Sprintf("%d sync(s), %s", t.Syncs, dur(t.BlockedNs))
+		if t.Role == RolePoller {
+			what = fmt.Sprintf("%d poll loop(s) over %s", t.Polls, dur(t.BlockedNs))
+		}
+		fmt.Fprintf(w, "  %s: %s (%s; %s), did not hold up the threads that launch work\n", t.Label(), t.Role, t.Why, what)
+	}
+}
+
+func threadCell(s *Site) string {
+	c := strings.Join(s.Threads, ",")
+	if s.Background != "" {
+		c += " [" + string(s.Background) + "]"
+	}
+	return c
+}
+
+func whereCell(s *Site) string {
+	switch {
+	case s.Site == "":
+		return "(no stack)"
+	case !s.UserFrame:
+		return s.Site + " [no user frame]"
+	}
+	return s.Site
 }
 
 func dur(ns uint64) string {

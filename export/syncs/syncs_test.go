@@ -29,8 +29,10 @@ func result() (*model.Result, *Collector) {
 	r := &model.Result{Processes: []*model.Process{p}}
 	r.Name(n)
 	c := NewCollector()
+	var at uint64 // one sync after the other, on the main thread
 	add := func(api event.API, kind model.SyncKind, stream int, blocked uint64, stack, pystack int32) {
-		c.Sync(p, &model.Sync{Kind: kind, API: api, Stream: stream, BlockedNs: blocked, QueuedOps: 3, Stack: stack, PyStack: pystack})
+		c.Sync(p, &model.Sync{Kind: kind, API: api, TID: pid, Stream: stream, Start: at, BlockedNs: blocked, QueuedOps: 3, Stack: stack, PyStack: pystack})
+		at += blocked + 100
 	}
 	add(event.CudaStreamSynchronize, model.SyncStream, 1, 1000, 0, 0)
 	add(event.CudaStreamSynchronize, model.SyncStream, 1, 2000, 0, 0)
@@ -96,7 +98,7 @@ func TestWriters(t *testing.T) {
 	r, c := result()
 	sites := Sites(r, c)
 	var js bytes.Buffer
-	if err := WriteJSON(&js, r, sites); err != nil {
+	if err := WriteJSON(&js, r, sites, Hosts(r, c)); err != nil {
 		t.Fatal(err)
 	}
 	var doc struct {
@@ -107,10 +109,20 @@ func TestWriters(t *testing.T) {
 		t.Fatalf("JSON %v: %s", err, js.String())
 	}
 	var txt bytes.Buffer
-	WriteText(&txt, r, sites, 10)
-	for _, want := range []string{"3 synchronization site(s)", "train.py:12 step", "py  train.py:30 <module>", "fix: ", "dropped events: 0"} {
+	WriteText(&txt, r, sites, Hosts(r, c), TextOptions{Top: 10})
+	for _, want := range []string{"3 synchronization site(s)", "train.py:12 step", "fix: ", "--full-stacks", "dropped events: 0"} {
 		if !strings.Contains(txt.String(), want) {
 			t.Errorf("text lacks %q:\n%s", want, txt.String())
+		}
+	}
+	if strings.Contains(txt.String(), "py  train.py:30 <module>") {
+		t.Errorf("full stacks without --full-stacks:\n%s", txt.String())
+	}
+	txt.Reset()
+	WriteText(&txt, r, sites, Hosts(r, c), TextOptions{Top: 10, FullStacks: true})
+	for _, want := range []string{"py  train.py:30 <module>", "c   at::native::_local_scalar_dense_cuda (libtorch_cuda.so)"} {
+		if !strings.Contains(txt.String(), want) {
+			t.Errorf("full stacks lack %q:\n%s", want, txt.String())
 		}
 	}
 }
