@@ -206,8 +206,10 @@ func idleHolders(g *model.GPUReport) []Verdict {
 
 // gpus writes what NVML saw: each device, the verdicts and the device
 // events, or why there were no samples. start is the recording's first
-// event, to place the events.
-func gpus(buf *bytes.Buffer, g *model.GPUReport, start uint64) {
+// event, to place the events. The processes judged had a host verdict
+// from the trace (HostVerdicts): NVML's coarser input/host bound verdict is
+// left out for them.
+func gpus(buf *bytes.Buffer, g *model.GPUReport, start uint64, judged map[uint32]bool) {
 	buf.WriteString("\nGPUs (NVML)\n")
 	if g.Status != "" {
 		fmt.Fprintf(buf, "  not sampled: %s\n", g.Status)
@@ -219,9 +221,12 @@ func gpus(buf *bytes.Buffer, g *model.GPUReport, start uint64) {
 		for _, d := range byIndex(g.GPUs) {
 			fmt.Fprintf(buf, "  %s\n", deviceLine(d))
 		}
-		vs := Verdicts(g)
-		if len(vs) == 0 {
-			buf.WriteString("  verdicts: none (not host bound, no out-of-memory risk, no throttling, no idle holder)\n")
+		vs := slices.DeleteFunc(Verdicts(g), func(v Verdict) bool { return v.Kind == VerdictHostBound && judged[v.PID] })
+		switch {
+		case len(vs) == 0 && len(judged) > 0:
+			buf.WriteString("  verdicts: none from NVML (no out-of-memory risk, no throttling, no idle holder); the host verdicts are in the process sections above\n")
+		case len(vs) == 0:
+			buf.WriteString("  verdicts: none (not host bound, no input-pipeline stall, no out-of-memory risk, no throttling, no idle holder)\n")
 		}
 		for _, v := range vs {
 			fmt.Fprintf(buf, "  verdict: %s\n", v)

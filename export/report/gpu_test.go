@@ -228,7 +228,7 @@ func TestGPUSection(t *testing.T) {
 	}
 
 	g = model.GPUReport{GPUs: []model.GPUStats{device(0, 1, func(*model.GPUStats) {})}}
-	if got := gpuSection(t, g); !strings.Contains(got, "\n  verdicts: none (not host bound, no out-of-memory risk, no throttling, no idle holder)\n") {
+	if got := gpuSection(t, g); !strings.Contains(got, "\n  verdicts: none (not host bound, no input-pipeline stall, no out-of-memory risk, no throttling, no idle holder)\n") {
 		t.Errorf("no verdicts:\n%s", got)
 	}
 	g = model.GPUReport{Status: "disabled (--nvml-interval < 0)"}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/cudatap/cudatap/export/internal/describe"
@@ -37,11 +38,14 @@ func Summary(w io.Writer, r *model.Result, sites *syncs.Collector, opts Options)
 	// Built in memory (it is small), so a failing w is reported once.
 	var buf bytes.Buffer
 	fmt.Fprintf(&buf, "cudatap summary: %s, %s recorded\n", plural(len(r.Processes), "process", "processes"), duration(span(r.Start, r.End)))
+	judged := map[uint32]bool{} // processes with a host verdict
 	for _, p := range r.Processes {
 		buf.WriteByte('\n')
-		process(&buf, r, p, sites, top)
+		if process(&buf, r, p, sites, top) {
+			judged[p.PID] = true
+		}
 	}
-	gpus(&buf, &r.GPU, r.Start)
+	gpus(&buf, &r.GPU, r.Start, judged)
 	fmt.Fprintf(&buf, "\n%s\n", describe.Account(r))
 	_, err := w.Write(buf.Bytes())
 	return err
@@ -57,7 +61,9 @@ func merge(t *syncs.Totals, o syncs.Totals) {
 	t.ImplicitNs += o.ImplicitNs
 }
 
-func process(buf *bytes.Buffer, r *model.Result, p *model.Process, collected *syncs.Collector, top int) {
+// process writes the section of process p and reports whether a host
+// verdict was given on it.
+func process(buf *bytes.Buffer, r *model.Result, p *model.Process, collected *syncs.Collector, top int) bool {
 	fmt.Fprintf(buf, "%s\n", p.Label())
 	mem := "device memory peak " + units.Bytes(p.DeviceMemPeak)
 	if p.AttachedLate {
@@ -78,7 +84,9 @@ func process(buf *bytes.Buffer, r *model.Result, p *model.Process, collected *sy
 		fmt.Fprintf(buf, "  held by cudatap while it hooked libraries: %s (not counted as CUDA time)\n", duration(p.HeldNs))
 	}
 
-	totals := collected.StreamTotals(p.PID)
+	// The syncs of the threads that launch work: background threads'
+	// waits held none of them up (hostLines names them).
+	totals := collected.WorkStreamTotals(r, p.PID)
 
 	tw := tabwriter.NewWriter(buf, 0, 0, 2, ' ', 0)
 	// GPU BUSY is an upper bound (no kernel timings): "≤ 2.1ms (3%)" of the
@@ -134,23 +142,41 @@ func process(buf *bytes.Buffer, r *model.Result, p *model.Process, collected *sy
 			sum.Collectives, units.Bytes(sum.CommBytes), duration(comm), share)
 	}
 
-	// The same sites as `cudatap syncs`: Python line first, else the
-	// innermost native caller.
+	host := syncs.HostOf(r, collected, p.PID)
+	hostLines(buf, host)
+
+	// The same sites as `cudatap syncs`: the user's line, else the
+	// innermost frame; background threads' last.
 	sites := syncs.ProcessSites(r, collected, p.PID)
-	if len(sites) == 0 {
-		return
-	}
-	fmt.Fprintf(buf, "\n  top sync sites by blocked time (cudatap syncs has their stacks)\n")
-	tw = tabwriter.NewWriter(buf, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "  KIND\tCOUNT\tBLOCKED\tAPI\tSITE\tHINT")
-	for _, s := range sites[:min(top, len(sites))] {
-		site := s.Where()
-		if site == "" {
-			site = "-"
+	if len(sites) > 0 {
+		fmt.Fprintf(buf, "\n  top sync sites by blocked time (cudatap syncs --full-stacks has their stacks)\n")
+		tw = tabwriter.NewWriter(buf, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "  KIND\tCOUNT\tBLOCKED\tAPI\tSITE\tHINT")
+		for _, s := range sites[:min(top, len(sites))] {
+			site := s.Where()
+			switch {
+			case site == "":
+				site = "-"
+			case !s.UserFrame:
+				site += " [no user frame]"
+			}
+			blocked, hint := duration(s.BlockedNs), s.Hint
+			if s.Background != "" {
+				blocked = "(" + blocked + ")"
+				hint = fmt.Sprintf("%s on %s: did not hold up the threads that launch work", s.Background, strings.Join(s.Threads, ", "))
+			}
+			fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\t%s\t%s\n", s.Kind, s.Count, blocked, s.API, site, hint)
 		}
-		fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\t%s\t%s\n", s.Kind, s.Count, duration(s.BlockedNs), s.API, site, s.Hint)
+		tw.Flush()
 	}
-	tw.Flush()
+	verdicts := HostVerdicts(&r.GPU, host)
+	if len(verdicts) > 0 {
+		buf.WriteByte('\n')
+	}
+	for _, v := range verdicts {
+		fmt.Fprintf(buf, "  verdict: %s: %s\n", v.Kind, v.Detail)
+	}
+	return len(verdicts) > 0
 }
 
 func streamRow(w io.Writer, label string, st *model.StreamStats, sy syncs.Totals, busy string) {
