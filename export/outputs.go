@@ -64,7 +64,14 @@ func FormatOf(path, override string) (Format, error) {
 type Output struct {
 	Path   string
 	Format Format
+	// W receives an output whose Path is Stdout, as it is written (no
+	// temporary file: a pipe cannot be renamed over). The caller sets it:
+	// the CLI owns its standard output.
+	W io.Writer
 }
+
+// Stdout is the output path that names the standard output (`-o -`).
+const Stdout = "-"
 
 // Options shared by the exporters.
 type Options struct {
@@ -81,14 +88,28 @@ type Options struct {
 // and truncates nothing: it checks that each output's directory exists and
 // is writable, that an existing output is a regular file, that no path is
 // given twice, and that no output is one of the inputs (the recordings
-// being read), which writing would destroy.
+// being read), which writing would destroy. Stdout is planned as it is:
+// its format is override's, and the caller gives it its W.
 func Plan(paths []string, override string, inputs ...string) ([]Output, error) {
 	var outs []Output
 	seen := map[string]string{}
 	for _, p := range paths {
+		if p == Stdout {
+			if override == "" {
+				return nil, fmt.Errorf("-o - writes to the standard output, which has no extension: pass --format (chrome, pprof or cudatap)")
+			}
+			if _, dup := seen[Stdout]; dup {
+				return nil, fmt.Errorf("-o - is given twice: the standard output takes one output")
+			}
+			seen[Stdout] = p
+		}
 		f, err := FormatOf(p, override)
 		if err != nil {
 			return nil, err
+		}
+		if p == Stdout {
+			outs = append(outs, Output{Path: p, Format: f})
+			continue
 		}
 		target, err := resolve(p)
 		if err != nil {
@@ -256,9 +277,23 @@ func WritePprof(outs []Output, r *model.Result, agg *Aggregates) error {
 				return err
 			}
 		}
-		errs = append(errs, writeFile(o.Path, prof.Write))
+		errs = append(errs, writeOutput(o, prof.Write))
 	}
 	return errors.Join(errs...)
+}
+
+// writeOutput writes o: to its W when it is Stdout, else to its file.
+func writeOutput(o Output, write func(io.Writer) error) error {
+	if o.Path != Stdout {
+		return writeFile(o.Path, write)
+	}
+	if o.W == nil {
+		return fmt.Errorf("write %s to the standard output: this command cannot write there; give a file", o.Format)
+	}
+	if err := write(o.W); err != nil {
+		return fmt.Errorf("write %s to the standard output: %w", o.Format, err)
+	}
+	return nil
 }
 
 // writeFile writes path through a temporary file.
@@ -281,6 +316,7 @@ func writeFile(path string, write func(io.Writer) error) error {
 type chromeOut struct {
 	path string
 	t    *tempFile
+	pipe bool         // written to the standard output, until Close or Abort
 	zw   *gzip.Writer // for .gz outputs
 	w    *chrome.Writer
 	err  error // it could not be created
@@ -304,6 +340,15 @@ func CreateChrome(outs []Output, names *model.Names, opts Options) (*ChromeSet, 
 		}
 		c := &chromeOut{path: o.Path}
 		s.outs = append(s.outs, c)
+		if o.Path == Stdout {
+			if o.W == nil {
+				c.err = errors.New("this command cannot write to the standard output; give a file")
+				continue
+			}
+			c.pipe = true
+			c.w = chrome.NewWriter(o.W, names, chrome.Options{Version: opts.Version, Counters: opts.Counters, Origins: opts.Origins, Merge: opts.Merge})
+			continue
+		}
 		t, err := createTemp(o.Path)
 		if err != nil {
 			c.err = err
@@ -357,6 +402,13 @@ func (s *ChromeSet) Close(r *model.Result) error {
 			errs = append(errs, fmt.Errorf("write chrome trace %s: %w", c.path, c.err))
 			continue
 		}
+		if c.pipe {
+			c.pipe = false
+			if err := c.w.Close(r); err != nil {
+				errs = append(errs, fmt.Errorf("write chrome trace to the standard output: %w", err))
+			}
+			continue
+		}
 		if c.t == nil {
 			continue // already closed or aborted
 		}
@@ -386,6 +438,7 @@ func (s *ChromeSet) Abort() {
 		return
 	}
 	for _, c := range s.outs {
+		c.pipe = false // what went to the standard output stays there, cut
 		if c.t != nil {
 			c.t.abort()
 			c.t = nil

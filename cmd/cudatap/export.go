@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 
 	"github.com/spf13/cobra"
@@ -18,34 +19,38 @@ import (
 type exportOptions struct {
 	outputs []string
 	format  string
+	json    bool
 }
 
 func newExportCmd(g *globalOptions) *cobra.Command {
 	o := &exportOptions{}
 	cmd := &cobra.Command{
-		Use:     "export IN.cudatap -o OUT...",
-		Short:   "Make traces, profiles and the summary from a .cudatap recording",
-		Example: "  cudatap export run.cudatap -o trace.json.gz -o profile.pb.gz",
-		Args:    cobra.ExactArgs(1),
+		Use:   "export IN.cudatap -o OUT...",
+		Short: "Make traces, profiles and the summary from a .cudatap recording",
+		Example: `  cudatap export run.cudatap -o trace.json.gz -o profile.pb.gz
+  cudatap export -q run.cudatap -o - --format chrome | gzip > trace.json.gz`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runExport(cmd, o, args[0])
+			return runExport(cmd, g, o, args[0])
 		},
 	}
-	cmd.Flags().StringArrayVarP(&o.outputs, "output", "o", nil, "output file, format from the extension (.json/.json.gz, .pb.gz) (repeatable)")
+	cmd.Flags().StringArrayVarP(&o.outputs, "output", "o", nil, "output file, format from the extension (.json/.json.gz, .pb.gz) (repeatable); - is stdout (with --format; the summary then goes to stderr)")
 	cmd.Flags().StringVar(&o.format, "format", "", "force the format of every -o: chrome or pprof")
+	cmd.Flags().BoolVar(&o.json, "json", false, "write the summary as JSON (schema in README.md, \"JSON output\"); also with --quiet")
 	return cmd
 }
 
-func runExport(cmd *cobra.Command, o *exportOptions, in string) error {
-	outs, err := export.Plan(o.outputs, o.format, in)
+func runExport(cmd *cobra.Command, g *globalOptions, o *exportOptions, in string) error {
+	outs, piped, err := planOutputs(cmd, o.outputs, o.format, in)
 	if err != nil {
 		return err
 	}
 	for _, out := range outs {
 		if out.Format == export.Recording {
-			return fmt.Errorf("%s: export writes traces and profiles; copy the .cudatap file to duplicate a recording", out.Path)
+			return usageError(fmt.Errorf("%s: export writes traces and profiles; copy the .cudatap file to duplicate a recording", out.Path))
 		}
 	}
+	summary, notes := g.summary(cmd, piped, o.json), g.notes(cmd)
 	// Before opening: opening a FIFO would block until a writer comes.
 	if fi, err := os.Stat(in); err == nil && fi.IsDir() {
 		return fmt.Errorf("%s is a directory: give the .cudatap recording inside it", in)
@@ -53,15 +58,18 @@ func runExport(cmd *cobra.Command, o *exportOptions, in string) error {
 		return fmt.Errorf("%s is not a regular file: export reads a .cudatap recording twice (names, then events); copy it to a file first", in)
 	}
 	f, err := os.Open(in)
-	if err != nil {
+	if errors.Is(err, fs.ErrNotExist) {
+		return withCode(exitNotFound, fmt.Errorf("open recording: %w", err))
+	} else if err != nil {
 		return fmt.Errorf("open recording: %w", err)
 	}
 	defer f.Close()
 	agg := export.NewAggregates()
 	var chrome *export.ChromeSet
 	var merged *merge.Info // a recording `cudatap merge` wrote
-	status := newStatusLine(cmd.ErrOrStderr())
+	status := newStatusLine(notes)
 	res, rp, err := recording.Load(f, func(rp *recording.Replay) model.Sink {
+		warnChromeSize(notes, outs, rp.Records, false)
 		var merr, cerr error
 		if merged, merr = merge.ReadInfo(rp.Header); merr != nil {
 			fmt.Fprintf(cmd.ErrOrStderr(), "cudatap: warning: %s: %v; processes are named by their pids in the merged trace\n", in, merr)
@@ -79,16 +87,27 @@ func runExport(cmd *cobra.Command, o *exportOptions, in string) error {
 	switch {
 	case errors.Is(err, recording.ErrTruncated) && res != nil:
 		res.Truncated = err.Error()
+		// Not --quiet's to hide: the exit status (6) says it too.
 		fmt.Fprintf(cmd.ErrOrStderr(), "cudatap: warning: %s: %v; exporting the %d records before the cut (drop counters unknown)\n", in, err, rp.Records)
 	case err != nil:
 		chrome.Abort()
 		return fmt.Errorf("%s: %w", in, err)
 	}
 	errs := []error{export.WritePprof(outs, res, agg), chrome.Close(res)}
-	if err := report.Summary(cmd.OutOrStdout(), res, agg.Syncs, report.Options{}); err != nil {
-		errs = append(errs, err)
+	if o.json {
+		errs = append(errs, writeSummaryJSON(summary, res, agg.Syncs, outs, nil))
+	} else {
+		if err := report.Summary(summary, res, agg.Syncs, report.Options{}); err != nil {
+			errs = append(errs, err)
+		}
+		agg.Stragglers.ReportNamed(summary, straggler.Naming{Result: res, Origins: merged.Where()})
 	}
-	agg.Stragglers.ReportNamed(cmd.OutOrStdout(), straggler.Naming{Result: res, Origins: merged.Where()})
-	wrote(cmd, outs)
-	return errors.Join(errs...)
+	wroteTo(notes, outs)
+	if err := errors.Join(errs...); err != nil {
+		return partialError(err)
+	}
+	if res.Truncated != "" {
+		return &exitError{code: exitPartial} // said above
+	}
+	return nil
 }

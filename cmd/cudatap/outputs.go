@@ -30,7 +30,14 @@ type traceOutputs struct {
 	// leaves an existing file of that name untouched.
 	recs   []*os.File
 	finals []string
-	spill  bool // recs[0] is a spill file, removed at the end
+	spill  bool      // recs[0] is a spill file, removed at the end
+	pipe   io.Writer // the recording to stdout (-o - --format cudatap), or nil
+
+	// Where the summary and the notes go (nil: stdout, stderr), the
+	// summary as JSON, and how a launched command ended (for the JSON).
+	summary, notes io.Writer
+	json           bool
+	command        *commandJSON
 }
 
 // newTraceOutputs opens what the session will stream to.
@@ -38,15 +45,17 @@ func newTraceOutputs(outs []export.Output) (*traceOutputs, error) {
 	t := &traceOutputs{outs: outs, agg: export.NewAggregates()}
 	chrome := ""
 	for _, o := range outs {
-		switch o.Format {
-		case export.Recording:
+		switch {
+		case o.Format == export.Recording && o.Path == export.Stdout:
+			t.pipe = o.W
+		case o.Format == export.Recording:
 			f, err := os.CreateTemp(filepath.Dir(o.Path), "."+filepath.Base(o.Path)+".tmp-*")
 			if err != nil {
 				t.abort()
 				return nil, fmt.Errorf("cannot write output %s: %w", o.Path, err)
 			}
 			t.recs, t.finals = append(t.recs, f), append(t.finals, o.Path)
-		case export.Chrome:
+		case o.Format == export.Chrome:
 			if chrome == "" {
 				chrome = o.Path
 			}
@@ -54,7 +63,11 @@ func newTraceOutputs(outs []export.Output) (*traceOutputs, error) {
 	}
 	if len(t.recs) == 0 && chrome != "" {
 		// Next to the trace rather than in /tmp, which is often memory.
-		f, err := os.CreateTemp(filepath.Dir(chrome), ".cudatap-spill-*.cudatap")
+		dir := filepath.Dir(chrome)
+		if chrome == export.Stdout {
+			dir = os.TempDir()
+		}
+		f, err := os.CreateTemp(dir, ".cudatap-spill-*.cudatap")
 		if err != nil {
 			return nil, fmt.Errorf("cannot write a spill file beside %s: %w", chrome, err)
 		}
@@ -65,15 +78,18 @@ func newTraceOutputs(outs []export.Output) (*traceOutputs, error) {
 
 // recording is the session's Config.Recording (nil: none needed).
 func (t *traceOutputs) recording() io.Writer {
-	switch len(t.recs) {
+	var ws []io.Writer
+	for _, f := range t.recs {
+		ws = append(ws, f)
+	}
+	if t.pipe != nil {
+		ws = append(ws, t.pipe)
+	}
+	switch len(ws) {
 	case 0:
 		return nil
 	case 1:
-		return t.recs[0]
-	}
-	ws := make([]io.Writer, len(t.recs))
-	for i, f := range t.recs {
-		ws[i] = f
+		return ws[0]
 	}
 	return io.MultiWriter(ws...)
 }
@@ -114,12 +130,20 @@ func (t *traceOutputs) finish(cmd *cobra.Command, res *model.Result) error {
 		t.recs[0].Close()
 		os.Remove(t.recs[0].Name())
 	}
-	if err := report.Summary(cmd.OutOrStdout(), res, t.agg.Syncs, report.Options{}); err != nil {
-		errs = append(errs, err)
+	summary, notes := cmd.OutOrStdout(), cmd.ErrOrStderr()
+	if t.summary != nil {
+		summary, notes = t.summary, t.notes
 	}
-	t.agg.Stragglers.ReportNamed(cmd.OutOrStdout(), straggler.Naming{Result: res})
-	reportStalls(cmd.OutOrStdout(), t.agg.Progress, "at the end")
-	wrote(cmd, t.outs)
+	if t.json {
+		errs = append(errs, writeSummaryJSON(summary, res, t.agg.Syncs, t.outs, t.command))
+	} else {
+		if err := report.Summary(summary, res, t.agg.Syncs, report.Options{}); err != nil {
+			errs = append(errs, err)
+		}
+		t.agg.Stragglers.ReportNamed(summary, straggler.Naming{Result: res})
+		reportStalls(summary, t.agg.Progress, "at the end")
+	}
+	wroteTo(notes, t.outs)
 	return errors.Join(errs...)
 }
 
@@ -140,7 +164,12 @@ func (t *traceOutputs) writeChrome(cmd *cobra.Command, res *model.Result) error 
 		return fmt.Errorf("read back the recording for the Chrome trace: %w", err)
 	}
 	defer f.Close()
-	status := newStatusLine(cmd.ErrOrStderr())
+	notes := cmd.ErrOrStderr()
+	if t.notes != nil {
+		notes = t.notes
+	}
+	warnChromeSize(notes, t.outs, res.Drops.Received, true)
+	status := newStatusLine(notes)
 	m := model.New(set.Sink())
 	_, err = recording.ReadEvents(f, m, progress(status, "writing the trace", f))
 	status.clear()
@@ -164,10 +193,14 @@ func progress(status *statusLine, what string, f *os.File) func(int64) {
 	}
 }
 
-func wrote(cmd *cobra.Command, outs []export.Output) {
+func wrote(cmd *cobra.Command, outs []export.Output) { wroteTo(cmd.ErrOrStderr(), outs) }
+
+func wroteTo(w io.Writer, outs []export.Output) {
 	for _, out := range outs {
-		if _, err := os.Stat(out.Path); err == nil {
-			fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s (%s)\n", out.Path, out.Format)
+		if out.Path == export.Stdout {
+			fmt.Fprintf(w, "wrote the %s output to stdout\n", out.Format)
+		} else if _, err := os.Stat(out.Path); err == nil {
+			fmt.Fprintf(w, "wrote %s (%s)\n", out.Path, out.Format)
 		}
 	}
 }

@@ -11,7 +11,6 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
-	"github.com/cudatap/cudatap/export"
 	"github.com/cudatap/cudatap/internal/procfs"
 	"github.com/cudatap/cudatap/tracer"
 	"github.com/cudatap/cudatap/tracer/probe"
@@ -32,6 +31,7 @@ type recordOptions struct {
 	perSymbol   bool
 	gpuTimes    bool
 	cupti       string
+	json        bool
 }
 
 func newRecordCmd(g *globalOptions) *cobra.Command {
@@ -40,7 +40,8 @@ func newRecordCmd(g *globalOptions) *cobra.Command {
 		Use:   "record [-p PID]... [-o FILE]... [-- COMMAND [ARGS...]]",
 		Short: "Trace running CUDA processes (or a command) and write traces, profiles and a summary",
 		Example: `  sudo cudatap record -p 4123 -d 30s -o trace.json -o profile.pb.gz
-  sudo cudatap record -o run.cudatap -- python3 train.py`,
+  sudo cudatap record -o run.cudatap -- python3 train.py
+  sudo cudatap record -q -p 4123 -d 10s -o - --format pprof > profile.pb.gz`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runRecord(cmd, g, o, args)
 		},
@@ -50,7 +51,7 @@ func newRecordCmd(g *globalOptions) *cobra.Command {
 	f.BoolVar(&o.all, "all", false, "trace every process on the host that maps CUDA, now or later")
 	f.StringVar(&o.container, "container", "", "trace every process of this container (id or prefix, or cgroup name), now or later")
 	f.DurationVarP(&o.duration, "duration", "d", 0, "stop after this long (default: until Ctrl-C or every target exits)")
-	f.StringArrayVarP(&o.outputs, "output", "o", nil, "output file; the extension picks the format: .json/.json.gz Chrome trace, .pb.gz pprof, .cudatap raw recording (repeatable)")
+	f.StringArrayVarP(&o.outputs, "output", "o", nil, "output file; the extension picks the format: .json/.json.gz Chrome trace, .pb.gz pprof, .cudatap raw recording (repeatable); - is stdout (with --format; the summary and a launched command's stdout then go to stderr)")
 	f.StringVar(&o.format, "format", "", "force the format of every -o: chrome, pprof or cudatap")
 	f.StringVar(&o.stacks, "stacks", "sync", "capture user stacks on: none, sync (calls that may block) or all")
 	f.IntVar(&o.ringBuffer, "ring-buffer-size", 16<<20, "BPF ring buffer size in bytes (power of two)")
@@ -60,6 +61,7 @@ func newRecordCmd(g *globalOptions) *cobra.Command {
 	f.BoolVar(&o.waitForCUDA, "wait-for-cuda", false, "accept target processes that have not loaded CUDA yet and hook it when they do")
 	f.BoolVar(&o.gpuTimes, "gpu-times", false, "measure GPU ops with the target's own CUPTI (a collector loaded through CUDA_INJECTION64_PATH for a command, by ptrace into a running process); without it GPU ops are drawn within proven bounds")
 	f.StringVar(&o.cupti, "cupti", "", "with --gpu-times: the libcupti to use, as the target sees it (default: the one it loaded, the one next to its libcudart, or the toolkit's)")
+	f.BoolVar(&o.json, "json", false, "write the summary as JSON (schema in README.md, \"JSON output\"); also with --quiet")
 	return cmd
 }
 
@@ -85,30 +87,38 @@ func parseStacks(s string) (probe.StackMode, error) {
 
 func runRecord(cmd *cobra.Command, g *globalOptions, o *recordOptions, command []string) error {
 	if len(o.pids) == 0 && len(command) == 0 && !o.all && o.container == "" {
-		return fmt.Errorf("nothing to trace: give -p PID (a running process), --container ID, --all, or a command after -- (see cudatap record --help)")
+		return usageError(fmt.Errorf("nothing to trace: give -p PID (a running process), --container ID, --all, or a command after -- (see cudatap record --help)"))
 	}
 	if len(command) > 0 && cmd.ArgsLenAtDash() != 0 {
-		return fmt.Errorf("unexpected arguments %q: put the command to launch after --", command)
+		return usageError(fmt.Errorf("unexpected arguments %q: put the command to launch after --", command))
 	}
 	stacks, err := parseStacks(o.stacks)
 	if err != nil {
+		return usageError(err)
+	}
+	outs, piped, err := planOutputs(cmd, o.outputs, o.format)
+	if err != nil {
 		return err
 	}
-	outs, err := export.Plan(o.outputs, o.format)
-	if err != nil {
+	if err := checkTargets(o.pids, command); err != nil {
 		return err
 	}
 	to, err := newTraceOutputs(outs)
 	if err != nil {
 		return err
 	}
-	stderr := cmd.ErrOrStderr()
+	to.summary, to.notes, to.json = g.summary(cmd, piped, o.json), g.notes(cmd), o.json
+	stderr := to.notes // --quiet: no attach line, status line or hang note
 	status := newStatusLine(stderr)
+	commandOut := io.Writer(os.Stdout)
+	if piped {
+		commandOut = os.Stderr // not into the trace
+	}
 	cfg := tracer.Config{
 		PIDs: o.pids, Command: command, All: o.all, Container: o.container, Duration: o.duration, Stacks: stacks,
 		RingBufferBytes: o.ringBuffer, WaitForCUDA: o.waitForCUDA, NVMLInterval: o.nvml, NameWindow: nameWindow(o.nameWindow), PerSymbolUprobes: o.perSymbol,
 		GPUTimes: o.gpuTimes, CUPTIPath: o.cupti,
-		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Logger: g.logger(),
+		Stdin: os.Stdin, Stdout: commandOut, Stderr: os.Stderr, Logger: g.logger(),
 		OnAttached: printAttached(stderr),
 	}
 	hangs := &hangWatch{progress: to.agg.Progress, w: stderr, status: status}
@@ -131,12 +141,16 @@ func runRecord(cmd *cobra.Command, g *globalOptions, o *recordOptions, command [
 		to.abort()
 		return err
 	}
+	if len(command) > 0 {
+		to.command = newCommandJSON(outcome.Exit)
+	}
 	// A session that failed late (its recording could not be written)
 	// still has everything it modeled: every other output is written.
+	// cudatap's own failure then decides the status (6), not the command's.
 	if ferr := to.finish(cmd, outcome.Result); ferr != nil || err != nil {
-		return errors.Join(err, ferr)
+		return partialError(errors.Join(err, ferr))
 	}
-	return commandStatus(cmd.ErrOrStderr(), outcome.Exit, len(command) > 0)
+	return commandStatus(stderr, outcome.Exit, len(command) > 0)
 }
 
 // commandStatus is record's exit status: the launched command's own, as a
