@@ -13,7 +13,10 @@
 // does, and makes exactly one driver call underneath each call that reaches
 // the GPU (cudaLaunchKernel enters cuLaunchKernel once). NCCL
 // (csrc/nccl_sim.c, libnccl.so.2) defines pncclX with ncclX weak aliases, as
-// real NCCL does, and enqueues its collectives on the same modeled GPU.
+// real NCCL does, and enqueues its collectives on the same modeled GPU;
+// processes started with one SIM_NCCL_ID play the ranks of one job and wait
+// for each other at every collective, as NCCL's ranks do (NCCLSegment; the
+// knobs are listed at scenario nccl in csrc/workload.c).
 //
 // The workloads (csrc/workload.c) and pysync.py print one JSON line with the
 // exact number of calls they made to each entry point, and the driver calls
@@ -23,6 +26,7 @@ package sim
 import (
 	"bytes"
 	"embed"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -286,6 +290,74 @@ type Report struct {
 	// Lines (pysync.py only) maps a Python function to the line of the call
 	// in it that a tracer should name.
 	Lines map[string]int `json:"lines,omitempty"`
+	// MeetingWaitNs is the host time the workload spent blocked in
+	// synchronizing calls on NCCL ranks of other processes that had not
+	// arrived yet (scenario nccl of a job: SIM_NCCL_ID).
+	MeetingWaitNs int64 `json:"meeting_wait_ns,omitempty"`
+}
+
+// NCCLSegment is the file through which the simulated NCCL's ranks of one
+// job, each in its own process, meet (csrc/nccl_sim.c): run is their
+// SIM_NCCL_RUN ("" when unset), id their SIM_NCCL_ID. The last rank to
+// destroy its communicator removes it; ranks killed leave it behind.
+func NCCLSegment(run string, id uint64) string {
+	if run != "" {
+		// As nccl_sim.c writes it: 62 characters at most, any but
+		// [A-Za-z0-9._-] as '_'.
+		b := []byte(run)[:min(len(run), 62)]
+		for i, c := range b {
+			if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.') {
+				b[i] = '_'
+			}
+		}
+		run = string(b) + "-"
+	}
+	return fmt.Sprintf("/dev/shm/cudatap-sim-nccl-%s%#x", run, id)
+}
+
+// NCCLRank is one rank's progress in a job, as its segment shows it.
+type NCCLRank struct {
+	PID int
+	// Joined: the rank's process joined the job (ncclCommInitRank); Left:
+	// it destroyed its communicator since.
+	Joined, Left bool
+	// Arrived counts the collectives it made.
+	Arrived uint64
+	// BlockedOn is the first meeting (collective, 1-based) not met yet when
+	// its host last blocked on one; 0 if it never did.
+	BlockedOn uint64
+}
+
+// The segment's layout (nccl_sim.c, struct seg): 64-bit words, a header of
+// magic, world size and a futex word, then per rank pid, state, arrived,
+// cached, blocked_on and ncclRing arrival times.
+const (
+	ncclMagic     = 0x6c63636e6d697363
+	ncclRing      = 64 // 2 * SIM_MEETINGS_MAX
+	ncclRankWords = 5 + ncclRing
+)
+
+// ReadNCCLSegment reads the ranks' progress from a job's segment.
+func ReadNCCLSegment(path string) ([]NCCLRank, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	word := func(i int) uint64 { return binary.LittleEndian.Uint64(data[8*i:]) }
+	if len(data) < 16 || word(0) != ncclMagic {
+		return nil, fmt.Errorf("%s: not a simulated NCCL segment", path)
+	}
+	n := word(1)
+	if n > 1<<16 || uint64(len(data)) != 8*(3+n*ncclRankWords) {
+		return nil, fmt.Errorf("%s: %d bytes for %d ranks", path, len(data), n)
+	}
+	ranks := make([]NCCLRank, n)
+	for r := range ranks {
+		w := 3 + r*ncclRankWords
+		ranks[r] = NCCLRank{PID: int(word(w)), Joined: word(w+1) != 0, Left: word(w+1) == 2, Arrived: word(w + 2),
+			BlockedOn: word(w + 4)}
+	}
+	return ranks, nil
 }
 
 // ParseReport finds the report in a driver's stdout: its last line that

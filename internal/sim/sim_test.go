@@ -323,32 +323,7 @@ func TestDriverScenarios(t *testing.T) {
 	})
 	t.Run("nccl", func(t *testing.T) {
 		r := runReport(t, b.NCCLWorkload, "--scenario", "nccl", "--iters", "5")
-		assertCalls(t, "nccl", r.Calls, map[string]int{
-			"ncclGetUniqueId":           1,
-			"ncclCommInitRank":          1,
-			"cudaStreamCreateWithFlags": 2,
-			"cudaEventCreateWithFlags":  2,
-			"cudaMalloc":                2,
-			"cudaLaunchKernel":          15,
-			"cudaEventRecord":           10,
-			"cudaStreamWaitEvent":       10,
-			"ncclAllReduce":             5,
-			"cudaStreamSynchronize":     2,
-			"ncclGroupStart":            1,
-			"ncclBroadcast":             1,
-			"ncclReduce":                1,
-			"ncclAllGather":             1,
-			"ncclReduceScatter":         1,
-			"ncclSend":                  1,
-			"ncclRecv":                  1,
-			"cudaStreamQuery":           1,
-			"ncclGroupEnd":              1,
-			"cudaDeviceSynchronize":     1,
-			"cudaFree":                  2,
-			"cudaEventDestroy":          2,
-			"cudaStreamDestroy":         2,
-			"ncclCommDestroy":           1,
-		})
+		assertCalls(t, "nccl", r.Calls, ncclCalls(5))
 		// NCCL enqueues through the driver's model, not its API.
 		assertCalls(t, "nccl internal", r.Internal, map[string]int{
 			"cuInit":                 1,
@@ -374,6 +349,36 @@ func TestDriverScenarios(t *testing.T) {
 			}
 		}
 	})
+}
+
+// ncclCalls are the calls of scenario nccl.
+func ncclCalls(iters int) map[string]int {
+	return map[string]int{
+		"ncclGetUniqueId":           1,
+		"ncclCommInitRank":          1,
+		"cudaStreamCreateWithFlags": 2,
+		"cudaEventCreateWithFlags":  2,
+		"cudaMalloc":                2,
+		"cudaLaunchKernel":          3 * iters,
+		"cudaEventRecord":           2 * iters,
+		"cudaStreamWaitEvent":       2 * iters,
+		"ncclAllReduce":             iters,
+		"cudaStreamSynchronize":     2,
+		"ncclGroupStart":            1,
+		"ncclBroadcast":             1,
+		"ncclReduce":                1,
+		"ncclAllGather":             1,
+		"ncclReduceScatter":         1,
+		"ncclSend":                  1,
+		"ncclRecv":                  1,
+		"cudaStreamQuery":           1,
+		"ncclGroupEnd":              1,
+		"cudaDeviceSynchronize":     1,
+		"cudaFree":                  2,
+		"cudaEventDestroy":          2,
+		"cudaStreamDestroy":         2,
+		"ncclCommDestroy":           1,
+	}
 }
 
 // TestTiming checks the modeled GPU: scenario timing makes the host wait for

@@ -15,6 +15,17 @@
  * streams are independent. Synchronizing calls sleep until the relevant clock.
  * Device memory is a range of fake addresses that is never dereferenced.
  *
+ * Collectives whose ranks live in other processes (sim_enqueue_meeting, for
+ * the simulated NCCL) end only once every rank has arrived, which is known
+ * later, so a time of the model is max(t, met(m1) + o1, met(m2) + o2, ...)
+ * over the meetings it waits for that are not met yet (struct when): every
+ * enqueue, event edge and implicit dependency carries those terms along, as
+ * the GPU would carry the wait, and a term folds into t once its meeting is
+ * met. Synchronizing calls wait (asking, and sleeping in the meeting's
+ * wait() between two questions) until their time has no terms left, then
+ * sleep until it; queries report not ready while it has any. With no such
+ * collective every time is a plain t and the model is as described above.
+ *
  * Every exported function is its own noinline entry point (a tracer probes the
  * first instruction); none calls another exported function, so one API call
  * fires exactly one probe. Shared logic lives in static helpers. Each entry
@@ -93,10 +104,91 @@ PRIVATE const char *sim_driver_calls(int i, unsigned long *calls)
 	return driver_api_names[i];
 }
 
+/* ---- times that wait for meetings ---- */
+
+/* max(t, met(term[i].m) + term[i].off) over n meetings not met yet, at most
+ * one term per meeting. */
+struct when {
+	int64_t t;
+	int n;
+	struct term {
+		struct sim_meeting *m;
+		int64_t off;
+	} term[SIM_MEETINGS_MAX];
+};
+
+static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+static void when_copy(struct when *dst, const struct when *src)
+{
+	dst->t = src->t;
+	dst->n = src->n;
+	memcpy(dst->term, src->term, (size_t)src->n * sizeof src->term[0]);
+}
+
+/* Folds the terms whose meetings are met into t. */
+static void when_settle(struct when *w, int blocking)
+{
+	for (int i = 0; i < w->n;) {
+		long long met = w->term[i].m->met(w->term[i].m, blocking);
+		if (met < 0) {
+			i++;
+			continue;
+		}
+		w->t = max64(w->t, met + w->term[i].off);
+		w->term[i] = w->term[--w->n];
+	}
+}
+
+/* Whether w is known; then *t is it. */
+static int when_known(struct when *w, int64_t *t)
+{
+	when_settle(w, 0);
+	*t = w->t;
+	return w->n == 0;
+}
+
+/* w = max(w, x). */
+static void when_max(struct when *w, const struct when *x)
+{
+	w->t = max64(w->t, x->t);
+	if (x->n == 0)
+		return;
+	when_settle(w, 0);
+	for (int j = 0; j < x->n; j++) {
+		const struct term *xt = &x->term[j];
+		long long met = xt->m->met(xt->m, 0);
+		if (met >= 0) {
+			w->t = max64(w->t, met + xt->off);
+			continue;
+		}
+		int i = 0;
+		while (i < w->n && w->term[i].m != xt->m)
+			i++;
+		if (i < w->n) {
+			w->term[i].off = max64(w->term[i].off, xt->off);
+			continue;
+		}
+		/* Unmet terms name distinct meetings that this process enqueued
+		 * and has not seen met: NCCL keeps them below SIM_MEETINGS_MAX. */
+		if (w->n == SIM_MEETINGS_MAX)
+			abort();
+		w->term[w->n++] = *xt;
+	}
+}
+
+/* w += d. */
+static void when_add(struct when *w, int64_t d)
+{
+	w->t += d;
+	for (int i = 0; i < w->n; i++)
+		w->term[i].off += d;
+}
+
 /* ---- the model's state ---- */
 
 struct CUstream_st {
-	int64_t clock;  /* completion time of the last enqueued operation */
+	struct when clock; /* completion time of the last enqueued operation */
 	int64_t busy;   /* modeled GPU time of the operations enqueued on it */
 	int owner;      /* per-thread default stream: its thread's tid; else 0 */
 	int device;     /* created stream: the runtime's current device then; else -1 */
@@ -105,7 +197,7 @@ struct CUstream_st {
 };
 
 struct CUevent_st {
-	int64_t time; /* completion time of the recorded work; 0 = never recorded */
+	struct when time; /* completion time of the recorded work; 0 = never recorded */
 };
 
 /* A page-locked host range: made by cuMemHostAlloc/cuMemAllocHost (owned, so
@@ -120,7 +212,7 @@ struct pinned_range {
 struct hostfn {
 	CUhostFn fn;
 	void *data;
-	int64_t start, end; /* its slot on the modeled stream */
+	struct when start, end; /* its slot on the modeled stream */
 	struct hostfn *next;
 };
 
@@ -130,7 +222,7 @@ static pthread_cond_t hostfn_returned = PTHREAD_COND_INITIALIZER;
 /* Everything below is guarded by mu. */
 static struct CUstream_st legacy_stream;
 static struct CUstream_st *streams; /* created and per-thread streams */
-static int64_t retired_clock; /* latest clock of a destroyed stream */
+static struct when retired_clock; /* latest clock of a destroyed stream */
 /* The busy time of destroyed streams, by handle, for sim_stream_busy. */
 static struct retired_busy {
 	const void *handle;
@@ -142,8 +234,6 @@ static uintptr_t device_next = DEVICE_BASE;
 static struct pinned_range *pinned;
 static size_t npinned, cap_pinned;
 static struct hostfn *hostfns;
-
-static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
 static int64_t now_ns(void)
 {
@@ -196,7 +286,7 @@ static void stream_retire(struct CUstream_st *s)
 		streams = s->next;
 	if (s->next)
 		s->next->prev = s->prev;
-	retired_clock = max64(retired_clock, s->clock);
+	when_max(&retired_clock, &s->clock);
 	if (nretired_busy < (int)(sizeof retired_busy / sizeof retired_busy[0]))
 		retired_busy[nretired_busy++] = (struct retired_busy){ s, s->busy, s->owner };
 	pthread_mutex_unlock(&mu);
@@ -270,20 +360,28 @@ PRIVATE void sim_set_activity(const struct sim_activity *a)
 /* The kinds of operation, as sim_activity.op reports them. */
 enum { OP_NONE, OP_KERNEL, OP_MEMCPY, OP_MEMSET };
 
-/* Enqueues an operation of dur ns on s, with mu held; returns its end time. */
-static int64_t enqueue_locked(struct CUstream_st *s, int64_t dur)
+/* Enqueues an operation of dur ns on s, with mu held: s->clock becomes its
+ * end. With a meeting m it starts no earlier than m is met, and *ready is
+ * when it could start otherwise, as far as known now. */
+static void enqueue_locked(struct CUstream_st *s, int64_t dur, struct sim_meeting *m, int64_t *ready)
 {
-	int64_t start = max64(now_ns(), s->clock);
+	struct when *c = &s->clock;
+	c->t = max64(c->t, now_ns());
 	if (s == &legacy_stream) {
 		for (struct CUstream_st *b = streams; b; b = b->next)
 			if (!(b->flags & CU_STREAM_NON_BLOCKING))
-				start = max64(start, b->clock);
+				when_max(c, &b->clock);
 	} else if (!(s->flags & CU_STREAM_NON_BLOCKING)) {
-		start = max64(start, legacy_stream.clock);
+		when_max(c, &legacy_stream.clock);
 	}
-	s->clock = start + dur;
+	if (m) {
+		when_settle(c, 0);
+		*ready = c->t;
+		struct when after = { .t = c->t, .n = 1, .term = { { m, 0 } } };
+		when_max(c, &after);
+	}
+	when_add(c, dur);
 	s->busy += dur;
-	return s->clock;
 }
 
 /* The modeled busy time of stream i (0: the legacy stream, then the live
@@ -311,54 +409,160 @@ PRIVATE int sim_stream_busy(int i, const void **handle, int *owner, long long *n
 	return found;
 }
 
-/* enqueue_op enqueues an operation of kind (OP_*) and reports it to the
- * simulated CUPTI when it records: the API interval starts here, inside the
- * API call, and ends when the operation is queued. */
-static int64_t enqueue_op(struct CUstream_st *s, int64_t dur, int kind, uint64_t bytes, int copy_kind, const char *name)
+/* An operation's record that waits for its time: CUPTI reports an operation
+ * once it completes, so one whose end waits for a meeting is held here until
+ * that end is known (the list is guarded by mu). */
+struct late_op {
+	const struct sim_activity *a;
+	int kind, copy_kind, device;
+	uint32_t corr, stream;
+	uint64_t bytes;
+	int64_t dur;
+	const char *name;
+	struct late_op *next;
+	struct when end;
+};
+static struct late_op *late_ops;
+
+/* Reports the held records whose ends are known now. */
+static void report_late_ops(void)
 {
-	const struct sim_activity *a = __atomic_load_n(&activity, __ATOMIC_ACQUIRE);
-	int64_t api_start = a ? now_ns() : 0;
+	if (!__atomic_load_n(&late_ops, __ATOMIC_ACQUIRE))
+		return;
+	struct late_op *known = NULL;
 	pthread_mutex_lock(&mu);
-	int64_t end = enqueue_locked(s, dur);
-	pthread_mutex_unlock(&mu);
-	if (a && kind != OP_NONE) {
-		uint32_t corr = __atomic_add_fetch(&activity_corr, 1, __ATOMIC_RELAXED);
-		/* A created stream's device; a default stream's is the caller's. */
-		int device = s->owner || s == &legacy_stream ? runtime_device() : s->device;
-		a->op(kind, corr, end - dur, end, (uint32_t)((uintptr_t)s >> 4), bytes, copy_kind, name, device);
-		a->api(corr, api_start, now_ns(), (uint32_t)syscall(SYS_gettid));
+	for (struct late_op **pp = &late_ops; *pp;) {
+		struct late_op *l = *pp;
+		int64_t t;
+		if (!when_known(&l->end, &t)) {
+			pp = &l->next;
+			continue;
+		}
+		__atomic_store_n(pp, l->next, __ATOMIC_RELEASE);
+		l->next = known;
+		known = l;
 	}
-	return end;
+	pthread_mutex_unlock(&mu);
+	while (known) {
+		struct late_op *l = known;
+		known = l->next;
+		if (l->a == __atomic_load_n(&activity, __ATOMIC_ACQUIRE))
+			l->a->op(l->kind, l->corr, l->end.t - l->dur, l->end.t, l->stream, l->bytes, l->copy_kind, l->name,
+				 l->device);
+		free(l);
+	}
 }
 
+/* enqueue_op enqueues an operation of kind (OP_*), after meeting m if not
+ * NULL (see enqueue_locked), and reports it to the simulated CUPTI when it
+ * records: the API interval starts here, inside the API call, and ends when
+ * the operation is queued. end, if not NULL, receives its end time. */
+static void enqueue_op(struct CUstream_st *s, int64_t dur, int kind, uint64_t bytes, int copy_kind, const char *name,
+		       struct sim_meeting *m, int64_t *ready, struct when *end)
+{
+	const struct sim_activity *a = __atomic_load_n(&activity, __ATOMIC_ACQUIRE);
+	int64_t api_start = 0;
+	uint32_t corr = 0;
+	int device = 0;
+	if (a && kind != OP_NONE) {
+		api_start = now_ns();
+		report_late_ops();
+		corr = __atomic_add_fetch(&activity_corr, 1, __ATOMIC_RELAXED);
+		/* A created stream's device; a default stream's is the caller's. */
+		device = s->owner || s == &legacy_stream ? runtime_device() : s->device;
+	}
+	uint32_t stream = (uint32_t)((uintptr_t)s >> 4);
+	int64_t t = 0;
+	int known = 1;
+	pthread_mutex_lock(&mu);
+	enqueue_locked(s, dur, m, ready);
+	if (end)
+		when_copy(end, &s->clock);
+	if (a && kind != OP_NONE && !(known = when_known(&s->clock, &t))) {
+		struct late_op *l = malloc(sizeof *l); /* out of memory: the record is lost */
+		if (l) {
+			*l = (struct late_op){ a, kind, copy_kind, device, corr, stream, bytes, dur, name, late_ops, { 0 } };
+			when_copy(&l->end, &s->clock);
+			__atomic_store_n(&late_ops, l, __ATOMIC_RELEASE);
+		}
+	}
+	pthread_mutex_unlock(&mu);
+	if (a && kind != OP_NONE) {
+		if (known)
+			a->op(kind, corr, t - dur, t, stream, bytes, copy_kind, name, device);
+		a->api(corr, api_start, now_ns(), (uint32_t)syscall(SYS_gettid));
+	}
+}
 
 /* NCCL's collectives run as kernels. */
+#define NCCL_KERNEL "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
+
 PRIVATE CUresult sim_enqueue(CUstream hStream, long long duration_ns)
 {
-	enqueue_op(stream_of(hStream, 0), duration_ns > 0 ? duration_ns : 0, OP_KERNEL, 0, 0, "ncclDevKernel_AllReduce_Sum_f32_RING_LL");
+	enqueue_op(stream_of(hStream, 0), duration_ns > 0 ? duration_ns : 0, OP_KERNEL, 0, 0, NCCL_KERNEL, NULL, NULL,
+		   NULL);
+	return CUDA_SUCCESS;
+}
+
+PRIVATE CUresult sim_enqueue_meeting(CUstream hStream, long long duration_ns, struct sim_meeting *m, long long *ready)
+{
+	int64_t r = 0;
+	enqueue_op(stream_of(hStream, 0), duration_ns > 0 ? duration_ns : 0, OP_KERNEL, 0, 0, NCCL_KERNEL, m, &r, NULL);
+	*ready = r;
 	return CUDA_SUCCESS;
 }
 
 /* ---- host callbacks and host-side waiting ---- */
 
-/* Whether a callback due by time t has not returned yet (mu held). */
+/* Whether a callback due by time t has not returned yet (mu held). One
+ * whose slot waits for a meeting is not due yet. */
 static int hostfn_pending_locked(int64_t t)
 {
-	for (struct hostfn *h = hostfns; h; h = h->next)
-		if (h->end <= t)
+	for (struct hostfn *h = hostfns; h; h = h->next) {
+		int64_t end;
+		if (when_known(&h->end, &end) && end <= t)
 			return 1;
+	}
 	return 0;
 }
 
-/* Blocks the host until the modeled GPU reaches time t, including host
- * callbacks scheduled to finish by then. */
-static void host_wait(int64_t t)
+static int64_t meeting_wait_ns; /* see sim_meeting_wait_ns */
+
+PRIVATE long long sim_meeting_wait_ns(void)
 {
+	return __atomic_load_n(&meeting_wait_ns, __ATOMIC_RELAXED);
+}
+
+/* Waits until every meeting w waits for is met; returns w's time then.
+ * blocking: the calling thread is the host's, blocked in an API call. */
+static int64_t await_meetings(struct when *w, int blocking)
+{
+	when_settle(w, blocking);
+	if (w->n == 0)
+		return w->t;
+	int64_t start = now_ns();
+	while (w->n) {
+		w->term[0].m->wait(w->term[0].m);
+		when_settle(w, blocking);
+	}
+	if (blocking)
+		__atomic_fetch_add(&meeting_wait_ns, now_ns() - start, __ATOMIC_RELAXED);
+	return w->t;
+}
+
+/* Blocks the host until the modeled GPU reaches time w, including host
+ * callbacks scheduled to finish by then. */
+static void host_wait(const struct when *w)
+{
+	struct when until;
+	when_copy(&until, w);
+	int64_t t = await_meetings(&until, 1);
 	sleep_until(t);
 	pthread_mutex_lock(&mu);
 	while (hostfn_pending_locked(t))
 		pthread_cond_wait(&hostfn_returned, &mu);
 	pthread_mutex_unlock(&mu);
+	report_late_ops();
 }
 
 static void hostfn_unlink_locked(struct hostfn *h)
@@ -378,7 +582,7 @@ static void hostfn_unlink_locked(struct hostfn *h)
 static void *hostfn_thread(void *arg)
 {
 	struct hostfn *h = arg;
-	sleep_until(h->start);
+	sleep_until(await_meetings(&h->start, 0));
 	h->fn(h->data);
 	pthread_mutex_lock(&mu);
 	hostfn_unlink_locked(h);
@@ -398,8 +602,10 @@ static CUresult launch_host_func(struct CUstream_st *s, CUhostFn fn, void *data)
 	h->fn = fn;
 	h->data = data;
 	pthread_mutex_lock(&mu);
-	h->end = enqueue_locked(s, HOSTFN_NS);
-	h->start = h->end - HOSTFN_NS;
+	enqueue_locked(s, HOSTFN_NS, NULL, NULL);
+	when_copy(&h->end, &s->clock);
+	when_copy(&h->start, &s->clock);
+	when_add(&h->start, -HOSTFN_NS);
 	h->next = hostfns;
 	hostfns = h;
 	pthread_mutex_unlock(&mu);
@@ -421,19 +627,21 @@ static CUresult launch_host_func(struct CUstream_st *s, CUhostFn fn, void *data)
 }
 
 /* Latest completion time over every stream, destroyed ones included. */
-static int64_t device_clock(void)
+static void device_clock(struct when *w)
 {
 	pthread_mutex_lock(&mu);
-	int64_t t = max64(legacy_stream.clock, retired_clock);
+	when_copy(w, &legacy_stream.clock);
+	when_max(w, &retired_clock);
 	for (struct CUstream_st *s = streams; s; s = s->next)
-		t = max64(t, s->clock);
+		when_max(w, &s->clock);
 	pthread_mutex_unlock(&mu);
-	return t;
 }
 
 static void device_wait(void)
 {
-	host_wait(device_clock());
+	struct when w;
+	device_clock(&w);
+	host_wait(&w);
 	pthread_mutex_lock(&mu);
 	while (hostfns)
 		pthread_cond_wait(&hostfn_returned, &mu);
@@ -591,11 +799,11 @@ static CUresult copy(CUmemorytype dt, uintptr_t dst, size_t dpitch, CUmemorytype
 	pthread_mutex_unlock(&mu);
 	/* CUPTI's copy kinds: 1 HtoD, 2 DtoH, 8 DtoD, 10 HtoH. */
 	int kind = src_dev ? (dst_dev ? 8 : 2) : (dst_dev ? 1 : 10);
-	int64_t end = enqueue_op(s, MEMCPY_BASE_NS + (int64_t)(width * height / MEMCPY_BYTES_PER_NS), OP_MEMCPY,
-				 width * height, kind, NULL);
-
+	struct when end;
+	enqueue_op(s, MEMCPY_BASE_NS + (int64_t)(width * height / MEMCPY_BYTES_PER_NS), OP_MEMCPY, width * height, kind,
+		   NULL, NULL, NULL, sync || pageable ? &end : NULL);
 	if (sync || pageable)
-		host_wait(end);
+		host_wait(&end);
 
 	/* Host memory is real: write what a copy would leave there. Device memory
 	 * holds nothing, so reads from it come back as zeros. */
@@ -632,9 +840,11 @@ static CUresult copy2d(const CUDA_MEMCPY2D *c, struct CUstream_st *s, int sync)
 
 static CUresult set(size_t bytes, struct CUstream_st *s, int sync)
 {
-	int64_t end = enqueue_op(s, MEMSET_BASE_NS + (int64_t)(bytes / MEMSET_BYTES_PER_NS), OP_MEMSET, bytes, 0, NULL);
+	struct when end;
+	enqueue_op(s, MEMSET_BASE_NS + (int64_t)(bytes / MEMSET_BYTES_PER_NS), OP_MEMSET, bytes, 0, NULL, NULL, NULL,
+		   sync ? &end : NULL);
 	if (sync)
-		host_wait(end);
+		host_wait(&end);
 	return CUDA_SUCCESS;
 }
 
@@ -649,7 +859,7 @@ static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsi
 		return CUDA_ERROR_INVALID_HANDLE;
 	if (!gx || !gy || !gz || !bx || !by || !bz)
 		return CUDA_ERROR_INVALID_VALUE;
-	enqueue_op(s, (int64_t)gx * gy * gz * KERNEL_NS_PER_BLOCK, OP_KERNEL, 0, 0, func_name(f));
+	enqueue_op(s, (int64_t)gx * gy * gz * KERNEL_NS_PER_BLOCK, OP_KERNEL, 0, 0, func_name(f), NULL, NULL, NULL);
 	return CUDA_SUCCESS;
 }
 
@@ -665,7 +875,7 @@ static CUresult graph_launch(CUgraphExec graph, struct CUstream_st *s)
 {
 	if (!graph)
 		return CUDA_ERROR_INVALID_HANDLE;
-	enqueue_op(s, GRAPH_NS, OP_KERNEL, 0, 0, "sim_graph_kernel");
+	enqueue_op(s, GRAPH_NS, OP_KERNEL, 0, 0, "sim_graph_kernel", NULL, NULL, NULL);
 	return CUDA_SUCCESS;
 }
 
@@ -686,7 +896,8 @@ static CUresult event_record(CUevent e, struct CUstream_st *s)
 	if (!e)
 		return CUDA_ERROR_INVALID_HANDLE;
 	pthread_mutex_lock(&mu);
-	e->time = enqueue_locked(s, 0);
+	enqueue_locked(s, 0, NULL, NULL);
+	when_copy(&e->time, &s->clock);
 	pthread_mutex_unlock(&mu);
 	return CUDA_SUCCESS;
 }
@@ -696,34 +907,36 @@ static CUresult stream_wait_event(struct CUstream_st *s, CUevent e)
 	if (!e)
 		return CUDA_ERROR_INVALID_HANDLE;
 	pthread_mutex_lock(&mu);
-	s->clock = max64(s->clock, e->time);
+	when_max(&s->clock, &e->time);
 	pthread_mutex_unlock(&mu);
 	return CUDA_SUCCESS;
 }
 
-/* Ready once the GPU passed t and the host callbacks due by t returned. */
-static CUresult query(int64_t t)
+/* Ready once the meetings w waits for are met, the GPU passed w and the
+ * host callbacks due by then returned. */
+static CUresult query(struct when *w)
 {
+	int64_t t;
 	pthread_mutex_lock(&mu);
-	int busy = now_ns() < t || hostfn_pending_locked(t);
+	int busy = !when_known(w, &t) || now_ns() < t || hostfn_pending_locked(t);
 	pthread_mutex_unlock(&mu);
+	if (!busy)
+		report_late_ops();
 	return busy ? CUDA_ERROR_NOT_READY : CUDA_SUCCESS;
 }
 
-static int64_t stream_clock(struct CUstream_st *s)
+static void stream_clock(struct CUstream_st *s, struct when *w)
 {
 	pthread_mutex_lock(&mu);
-	int64_t t = s->clock;
+	when_copy(w, &s->clock);
 	pthread_mutex_unlock(&mu);
-	return t;
 }
 
-static int64_t event_time(CUevent e)
+static void event_time(CUevent e, struct when *w)
 {
 	pthread_mutex_lock(&mu);
-	int64_t t = e->time;
+	when_copy(w, &e->time);
 	pthread_mutex_unlock(&mu);
-	return t;
 }
 
 /* ---- modules, libraries, kernels, functions ---- */
@@ -946,27 +1159,35 @@ API CUresult cuStreamDestroy_v2(CUstream hStream)
 API CUresult cuStreamSynchronize(CUstream hStream)
 {
 	COUNT(cuStreamSynchronize);
-	host_wait(stream_clock(stream_of(hStream, 0)));
+	struct when w;
+	stream_clock(stream_of(hStream, 0), &w);
+	host_wait(&w);
 	return CUDA_SUCCESS;
 }
 
 API CUresult cuStreamSynchronize_ptsz(CUstream hStream)
 {
 	COUNT(cuStreamSynchronize_ptsz);
-	host_wait(stream_clock(stream_of(hStream, 1)));
+	struct when w;
+	stream_clock(stream_of(hStream, 1), &w);
+	host_wait(&w);
 	return CUDA_SUCCESS;
 }
 
 API CUresult cuStreamQuery(CUstream hStream)
 {
 	COUNT(cuStreamQuery);
-	return query(stream_clock(stream_of(hStream, 0)));
+	struct when w;
+	stream_clock(stream_of(hStream, 0), &w);
+	return query(&w);
 }
 
 API CUresult cuStreamQuery_ptsz(CUstream hStream)
 {
 	COUNT(cuStreamQuery_ptsz);
-	return query(stream_clock(stream_of(hStream, 1)));
+	struct when w;
+	stream_clock(stream_of(hStream, 1), &w);
+	return query(&w);
 }
 
 API CUresult cuCtxSynchronize(void)
@@ -1309,7 +1530,9 @@ API CUresult cuEventSynchronize(CUevent hEvent)
 	COUNT(cuEventSynchronize);
 	if (!hEvent)
 		return CUDA_ERROR_INVALID_HANDLE;
-	host_wait(event_time(hEvent));
+	struct when w;
+	event_time(hEvent, &w);
+	host_wait(&w);
 	return CUDA_SUCCESS;
 }
 
@@ -1318,7 +1541,9 @@ API CUresult cuEventQuery(CUevent hEvent)
 	COUNT(cuEventQuery);
 	if (!hEvent)
 		return CUDA_ERROR_INVALID_HANDLE;
-	return query(event_time(hEvent));
+	struct when w;
+	event_time(hEvent, &w);
+	return query(&w);
 }
 
 /* ---- exported API: memory ---- */

@@ -217,6 +217,40 @@ CUfunction sim_function_for_stub(const void *stub);
  * the simulated NCCL launches its kernels. Returns CUDA_SUCCESS. */
 CUresult sim_enqueue(CUstream hStream, long long duration_ns);
 
+/* A meeting of the ranks of a communicator at one collective, for NCCL's
+ * collectives whose ranks live in other processes (nccl_sim.c): the driver
+ * asks met() whether every rank has arrived. It returns the time the last
+ * rank arrived (CLOCK_MONOTONIC ns) once all have, and never changes that
+ * answer; -1 while a rank is missing. blocking: the host is waiting for the
+ * meeting now. met() may be called with the driver's lock held: it must not
+ * block or call into the driver. A host waiting for the meeting sleeps in
+ * wait() between two questions, until something changed (a few ms at
+ * most), without the driver's lock. */
+struct sim_meeting {
+	long long (*met)(struct sim_meeting *m, int blocking);
+	void (*wait)(struct sim_meeting *m);
+};
+
+/* The most meetings a process may have enqueued and not yet seen met: a time
+ * on the modeled GPU can wait for that many. NCCL holds a further collective
+ * back, in its call, until one is met, as a real NCCL's bounded queue of
+ * work does. */
+#define SIM_MEETINGS_MAX 32
+
+/* Enqueues duration_ns of GPU work on a stream (0 = the legacy stream) that
+ * starts once the stream is ready and the meeting m is met: it ends at
+ * max(ready, the time m was met) + duration_ns, and whatever follows it on
+ * the stream, or waits for it through events, waits too. Synchronizing calls
+ * block, and queries report not ready, until then. *ready: when the stream
+ * is ready for the work as far as known now (leaving out readiness that
+ * itself waits for meetings not met yet). The driver keeps m for as long as
+ * a time may name it. Returns CUDA_SUCCESS. */
+CUresult sim_enqueue_meeting(CUstream hStream, long long duration_ns, struct sim_meeting *m, long long *ready);
+
+/* The host time (ns) the process has spent blocked in synchronizing calls
+ * on meetings not met yet: waiting for other ranks. */
+long long sim_meeting_wait_ns(void);
+
 /* What the simulated CUPTI (cupti_sim.c) gets from the modeled GPU while it
  * records: every operation (kind 1 kernel, 2 copy, 3 memset; start and end
  * on the modeled GPU clock, CLOCK_MONOTONIC) and the API call that enqueued

@@ -29,11 +29,13 @@
  * (workload-nccl). The runtime loads libcuda.so.1 itself at its first call
  * that needs the driver.
  *
- * The report: {"pid":P,"calls":{SYMBOL:N,...},"internal":{SYMBOL:N,...}}.
- * calls counts the workload's own calls, runtime, driver and NCCL, under the
- * exact symbol called; internal counts the driver calls made underneath by
- * the runtime (libcuda's own counters, less the workload's direct calls).
- * Symbols with no calls are left out.
+ * The report: {"pid":P,"calls":{SYMBOL:N,...},"internal":{SYMBOL:N,...},
+ * "busy_ns":{...},"meeting_wait_ns":NS}. calls counts the workload's own
+ * calls, runtime, driver and NCCL, under the exact symbol called; internal
+ * counts the driver calls made underneath by the runtime (libcuda's own
+ * counters, less the workload's direct calls). Symbols with no calls are
+ * left out. meeting_wait_ns: the host time blocked on NCCL ranks of other
+ * processes (scenario nccl).
  */
 #define _GNU_SOURCE
 #include "cuda_sim.h"
@@ -883,22 +885,48 @@ static void scenario_driver_all(const struct options *o)
 
 #ifdef SIM_NCCL
 /*
- * nccl: a data-parallel training loop on one rank. A communicator of one
- * rank; a non-blocking compute stream and a non-blocking comm stream (runtime
- * API). Per iteration: forward and backward kernels (gemm, reduce; grid
- * {20,1,1}, block {256,1,1}) on the compute stream, an event edge compute ->
- * comm, ncclAllReduce of NCCL_GRAD_COUNT floats (25 MiB, ncclSum) in place on
- * the comm stream, an event edge comm -> compute, an optimizer kernel (relu)
- * on the compute stream. Then once, between ncclGroupStart and ncclGroupEnd,
- * on the comm stream: ncclBroadcast (root 0), ncclReduce (ncclSum, root 0),
- * ncclAllGather, ncclReduceScatter (ncclSum), ncclSend and ncclRecv (peer 0),
- * each of NCCL_COUNT floats; then cudaStreamSynchronize(comm) and
+ * nccl: a data-parallel training loop on one rank of a job: a communicator
+ * (of SIM_NCCL_NRANKS ranks, 1 unless set); a non-blocking compute stream
+ * and a non-blocking comm stream (runtime API). Per iteration: forward and
+ * backward kernels (gemm, reduce; grid {20,1,1}, block {256,1,1}) on the
+ * compute stream, an event edge compute -> comm, ncclAllReduce of
+ * NCCL_GRAD_COUNT floats (25 MiB, ncclSum) in place on the comm stream, an
+ * event edge comm -> compute, an optimizer kernel (relu) on the compute
+ * stream. Then once, between ncclGroupStart and ncclGroupEnd, on the comm
+ * stream: ncclBroadcast (root 0), ncclReduce (ncclSum, root 0),
+ * ncclAllGather, ncclReduceScatter (ncclSum), ncclSend and ncclRecv (peer
+ * 0), each of NCCL_COUNT floats; then cudaStreamSynchronize(comm) and
  * cudaDeviceSynchronize. Checks that the all-reduces took their modeled time
  * and that grouped work waits for ncclGroupEnd.
+ *
+ * Environment: SIM_NCCL_RANK and SIM_NCCL_NRANKS, the rank and world size
+ * (0 of 1). SIM_NCCL_ID, the job's communicator id: processes started with
+ * the same id and SIM_NCCL_NRANKS > 1 play the ranks of one job and wait for
+ * each other at every collective (sends and receives aside), as NCCL's
+ * ranks do (nccl_sim.c); without it the process plays its rank alone and
+ * waits for nobody. SIM_NCCL_RUN (optional): a token naming the run, which
+ * keeps it apart from what a killed run of the same id left behind.
+ * SIM_NCCL_DELAY_US: a straggler, sleeping that long before each of its
+ * collective calls (every all-reduce, and the closing group).
+ * SIM_NCCL_STOP_AFTER=N (N <= --iters): a hung rank (stuck in data loading,
+ * say), which makes N all-reduces and then, instead of its next collective,
+ * sleeps outside CUDA until killed; the ranks waiting for it block in their
+ * next synchronizing call until killed.
  */
 #define NCCL_GRAD_COUNT 6553600 /* 25 MiB of float */
 #define NCCL_COUNT (256 * 1024) /* 1 MiB of float */
 #define ALLREDUCE_NS (5000 + (int64_t)NCCL_GRAD_COUNT * 4 / 20)
+
+/* Before a collective call, made: the collectives this rank made so far. */
+static void before_collective(long made)
+{
+	const char *stop = getenv("SIM_NCCL_STOP_AFTER");
+	if (stop && made >= atol(stop))
+		for (;;)
+			pause();
+	if (getenv("SIM_NCCL_DELAY_US"))
+		usleep((useconds_t)atoi(getenv("SIM_NCCL_DELAY_US")));
+}
 
 static void scenario_nccl(const struct options *o)
 {
@@ -906,7 +934,7 @@ static void scenario_nccl(const struct options *o)
 	ncclComm_t comm;
 	CK(ncclGetUniqueId, &id);
 	/* A rank and world size a test can recognize (SIM_NCCL_RANK of
-	 * SIM_NCCL_NRANKS; this process plays every rank's part). */
+	 * SIM_NCCL_NRANKS). */
 	int nranks = getenv("SIM_NCCL_NRANKS") ? atoi(getenv("SIM_NCCL_NRANKS")) : 1;
 	int rank = getenv("SIM_NCCL_RANK") ? atoi(getenv("SIM_NCCL_RANK")) : 0;
 	CK(ncclCommInitRank, &comm, nranks, id, rank);
@@ -929,9 +957,7 @@ static void scenario_nccl(const struct options *o)
 		CK(cudaLaunchKernel, REDUCE, grid, block, reduce_args, 0, compute);
 		CK(cudaEventRecord, grads_ready, compute);
 		CK(cudaStreamWaitEvent, comm_stream, grads_ready, 0);
-		/* SIM_NCCL_DELAY_US: a straggler, late at every all-reduce. */
-		if (getenv("SIM_NCCL_DELAY_US"))
-			usleep((useconds_t)atoi(getenv("SIM_NCCL_DELAY_US")));
+		before_collective(it - 1);
 		CK(ncclAllReduce, grad, grad, NCCL_GRAD_COUNT, ncclFloat, ncclSum, comm, comm_stream);
 		CK(cudaEventRecord, grads_reduced, comm_stream);
 		CK(cudaStreamWaitEvent, compute, grads_reduced, 0);
@@ -940,6 +966,7 @@ static void scenario_nccl(const struct options *o)
 	CK(cudaStreamSynchronize, comm_stream);
 	expect(now_ns() - t0 >= o->iters * ALLREDUCE_NS, "the all-reduces ended before their modeled time");
 
+	before_collective(o->iters);
 	CK(ncclGroupStart);
 	CK(ncclBroadcast, buf, buf, NCCL_COUNT, ncclFloat, 0, comm, comm_stream);
 	CK(ncclReduce, buf, buf, NCCL_COUNT, ncclFloat, ncclSum, 0, comm, comm_stream);
@@ -1176,9 +1203,12 @@ static void print_internal(void)
 			printf("%s\"%#lx\":%lld", sep, (unsigned long)(uintptr_t)handle, ns);
 		sep = ",";
 	}
+	printf("}");
+	__typeof__(sim_meeting_wait_ns) *wait = h ? (__typeof__(sim_meeting_wait_ns) *)dlsym(h, "sim_meeting_wait_ns") : NULL;
+	if (wait)
+		printf(",\"meeting_wait_ns\":%lld", wait());
 	if (h)
 		dlclose(h);
-	printf("}");
 }
 
 static void print_report(void)
