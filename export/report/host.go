@@ -40,9 +40,19 @@ const (
 
 // HostVerdict is a finding on the host side of one process.
 type HostVerdict struct {
-	Kind   string // VerdictLaunchBound, VerdictInputStall
-	PID    uint32
-	Detail string // the numbers behind it, then the fix
+	Kind   string `json:"kind"` // VerdictLaunchBound, VerdictInputStall
+	PID    uint32 `json:"pid"`
+	Detail string `json:"detail"` // the numbers behind it, then the fix
+}
+
+// AllHostVerdicts judges the host side of every process of r, by pid, as
+// the summary does: for the JSON outputs.
+func AllHostVerdicts(r *model.Result, c *syncs.Collector) []HostVerdict {
+	var out []HostVerdict
+	for _, p := range r.Processes {
+		out = append(out, HostVerdicts(&r.GPU, syncs.HostOf(r, c, p.PID))...)
+	}
+	return out
 }
 
 func (v HostVerdict) String() string { return fmt.Sprintf("pid %d: %s: %s", v.PID, v.Kind, v.Detail) }

@@ -58,6 +58,12 @@ func TestVerdictLaunchBound(t *testing.T) {
 		t.Errorf("the summary says both:\n%s", out)
 	}
 
+	rec := synctest.LaunchLoop(20)
+	c := syncs.NewCollector()
+	if all := AllHostVerdicts(rec.Run(c), c); len(all) != 1 || all[0] != vs[0] {
+		t.Errorf("AllHostVerdicts %v", all)
+	}
+
 	if vs, out := judge(t, synctest.LaunchLoop(95), nil); len(vs) != 0 || !strings.Contains(out, "verdicts: none (not host bound") {
 		t.Errorf("GPU-bound loop: %v\n%s", kinds(vs), out)
 	}

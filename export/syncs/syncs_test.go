@@ -92,6 +92,20 @@ func TestCollectorBounded(t *testing.T) {
 	if a := testing.AllocsPerRun(1000, func() { s.BlockedNs++; c.Sync(p, s) }); a != 0 {
 		t.Errorf("%v allocations per sync", a)
 	}
+	// Nor does a call of a known thread, nor a GPU op that extends the
+	// time work was queued.
+	call := &model.Call{API: event.CudaLaunchKernel, TID: 7, GPUOp: 0, Stack: -1, PyStack: -1}
+	op := &model.GPUOp{}
+	c.Call(p, call)
+	c.GPUOp(p, op)
+	if a := testing.AllocsPerRun(1000, func() {
+		call.Start += 1000
+		op.Enqueued, op.End = call.Start, call.Start+5000
+		c.Call(p, call)
+		c.GPUOp(p, op)
+	}); a != 0 {
+		t.Errorf("%v allocations per call and op", a)
+	}
 }
 
 func TestWriters(t *testing.T) {
