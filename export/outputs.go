@@ -273,7 +273,7 @@ func WritePprof(outs []Output, r *model.Result, agg *Aggregates) error {
 		if prof == nil {
 			// Built once, and validated before any file is touched.
 			var err error
-			if prof, err = pprofout.Build(r, collected, pprofout.Options{}); err != nil {
+			if prof, err = pprofout.Build(r, collected, pprofout.Options{Modules: Modules(r.Names)}); err != nil {
 				return err
 			}
 		}
