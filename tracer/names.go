@@ -43,16 +43,24 @@ type resolver struct {
 	callers map[model.NameKey]bool
 	// Kernel names from the code of the files (kernels.go).
 	kernels kernelDecoder
+	// Mappings recorded per process (names.Mappings holds them).
+	nmaps map[uint32]int
 }
 
 // maxComms bounds the remembered process names: library loads come from
 // every process on the host under --all, most of which never use CUDA.
 const maxComms = 1 << 14
 
+// maxMappings bounds the mappings recorded per process. Stack frames lie in
+// a few dozen files (the program, libc, the interpreter, the CUDA and
+// framework libraries); a process that loads and unloads code without end
+// stops getting new ones.
+const maxMappings = 4096
+
 func newResolver(s *Session) *resolver {
 	return &resolver{s: s, names: model.NewNames(), procs: map[uint32]bool{},
 		pyFailed: map[model.PyNameKey]pyRetry{}, pyResolved: map[uint32]uint32{}, comms: map[uint32]string{},
-		callers: map[model.NameKey]bool{}, kernels: newKernelDecoder()}
+		callers: map[model.NameKey]bool{}, kernels: newKernelDecoder(), nmaps: map[uint32]int{}}
 }
 
 // viaRuntime reports whether driver launch ev was made by the CUDA runtime
@@ -130,9 +138,9 @@ func (r *resolver) event(ev *event.Event, fn uint64) {
 			}
 		}
 	}
-	for _, pc := range ev.Stack[:ev.NStack] {
+	for i, pc := range ev.Stack[:ev.NStack] {
 		if k := (model.NameKey{PID: ev.PID, Key: pc}); !hasKey(r.names.Frames, k) {
-			r.frame(k)
+			r.frame(k, i > 0 || ev.HasReturn())
 		}
 	}
 	for _, py := range ev.Py[:ev.NPy] {
@@ -212,8 +220,16 @@ func (r *resolver) kernel(k model.NameKey) {
 	}
 }
 
-func (r *resolver) frame(k model.NameKey) {
-	f := r.s.symbolizeAddr(k.PID, k.Key)
+// frame names stack address k.Key, and records the mapping it lies in. A
+// return address (every frame but the first of a stack taken at a probed
+// function's entry) lies after its call: the call, which may be the last
+// instruction of its function, is at the address before.
+func (r *resolver) frame(k model.NameKey, ret bool) {
+	addr := k.Key
+	if ret && addr > 0 {
+		addr--
+	}
+	f := r.s.symbolizeAddr(k.PID, addr)
 	name := ""
 	if f.Raw != "" {
 		name = f.Function
@@ -224,6 +240,41 @@ func (r *resolver) frame(k model.NameKey) {
 	r.names.Frames[k] = name
 	if r.s.rec != nil {
 		r.s.rec.Frame(k.PID, k.Key, name)
+	}
+	if f.Object != "" {
+		r.mapping(k.PID, addr)
+	}
+}
+
+// mapping records the mapping that holds addr in pid, the first time a
+// frame lies in it: its file as the process sees it, the file's build ID,
+// its range and file offset. Anonymous memory (JIT code) has none.
+func (r *resolver) mapping(pid uint32, addr uint64) {
+	p := r.s.symProcess(pid)
+	if p == nil {
+		return
+	}
+	m, ok := p.MappingAt(addr)
+	if !ok || m.Path == "" {
+		return
+	}
+	k := model.NameKey{PID: pid, Key: m.Start}
+	if old, ok := r.names.Mappings[k]; ok && old.Limit == m.End && old.Offset == m.Offset && old.File == m.Path {
+		return
+	}
+	if r.nmaps[pid] >= maxMappings {
+		return
+	}
+	r.nmaps[pid]++
+	mp := model.Mapping{File: m.Path, Start: m.Start, Limit: m.End, Offset: m.Offset}
+	if m.IsFile() {
+		if f, err := p.File(m); err == nil {
+			mp.BuildID = f.BuildID()
+		}
+	}
+	r.names.Mappings[k] = mp
+	if r.s.rec != nil {
+		r.s.rec.Mapping(pid, mp)
 	}
 }
 
