@@ -83,3 +83,35 @@ func TestCommInitRank(t *testing.T) {
 		t.Errorf("label %q", got)
 	}
 }
+
+// TestNCCLGroupDefers: collectives called inside ncclGroupStart/End are
+// enqueued by NCCL at the group's end: a "ready" answer for their stream
+// before it proves nothing about them; a synchronization after it does.
+func TestNCCLGroupDefers(t *testing.T) {
+	allGather := func(t0 uint64) *ev {
+		return call(event.NcclAllGather, 1, t0, 0, 0x7f1000, 0x7f2000, 1000, 7, 0xc0, 0xd1)
+	}
+	p := run1(t,
+		streamCreateFlags(1, 1000, 0xd1, 1),
+		call(event.NcclGroupStart, 1, 2000, 0),
+		allGather(3000),
+		streamQuery(1, 4000, 1*us, 0xd1, 0), // ready: nothing launched yet
+		call(event.NcclGroupEnd, 1, 5000, 0),
+		streamSync(1, 6000, 20*ms, 0xd1), // the all-gather ends in here
+	)
+	var coll *GPUOp
+	for i := range p.GPUOps {
+		if p.GPUOps[i].Kind == OpCollective {
+			coll = &p.GPUOps[i]
+		}
+	}
+	if coll == nil {
+		t.Fatal("no collective op")
+	}
+	if got, want := coll.End, 6000+20*ms; !coll.Bounded || got != want {
+		t.Errorf("the group's collective ends at %d (bounded: %v), want at the sync's return %d (not by the query inside the group)", got, coll.Bounded, want)
+	}
+	if coll.Enqueued != 5000 {
+		t.Errorf("enqueued at %d, want at the group's end (5000)", coll.Enqueued)
+	}
+}

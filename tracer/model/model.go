@@ -132,9 +132,14 @@ type procState struct {
 	polls      map[pollKey]pollState
 	lastLegacy uint64
 	calls      int
-	capturing  map[int]int32    // stream id → operations captured so far
-	graphs     map[uint64]int32 // captured graph → its operations
-	execs      map[uint64]int32 // instantiated graph → its operations
+	capturing  map[int]int32 // stream id → operations captured so far
+	// NCCL groups open per thread, and the collectives called inside
+	// them: NCCL enqueues those only at the outermost ncclGroupEnd, so no
+	// synchronization or query before it proves them complete.
+	groups   map[uint32]*ncclGroup
+	deferred map[int]bool     // collectives of the open groups, by op ID
+	graphs   map[uint64]int32 // captured graph → its operations
+	execs    map[uint64]int32 // instantiated graph → its operations
 	// GPU ops by ID modulo len(ops): the pending ones and the most recent
 	// final ones. oldest is the lowest ID that may not be final yet.
 	ops     []GPUOp
@@ -240,7 +245,7 @@ func (m *Model) proc(pid uint32) *procState {
 	p := &Process{PID: pid, Threads: map[uint32]struct{}{}, KernelNames: map[uint64]string{}, Stubs: map[uint64]uint64{}}
 	ps := &procState{p: p, byHandle: map[uint64]int{}, perThread: map[uint32]int{},
 		events: map[uint64]eventPos{}, polls: map[pollKey]pollState{},
-		capturing: map[int]int32{}, graphs: map[uint64]int32{}, execs: map[uint64]int32{},
+		capturing: map[int]int32{}, groups: map[uint32]*ncclGroup{}, deferred: map[int]bool{}, graphs: map[uint64]int32{}, execs: map[uint64]int32{},
 		ops: make([]GPUOp, 64), stacks: map[string]int32{}, pyIndex: map[string]int32{}, devices: map[uint32]int8{}}
 	// Stream 0 always exists: the legacy default stream.
 	ps.newStream(&Stream{Kind: StreamLegacy})
@@ -483,7 +488,13 @@ func (m *Model) Handle(ev *event.Event) {
 		st := &p.Streams[call.Stream].Stats
 		st.Collectives++
 		st.CommBytes += a.Bytes
-		m.enqueue(ps, GPUOp{Kind: OpCollective, Bytes: a.Bytes})
+		id := m.enqueue(ps, GPUOp{Kind: OpCollective, Bytes: a.Bytes})
+		if g := ps.groups[call.TID]; g != nil && id >= 0 && len(g.ops) < maxGroupOps {
+			ps.deferred[id] = true
+			g.ops = append(g.ops, id)
+		}
+	case event.ClassGroup:
+		ps.group(call)
 	}
 
 	m.sink.Call(p, call)
@@ -492,6 +503,44 @@ func (m *Model) Handle(ev *event.Event) {
 	}
 	if ps.measuring {
 		m.seen(ps, call.TID, end)
+	}
+}
+
+// ncclGroup is one thread's open NCCL group.
+type ncclGroup struct {
+	depth int
+	ops   []int // collectives called inside, deferred until the end
+}
+
+// maxGroupOps bounds the collectives deferred in one group: beyond, they
+// count as enqueued at their call (a "ready" answer before the group's end
+// may then prove them complete early).
+const maxGroupOps = 4096
+
+// group follows ncclGroupStart/ncclGroupEnd: at the outermost end, the
+// collectives called inside are enqueued (NCCL launches them then).
+func (ps *procState) group(call *Call) {
+	g := ps.groups[call.TID]
+	if call.API == event.NcclGroupStart {
+		if g == nil {
+			g = &ncclGroup{}
+			ps.groups[call.TID] = g
+		}
+		g.depth++
+		return
+	}
+	if g == nil {
+		return
+	}
+	if g.depth--; g.depth > 0 {
+		return
+	}
+	delete(ps.groups, call.TID)
+	for _, id := range g.ops {
+		delete(ps.deferred, id)
+		if op := ps.op(id); op.ID == id && !op.final {
+			op.Enqueued = max(op.Enqueued, call.Start)
+		}
 	}
 }
 
@@ -886,6 +935,15 @@ func (m *Model) boundStream(ps *procState, sid int, upto int, t uint64) {
 	n := len(pend)
 	if upto >= 0 {
 		n, _ = slices.BinarySearch(pend, upto+1)
+	}
+	// Not past a collective of an NCCL group still open: not enqueued yet.
+	if len(ps.deferred) > 0 {
+		for i, id := range pend[:n] {
+			if ps.deferred[id] {
+				n = i
+				break
+			}
+		}
 	}
 	if n == 0 {
 		return
