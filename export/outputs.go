@@ -39,23 +39,32 @@ const (
 // Formats lists the accepted --format values.
 var Formats = []Format{Chrome, Pprof, Recording}
 
-// FormatOf picks the format from the path's extension, or from override.
+// FormatOf picks the format from the path's extension; override (a
+// --format) gives it to a path whose extension names none, such as Stdout,
+// so that `-o - --format pprof -o run.cudatap` writes both.
 func FormatOf(path, override string) (Format, error) {
+	var forced Format
 	if override != "" {
 		for _, f := range Formats {
 			if string(f) == override {
-				return f, nil
+				forced = f
 			}
 		}
-		return "", fmt.Errorf("unknown --format %q: use chrome, pprof or cudatap", override)
+		if forced == "" {
+			return "", fmt.Errorf("unknown --format %q: use chrome, pprof or cudatap", override)
+		}
 	}
 	switch {
+	case path == Stdout:
 	case strings.HasSuffix(path, ".json"), strings.HasSuffix(path, ".json.gz"):
 		return Chrome, nil
 	case strings.HasSuffix(path, ".pb.gz"), strings.HasSuffix(path, ".pb"), strings.HasSuffix(path, ".pprof"):
 		return Pprof, nil
 	case strings.HasSuffix(path, ".cudatap"):
 		return Recording, nil
+	}
+	if forced != "" {
+		return forced, nil
 	}
 	return "", fmt.Errorf("cannot tell the format of %q from its extension: use .json/.json.gz (Chrome trace), .pb.gz (pprof) or .cudatap (recording), or pass --format", path)
 }

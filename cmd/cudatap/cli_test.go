@@ -11,13 +11,17 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/google/pprof/profile"
+	"github.com/spf13/cobra"
 
+	"github.com/cudatap/cudatap/export"
 	"github.com/cudatap/cudatap/internal/testutil"
+	"github.com/cudatap/cudatap/tracer/nvml/nvmlmock"
 )
 
 func TestMain(m *testing.M) {
@@ -227,8 +231,8 @@ func TestExportGarbageAndTruncated(t *testing.T) {
 	os.WriteFile(cut, full[:len(full)*2/3], 0o644)
 	out := filepath.Join(dir, "cut.json")
 	stdout, stderr, err := run(t, "export", cut, "-o", out)
-	if err != nil {
-		t.Fatalf("truncated recording should still export: %v", err)
+	if exitCode(err) != exitPartial || err.Error() != "exit status 6" {
+		t.Fatalf("a truncated recording exports, with exit status 6 (partial) and nothing more printed: %v", err)
 	}
 	if !strings.Contains(stderr, "truncated") || !strings.Contains(stdout, "recording truncated (") ||
 		!strings.Contains(stdout, "dropped events") {
@@ -355,8 +359,8 @@ func TestRecordingDiskFull(t *testing.T) {
 	prof := filepath.Join(dir, "p.pb.gz")
 	stdout, stderr, err := run(t, "record", "--nvml-interval=-1s", "-o", filepath.Join(small, "r.cudatap"), "-o", prof,
 		"--", b.Workload, "--scenario", "launches", "--iters", "100000000")
-	if err == nil || !strings.Contains(err.Error(), "no space left on device") {
-		t.Fatalf("record onto a full disk: %v\n%s", err, stderr)
+	if err == nil || !strings.Contains(err.Error(), "no space left on device") || exitCode(err) != exitPartial {
+		t.Fatalf("record onto a full disk: %v (exit status %d, want 6)\n%s", err, exitCode(err), stderr)
 	}
 	if !strings.Contains(stdout, "dropped events") || !strings.Contains(stderr, "wrote "+prof) {
 		t.Errorf("stderr:\n%s\nstdout:\n%s", stderr, stdout)
@@ -368,5 +372,376 @@ func TestRecordingDiskFull(t *testing.T) {
 	defer f.Close()
 	if p, err := profile.Parse(f); err != nil || p.CheckValid() != nil || len(p.Sample) == 0 {
 		t.Errorf("profile: %v", err)
+	}
+}
+
+// TestExitStatuses: each class of failure has its exit status (README.md,
+// "Exit codes"), computed from the error as main does.
+func TestExitStatuses(t *testing.T) {
+	dir := t.TempDir()
+	rec := filepath.Join(dir, "x.cudatap")
+	os.WriteFile(rec, []byte("not a recording"), 0o644)
+	cases := []struct {
+		args []string
+		code int
+	}{
+		{[]string{"recrod"}, exitUsage},
+		{[]string{"record", "--no-such-flag"}, exitUsage},
+		{[]string{"record"}, exitUsage}, // nothing to trace
+		{[]string{"record", "-p", "1", "--stacks", "some"}, exitUsage},
+		{[]string{"record", "-p", "1", "-o", filepath.Join(dir, "t.txt")}, exitUsage},
+		{[]string{"record", "-p", "1", "-o", "-"}, exitUsage},                                             // no --format
+		{[]string{"record", "-p", "1", "--format", "chrome", "-o", "-", "-o", "-"}, exitUsage},            // stdout twice
+		{[]string{"export"}, exitUsage},                                                                   // no recording
+		{[]string{"export", rec, "-o", filepath.Join(dir, "y.cudatap")}, exitUsage},                       // export makes no recording
+		{[]string{"record", "-p", "1073741824"}, exitNotFound},                                            // no such process
+		{[]string{"record", "-o", filepath.Join(dir, "p.pb.gz"), "--", "/no/such/command"}, exitNotFound}, // nothing to launch
+		{[]string{"record", "-o", filepath.Join(dir, "p.pb.gz"), "--", "no-such-command-on-path"}, exitNotFound},
+		{[]string{"export", filepath.Join(dir, "missing.cudatap"), "-o", filepath.Join(dir, "m.json")}, exitNotFound},
+		{[]string{"export", rec, "-o", filepath.Join(dir, "g.json")}, exitFailure}, // not a recording
+	}
+	for _, c := range cases {
+		_, _, err := run(t, c.args...)
+		if got := exitCode(err); got != c.code {
+			t.Errorf("%v: exit status %d, want %d (%v)", c.args, got, c.code, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "y.cudatap")); err == nil {
+		t.Error("a refused export wrote its output")
+	}
+
+	// A process without CUDA (root: the probes load before discovery).
+	testutil.RequireRoot(t)
+	sleep := exec.Command("sleep", "60")
+	if err := sleep.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { sleep.Process.Kill(); sleep.Wait() }()
+	_, _, err := run(t, "record", "--nvml-interval=-1s", "-p", strconv.Itoa(sleep.Process.Pid), "-o", filepath.Join(dir, "s.pb.gz"))
+	if got := exitCode(err); got != exitNoCUDA || !strings.Contains(err.Error(), "no CUDA") {
+		t.Errorf("record -p <sleep>: exit status %d, want %d (%v)", got, exitNoCUDA, err)
+	}
+	// doctor: the first failure's status.
+	out, _, err := run(t, "doctor", "-p", "1073741824", "-p", strconv.Itoa(sleep.Process.Pid))
+	if got := exitCode(err); got != exitNotFound || !strings.Contains(out, "[FAIL] CUDA libraries") || !strings.Contains(out, "[FAIL] discover") {
+		t.Errorf("doctor -p <none> -p <sleep>: exit status %d, want %d (%v)\n%s", got, exitNotFound, err, out)
+	}
+}
+
+// TestExitStatusesAsProcess runs the cudatap binary: main's exit path, and
+// as an unprivileged user (nobody), exit status 3.
+func TestExitStatusesAsProcess(t *testing.T) {
+	testutil.RequireRoot(t)
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil {
+		t.Skip("needs setpriv (util-linux) to run cudatap as nobody")
+	}
+	// Where nobody may run it from.
+	dir, err := os.MkdirTemp("", "cudatap-nobody-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	os.Chmod(dir, 0o755)
+	bin := filepath.Join(dir, "cudatap")
+	if b, err := os.ReadFile(buildCudatap(t)); err != nil || os.WriteFile(bin, b, 0o755) != nil {
+		t.Fatalf("copy cudatap: %v", err)
+	}
+	status := func(asNobody bool, args ...string) (int, string) {
+		cmd := exec.Command(bin, args...)
+		if asNobody {
+			cmd = exec.Command(setpriv, append([]string{"--reuid=65534", "--regid=65534", "--clear-groups", bin}, args...)...)
+		}
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		cmd.Run()
+		return cmd.ProcessState.ExitCode(), stderr.String()
+	}
+	for _, c := range []struct {
+		nobody bool
+		args   []string
+		code   int
+		says   string
+	}{
+		{false, []string{"--version"}, 0, ""},
+		{false, []string{"recrod"}, exitUsage, `did you mean "record"?`},
+		{false, []string{"record", "-p", "1073741824"}, exitNotFound, "does not exist"},
+		{true, []string{"record", "-p", "1"}, exitPermission, "insufficient privileges"},
+		{true, []string{"record", "--", "true"}, exitPermission, "insufficient privileges"},
+		{true, []string{"doctor"}, exitPermission, "check(s) failed"},
+	} {
+		code, stderr := status(c.nobody, c.args...)
+		if code != c.code || !strings.Contains(stderr, c.says) || strings.Count(stderr, "cudatap:") > 1 {
+			t.Errorf("%v (nobody: %v): exit status %d, want %d; stderr:\n%s", c.args, c.nobody, code, c.code, stderr)
+		}
+	}
+}
+
+// TestStdoutOutputs: -o - streams the trace or the profile to stdout, and
+// the summary goes to stderr; record and export alike.
+func TestStdoutOutputs(t *testing.T) {
+	testutil.RequireRoot(t)
+	b := testutil.Sim(t)
+	dir := t.TempDir()
+	rec := filepath.Join(dir, "r.cudatap")
+	workload := []string{"--", b.Workload, "--scenario", "basic", "--iters", "20"}
+	stdout, stderr, err := run(t, append([]string{"record", "--nvml-interval=-1s", "-o", "-", "--format", "chrome"}, workload...)...)
+	if err != nil {
+		t.Fatalf("record -o -: %v\n%s", err, stderr)
+	}
+	var tr chromeTrace
+	if err := json.Unmarshal([]byte(stdout), &tr); err != nil {
+		t.Fatalf("stdout is not a Chrome trace: %v\n%.300s", err, stdout)
+	}
+	if n := countLaunches(tr); n != 60 {
+		t.Errorf("trace on stdout has %d launch slices, want 60", n)
+	}
+	if !strings.Contains(stderr, "cudatap summary:") || !strings.Contains(stderr, "wrote the chrome output to stdout") {
+		t.Errorf("the summary is not on stderr:\n%s", stderr)
+	}
+	if _, err := os.Stat("-"); err == nil {
+		t.Error("a file named - was written")
+	}
+	if ents, _ := filepath.Glob(filepath.Join(os.TempDir(), ".cudatap-spill-*")); len(ents) > 0 {
+		t.Logf("spill files left in %s: %v (another test's, or ours)", os.TempDir(), ents)
+	}
+
+	stdout, stderr, err = run(t, append([]string{"record", "--nvml-interval=-1s", "-o", "-", "--format", "pprof", "-o", rec}, workload...)...)
+	if err != nil {
+		t.Fatalf("record -o - --format pprof: %v\n%s", err, stderr)
+	}
+	p, err := profile.Parse(strings.NewReader(stdout))
+	if err != nil || p.CheckValid() != nil || len(p.Sample) == 0 {
+		t.Fatalf("stdout is not a pprof profile: %v", err)
+	}
+	if !strings.Contains(stderr, "cudatap summary:") {
+		t.Errorf("the summary is not on stderr:\n%s", stderr)
+	}
+	if _, err := os.Stat(rec); err != nil {
+		t.Fatalf("the file output beside -o -: %v", err)
+	}
+
+	// export: the same trace from the recording, on stdout.
+	stdout, stderr, err = run(t, "export", rec, "-o", "-", "--format", "chrome")
+	if err != nil {
+		t.Fatalf("export -o -: %v\n%s", err, stderr)
+	}
+	var exported chromeTrace
+	if err := json.Unmarshal([]byte(stdout), &exported); err != nil || countLaunches(exported) != 60 {
+		t.Errorf("export -o -: %v, %d launches", err, countLaunches(exported))
+	}
+	if !strings.Contains(stderr, "cudatap summary:") {
+		t.Errorf("export's summary is not on stderr:\n%s", stderr)
+	}
+	stdout, _, err = run(t, "export", rec, "-o", "-", "--format", "pprof")
+	if p, perr := profile.Parse(strings.NewReader(stdout)); err != nil || perr != nil || p.CheckValid() != nil {
+		t.Errorf("export -o - --format pprof: %v %v", err, perr)
+	}
+
+	// A recording to stdout, live: it exports like a file.
+	stdout, stderr, err = run(t, append([]string{"record", "--nvml-interval=-1s", "-o", "-", "--format", "cudatap"}, workload...)...)
+	if err != nil {
+		t.Fatalf("record -o - --format cudatap: %v\n%s", err, stderr)
+	}
+	piped := filepath.Join(dir, "piped.cudatap")
+	os.WriteFile(piped, []byte(stdout), 0o644)
+	if _, stderr, err := run(t, "export", piped, "-o", filepath.Join(dir, "p.json")); err != nil {
+		t.Errorf("export of a recording written to stdout: %v\n%s", err, stderr)
+	} else if n := countLaunches(readChrome(t, filepath.Join(dir, "p.json"))); n != 60 {
+		t.Errorf("recording from stdout: %d launches, want 60", n)
+	}
+}
+
+// TestQuiet: --quiet prints nothing on success, on stdout or stderr.
+func TestQuiet(t *testing.T) {
+	testutil.RequireRoot(t)
+	b := testutil.Sim(t)
+	dir := t.TempDir()
+	rec := filepath.Join(dir, "r.cudatap")
+	stdout, stderr, err := run(t, "record", "-q", "--nvml-interval=-1s", "-o", rec, "-o", filepath.Join(dir, "t.json"),
+		"--", b.Workload, "--scenario", "basic", "--iters", "10")
+	if err != nil || stdout != "" || stderr != "" {
+		t.Errorf("record -q: %v; stdout %q; stderr %q", err, stdout, stderr)
+	}
+	stdout, stderr, err = run(t, "--quiet", "export", rec, "-o", filepath.Join(dir, "e.json"), "-o", filepath.Join(dir, "e.pb.gz"))
+	if err != nil || stdout != "" || stderr != "" {
+		t.Errorf("export --quiet: %v; stdout %q; stderr %q", err, stdout, stderr)
+	}
+	// Errors still show.
+	if _, _, err := run(t, "-q", "export", filepath.Join(dir, "missing.cudatap"), "-o", filepath.Join(dir, "m.json")); err == nil {
+		t.Error("export -q of a missing recording succeeded")
+	}
+}
+
+// summary is the --json summary, as far as the tests read it.
+type summary struct {
+	Schema    int `json:"schema"`
+	Processes []struct {
+		PID     uint32 `json:"pid"`
+		Calls   int64  `json:"calls"`
+		Streams []struct {
+			ID       int   `json:"id"`
+			Launches int64 `json:"launches"`
+		} `json:"streams"`
+	} `json:"processes"`
+	Sites   []map[string]any `json:"sites"`
+	Drops   map[string]any   `json:"drops"`
+	Lost    *uint64          `json:"lost_events"`
+	Outputs []struct {
+		Path, Format string
+	} `json:"outputs"`
+	Command *struct {
+		ExitCode int  `json:"exit_code"`
+		Stopped  bool `json:"stopped"`
+	} `json:"command"`
+}
+
+// TestJSONOutputs: --json of record, export, doctor, gpus and version is
+// one JSON document on stdout.
+func TestJSONOutputs(t *testing.T) {
+	stdout, _, err := run(t, "version", "--json")
+	var v buildInfo
+	if err != nil || json.Unmarshal([]byte(stdout), &v) != nil || v.Version == "" || v.RecordingFormat == 0 || v.Go == "" {
+		t.Errorf("version --json: %v %q", err, stdout)
+	}
+
+	// gpus --json on a simulated NVML: two H200s, a process on one.
+	srv := nvmlmock.NewH200(2)
+	srv.Devices[1].Procs = []nvmlmock.Proc{{PID: 4123, MemUsed: 1 << 30, SMUtil: 50}}
+	gpus := newGPUsCmd(&globalOptions{}, srv)
+	var out bytes.Buffer
+	gpus.SetOut(&out)
+	gpus.SetArgs([]string{"--json"})
+	if err := gpus.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	var g gpusJSON
+	if err := json.Unmarshal(out.Bytes(), &g); err != nil || g.Driver == "" || len(g.GPUs) != 2 || g.GPUs[1].Name != "NVIDIA H200" || g.GPUs[0].MemTotalBytes == 0 {
+		t.Errorf("gpus --json: %v\n%s", err, out.String())
+	}
+	if len(g.Processes) != 1 || g.Processes[0].PID != 4123 || g.Processes[0].GPU != 1 || g.Processes[0].MemUsedBytes != 1<<30 {
+		t.Errorf("gpus --json processes: %+v", g.Processes)
+	}
+
+	testutil.RequireRoot(t)
+	stdout, _, err = run(t, "doctor", "--json")
+	var d doctorReport
+	if err != nil || json.Unmarshal([]byte(stdout), &d) != nil || !d.OK || len(d.Checks) < 3 || d.Kernel == "" {
+		t.Errorf("doctor --json: %v\n%s", err, stdout)
+	}
+
+	b := testutil.Sim(t)
+	dir := t.TempDir()
+	rec := filepath.Join(dir, "r.cudatap")
+	stdout, stderr, err := run(t, "record", "--json", "--nvml-interval=-1s", "-o", rec, "--", b.Workload, "--scenario", "basic", "--iters", "20")
+	if err != nil {
+		t.Fatalf("record --json: %v\n%s", err, stderr)
+	}
+	var live summary
+	if err := json.Unmarshal([]byte(stdout), &live); err != nil {
+		t.Fatalf("record --json: %v\n%s", err, stdout)
+	}
+	launches := int64(0)
+	for _, p := range live.Processes {
+		for _, s := range p.Streams {
+			launches += s.Launches
+		}
+	}
+	if live.Schema != summarySchema || len(live.Processes) != 1 || launches != 60 || live.Lost == nil || *live.Lost != 0 ||
+		live.Drops == nil || len(live.Sites) == 0 || live.Command == nil || live.Command.ExitCode != 0 ||
+		len(live.Outputs) != 1 || live.Outputs[0].Format != "cudatap" {
+		t.Errorf("record --json summary:\n%s", stdout)
+	}
+	// export --json: the same summary, less the command; also with -q.
+	stdout, stderr, err = run(t, "export", "-q", "--json", rec)
+	var replayed summary
+	if err != nil || stderr != "" || json.Unmarshal([]byte(stdout), &replayed) != nil {
+		t.Fatalf("export -q --json: %v\n%s\n%s", err, stdout, stderr)
+	}
+	if replayed.Command != nil || len(replayed.Processes) != 1 || replayed.Processes[0].Calls != live.Processes[0].Calls || len(replayed.Sites) != len(live.Sites) {
+		t.Errorf("export --json differs from record's:\n%s", stdout)
+	}
+}
+
+// TestVersionFlag: --version prints what `cudatap version` does.
+func TestVersionFlag(t *testing.T) {
+	flag, _, err := run(t, "--version")
+	cmd, _, err2 := run(t, "version")
+	if err != nil || err2 != nil || flag != cmd || !strings.HasPrefix(flag, "cudatap ") || !strings.Contains(flag, "recording format v") {
+		t.Errorf("--version %q (%v), version %q (%v)", flag, err, cmd, err2)
+	}
+}
+
+// TestCompletions: the shell completions offer values, through cobra's
+// __complete (what the completion scripts call).
+func TestCompletions(t *testing.T) {
+	complete := func(args ...string) (values []string, directive string) {
+		t.Helper()
+		out, _, err := run(t, append([]string{"__complete"}, args...)...)
+		if err != nil {
+			t.Fatalf("__complete %v: %v", args, err)
+		}
+		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+			if strings.HasPrefix(line, ":") {
+				directive = line
+				continue
+			}
+			values = append(values, strings.Split(line, "\t")[0])
+		}
+		return values, directive
+	}
+	if v, _ := complete("record", "--stacks", ""); strings.Join(v, " ") != "none sync all" {
+		t.Errorf("record --stacks: %v", v)
+	}
+	if v, _ := complete("record", "--format", ""); strings.Join(v, " ") != "chrome pprof cudatap" {
+		t.Errorf("record --format: %v", v)
+	}
+	if v, _ := complete("export", "--format", ""); strings.Join(v, " ") != "chrome pprof" {
+		t.Errorf("export --format: %v", v)
+	}
+	// Files, .cudatap ones: the extension and ShellCompDirectiveFilterFileExt.
+	if v, d := complete("export", ""); strings.Join(v, " ") != "cudatap" || d != fmt.Sprintf(":%d", cobra.ShellCompDirectiveFilterFileExt) {
+		t.Errorf("export: %v %s", v, d)
+	}
+
+	// -p: the processes that map CUDA, not the others.
+	b := testutil.Sim(t)
+	cuda := exec.Command(b.Workload, "--wait-stdin", "--iters", "1")
+	in, err := cuda.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cuda.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cuda.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { in.Write([]byte("go\n")); in.Close(); cuda.Wait() }()
+	ready := make([]byte, 1) // the workload says "ready" once its libraries are loaded
+	if _, err := out.Read(ready); err != nil {
+		t.Fatal(err)
+	}
+	v, _ := complete("record", "-p", "")
+	if !slices.Contains(v, strconv.Itoa(cuda.Process.Pid)) || slices.Contains(v, strconv.Itoa(os.Getpid())) {
+		t.Errorf("record -p offers %v; want the CUDA workload %d and not this test", v, cuda.Process.Pid)
+	}
+}
+
+// TestChromeSizeWarning: a Chrome trace estimated very large is warned
+// about, with what makes it smaller; a small one and other formats not.
+func TestChromeSizeWarning(t *testing.T) {
+	chrome := []export.Output{{Path: "t.json", Format: export.Chrome}}
+	var w bytes.Buffer
+	warnChromeSize(&w, chrome, 2_000_000, true)
+	if !strings.Contains(w.String(), "warning: the Chrome trace will be about 1.6 GiB") || !strings.Contains(w.String(), "--duration") {
+		t.Errorf("warning: %q", w.String())
+	}
+	w.Reset()
+	warnChromeSize(&w, chrome, 10_000, true)
+	warnChromeSize(&w, []export.Output{{Path: "p.pb.gz", Format: export.Pprof}}, 2_000_000, true)
+	if w.Len() != 0 {
+		t.Errorf("warned: %q", w.String())
 	}
 }

@@ -35,7 +35,7 @@ func newExportCmd(g *globalOptions) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringArrayVarP(&o.outputs, "output", "o", nil, "output file, format from the extension (.json/.json.gz, .pb.gz) (repeatable); - is stdout (with --format; the summary then goes to stderr)")
-	cmd.Flags().StringVar(&o.format, "format", "", "force the format of every -o: chrome or pprof")
+	cmd.Flags().StringVar(&o.format, "format", "", "the format of -o - and of outputs whose extension names none: chrome or pprof")
 	cmd.Flags().BoolVar(&o.json, "json", false, "write the summary as JSON (schema in README.md, \"JSON output\"); also with --quiet")
 	return cmd
 }

@@ -52,7 +52,7 @@ func newRecordCmd(g *globalOptions) *cobra.Command {
 	f.StringVar(&o.container, "container", "", "trace every process of this container (id or prefix, or cgroup name), now or later")
 	f.DurationVarP(&o.duration, "duration", "d", 0, "stop after this long (default: until Ctrl-C or every target exits)")
 	f.StringArrayVarP(&o.outputs, "output", "o", nil, "output file; the extension picks the format: .json/.json.gz Chrome trace, .pb.gz pprof, .cudatap raw recording (repeatable); - is stdout (with --format; the summary and a launched command's stdout then go to stderr)")
-	f.StringVar(&o.format, "format", "", "force the format of every -o: chrome, pprof or cudatap")
+	f.StringVar(&o.format, "format", "", "the format of -o - and of outputs whose extension names none: chrome, pprof or cudatap")
 	f.StringVar(&o.stacks, "stacks", "sync", "capture user stacks on: none, sync (calls that may block) or all")
 	f.IntVar(&o.ringBuffer, "ring-buffer-size", 16<<20, "BPF ring buffer size in bytes (power of two)")
 	f.DurationVar(&o.nameWindow, "name-window", 5*time.Second, "after attaching to a running process, also probe runtime launches this long to name kernels loaded earlier (two traps per launch meanwhile; 0: never)")
