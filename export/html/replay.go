@@ -1,0 +1,46 @@
+package html
+
+import (
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/cudatap/cudatap/tracer/model"
+	"github.com/cudatap/cudatap/tracer/recording"
+)
+
+// Load makes the report of a recording. It replays the recording into a
+// Collector; when the recording holds more slices than opts.MaxSlices it
+// replays it once more, keeping only the slices of the busiest window
+// (DetailWindow) for the timeline. progress, if set, is told which pass
+// runs and how many bytes of it are read. A truncated recording still
+// makes a report, of what was recorded before the cut (the result's
+// Truncated says so), returned with recording.ErrTruncated.
+func Load(f io.ReadSeeker, opts Options, progress func(pass string, done int64)) (*Report, error) {
+	prog := func(pass string) func(int64) {
+		if progress == nil {
+			return nil
+		}
+		return func(n int64) { progress(pass, n) }
+	}
+	c := NewCollector(opts)
+	res, _, err := recording.Load(f, func(*recording.Replay) model.Sink { return c }, prog("reading"))
+	var truncated error
+	switch {
+	case errors.Is(err, recording.ErrTruncated) && res != nil:
+		res.Truncated = err.Error()
+		truncated = err
+	case err != nil:
+		return nil, err
+	}
+	if from, to, need := c.DetailWindow(); need {
+		if _, err := f.Seek(0, io.SeekStart); err != nil {
+			return nil, fmt.Errorf("rewind the recording for the timeline's detail: %w", err)
+		}
+		sink := c.DetailPass(from, to)
+		if _, _, err := recording.Load(f, func(*recording.Replay) model.Sink { return sink }, prog("timeline detail")); err != nil && !errors.Is(err, recording.ErrTruncated) {
+			return nil, fmt.Errorf("timeline detail: %w", err)
+		}
+	}
+	return c.Build(res), truncated
+}
