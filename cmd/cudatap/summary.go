@@ -4,6 +4,7 @@ import (
 	"io"
 
 	"github.com/cudatap/cudatap/export"
+	"github.com/cudatap/cudatap/export/report"
 	"github.com/cudatap/cudatap/export/syncs"
 	"github.com/cudatap/cudatap/tracer"
 	"github.com/cudatap/cudatap/tracer/model"
@@ -17,20 +18,23 @@ const summarySchema = 1
 // summaryJSON is the summary as JSON. Times are ns of CLOCK_MONOTONIC
 // (unix ns = monotonic + wall_offset_ns); sizes in bytes.
 type summaryJSON struct {
-	Schema       int             `json:"schema"`
-	Cudatap      string          `json:"cudatap"` // the version that wrote it
-	StartNs      uint64          `json:"start_ns"`
-	EndNs        uint64          `json:"end_ns"`
-	DurationNs   uint64          `json:"duration_ns"`
-	WallOffsetNs int64           `json:"wall_offset_ns"`
-	Truncated    string          `json:"truncated,omitempty"` // why the recording ends early; drop counters are then unknown
-	Processes    []processJSON   `json:"processes"`
-	Sites        []syncs.Site    `json:"sites"` // as `cudatap syncs --json`, by blocked time
-	GPU          model.GPUReport `json:"gpu"`   // NVML: per-device statistics and verdicts
-	Drops        model.Drops     `json:"drops"` // as `cudatap syncs --json`
-	Lost         uint64          `json:"lost_events"`
-	Outputs      []outputJSON    `json:"outputs"`
-	Command      *commandJSON    `json:"command,omitempty"` // record with a command after --
+	Schema       int           `json:"schema"`
+	Cudatap      string        `json:"cudatap"` // the version that wrote it
+	StartNs      uint64        `json:"start_ns"`
+	EndNs        uint64        `json:"end_ns"`
+	DurationNs   uint64        `json:"duration_ns"`
+	WallOffsetNs int64         `json:"wall_offset_ns"`
+	Truncated    string        `json:"truncated,omitempty"` // why the recording ends early; drop counters are then unknown
+	Processes    []processJSON `json:"processes"`
+	Sites        []syncs.Site  `json:"sites"` // as `cudatap syncs --json`, by blocked time
+	// The summary's judgements of each process's host side (launch bound,
+	// input stall), with the numbers behind them and the fix.
+	HostVerdicts []report.HostVerdict `json:"host_verdicts"`
+	GPU          model.GPUReport      `json:"gpu"`   // NVML: per-device statistics and verdicts
+	Drops        model.Drops          `json:"drops"` // as `cudatap syncs --json`
+	Lost         uint64               `json:"lost_events"`
+	Outputs      []outputJSON         `json:"outputs"`
+	Command      *commandJSON         `json:"command,omitempty"` // record with a command after --
 }
 
 type processJSON struct {
@@ -101,12 +105,15 @@ func newCommandJSON(e tracer.Exit) *commandJSON {
 func writeSummaryJSON(w io.Writer, r *model.Result, col *syncs.Collector, outs []export.Output, command *commandJSON) error {
 	s := summaryJSON{Schema: summarySchema, Cudatap: readBuildInfo().Version, StartNs: r.Start, EndNs: r.End,
 		WallOffsetNs: r.WallOffsetNs, Truncated: r.Truncated, Processes: []processJSON{}, Sites: syncs.Sites(r, col),
-		GPU: r.GPU, Drops: r.Drops, Lost: r.Drops.Lost(), Outputs: []outputJSON{}, Command: command}
+		HostVerdicts: report.AllHostVerdicts(r, col), GPU: r.GPU, Drops: r.Drops, Lost: r.Drops.Lost(), Outputs: []outputJSON{}, Command: command}
 	if r.End > r.Start {
 		s.DurationNs = r.End - r.Start
 	}
 	if s.Sites == nil {
 		s.Sites = []syncs.Site{}
+	}
+	if s.HostVerdicts == nil {
+		s.HostVerdicts = []report.HostVerdict{}
 	}
 	for _, p := range r.Processes {
 		pj := processJSON{PID: p.PID, Comm: p.Info.Comm, Cmdline: p.Info.Cmdline, Container: p.Info.Container, Rank: -1, WorldSize: p.WorldSize,
