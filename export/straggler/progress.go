@@ -151,14 +151,17 @@ func (p *Progress) Snapshot() []CommProgress {
 // Stall is a communicator whose ranks have waited in a collective for
 // long: those that arrived wait for those that did not.
 type Stall struct {
-	Comm    uint64
-	Seq     int       // the collective waited in (0-based)
-	API     event.API // what the waiting ranks called
-	Since   uint64    // the last of the waiting ranks' arrivals
+	Comm  uint64
+	Seq   int       // the collective waited in (0-based): the first one a rank behind has not called
+	Last  int       // the latest collective the waiting ranks called (0-based)
+	API   event.API // what they called last
+	Since uint64    // the latest of the waiting ranks' last collective calls
+	// Waiting: traced ranks past Seq. Behind: traced ranks that have not
+	// called Seq.
 	Waiting []RankProgress
-	Behind  []RankProgress // traced ranks that have not arrived
-	// Untraced ranks are not in this recording (another host): they may
-	// be the ones behind.
+	Behind  []RankProgress
+	// Untraced ranks are not in this recording (another host): when every
+	// rank traced waits, they may be the ones behind.
 	Untraced []int
 }
 
@@ -167,26 +170,41 @@ type Stall struct {
 func (p *Progress) Stalls(now uint64, after time.Duration) []Stall {
 	var out []Stall
 	for _, c := range p.Snapshot() {
-		most := 0
+		least, most, traced := -1, 0, 0
 		for _, r := range c.Ranks {
+			if r.PID == 0 {
+				continue
+			}
+			traced++
 			most = max(most, r.Arrived)
+			if least < 0 || r.Arrived < least {
+				least = r.Arrived
+			}
 		}
-		if most == 0 {
+		if traced == 0 || most == 0 {
 			continue
 		}
-		s := Stall{Comm: c.Comm, Seq: most - 1}
+		s := Stall{Comm: c.Comm, Seq: least, Last: most - 1}
 		for _, r := range c.Ranks {
 			switch {
 			case r.PID == 0:
 				s.Untraced = append(s.Untraced, r.Rank)
-			case r.Arrived == most && r.Waiting():
-				s.Waiting = append(s.Waiting, r)
-				s.Since, s.API = max(s.Since, r.LastArrival), r.LastAPI
-			case r.Arrived < most:
+			case least < most && r.Arrived == least:
 				s.Behind = append(s.Behind, r)
+			case r.Waiting():
+				// Past the collective the others have not reached, or
+				// (all traced ranks level) in one its host never saw end.
+				s.Waiting = append(s.Waiting, r)
+				if r.LastArrival >= s.Since {
+					s.Since, s.API = r.LastArrival, r.LastAPI
+				}
 			}
 		}
-		if len(s.Waiting) > 0 && now > s.Since && time.Duration(now-s.Since) > after && (len(s.Behind) > 0 || len(s.Untraced) > 0) {
+		if least == most {
+			s.Seq = most - 1 // level: waiting in their latest, for an untraced rank
+		}
+		stuck := len(s.Behind) > 0 || (len(s.Untraced) > 0 && len(s.Waiting) == traced)
+		if stuck && len(s.Waiting) > 0 && now > s.Since && time.Duration(now-s.Since) > after {
 			out = append(out, s)
 		}
 	}
@@ -212,10 +230,16 @@ func (s Stall) String(now uint64) string {
 	}
 	switch {
 	case len(s.Behind) > 0:
-		fmt.Fprintf(&b, "%s stopped arriving after collective #%d", ranks(s.Behind), s.Behind[0].Arrived)
+		fmt.Fprintf(&b, "%s stopped arriving after collective #%d", ranks(s.Behind), s.Seq)
 	default:
 		fmt.Fprintf(&b, "a rank not traced here (%v) has not arrived", s.Untraced)
 	}
-	fmt.Fprintf(&b, "; %s waiting in %s #%d for %s", ranks(s.Waiting), api, s.Seq+1, time.Duration(now-s.Since).Truncate(100*time.Millisecond))
+	fmt.Fprintf(&b, "; %s waiting for collective #%d", ranks(s.Waiting), s.Seq+1)
+	if s.Last > s.Seq {
+		fmt.Fprintf(&b, " (called up to %s #%d)", api, s.Last+1)
+	} else {
+		fmt.Fprintf(&b, " (%s)", api)
+	}
+	fmt.Fprintf(&b, " for %s", time.Duration(now-s.Since).Truncate(100*time.Millisecond))
 	return b.String()
 }

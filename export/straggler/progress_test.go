@@ -54,11 +54,11 @@ func TestProgressStall(t *testing.T) {
 	if len(st.Behind) != 1 || st.Behind[0].Rank != 1 || st.Behind[0].PID != 101 || st.Behind[0].Arrived != 5 {
 		t.Errorf("behind: %+v, want rank 1 (pid 101) after 5 collectives", st.Behind)
 	}
-	if len(st.Waiting) != 2 || st.Seq != 5 || st.Since != 510*ms || st.API != event.NcclAllReduce {
+	if len(st.Waiting) != 2 || st.Seq != 5 || st.Last != 5 || st.Since != 510*ms || st.API != event.NcclAllReduce {
 		t.Errorf("waiting: %+v in #%d since %d, want ranks 0 and 2 in #5 since the later arrival", st.Waiting, st.Seq, st.Since)
 	}
 	line := st.String(now)
-	for _, want := range []string{"rank 1 (pid 101) stopped arriving after collective #5", "ranks 0 (pid 100), 2 (pid 102) waiting in ncclAllReduce #6 for 5s"} {
+	for _, want := range []string{"rank 1 (pid 101) stopped arriving after collective #5", "ranks 0 (pid 100), 2 (pid 102) waiting for collective #6 (ncclAllReduce) for 5s"} {
 		if !strings.Contains(line, want) {
 			t.Errorf("%q lacks %q", line, want)
 		}
@@ -69,6 +69,33 @@ func TestProgressStall(t *testing.T) {
 		t.Errorf("every rank arrived, yet stalls: %+v", s)
 	}
 	complete(procs[1], id, now+2*ms)
+}
+
+// TestProgressRunAhead: collectives are asynchronous: the ranks waiting
+// called more (up to #8) before they blocked; the one they wait in is the
+// first the rank behind did not call (#4).
+func TestProgressRunAhead(t *testing.T) {
+	p := NewProgress()
+	procs := []*model.Process{{PID: 100}, {PID: 101}}
+	for r, proc := range procs {
+		p.Call(proc, &model.Call{API: event.NcclCommInitRank, HasRet: true, GPUOp: -1,
+			Args: event.Args{Comm: 0xc0, CommID: 0xfeed, Peer: int32(r), Size: 2}})
+	}
+	for k := range 8 {
+		p.Call(procs[0], &model.Call{API: event.NcclAllReduce, Start: uint64(k+1) * 1000, GPUOp: k, Args: event.Args{Comm: 0xc0}})
+		if k < 3 {
+			p.Call(procs[1], &model.Call{API: event.NcclAllReduce, Start: uint64(k+1) * 1000, GPUOp: k, Args: event.Args{Comm: 0xc0}})
+		}
+	}
+	now := uint64(10 * time.Second)
+	s := p.Stalls(now, time.Second)
+	if len(s) != 1 || s[0].Seq != 3 || s[0].Last != 7 || len(s[0].Behind) != 1 || s[0].Behind[0].Rank != 1 {
+		t.Fatalf("stalls %+v, want rank 1 behind at #4, rank 0 having called up to #8", s)
+	}
+	want := "rank 1 (pid 101) stopped arriving after collective #3; rank 0 (pid 100) waiting for collective #4 (called up to ncclAllReduce #8)"
+	if line := s[0].String(now); !strings.Contains(line, want) {
+		t.Errorf("%q, want %q", line, want)
+	}
 }
 
 // TestProgressUntraced: with a rank on another host (never traced here),

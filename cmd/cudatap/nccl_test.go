@@ -1,0 +1,246 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cudatap/cudatap/internal/sim"
+	"github.com/cudatap/cudatap/internal/testutil"
+	"github.com/cudatap/cudatap/tracer"
+	"github.com/cudatap/cudatap/tracer/probe"
+)
+
+// simRank is one rank of a simulated NCCL job (the sim's ranks of one
+// communicator id wait for each other, as NCCL's do), held before its
+// first CUDA call until go.
+type simRank struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	out   *bufio.Reader
+}
+
+func startSimRank(t *testing.T, b *sim.Build, run string, rank, ranks, iters int, env ...string) *simRank {
+	t.Helper()
+	cmd := exec.Command(b.NCCLWorkload, "--wait-stdin", "--scenario", "nccl", "--iters", fmt.Sprint(iters))
+	cmd.Env = append(os.Environ(), append([]string{"SIM_NCCL_RUN=" + run, "SIM_NCCL_ID=0x5eed",
+		fmt.Sprintf("SIM_NCCL_NRANKS=%d", ranks), fmt.Sprintf("SIM_NCCL_RANK=%d", rank)}, env...)...)
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait(); os.Remove(sim.NCCLSegment(run, 0x5eed)) })
+	r := &simRank{cmd: cmd, stdin: stdin, out: bufio.NewReader(stdout)}
+	if l, err := r.out.ReadString('\n'); err != nil || !strings.HasPrefix(l, "ready") {
+		t.Fatalf("rank %d: %q %v", rank, l, err)
+	}
+	return r
+}
+
+func (r *simRank) pid() int { return r.cmd.Process.Pid }
+func (r *simRank) goAhead()  { io.WriteString(r.stdin, "go\n") }
+
+// shiftWallClock moves a recording's wall-clock offset by d, as if its host's
+// wall clock were d off the others'.
+func shiftWallClock(t *testing.T, path string, d time.Duration) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := binary.LittleEndian.Uint32(b[12:16])
+	dec := json.NewDecoder(bytes.NewReader(b[16 : 16+n]))
+	dec.UseNumber()
+	var h map[string]any
+	if err := dec.Decode(&h); err != nil {
+		t.Fatal(err)
+	}
+	off, _ := h["wall_offset_ns"].(json.Number).Int64()
+	h["wall_offset_ns"] = off + int64(d)
+	hdr, _ := json.Marshal(h)
+	out := append(append(append([]byte{}, b[:12]...), binary.LittleEndian.AppendUint32(nil, uint32(len(hdr)))...), hdr...)
+	if err := os.WriteFile(path, append(out, b[16+n:]...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestMergeSimulatedRanks: two ranks of a simulated NCCL job, each recorded
+// on its own (as on two nodes), rank 1 late by 20 ms at every all-reduce
+// and its recording's wall clock made 37 ms off. merge puts them on one
+// timeline: the offset it applies undoes the wall-clock error within the
+// uncertainty it reports, which is far below the error, and it names rank
+// 1 the straggler.
+func TestMergeSimulatedRanks(t *testing.T) {
+	testutil.RequireRoot(t)
+	b := testutil.Sim(t)
+	dir := t.TempDir()
+	if d := os.Getenv("CUDATAP_KEEP"); d != "" {
+		dir = d
+	}
+	jobRun := fmt.Sprintf("merge-%d", os.Getpid())
+	const iters = 12
+	ranks := []*simRank{startSimRank(t, b, jobRun, 0, 2, iters), startSimRank(t, b, jobRun, 1, 2, iters, "SIM_NCCL_DELAY_US=20000")}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	errs := make(chan error, len(ranks))
+	attached := make(chan struct{}, len(ranks))
+	for i, r := range ranks {
+		f, err := os.Create(filepath.Join(dir, fmt.Sprintf("rank%d.cudatap", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		go func() {
+			_, err := tracer.Run(ctx, tracer.Config{PIDs: []int{r.pid()}, Stacks: probe.StacksSync, NVMLInterval: -1, NameWindow: -1,
+				Recording: f, OnAttached: func(int) { attached <- struct{}{} }})
+			errs <- err
+		}()
+	}
+	for range ranks {
+		<-attached
+	}
+	for _, r := range ranks {
+		r.goAhead()
+	}
+	for range ranks {
+		if err := <-errs; err != nil { // each session ends when its rank exits
+			t.Fatal(err)
+		}
+	}
+	a, c := filepath.Join(dir, "rank0.cudatap"), filepath.Join(dir, "rank1.cudatap")
+	const wallError = 37 * time.Millisecond
+	shiftWallClock(t, c, wallError)
+	job := filepath.Join(dir, "job.json")
+	stdout, stderr, err := run(t, "merge", a, c, "-o", job)
+	if err != nil {
+		t.Fatalf("merge: %v\n%s", err, stderr)
+	}
+	t.Logf("merge:\n%s", stderr)
+	var trace struct {
+		Cudatap struct {
+			Merge struct {
+				Inputs []struct {
+					File              string `json:"file"`
+					Ranks             []int  `json:"ranks"`
+					OffsetNs          int64  `json:"offset_ns"`
+					WallClockOffsetNs int64  `json:"wall_clock_offset_ns"`
+					UncertaintyNs     *int64 `json:"uncertainty_ns"`
+					Method            string `json:"method"`
+				} `json:"inputs"`
+			} `json:"merge"`
+		} `json:"cudatap"`
+	}
+	data, err := os.ReadFile(job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(data, &trace); err != nil {
+		t.Fatal(err)
+	}
+	var found bool
+	for _, in := range trace.Cudatap.Merge.Inputs {
+		if in.File != c {
+			continue
+		}
+		found = true
+		if in.UncertaintyNs == nil {
+			t.Fatalf("rank 1 aligned by wall clock only (%s): stderr\n%s", in.Method, stderr)
+		}
+		unc := time.Duration(*in.UncertaintyNs)
+		// The two recordings share a clock: the truth is an offset of 0.
+		if off := time.Duration(in.OffsetNs); off.Abs() > unc {
+			t.Errorf("offset applied %v ± %v: the truth (0) is outside", off, unc)
+		}
+		if unc >= wallError/2 {
+			t.Errorf("uncertainty %v, want well under the wall clocks' %v error", unc, wallError)
+		}
+		if w := time.Duration(in.WallClockOffsetNs); (w - wallError).Abs() > time.Millisecond && (w + wallError).Abs() > time.Millisecond {
+			t.Errorf("wall-clock offset %v, want ±%v", w, wallError)
+		}
+	}
+	if !found {
+		t.Fatalf("no alignment of %s in the trace: %+v", c, trace.Cudatap.Merge.Inputs)
+	}
+	if !strings.Contains(stderr, "±") {
+		t.Errorf("merge printed no residual skew:\n%s", stderr)
+	}
+	if !strings.Contains(stdout, fmt.Sprintf("straggler: rank 1 (pid %d", ranks[1].pid())) {
+		t.Errorf("merge does not name rank 1 the straggler:\n%s", stdout)
+	}
+}
+
+// TestRecordNamesHungRank: three simulated ranks under record --all; rank 1
+// stops arriving after 3 all-reduces. While ranks 0 and 2 wait in the 4th,
+// record names rank 1 on stderr (and ranks 0 and 2 as waiting).
+func TestRecordNamesHungRank(t *testing.T) {
+	testutil.RequireRoot(t)
+	b := testutil.Sim(t)
+	bin := buildCudatap(t)
+	run := fmt.Sprintf("hang-%d", os.Getpid())
+	ranks := []*simRank{startSimRank(t, b, run, 0, 3, 8), startSimRank(t, b, run, 1, 3, 8, "SIM_NCCL_STOP_AFTER=3"),
+		startSimRank(t, b, run, 2, 3, 8)}
+	rec := exec.Command(bin, "record", "--all", "--nvml-interval=-1s", "-o", filepath.Join(t.TempDir(), "hang.cudatap"))
+	stderr, _ := rec.StderrPipe()
+	rec.Stdout = io.Discard
+	if err := rec.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { rec.Process.Signal(os.Interrupt); rec.Wait() }()
+	lines := make(chan string, 64)
+	go func() {
+		s := bufio.NewScanner(stderr)
+		for s.Scan() {
+			lines <- s.Text()
+		}
+		close(lines)
+	}()
+	deadline := time.After(2 * time.Minute)
+	wait := func(prefix string) string {
+		t.Helper()
+		for {
+			select {
+			case l, ok := <-lines:
+				if !ok {
+					t.Fatalf("record ended before %q", prefix)
+				}
+				if strings.Contains(l, prefix) {
+					return l
+				}
+			case <-deadline:
+				t.Fatalf("no %q from record within 2 minutes", prefix)
+			}
+		}
+	}
+	wait("attached to")
+	for _, r := range ranks {
+		r.goAhead()
+	}
+	l := wait("NCCL hang?")
+	for _, want := range []string{
+		fmt.Sprintf("rank 1 (pid %d) stopped arriving after collective #3", ranks[1].pid()),
+		fmt.Sprintf("ranks 0 (pid %d), 2 (pid %d) waiting for collective #4", ranks[0].pid(), ranks[2].pid()),
+	} {
+		if !strings.Contains(l, want) {
+			t.Errorf("record said %q, want %q in it", l, want)
+		}
+	}
+	// The sim's own view agrees: rank 1 made 3, the others block on 4.
+	got, err := sim.ReadNCCLSegment(sim.NCCLSegment(run, 0x5eed))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 3 || got[1].Arrived != 3 || got[0].BlockedOn != 4 || got[2].BlockedOn != 4 {
+		t.Errorf("simulated ranks %+v, want rank 1 at 3 and the others blocked on meeting 4", got)
+	}
+}
