@@ -32,6 +32,7 @@ type recordOptions struct {
 	gpuTimes    bool
 	cupti       string
 	json        bool
+	report      string
 }
 
 func newRecordCmd(g *globalOptions) *cobra.Command {
@@ -62,6 +63,7 @@ func newRecordCmd(g *globalOptions) *cobra.Command {
 	f.BoolVar(&o.gpuTimes, "gpu-times", false, "measure GPU ops with the target's own CUPTI (a collector loaded through CUDA_INJECTION64_PATH for a command, by ptrace into a running process); without it GPU ops are drawn within proven bounds")
 	f.StringVar(&o.cupti, "cupti", "", "with --gpu-times: the libcupti to use, as the target sees it (default: the one it loaded, the one next to its libcudart, or the toolkit's)")
 	f.BoolVar(&o.json, "json", false, "write the summary as JSON (schema in README.md, \"JSON output\"); also with --quiet")
+	f.StringVar(&o.report, "report", "", "also write the HTML report (see cudatap report) to this file, and the device memory profile beside it")
 	return cmd
 }
 
@@ -103,6 +105,11 @@ func runRecord(cmd *cobra.Command, g *globalOptions, o *recordOptions, command [
 	if err := checkTargets(o.pids, command); err != nil {
 		return err
 	}
+	rep, err := newRecordReport(o.report, outs) // before tracing: a bad path must not cost a recording
+	if err != nil {
+		return err
+	}
+	defer rep.cleanup()
 	to, err := newTraceOutputs(outs)
 	if err != nil {
 		return err
@@ -134,7 +141,7 @@ func runRecord(cmd *cobra.Command, g *globalOptions, o *recordOptions, command [
 			}
 		}
 	}
-	cfg.Recording, cfg.Sink = to.recording(), to.agg.Sink()
+	cfg.Recording, cfg.Sink = rep.tee(to.recording()), to.agg.Sink()
 	outcome, err := tracer.Run(cmd.Context(), cfg)
 	status.clear()
 	if outcome == nil || outcome.Result == nil {
@@ -147,7 +154,7 @@ func runRecord(cmd *cobra.Command, g *globalOptions, o *recordOptions, command [
 	// A session that failed late (its recording could not be written)
 	// still has everything it modeled: every other output is written.
 	// cudatap's own failure then decides the status (6), not the command's.
-	if ferr := to.finish(cmd, outcome.Result); ferr != nil || err != nil {
+	if ferr := errors.Join(to.finish(cmd, outcome.Result), rep.write(stderr)); ferr != nil || err != nil {
 		return partialError(errors.Join(err, ferr))
 	}
 	return commandStatus(stderr, outcome.Exit, len(command) > 0)
