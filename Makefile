@@ -37,8 +37,9 @@ test: test-deps
 
 # What the tests need beyond Go and a C compiler: Debian's Python packages
 # for HolisticTraceAnalysis (testdata/hta), which checks that the traces
-# read as Kineto traces, and Debian's prometheus, which scrapes the agent in
-# its test. Installed when missing.
+# read as Kineto traces, Debian's prometheus, which scrapes the agent in
+# its test, and Debian's chromium, which opens the HTML report headless
+# (cmd/cudatap/report_test.go). Installed when missing.
 HTA_DEPS = python3-pandas python3-numpy python3-networkx python3-plotly python3-yaml python3-psutil python3-pydot
 test-deps:
 	@command -v prometheus >/dev/null || { \
@@ -49,6 +50,10 @@ test-deps:
 		command -v apt-get >/dev/null || { echo "the tests need $(HTA_DEPS) (Debian package names) for /usr/bin/python3" >&2; exit 1; }; \
 		echo "installing $(HTA_DEPS)"; \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(HTA_DEPS) >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(HTA_DEPS) >/dev/null; }; }
+	@command -v chromium >/dev/null || { \
+		command -v apt-get >/dev/null || { echo "the tests need Debian's chromium (a headless browser for the HTML report) on PATH" >&2; exit 1; }; \
+		echo "installing chromium"; \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }; }
 
 # Without root: unit tests only (root tests skip with a message).
 test-short:
