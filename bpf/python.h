@@ -12,7 +12,14 @@
  *   3. stores (code object, instruction) pairs, innermost first, into the
  *      event: e->py[2i] is the PyCodeObject *, e->py[2i+1] the instruction:
  *      f_lasti (a C int, zero-extended) for 3.9/3.10, the frame's
- *      prev_instr (3.11/3.12) or instr_ptr (3.13) pointer otherwise.
+ *      prev_instr (3.11/3.12) or instr_ptr (3.13) pointer otherwise, with
+ *      two flags in its top bits (above any user-space pointer):
+ *      PY_INSTR_ENTRY_KNOWN on every frame whose "entry" bit is known and
+ *      PY_INSTR_ENTRY on a frame entered from C, the outermost Python frame
+ *      of one activation of the evaluation loop (_PyEval_EvalFrameDefault):
+ *      py-spy's "entry" frames. Up to 3.10 every frame is one; 3.11 marks
+ *      them (_PyInterpreterFrame.is_entry); from 3.12 an activation pushes
+ *      a shim frame owned by the C stack behind its first frame.
  *
  * User space turns a pair into "file:line function" by reading the code
  * object (python.Interpreter.Frame), or from the copy pycode.h made of it
@@ -34,7 +41,7 @@
 
 /*
  * Per-process interpreter layout, filled by user space (symbolize/python:
- * Config, whose MarshalBinary gives exactly these 72 bytes). All offsets
+ * Config, whose MarshalBinary gives exactly these 80 bytes). All offsets
  * are byte offsets into the named CPython structure.
  */
 struct py_config {
@@ -58,6 +65,8 @@ struct py_config {
 	__u32 off_code_filename;       /* PyCodeObject.co_filename */
 	__u32 off_code_name;           /* co_qualname (3.11+), else co_name */
 	__u32 off_code_linetable;      /* co_lnotab (3.9) / co_linetable */
+	__u32 off_frame_is_entry;      /* _PyInterpreterFrame.is_entry (bool), 3.11 only; NO_OFFSET
+	                                * otherwise */
 };
 
 /* How the calling thread is recognised:
@@ -69,11 +78,13 @@ struct py_config {
  * There is no tid -> PyThreadState cache: C threads that call into Python
  * through PyGILState_Ensure/Release get a new thread state each time (the
  * old one is freed), so a cached pointer could be stale; the list costs two
- * reads per thread state. The whole walk verifies in about 18k instructions
- * (kernel 6.18, clang-19 -mcpu=v1); the test program that wraps it uses
- * 40 bytes of BPF stack. */
+ * reads per thread state. The whole walk verifies in about 25k instructions
+ * (kernel 6.18, clang-19 -mcpu=v1; 18k before the entry flags); the test
+ * program that wraps it uses 48 bytes of BPF stack. */
 
 #define PY_OWNED_BY_CSTACK 3
+#define PY_INSTR_ENTRY (1ULL << 63)       /* entered from C: the first frame of an evaluation */
+#define PY_INSTR_ENTRY_KNOWN (1ULL << 62) /* PY_INSTR_ENTRY is set as it applies */
 #define PY_MAX_THREADS 128           /* PyThreadStates looked at per walk */
 #define PY_MAX_WALK (MAX_PY * 2 + 16) /* frames looked at, C-stack shims included */
 
@@ -165,7 +176,13 @@ static __always_inline void walk_python(struct event *e, __u32 tgid, __u32 tid)
 		if (c->off_frame_owner != NO_OFFSET &&
 		    bpf_probe_read_user(&v, 1, (void *)(f + c->off_frame_owner)))
 			break;
-		if (v != PY_OWNED_BY_CSTACK) {
+		if (v == PY_OWNED_BY_CSTACK) {
+			/* 3.12+: the shim behind the first frame of an evaluation
+			 * loop's activation; that frame was recorded last. */
+			__u64 j = (__u64)*npy - 1; /* 64 bits: no zero extension to lose the bound */
+			if (j < MAX_PY)
+				e->py[2 * j + 1] |= PY_INSTR_ENTRY;
+		} else {
 			__u32 k = *npy;
 			if (k >= MAX_PY) {
 				e->flags |= EV_PY_TRUNCATED;
@@ -177,12 +194,29 @@ static __always_inline void walk_python(struct event *e, __u32 tgid, __u32 tid)
 			e->py[2 * k + 1] = 0;
 			if (bpf_probe_read_user(&e->py[2 * k + 1], c->instr_is_ptr ? 8 : 4, (void *)(f + c->off_frame_instr)))
 				break;
+			__u64 flags = PY_INSTR_ENTRY_KNOWN;
+			if (c->version < 0x030b) {
+				flags |= PY_INSTR_ENTRY; /* a frame per activation */
+			} else if (c->off_frame_is_entry != NO_OFFSET) {
+				__u8 entry = 0;
+				if (bpf_probe_read_user(&entry, 1, (void *)(f + c->off_frame_is_entry)))
+					flags = 0;
+				else if (entry)
+					flags |= PY_INSTR_ENTRY;
+			}
+			e->py[2 * k + 1] |= flags;
 			*npy = k + 1;
 		}
 		if (bpf_probe_read_user(&f, sizeof(f), (void *)(f + c->off_frame_back)))
 			break;
-		if (i == PY_MAX_WALK - 1 && f)
+		if (i == PY_MAX_WALK - 1 && f) {
 			e->flags |= EV_PY_TRUNCATED;
+			/* 3.12+: whether a shim follows the last frame recorded
+			 * is not known. */
+			__u64 j = (__u64)*npy - 1; /* 64 bits: no zero extension to lose the bound */
+			if (c->off_frame_owner != NO_OFFSET && j < MAX_PY)
+				e->py[2 * j + 1] &= ~PY_INSTR_ENTRY_KNOWN;
+		}
 	}
 }
 

@@ -119,7 +119,7 @@ func readEventLayout(t *testing.T, spec *ebpf.CollectionSpec) eventLayout {
 	want := []string{"runtime_addr", "version", "off_runtime_interp_head", "off_interp_threads_head",
 		"off_tstate_next", "off_tstate_native_tid", "off_tstate_frame", "off_cframe_current",
 		"off_frame_back", "off_frame_code", "off_frame_instr", "off_frame_owner", "instr_is_ptr",
-		"off_tstate_thread_id", "off_code_filename", "off_code_name", "off_code_linetable"}
+		"off_tstate_thread_id", "off_code_filename", "off_code_name", "off_code_linetable", "off_frame_is_entry"}
 	if len(cfg.Members) != len(want) {
 		t.Fatalf("struct py_config has %d fields, want %d", len(cfg.Members), len(want))
 	}
@@ -260,6 +260,11 @@ func TestBPFWalk(t *testing.T) {
 					t.Errorf("%s: truncated %v (want %v), frames:%s\nwant:%s", what, ev.truncated, truncated, framesString(got), framesString(want))
 				}
 			}
+			// Which frames were entered from C, for "call n".
+			entries := func(what string, ev pyEvent, n int) {
+				t.Helper()
+				checkEntries(t, what, ev.raw, mainEntries(p.minor, len(tg.mainFrames(p.minor, "call", n))))
+			}
 
 			tg.send("call 2\n")
 			tg.expect("done")
@@ -268,15 +273,20 @@ func TestBPFWalk(t *testing.T) {
 				t.Errorf("event from thread %d, want the main thread", ev.tid)
 			}
 			check("call 2", ev, tg.mainFrames(p.minor, "call", 2), false)
+			entries("call 2", ev, 2)
 
 			tg.send("call 30\n")
 			tg.expect("done")
-			check("call 30", nextEvent(t, rd, el, tg.pid), tg.mainFrames(p.minor, "call", 30)[:MaxFrames], true)
+			ev = nextEvent(t, rd, el, tg.pid)
+			check("call 30", ev, tg.mainFrames(p.minor, "call", 30)[:MaxFrames], true)
+			entries("call 30", ev, 30)
 
 			// Exactly MaxFrames frames: nothing left out.
 			tg.send(fmt.Sprintf("call %d\n", MaxFrames-7))
 			tg.expect("done")
-			check("call MaxFrames", nextEvent(t, rd, el, tg.pid), tg.mainFrames(p.minor, "call", MaxFrames-7), false)
+			ev = nextEvent(t, rd, el, tg.pid)
+			check("call MaxFrames", ev, tg.mainFrames(p.minor, "call", MaxFrames-7), false)
+			entries("call MaxFrames", ev, MaxFrames-7)
 
 			// Another thread: its own frames, not the main thread's.
 			tg.send("thread 1 call\n")

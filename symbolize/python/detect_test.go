@@ -22,15 +22,16 @@ func TestMarshalBinary(t *testing.T) {
 	c := Config{RuntimeAddr: 0x1122334455667788, Version: 0x030c, OffRuntimeInterpHead: 1, OffInterpThreadsHead: 2,
 		OffTstateNext: 3, OffTstateNativeTID: 4, OffTstateFrame: 5, OffCFrameCurrent: 6, OffFrameBack: 7,
 		OffFrameCode: 8, OffFrameInstr: 9, OffFrameOwner: 10, InstrIsPtr: 11, OffTstateThreadID: 12,
-		OffCodeFilename: 13, OffCodeName: 14, OffCodeLineTable: 15}
+		OffCodeFilename: 13, OffCodeName: 14, OffCodeLineTable: 15, OffFrameIsEntry: 16}
 	b, err := c.MarshalBinary()
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := []byte{0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11, 0x0c, 0x03, 0, 0}
-	for i := uint32(1); i <= 15; i++ {
+	for i := uint32(1); i <= 16; i++ {
 		want = append(want, byte(i), 0, 0, 0)
 	}
+	want = append(want, 0, 0, 0, 0) // padding
 	if n := unsafe.Sizeof(c); n != ConfigSize {
 		t.Errorf("sizeof(Config) = %d", n)
 	}
@@ -133,7 +134,7 @@ func checkLayout(t *testing.T, off map[string]uint64, l *layout) {
 		}
 	}
 	// What the headers do not print must be absent from the version.
-	for _, name := range []string{"tstateNativeTID", "cframeCurrent", "frameOwner"} {
+	for _, name := range []string{"tstateNativeTID", "cframeCurrent", "frameOwner", "frameIsEntry"} {
 		if _, ok := off[name]; !ok {
 			if got := v.FieldByName(name).Uint(); got != NoOffset {
 				t.Errorf("%s = %d, want NoOffset", name, got)
@@ -250,6 +251,13 @@ func TestWalk(t *testing.T) {
 			if !equalFrames(got, want) {
 				t.Errorf("main thread:%s\nwant:%s", framesString(got), framesString(want))
 			}
+			if _, in, err := Detect(tg.pid); err != nil {
+				t.Error(err)
+			} else if raw, _, err := in.Walk(tg.pid); err != nil {
+				t.Error(err)
+			} else {
+				checkEntries(t, "main thread", raw, mainEntries(p.minor, len(want)))
+			}
 			tg.send("x")
 			tg.expect("done")
 
@@ -269,6 +277,7 @@ func TestWalk(t *testing.T) {
 			if got := in.Frames(raw); !equalFrames(got, want[:len(got)]) {
 				t.Errorf("deep walk:%s\nwant:%s", framesString(got), framesString(want[:len(got)]))
 			}
+			checkEntries(t, "deep walk", raw, mainEntries(p.minor, len(want)))
 			tg.send("x")
 			tg.expect("done")
 

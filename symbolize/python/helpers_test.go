@@ -243,6 +243,33 @@ func (tg *target) mainFrames(minor int, mode string, n int) []Frame {
 	return append(tg.recFrames(minor, mode, n), tg.frame("main_"+mode, "main"), tg.frame("module", "<module>"))
 }
 
+// mainEntries is which of mainFrames(minor, mode, n) were entered from C:
+// every frame up to 3.10; from 3.11 the lambda map() calls and <module>.
+func mainEntries(minor, frames int) []bool {
+	e := make([]bool, frames)
+	for i := range e {
+		e[i] = minor <= 10 || i == 1 || i == frames-1
+	}
+	return e
+}
+
+// checkEntries compares the entry flags of a walk's frames with want
+// (which may be longer: a walk cut short), all of them known.
+func checkEntries(t *testing.T, what string, raw []RawFrame, want []bool) {
+	t.Helper()
+	got := make([]bool, len(raw))
+	for i, r := range raw {
+		entry, known := r.Entry()
+		if !known {
+			t.Errorf("%s: frame %d: entry flag not known", what, i)
+		}
+		got[i] = entry
+	}
+	if len(want) < len(got) || !slices.Equal(got, want[:len(got)]) {
+		t.Errorf("%s: entry frames %v, want %v", what, got, want)
+	}
+}
+
 func framesString(fs []Frame) string {
 	var b strings.Builder
 	for _, f := range fs {

@@ -73,9 +73,11 @@ func (in *Interpreter) Config() Config { return in.cfg }
 
 // Frame names the frame walk_python recorded as (code, instr): code is
 // the code object's address, instr the frame's instruction (prev_instr or
-// instr_ptr for 3.11+, f_lasti for 3.9/3.10). Code objects are read once
-// and cached by address; they normally live as long as the process.
+// instr_ptr for 3.11+, f_lasti for 3.9/3.10; its InstrFlags are ignored).
+// Code objects are read once and cached by address; they normally live as
+// long as the process.
 func (in *Interpreter) Frame(code, instr uint64) (Frame, error) {
+	instr &^= InstrFlags
 	ci, err := in.code(code)
 	if err != nil {
 		return Frame{}, err

@@ -31,6 +31,7 @@ type layout struct {
 	frameCode         uint32 // f_code / f_executable
 	frameInstr        uint32 // f_lasti / prev_instr / instr_ptr
 	frameOwner        uint32 // _PyInterpreterFrame.owner (3.12+)
+	frameIsEntry      uint32 // _PyInterpreterFrame.is_entry (3.11)
 	instrIsPtr        bool
 
 	// Code objects (user space only).
@@ -63,7 +64,7 @@ var layouts = map[int]*layout{
 		runtimeInterpHead: 32, interpThreadsHead: 8, // tstate_head
 		tstateNext: 8, tstateInterp: 16, tstateThreadID: 176, tstateNativeTID: NoOffset,
 		tstateFrame: 24, cframeCurrent: NoOffset, // PyThreadState.frame
-		frameBack: 24, frameCode: 32, frameInstr: 104, frameOwner: NoOffset, // PyFrameObject, f_lasti
+		frameBack: 24, frameCode: 32, frameInstr: 104, frameOwner: NoOffset, frameIsEntry: NoOffset, // PyFrameObject, f_lasti
 		codeFilename: 104, codeName: 112, codeFirstLineno: 40, codeLineTable: 120, // co_lnotab
 		asciiSize: 48, compactSize: 72,
 	},
@@ -72,7 +73,7 @@ var layouts = map[int]*layout{
 		runtimeInterpHead: 32, interpThreadsHead: 8,
 		tstateNext: 8, tstateInterp: 16, tstateThreadID: 176, tstateNativeTID: NoOffset,
 		tstateFrame: 24, cframeCurrent: NoOffset,
-		frameBack: 24, frameCode: 32, frameInstr: 96, frameOwner: NoOffset,
+		frameBack: 24, frameCode: 32, frameInstr: 96, frameOwner: NoOffset, frameIsEntry: NoOffset,
 		codeFilename: 104, codeName: 112, codeFirstLineno: 40, codeLineTable: 120, // co_linetable
 		asciiSize: 48, compactSize: 72,
 	},
@@ -81,8 +82,9 @@ var layouts = map[int]*layout{
 		runtimeInterpHead: 40, interpThreadsHead: 16,
 		tstateNext: 8, tstateInterp: 16, tstateThreadID: 152, tstateNativeTID: 160,
 		tstateFrame: 56, cframeCurrent: 8, // tstate->cframe->current_frame
-		// _PyInterpreterFrame; 3.11 has no C-stack shim frames.
-		frameBack: 48, frameCode: 32, frameInstr: 56, frameOwner: NoOffset, instrIsPtr: true,
+		// _PyInterpreterFrame; 3.11 has no C-stack shim frames: it marks
+		// the first frame of an evaluation (is_entry).
+		frameBack: 48, frameCode: 32, frameInstr: 56, frameOwner: NoOffset, frameIsEntry: 68, instrIsPtr: true,
 		codeFilename: 112, codeName: 120, codeQualname: 128, codeFirstLineno: 72, codeLineTable: 136, codeAdaptive: 184,
 		asciiSize: 48, compactSize: 72,
 	},
@@ -91,7 +93,7 @@ var layouts = map[int]*layout{
 		runtimeInterpHead: 40, interpThreadsHead: 72,
 		tstateNext: 8, tstateInterp: 16, tstateThreadID: 136, tstateNativeTID: 144,
 		tstateFrame: 56, cframeCurrent: 0,
-		frameBack: 8, frameCode: 0, frameInstr: 56, frameOwner: 70, instrIsPtr: true,
+		frameBack: 8, frameCode: 0, frameInstr: 56, frameOwner: 70, frameIsEntry: NoOffset, instrIsPtr: true,
 		codeFilename: 112, codeName: 120, codeQualname: 128, codeFirstLineno: 68, codeLineTable: 136, codeAdaptive: 192,
 		asciiSize: 40, compactSize: 56,
 	},
@@ -100,7 +102,7 @@ var layouts = map[int]*layout{
 		runtimeInterpHead: 632, interpThreadsHead: 7344,
 		tstateNext: 8, tstateInterp: 16, tstateThreadID: 152, tstateNativeTID: 160,
 		tstateFrame: 72, cframeCurrent: NoOffset, // tstate->current_frame
-		frameBack: 8, frameCode: 0, frameInstr: 56, frameOwner: 70, instrIsPtr: true, // instr_ptr
+		frameBack: 8, frameCode: 0, frameInstr: 56, frameOwner: 70, frameIsEntry: NoOffset, instrIsPtr: true, // instr_ptr
 		codeFilename: 112, codeName: 120, codeQualname: 128, codeFirstLineno: 68, codeLineTable: 136, codeAdaptive: 200,
 		asciiSize: 40, compactSize: 56,
 	},
@@ -121,6 +123,7 @@ func (l *layout) config(runtimeAddr uint64) Config {
 		OffFrameCode:         l.frameCode,
 		OffFrameInstr:        l.frameInstr,
 		OffFrameOwner:        l.frameOwner,
+		OffFrameIsEntry:      l.frameIsEntry,
 		OffTstateThreadID:    l.tstateThreadID,
 		OffCodeFilename:      uint32(l.codeFilename),
 		OffCodeName:          uint32(l.codeName),

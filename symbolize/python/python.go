@@ -41,7 +41,7 @@ var (
 
 // Config is the layout of one process's interpreter that walk_python
 // needs: struct py_config of bpf/python.h, field for field, in the same
-// order (the Go struct has the C struct's memory layout too: 72 bytes).
+// order (the Go struct has the C struct's memory layout too: 80 bytes).
 // See bpf/python.h for what each offset is.
 type Config struct {
 	RuntimeAddr          uint64 // address of _PyRuntime in the target
@@ -66,10 +66,14 @@ type Config struct {
 	OffCodeFilename  uint32 // co_filename
 	OffCodeName      uint32 // co_qualname (3.11+), else co_name
 	OffCodeLineTable uint32 // co_lnotab (3.9) / co_linetable
+	// OffFrameIsEntry is _PyInterpreterFrame.is_entry (3.11 only), where
+	// 3.11 marks a frame entered from C; NoOffset otherwise.
+	OffFrameIsEntry uint32
 }
 
-// ConfigSize is the size of struct py_config.
-const ConfigSize = 72
+// ConfigSize is the size of struct py_config (with 4 bytes of padding at
+// its end).
+const ConfigSize = 80
 
 // MarshalBinary returns the bytes of struct py_config (little endian, as
 // on x86-64). It implements encoding.BinaryMarshaler, so a Config can be
@@ -81,11 +85,11 @@ func (c Config) MarshalBinary() ([]byte, error) {
 		c.Version, c.OffRuntimeInterpHead, c.OffInterpThreadsHead, c.OffTstateNext,
 		c.OffTstateNativeTID, c.OffTstateFrame, c.OffCFrameCurrent, c.OffFrameBack,
 		c.OffFrameCode, c.OffFrameInstr, c.OffFrameOwner, c.InstrIsPtr, c.OffTstateThreadID,
-		c.OffCodeFilename, c.OffCodeName, c.OffCodeLineTable,
+		c.OffCodeFilename, c.OffCodeName, c.OffCodeLineTable, c.OffFrameIsEntry,
 	} {
 		b = binary.LittleEndian.AppendUint32(b, v)
 	}
-	return b, nil
+	return append(b, make([]byte, ConfigSize-len(b))...), nil
 }
 
 // Frame is one Python frame.
@@ -100,8 +104,31 @@ func (f Frame) String() string {
 	return fmt.Sprintf("%s:%d %s", f.File, f.Line, f.Function)
 }
 
+// Flags walk_python sets in the top bits of a frame's instruction word,
+// above any user-space pointer and any f_lasti (PY_INSTR_* in
+// bpf/python.h).
+const (
+	// InstrEntry marks a frame entered from C: the first frame of one
+	// activation of the evaluation loop (_PyEval_EvalFrameDefault), which
+	// runs it and the Python functions it calls from Python, as py-spy's
+	// "entry" frames. Up to 3.10 every frame is one.
+	InstrEntry = 1 << 63
+	// InstrEntryKnown says InstrEntry is set as it applies; a walk cut
+	// short may leave its last frame without it.
+	InstrEntryKnown = 1 << 62
+	// InstrFlags are the flag bits; the instruction is Instr &^ InstrFlags.
+	InstrFlags = InstrEntry | InstrEntryKnown
+)
+
 // RawFrame is what walk_python stores per frame: the code object and the
-// instruction (a pointer for 3.11+, f_lasti for 3.9/3.10).
+// instruction (a pointer for 3.11+, f_lasti for 3.9/3.10) with the flags
+// InstrEntry and InstrEntryKnown in its top bits.
 type RawFrame struct {
 	Code, Instr uint64
+}
+
+// Entry reports whether the frame was entered from C (see InstrEntry), and
+// whether that is known.
+func (r RawFrame) Entry() (entry, known bool) {
+	return r.Instr&InstrEntry != 0, r.Instr&InstrEntryKnown != 0
 }

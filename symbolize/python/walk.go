@@ -16,7 +16,8 @@ const (
 
 // Walk does in Go what walk_python does in BPF: it finds the thread state
 // of thread tid (host tid) and returns its frames as walk_python would
-// record them, innermost first, and whether frames were left out. The
+// record them (entry flags included), innermost first, and whether frames
+// were left out. The
 // thread should be blocked (or the result is a snapshot that may tear).
 //
 // The thread is recognised by native_thread_id (3.11+), compared with the
@@ -122,7 +123,13 @@ func (in *Interpreter) walkFrom(ts uint64, limit int) ([]RawFrame, bool, error) 
 				return out, truncated, err
 			}
 		}
-		if owner != ownedByCStack {
+		if owner == ownedByCStack {
+			// 3.12+: the shim behind the first frame of an evaluation
+			// loop's activation, the frame recorded last.
+			if len(out) > 0 {
+				out[len(out)-1].Instr |= InstrEntry
+			}
+		} else {
 			if len(out) >= MaxFrames {
 				truncated = true
 				break
@@ -142,13 +149,28 @@ func (in *Interpreter) walkFrom(ts uint64, limit int) ([]RawFrame, bool, error) 
 			if err != nil {
 				return out, truncated, err
 			}
-			out = append(out, RawFrame{Code: code, Instr: instr})
+			flags := uint64(InstrEntryKnown)
+			switch {
+			case c.Version < 3<<8|11:
+				flags |= InstrEntry // a frame per activation
+			case c.OffFrameIsEntry != NoOffset:
+				if entry, err := in.mem.u8(f + uint64(c.OffFrameIsEntry)); err != nil {
+					flags = 0
+				} else if entry != 0 {
+					flags |= InstrEntry
+				}
+			}
+			out = append(out, RawFrame{Code: code, Instr: instr | flags})
 		}
 		if f, err = in.mem.u64(f + uint64(c.OffFrameBack)); err != nil {
 			return out, truncated, err
 		}
 		if i == limit-1 && f != 0 {
 			truncated = true
+			// 3.12+: whether a shim follows the last frame is not known.
+			if c.OffFrameOwner != NoOffset && len(out) > 0 {
+				out[len(out)-1].Instr &^= InstrEntryKnown
+			}
 		}
 	}
 	return out, truncated, nil

@@ -72,3 +72,20 @@ func (n *Names) MappingsOf(pid uint32) []Mapping {
 	slices.SortFunc(out, func(a, b Mapping) int { return cmp.Compare(a.Start, b.Start) })
 	return out
 }
+
+// Flags the Python stack walkers keep in the top bits of PyKey.Instr, above
+// any instruction pointer or f_lasti (bpf/python.h; symbolize/python's
+// InstrEntry and InstrEntryKnown).
+const (
+	PyInstrEntry      = 1 << 63
+	PyInstrEntryKnown = 1 << 62
+)
+
+// Entry reports whether the frame was entered from C: the first frame of
+// an activation of the interpreter's evaluation loop, which runs it and the
+// Python functions it calls from Python (py-spy's "entry" frames; up to
+// Python 3.10 every frame). known is false in recordings made before the
+// walkers set it, and for the last frame of a walk cut short.
+func (k PyKey) Entry() (entry, known bool) {
+	return k.Instr&PyInstrEntry != 0, k.Instr&PyInstrEntryKnown != 0
+}

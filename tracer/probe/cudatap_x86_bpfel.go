@@ -111,6 +111,8 @@ type cudatapPyConfig struct {
 	OffCodeFilename      uint32
 	OffCodeName          uint32
 	OffCodeLinetable     uint32
+	OffFrameIsEntry      uint32
+	_                    [4]byte
 }
 
 type cudatapStat uint32

@@ -50,6 +50,8 @@ int main(void)
 #endif
 #if PY_VERSION_HEX >= 0x030c0000
 	P("frameOwner", offsetof(_PyInterpreterFrame, owner));
+#else
+	P("frameIsEntry", offsetof(_PyInterpreterFrame, is_entry));
 #endif
 	P("codeQualname", offsetof(PyCodeObject, co_qualname));
 	P("codeAdaptive", offsetof(PyCodeObject, co_code_adaptive));
