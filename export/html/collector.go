@@ -144,9 +144,32 @@ func (c *Collector) occupy(r *row, cat int, start, end uint64) {
 type threadKey struct{ pid, tid uint32 }
 
 type threadStats struct {
-	calls     int64
-	syncs     int64
-	blockedNs uint64
+	calls       int64
+	syncs       int64
+	blockedNs   uint64
+	first, last uint64 // its first call's start, its last call's end
+	holds       []span // times cudatap held it (a few: one per library hooked)
+	heldOver    uint64 // held time past maxThreadHolds, not clipped to its calls
+}
+
+type span struct{ start, end uint64 }
+
+// maxThreadHolds bounds the holds kept per thread.
+const maxThreadHolds = 16
+
+// wall is the thread's time from its first call to the end of its last,
+// less the time cudatap held it within.
+func (t *threadStats) wall() uint64 {
+	if t.last <= t.first {
+		return 0
+	}
+	held := t.heldOver
+	for _, h := range t.holds {
+		if lo, hi := max(h.start, t.first), min(h.end, t.last); hi > lo {
+			held += hi - lo
+		}
+	}
+	return t.last - t.first - min(held, t.last-t.first)
 }
 
 type procState struct {
@@ -320,6 +343,10 @@ func (c *Collector) Call(p *model.Process, x *model.Call) {
 	c.detail.call(c.rowIdx[r.key], ps.pid, x)
 	if t := c.thread(ps.pid, x.TID); t != nil {
 		t.calls++
+		if t.first == 0 || x.Start < t.first {
+			t.first = x.Start
+		}
+		t.last = max(t.last, x.End)
 	}
 	if ps.ring != nil {
 		ps.ring.push(x)
@@ -370,6 +397,13 @@ func (c *Collector) Hold(p *model.Process, h *model.Hold) {
 	ps := c.proc(p)
 	c.counts.holds++
 	c.see(h.Start, h.End)
+	if t := c.thread(ps.pid, h.TID); t != nil {
+		if len(t.holds) < maxThreadHolds {
+			t.holds = append(t.holds, span{h.Start, h.End})
+		} else {
+			t.heldOver += h.End - h.Start
+		}
+	}
 	r := c.rowFor(ps, rowHost, int64(h.TID), h.Start)
 	c.occupy(r, hostHeld, h.Start, h.End)
 	r.count.add(c.clock, h.Start, 1)

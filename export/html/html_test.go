@@ -461,3 +461,21 @@ func golden(t *testing.T, name, got string) {
 		t.Errorf("%s differs (go test -update rewrites it):\n--- got\n%s\n--- want\n%s", name, got, want)
 	}
 }
+
+// The blocked share is over the thread's own time, less what cudatap held
+// it: a hold that began before its first call counts only from there.
+func TestBlockedShareLessHolds(t *testing.T) {
+	w := newWorld(Options{})
+	w.c.Hold(w.p, &model.Hold{TID: mainTID, Start: base - 50*us, End: base + 20*us})
+	w.call(event.CudaStreamCreate, 0, 30*us, func(c *model.Call) { c.HoldNs = 20 * us })
+	w.syncCall(event.CudaStreamSynchronize, 30*us, 90*us, model.SyncStream, 0)
+	w.call(event.CudaLaunchKernel, 100*us, 100*us, nil)
+	rep := w.c.Build(w.result())
+	pr := rep.Processes[0]
+	if pr.ThreadWallNs != 80*us || pr.ThreadNs != 60*us || pr.BlockedShare != 0.75 {
+		t.Errorf("thread wall %d, blocked %d, share %v; want 80 µs, 60 µs, 0.75", pr.ThreadWallNs, pr.ThreadNs, pr.BlockedShare)
+	}
+	if f := rep.Findings[0]; f.Severity != SevHigh || !strings.Contains(f.Title, "waited for the GPU 75% of its wall time") {
+		t.Errorf("finding: %+v", f)
+	}
+}

@@ -69,7 +69,8 @@ type ProcessReport struct {
 	Syncs        int64
 	BlockedTID   uint32  // the thread blocked longest
 	ThreadNs     uint64  // its blocked time
-	BlockedShare float64 // ThreadNs / WallNs
+	ThreadWallNs uint64  // its first call to its last, less the time cudatap held it
+	BlockedShare float64 // ThreadNs / ThreadWallNs
 	Sites        []syncs.Site
 
 	Launches       int64
@@ -230,11 +231,11 @@ func (c *Collector) process(r *model.Result, p *model.Process) ProcessReport {
 	pr.BlockedNs, pr.Syncs = ps.blocked, ps.syncs
 	for k, t := range c.threads {
 		if k.pid == p.PID && (t.blockedNs > pr.ThreadNs || t.blockedNs == pr.ThreadNs && t.blockedNs > 0 && k.tid < pr.BlockedTID) {
-			pr.BlockedTID, pr.ThreadNs = k.tid, t.blockedNs
+			pr.BlockedTID, pr.ThreadNs, pr.ThreadWallNs = k.tid, t.blockedNs, t.wall()
 		}
 	}
-	if pr.WallNs > 0 {
-		pr.BlockedShare = float64(pr.ThreadNs) / float64(pr.WallNs)
+	if pr.ThreadWallNs > 0 {
+		pr.BlockedShare = float64(min(pr.ThreadNs, pr.ThreadWallNs)) / float64(pr.ThreadWallNs)
 	}
 	pr.Sites = syncs.ProcessSites(r, c.Syncs, p.PID)
 	if len(pr.Sites) > topSites {
@@ -465,10 +466,10 @@ func (rep *Report) findings() {
 		out = append(out, Finding{Severity: SevHigh, Title: "the recording is truncated", Detail: rep.Result.Truncated})
 	}
 	for _, pr := range rep.Processes {
-		if pr.Syncs > 0 && pr.WallNs > 0 {
+		if pr.Syncs > 0 && pr.ThreadWallNs > 0 {
 			f := Finding{Severity: SevInfo, Title: fmt.Sprintf("%s waited for the GPU %.0f%% of its wall time", pr.Label, 100*pr.BlockedShare),
-				Detail: fmt.Sprintf("thread %d blocked %s of %s in synchronizations (all threads: %s in %d)",
-					pr.BlockedTID, dur(pr.ThreadNs), dur(pr.WallNs), dur(pr.BlockedNs), pr.Syncs)}
+				Detail: fmt.Sprintf("thread %d blocked %s of its %s in synchronizations (all threads: %s in %d)",
+					pr.BlockedTID, dur(pr.ThreadNs), dur(pr.ThreadWallNs), dur(pr.BlockedNs), pr.Syncs)}
 			switch {
 			case pr.BlockedShare >= 0.2:
 				f.Severity = SevHigh
@@ -502,21 +503,27 @@ func (rep *Report) findings() {
 			how = "measured"
 		}
 		idle := d.SpanNs - min(d.SpanNs, d.AtMost.Any)
-		f := Finding{Severity: SevInfo, Title: fmt.Sprintf("%s had no work queued at least %s of the %s it was in use", d.Label, share(idle, d.SpanNs), dur(d.SpanNs))}
 		if float64(idle) >= 0.3*float64(d.SpanNs) {
-			f.Severity = SevMedium
-			f.Fix = "the GPU waits for the host: enqueue work earlier (fewer synchronizations, CUDA graphs, a bigger batch)"
+			out = append(out, Finding{Severity: SevMedium,
+				Title:  fmt.Sprintf("%s had nothing queued at least %s of the %s it was in use", d.Label, share(idle, d.SpanNs), dur(d.SpanNs)),
+				Detail: fmt.Sprintf("%s with no op enqueued and not yet proven complete", dur(idle)),
+				Fix:    "the GPU waits for the host: enqueue work earlier (fewer synchronizations, CUDA graphs, a bigger batch)"})
 		}
-		var parts []string
-		if d.Drawn.Copy > 0 && d.Drawn.Compute > 0 {
-			parts = append(parts, fmt.Sprintf("copies overlapped compute %s of copy time (%s; at most %s)",
-				share(d.Drawn.CopyCompute, d.Drawn.Copy), how, share(d.AtMost.CopyCompute, d.AtMost.Copy)))
+		f := Finding{Severity: SevInfo}
+		switch {
+		case d.Drawn.Copy > 0 && d.Drawn.Compute > 0:
+			f.Title = fmt.Sprintf("%s: copies overlapped compute %s of copy time (%s; at most %s)", d.Label,
+				share(d.Drawn.CopyCompute, d.Drawn.Copy), how, share(d.AtMost.CopyCompute, d.AtMost.Copy))
+		case d.Drawn.Copy > 0:
+			f.Title = fmt.Sprintf("%s: copies only, no compute", d.Label)
+		default:
+			f.Title = fmt.Sprintf("%s: no copies to overlap with compute", d.Label)
 		}
 		if d.Drawn.Comm > 0 {
-			parts = append(parts, fmt.Sprintf("communication overlapped compute %s of its time (%s; at most %s)",
-				share(d.Drawn.CommCompute, d.Drawn.Comm), how, share(d.AtMost.CommCompute, d.AtMost.Comm)))
+			f.Detail = fmt.Sprintf("communication overlapped compute %s of its time (%s; at most %s); ", share(d.Drawn.CommCompute, d.Drawn.Comm),
+				how, share(d.AtMost.CommCompute, d.AtMost.Comm))
 		}
-		f.Detail = strings.Join(parts, "; ")
+		f.Detail += fmt.Sprintf("in use %s, nothing queued at least %s of it", dur(d.SpanNs), share(idle, d.SpanNs))
 		out = append(out, f)
 	}
 	for _, v := range rep.Verdicts {
