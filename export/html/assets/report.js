@@ -172,9 +172,10 @@
   function drawAxis() {
     ctx.fillStyle = '#f6f7f9'; ctx.fillRect(0, 0, W, AXIS);
     ctx.strokeStyle = '#d9dde5'; ctx.beginPath(); ctx.moveTo(0, AXIS - 0.5); ctx.lineTo(W, AXIS - 0.5); ctx.stroke();
+    // The smallest 1, 2 or 5 × 10^k ns that leaves 110 px between ticks.
     var span = v1 - v0, target = span / Math.max(1, W / 110), step = 1;
     while (step * 10 <= target) { step *= 10; }
-    if (step * 5 <= target) { step *= 5; } else if (step * 2 <= target) { step *= 2; }
+    if (step < target) { step *= step * 2 >= target ? 2 : step * 5 >= target ? 5 : 10; }
     ctx.fillStyle = '#5b6475'; ctx.font = '11px system-ui, sans-serif'; ctx.textBaseline = 'middle';
     for (var t = Math.ceil(v0 / step) * step; t <= v1; t += step) {
       var px = Math.round(x(t)) + 0.5;
@@ -247,8 +248,11 @@
       (r.def.series || []).forEach(function (si, k) {
         var s = D.series[si], mx = drawSeries(s, y0 + 3, h - 6, SERIES_COLORS[k % SERIES_COLORS.length], null);
         if (s.points.length) { r.drawn += s.points.length; }
-        ctx.fillStyle = SERIES_COLORS[k % SERIES_COLORS.length]; ctx.font = '10px system-ui, sans-serif'; ctx.textBaseline = 'top';
-        ctx.fillText(s.label + ' (max ' + fmtValue(mx || 0, s.unit) + ')', 4, y0 + 2 + k * 11);
+        var text = s.label + ' (max ' + fmtValue(mx || 0, s.unit) + ')';
+        ctx.font = '10px system-ui, sans-serif'; ctx.textBaseline = 'top';
+        ctx.fillStyle = 'rgba(255,255,255,0.85)'; ctx.fillRect(2, y0 + 1 + k * 11, ctx.measureText(text).width + 4, 11);
+        ctx.fillStyle = SERIES_COLORS[k % SERIES_COLORS.length];
+        ctx.fillText(text, 4, y0 + 2 + k * 11);
       });
       return;
     }
