@@ -145,15 +145,17 @@ func (d *detail) op(row int, pid uint32, op *model.GPUOp, afterRow int) {
 
 // DetailWindow is, after the first pass, the window of the recording to
 // replay for detail: the run of time buckets holding the most slices but
-// no more than Options.MaxSlices, or a single bucket holding more, whose
-// first MaxSlices slices are then kept (it shows as many, denser). need
+// no more than 98% of Options.MaxSlices, or a single bucket holding more,
+// whose first MaxSlices slices are then kept (it shows as many). need
 // is false when the first pass kept every slice.
 func (c *Collector) DetailWindow() (from, to uint64, need bool) {
 	if !c.detail.over {
 		return 0, 0, false
 	}
 	v := c.perBkt.v
-	limit := uint64(c.opts.MaxSlices)
+	// Slices are counted where they start; those that began before the
+	// window and reach into it are kept too: 2% to spare for them.
+	limit := uint64(c.opts.MaxSlices - c.opts.MaxSlices/50)
 	bestI, bestJ, best := 0, 0, uint64(0)
 	var sum uint64
 	i := 0

@@ -206,7 +206,6 @@ func (c *Collector) Build(r *model.Result) *Report {
 	report.Summary(&sum, r, c.Syncs, report.Options{})
 	rep.Summary = sum.String()
 	rep.findings()
-	rep.bounds(c)
 	// The timeline shows everything seen: also holds that began before
 	// the first call, and ops proven complete after the last.
 	from, to := rep.Start, max(rep.End, c.lastT)
@@ -215,6 +214,7 @@ func (c *Collector) Build(r *model.Result) *Report {
 	}
 	rep.timeline = c.timeline(r, byPID, from, to)
 	rep.maxSlices, rep.bucket = c.opts.MaxSlices, c.clock.width
+	rep.bounds(c) // times on the timeline's axis
 	return rep
 }
 
@@ -539,8 +539,8 @@ func (rep *Report) bounds(c *Collector) {
 	add := func(format string, args ...any) { b = append(b, fmt.Sprintf(format, args...)) }
 	add("time series: %d buckets of %s", c.opts.Buckets, dur(c.clock.width))
 	if c.detail.over || c.detail.to != 0 {
-		add("timeline: %d of %d slices in full detail, in the busiest window that holds at most %d (+%s to +%s); the rest drawn as occupancy per bucket",
-			c.detail.n, c.nSlices, c.opts.MaxSlices, dur(c.detail.from-min(c.detail.from, rep.Start)), dur(c.detail.to-min(c.detail.to, rep.Start)))
+		add("timeline: %d of %d slices in full detail, in the busiest window that holds at most %d (%s to %s); the rest drawn as occupancy per bucket",
+			c.detail.n, c.nSlices, c.opts.MaxSlices, rep.at(c.detail.from), rep.at(c.detail.to))
 		if c.detail.dropped > 0 {
 			add("timeline: %d slices of that window past the limit not drawn", c.detail.dropped)
 		}

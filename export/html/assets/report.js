@@ -184,25 +184,27 @@
     }
   }
 
-  // A row's occupancy per bucket, outside the detail window.
+  // A row's occupancy per bucket, outside the detail window: each
+  // category's share of the bucket, stacked.
   function drawAgg(r, ri, names, colors, y0, h) {
     if (!agg || !agg.rows.has(ri)) { return; }
     var occ = agg.rows.get(ri), w = agg.width;
     var b0 = Math.max(0, Math.floor((v0 - agg.start) / w)), b1 = Math.ceil((v1 - agg.start) / w);
-    names.forEach(function (name, ci) {
-      var a = occ[name];
-      if (!a) { return; }
-      ctx.fillStyle = colors[ci];
-      for (var b = b0; b <= b1 && b < a.length; b++) {
-        if (!a[b]) { continue; }
-        var t0 = agg.start + b * w, t1 = t0 + w;
-        if (t0 >= D.window.from && t1 <= D.window.to) { continue; } // drawn in detail
-        var bh = Math.max(1, a[b] / 255 * h);
-        var px0 = x(Math.max(t0, v0)), px1 = x(Math.min(t1, v1));
-        ctx.fillRect(px0, y0 + h - bh, Math.max(1, px1 - px0), bh);
+    for (var b = b0; b <= b1; b++) {
+      var t0 = agg.start + b * w, t1 = t0 + w;
+      if (t0 >= D.window.from && t1 <= D.window.to) { continue; } // drawn in detail
+      var px0 = x(Math.max(t0, v0)), px1 = x(Math.min(t1, v1)), acc = 0;
+      for (var ci = 0; ci < names.length; ci++) {
+        var a = occ[names[ci]];
+        if (!a || b >= a.length || !a[b]) { continue; }
+        var bh = Math.min(h - acc, Math.max(1, a[b] / 255 * h));
+        if (bh <= 0) { break; }
+        ctx.fillStyle = colors[ci];
+        ctx.fillRect(px0, y0 + h - acc - bh, Math.max(1, px1 - px0), bh);
+        acc += bh;
         r.drawn++;
       }
-    });
+    }
   }
 
   // A series scaled to the row: a step function drawn as flat segments
@@ -274,9 +276,20 @@
 
   // Slices narrower than a pixel are gathered per pixel column and drawn
   // as one bar each, so that zoomed out views stay fast and nothing vanishes.
-  function Columns() { this.cols = new Map(); }
-  Columns.prototype.add = function (px, color) { var k = Math.floor(px); if (!this.cols.has(k)) { this.cols.set(k, color); } };
-  Columns.prototype.draw = function (y0, h) { this.cols.forEach(function (c, k) { ctx.fillStyle = c; ctx.fillRect(k, y0, 1, h); }); };
+  // A column holding any bounded op is hatched like one.
+  function Columns() { this.cols = new Map(); this.hatched = new Set(); }
+  Columns.prototype.add = function (px, color, hatched) {
+    var k = Math.floor(px);
+    if (!this.cols.has(k)) { this.cols.set(k, color); }
+    if (hatched) { this.hatched.add(k); }
+  };
+  Columns.prototype.draw = function (y0, h) {
+    var hs = this.hatched;
+    this.cols.forEach(function (c, k) {
+      ctx.fillStyle = c; ctx.fillRect(k, y0, 1, h);
+      if (hs.has(k)) { ctx.fillStyle = hatch; ctx.fillRect(k, y0, 1, h); }
+    });
+  };
 
   function drawHost(r, y0, h, sy, sh) {
     var cols = new Columns();
@@ -336,7 +349,7 @@
         ctx.strokeRect(a + 0.5, y0 + 0.5, Math.max(2, b - a) - 1, h - 1); ctx.setLineDash([]);
         continue;
       }
-      if (b - a < 1) { cols.add(a, color); continue; }
+      if (b - a < 1) { cols.add(a, color, timing === 1); continue; }
       ctx.fillStyle = color; ctx.fillRect(a, y0, b - a, h);
       if (timing === 1) { ctx.fillStyle = hatch; ctx.fillRect(a, y0, b - a, h); }
       if (selected && selected.type === 'op' && selected.s === s) { ctx.strokeStyle = '#000'; ctx.lineWidth = 2; ctx.strokeRect(a, y0, b - a, h); ctx.lineWidth = 1; }
