@@ -18,6 +18,8 @@ func Modules(n *model.Names) []pprofout.Module {
 	for k, m := range n.Mappings {
 		mods = append(mods, pprofout.Module{PID: k.PID, File: m.File, BuildID: m.BuildID, Start: m.Start, Limit: m.Limit, Offset: m.Offset})
 	}
-	slices.SortFunc(mods, func(a, b pprofout.Module) int { return cmp.Or(cmp.Compare(a.PID, b.PID), cmp.Compare(a.Start, b.Start)) })
+	slices.SortFunc(mods, func(a, b pprofout.Module) int {
+		return cmp.Or(cmp.Compare(a.PID, b.PID), cmp.Compare(a.Start, b.Start))
+	})
 	return mods
 }
