@@ -30,17 +30,24 @@ type simRank struct {
 	out   *bufio.Reader
 }
 
-func startSimRank(t *testing.T, b *sim.Build, run string, rank, ranks, iters int, env ...string) *simRank {
+// simJob is a communicator id of this test process's own: --all sessions
+// of tests running at once (other packages, other runs) see each other's
+// ranks, and a communicator is known across processes by its id.
+func simJob(n int) (run string, id uint64) {
+	return fmt.Sprintf("job-%d-%d", os.Getpid(), n), 0x5eed<<32 | uint64(os.Getpid())<<8 | uint64(n)
+}
+
+func startSimRank(t *testing.T, b *sim.Build, run string, id uint64, rank, ranks, iters int, env ...string) *simRank {
 	t.Helper()
 	cmd := exec.Command(b.NCCLWorkload, "--wait-stdin", "--scenario", "nccl", "--iters", fmt.Sprint(iters))
-	cmd.Env = append(os.Environ(), append([]string{"SIM_NCCL_RUN=" + run, "SIM_NCCL_ID=0x5eed",
+	cmd.Env = append(os.Environ(), append([]string{"SIM_NCCL_RUN=" + run, fmt.Sprintf("SIM_NCCL_ID=%#x", id),
 		fmt.Sprintf("SIM_NCCL_NRANKS=%d", ranks), fmt.Sprintf("SIM_NCCL_RANK=%d", rank)}, env...)...)
 	stdin, _ := cmd.StdinPipe()
 	stdout, _ := cmd.StdoutPipe()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait(); os.Remove(sim.NCCLSegment(run, 0x5eed)) })
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait(); os.Remove(sim.NCCLSegment(run, id)) })
 	r := &simRank{cmd: cmd, stdin: stdin, out: bufio.NewReader(stdout)}
 	if l, err := r.out.ReadString('\n'); err != nil || !strings.HasPrefix(l, "ready") {
 		t.Fatalf("rank %d: %q %v", rank, l, err)
@@ -88,9 +95,9 @@ func TestMergeSimulatedRanks(t *testing.T) {
 	if d := os.Getenv("CUDATAP_KEEP"); d != "" {
 		dir = d
 	}
-	jobRun := fmt.Sprintf("merge-%d", os.Getpid())
+	jobRun, id := simJob(1)
 	const iters = 12
-	ranks := []*simRank{startSimRank(t, b, jobRun, 0, 2, iters), startSimRank(t, b, jobRun, 1, 2, iters, "SIM_NCCL_DELAY_US=20000")}
+	ranks := []*simRank{startSimRank(t, b, jobRun, id, 0, 2, iters), startSimRank(t, b, jobRun, id, 1, 2, iters, "SIM_NCCL_DELAY_US=20000")}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	errs := make(chan error, len(ranks))
@@ -187,9 +194,9 @@ func TestRecordNamesHungRank(t *testing.T) {
 	testutil.RequireRoot(t)
 	b := testutil.Sim(t)
 	bin := buildCudatap(t)
-	run := fmt.Sprintf("hang-%d", os.Getpid())
-	ranks := []*simRank{startSimRank(t, b, run, 0, 3, 8), startSimRank(t, b, run, 1, 3, 8, "SIM_NCCL_STOP_AFTER=3"),
-		startSimRank(t, b, run, 2, 3, 8)}
+	run, id := simJob(2)
+	ranks := []*simRank{startSimRank(t, b, run, id, 0, 3, 8), startSimRank(t, b, run, id, 1, 3, 8, "SIM_NCCL_STOP_AFTER=3"),
+		startSimRank(t, b, run, id, 2, 3, 8)}
 	rec := exec.Command(bin, "record", "--all", "--nvml-interval=-1s", "-o", filepath.Join(t.TempDir(), "hang.cudatap"))
 	stderr, _ := rec.StderrPipe()
 	rec.Stdout = io.Discard
@@ -226,7 +233,8 @@ func TestRecordNamesHungRank(t *testing.T) {
 	for _, r := range ranks {
 		r.goAhead()
 	}
-	l := wait("NCCL hang?")
+	// Ours: other tests' jobs may hang in the same --all session.
+	l := wait(fmt.Sprintf("NCCL hang? rank 1 (pid %d)", ranks[1].pid()))
 	for _, want := range []string{
 		fmt.Sprintf("rank 1 (pid %d) stopped arriving after collective #3", ranks[1].pid()),
 		fmt.Sprintf("ranks 0 (pid %d), 2 (pid %d) waiting for collective #4", ranks[0].pid(), ranks[2].pid()),
@@ -236,7 +244,7 @@ func TestRecordNamesHungRank(t *testing.T) {
 		}
 	}
 	// The sim's own view agrees: rank 1 made 3, the others block on 4.
-	got, err := sim.ReadNCCLSegment(sim.NCCLSegment(run, 0x5eed))
+	got, err := sim.ReadNCCLSegment(sim.NCCLSegment(run, id))
 	if err != nil {
 		t.Fatal(err)
 	}
