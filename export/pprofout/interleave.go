@@ -15,11 +15,13 @@ import (
 // frames, which replace it. Up to Python 3.10 each Python call has an
 // activation of its own. From 3.11 one activation runs a Python function
 // and the Python functions it calls, until one is called through C (the
-// "entry" frames py-spy reads from the interpreter); the recording does not
-// keep which frames are entries, so the runs are derived from what is
-// known: one Python frame per activation when there are as many as
-// frames, all of them when a whole stack has one activation, and the call
-// sites so decided, applied to other stacks of the process. A stack whose
+// "entry" frames py-spy reads from the interpreter). The stack walkers
+// mark each frame entered from C (model.PyKey.Entry) where they can tell;
+// where they cannot (older recordings, a walk cut short), the runs are
+// derived from what is known: one Python frame per activation when there
+// are as many as frames, all of them when a whole stack has one
+// activation, and the call sites so decided, applied to other stacks of
+// the process. A stack whose
 // runs stay unknown keeps its Python frames above the native ones, as
 // profiles had them before, and is counted.
 
@@ -155,6 +157,15 @@ func (in *interleaver) decide(pid uint32, native []uint64, py []model.PyKey, use
 	b := make([]boundary, p-1)
 	usedSites := false
 	for i := range b {
+		// The walkers mark the frames entered from C (3.11+): py[i] is
+		// then the outermost frame of its activation.
+		if entry, known := py[i].Entry(); known {
+			b[i] = callInline
+			if entry {
+				b[i] = callEntry
+			}
+			continue
+		}
 		switch {
 		case onePer:
 			b[i] = callEntry

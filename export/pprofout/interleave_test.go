@@ -114,3 +114,39 @@ func TestDecide(t *testing.T) {
 		})
 	}
 }
+
+// TestDecideEntryFlags: with the walkers' entry marks, two activations for
+// three frames (unmatched without them) are laid out exactly: the
+// innermost frame was entered from C (its own activation), the next was
+// called from the outermost in the same activation.
+func TestDecideEntryFlags(t *testing.T) {
+	const pid = 1
+	n := model.NewNames()
+	names := []string{"cudaStreamSynchronize (libcudart.so.13)", "_PyEval_EvalFrameDefault (python3.12)",
+		"_PyObject_Call (python3.12)", "_PyEval_EvalFrameDefault (python3.12)", "_start (python3.12)"}
+	native := make([]uint64, len(names))
+	for i, name := range names {
+		native[i] = uint64(0x1000 * (i + 1))
+		n.Frames[model.NameKey{PID: pid, Key: native[i]}] = name
+	}
+	py := []model.PyKey{
+		{Code: 1, Instr: 0x10 | model.PyInstrEntry | model.PyInstrEntryKnown},
+		{Code: 2, Instr: 0x20 | model.PyInstrEntryKnown},
+		{Code: 3, Instr: 0x30 | model.PyInstrEntry | model.PyInstrEntryKnown},
+	}
+	l := newInterleaver(n).decide(pid, native, py, false)
+	var got [][2]int
+	for _, a := range l.acts {
+		got = append(got, [2]int{a.py0, a.py1})
+	}
+	if l.how != interleaved || fmt.Sprint(got) != "[[0 1] [1 3]]" {
+		t.Errorf("outcome %d, activations %v; want interleaved [[0 1] [1 3]]", l.how, got)
+	}
+	// Without the marks the same stack is not decided.
+	for i := range py {
+		py[i].Instr &^= model.PyInstrEntry | model.PyInstrEntryKnown
+	}
+	if l := newInterleaver(n).decide(pid, native, py, false); l.how != unmatched {
+		t.Errorf("unmarked: outcome %d, want unmatched", l.how)
+	}
+}
