@@ -32,6 +32,7 @@ const (
 // reads (device memory in use, first and last seen).
 type world struct {
 	c     *Collector
+	sink  model.Sink // c, or c and a tape
 	p     *model.Process
 	names *model.Names
 	seq   int
@@ -59,7 +60,8 @@ func newWorld(opts Options) *world {
 	n.Frames[model.NameKey{PID: pid, Key: 0x555500003000}] = "alloc_workspace (train)"
 	n.Py[model.PyNameKey{PID: pid, PyKey: model.PyKey{Code: 0xaa, Instr: 1}}] = "model.py:42 build"
 	n.Py[model.PyNameKey{PID: pid, PyKey: model.PyKey{Code: 0xbb, Instr: 2}}] = "train.py:7 <module>"
-	return &world{c: NewCollector(opts), p: p, names: n, inUse: map[uint64]uint64{}}
+	c := NewCollector(opts)
+	return &world{c: c, sink: c, p: p, names: n, inUse: map[uint64]uint64{}}
 }
 
 func (w *world) call(api event.API, start, end uint64, set func(*model.Call)) *model.Call {
@@ -86,7 +88,7 @@ func (w *world) call(api event.API, start, end uint64, set func(*model.Call)) *m
 		p.DeviceMemInUse -= w.inUse[c.Args.Ptr]
 		delete(w.inUse, c.Args.Ptr)
 	}
-	w.c.Call(p, c)
+	w.sink.Call(p, c)
 	return c
 }
 
@@ -94,7 +96,7 @@ func (w *world) call(api event.API, start, end uint64, set func(*model.Call)) *m
 // from start to end, with its sync.
 func (w *world) syncCall(api event.API, start, end uint64, kind model.SyncKind, stream int) {
 	c := w.call(api, start, end, func(c *model.Call) { c.Stream, c.Sync, c.BlockedNs = int32(max(stream, 0)), kind, end-start })
-	w.c.Sync(w.p, &model.Sync{Kind: kind, Call: c.Seq, TID: c.TID, Stream: stream, Start: c.Start, BlockedNs: c.End - c.Start, API: c.API, Stack: -1, PyStack: -1})
+	w.sink.Sync(w.p, &model.Sync{Kind: kind, Call: c.Seq, TID: c.TID, Stream: stream, Start: c.Start, BlockedNs: c.End - c.Start, API: c.API, Stack: -1, PyStack: -1})
 }
 
 // op hands the collector a final GPU op; times in µs after base.
@@ -111,7 +113,7 @@ func (w *world) op(kind model.OpKind, stream int, enq, start, end uint64, measur
 	}
 	w.ops++
 	w.p.NGPUOps++
-	w.c.GPUOp(w.p, op)
+	w.sink.GPUOp(w.p, op)
 	return op
 }
 
@@ -477,5 +479,78 @@ func TestBlockedShareLessHolds(t *testing.T) {
 	}
 	if f := rep.Findings[0]; f.Severity != SevHigh || !strings.Contains(f.Title, "waited for the GPU 75% of its wall time") {
 		t.Errorf("finding: %+v", f)
+	}
+}
+
+// NVML samples become a group of rows on the timeline's axis; a long
+// series is reduced to a mean per stretch.
+func TestNVMLSeries(t *testing.T) {
+	w, r := measuredWorld(t, Options{Buckets: 8})
+	for i := range uint64(100) {
+		r.Counters = append(r.Counters, model.Counter{Device: 0, Name: "GPU 0 NVIDIA H200", TS: base - 100*us + i*10*us,
+			Values: map[string]float64{"gpu_util_pct": float64(i % 2 * 100), "mem_used_bytes": float64(i << 20), "mem_total_bytes": 141 << 30, "power_w": 300}})
+	}
+	rep := w.c.Build(r)
+	tl := rep.timeline
+	if tl.T0 != base-100*us || tl.From != 0 {
+		t.Errorf("the axis starts at %d, want the first sample %d", tl.T0, base-100*us)
+	}
+	var g *tlGroup
+	for i := range tl.Groups {
+		if tl.Groups[i].Label == "GPU 0 NVIDIA H200 (NVML)" {
+			g = &tl.Groups[i]
+		}
+	}
+	if g == nil {
+		t.Fatalf("no NVML group in %+v", tl.Groups)
+	}
+	var labels []string
+	for _, i := range g.Rows {
+		labels = append(labels, tl.Rows[i].Label)
+		for _, si := range tl.Rows[i].Series {
+			if n := len(tl.Series[si].Points); n == 0 || n > 4*8 {
+				t.Errorf("%s: %d points", tl.Series[si].Label, n)
+			}
+		}
+	}
+	if strings.Join(labels, "; ") != "utilization (%); memory used (141.0 GiB total); power (W)" {
+		t.Errorf("NVML rows: %q", labels)
+	}
+	// Alternating 0 and 100: each stretch's mean is near 50 (12 or 13
+	// samples), never a sample's 0 or 100.
+	for _, s := range tl.Series {
+		if s.Label == "gpu_util_pct" {
+			for _, p := range s.Points {
+				if p[1] < 40 || p[1] > 60 {
+					t.Errorf("utilization point %v, want a mean near 50", p)
+				}
+			}
+		}
+	}
+}
+
+// tape keeps what a world fed, to feed it again (a detail pass).
+type tape struct{ events []func(model.Sink) }
+
+func (t *tape) Call(p *model.Process, c *model.Call) {
+	x := *c
+	t.events = append(t.events, func(s model.Sink) { s.Call(p, &x) })
+}
+func (t *tape) Sync(p *model.Process, y *model.Sync) {
+	x := *y
+	t.events = append(t.events, func(s model.Sink) { s.Sync(p, &x) })
+}
+func (t *tape) GPUOp(p *model.Process, op *model.GPUOp) {
+	x := *op
+	t.events = append(t.events, func(s model.Sink) { s.GPUOp(p, &x) })
+}
+func (t *tape) Dependency(p *model.Process, d *model.Dependency) {}
+func (t *tape) Hold(p *model.Process, h *model.Hold) {
+	x := *h
+	t.events = append(t.events, func(s model.Sink) { s.Hold(p, &x) })
+}
+func (t *tape) play(s model.Sink) {
+	for _, e := range t.events {
+		e(s)
 	}
 }

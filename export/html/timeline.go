@@ -195,8 +195,11 @@ func (c *Collector) timeline(r *model.Result, byPID map[uint32]*model.Process, s
 	// The slices in detail.
 	d := &c.detail
 	t.Window = tlWindow{From: t.From, To: t.To, Complete: !d.over && d.to == 0, Shown: d.n, Total: c.nSlices, Dropped: d.dropped}
-	if d.to != 0 {
+	switch {
+	case d.to != 0:
 		t.Window.From, t.Window.To = t.rel(d.from), t.rel(d.to)
+	case d.over:
+		t.Window.From, t.Window.To = 0, 0 // no detail pass ran: nothing in detail
 	}
 	for i := range d.host {
 		s := &d.host[i]

@@ -209,12 +209,13 @@
 
   // A series scaled to the row: a step function drawn as flat segments
   // (none where it is zero), or a line through its samples.
+  // Returns the series' peak.
   function drawSeries(s, y0, h, color, fill) {
     var pts = s.points;
     if (!pts || !pts.length) { return 0; }
-    var mx = s.max || 0, j;
-    if (!mx) { for (j = 0; j < pts.length; j++) { if (pts[j][1] > mx) { mx = pts[j][1]; } } }
-    if (!mx) { mx = 1; }
+    var peak = 0, j;
+    for (j = 0; j < pts.length; j++) { if (pts[j][1] > peak) { peak = pts[j][1]; } }
+    var mx = s.max || peak || 1;
     function py(v) { return y0 + h - Math.min(1, v / mx) * (h - 2); }
     ctx.strokeStyle = color; ctx.lineWidth = 1.2;
     if (s.kind === 'step') {
@@ -236,7 +237,7 @@
       ctx.stroke();
     }
     ctx.lineWidth = 1;
-    return mx;
+    return peak;
   }
 
   function drawRow(i) {
@@ -248,9 +249,9 @@
     ctx.strokeStyle = '#eceef2'; ctx.beginPath(); ctx.moveTo(0, y0 + h - 0.5); ctx.lineTo(W, y0 + h - 0.5); ctx.stroke();
     if (kind === 'counter') {
       (r.def.series || []).forEach(function (si, k) {
-        var s = D.series[si], mx = drawSeries(s, y0 + 3, h - 6, SERIES_COLORS[k % SERIES_COLORS.length], null);
+        var s = D.series[si], peak = drawSeries(s, y0 + 3, h - 6, SERIES_COLORS[k % SERIES_COLORS.length], null);
         if (s.points.length) { r.drawn += s.points.length; }
-        var text = s.label + ' (max ' + fmtValue(mx || 0, s.unit) + ')';
+        var text = s.label + ' (peak ' + fmtValue(peak || 0, s.unit) + (s.max ? ' of ' + fmtValue(s.max, s.unit) : '') + ')';
         ctx.font = '10px system-ui, sans-serif'; ctx.textBaseline = 'top';
         ctx.fillStyle = 'rgba(255,255,255,0.85)'; ctx.fillRect(2, y0 + 1 + k * 11, ctx.measureText(text).width + 4, 11);
         ctx.fillStyle = SERIES_COLORS[k % SERIES_COLORS.length];
@@ -565,8 +566,10 @@
   window.addEventListener('resize', resize);
 
   // The first view: the detail window when part of the recording is
-  // aggregated, else everything.
-  if (!D.window.complete) { v0 = D.window.from; v1 = Math.max(D.window.to, D.window.from + 1000); }
+  // aggregated, else the span of the GPU work.
+  // (#fit in the address: the whole recording.)
+  if (location.hash === '#fit') { v0 = full0; v1 = full1; }
+  else if (!D.window.complete) { v0 = D.window.from; v1 = Math.max(D.window.to, D.window.from + 1000); }
   else if (D.view) { var pad = (D.view[1] - D.view[0]) * 0.03; v0 = Math.max(full0, D.view[0] - pad); v1 = Math.min(full1, D.view[1] + pad); }
   resize();
   document.body.dataset.render = 'ok';
