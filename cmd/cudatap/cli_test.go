@@ -390,11 +390,13 @@ func TestExitStatuses(t *testing.T) {
 		{[]string{"record"}, exitUsage}, // nothing to trace
 		{[]string{"record", "-p", "1", "--stacks", "some"}, exitUsage},
 		{[]string{"record", "-p", "1", "-o", filepath.Join(dir, "t.txt")}, exitUsage},
-		{[]string{"record", "-p", "1", "-o", "-"}, exitUsage},                                             // no --format
-		{[]string{"record", "-p", "1", "--format", "chrome", "-o", "-", "-o", "-"}, exitUsage},            // stdout twice
-		{[]string{"export"}, exitUsage},                                                                   // no recording
-		{[]string{"export", rec, "-o", filepath.Join(dir, "y.cudatap")}, exitUsage},                       // export makes no recording
-		{[]string{"record", "-p", "1073741824"}, exitNotFound},                                            // no such process
+		{[]string{"record", "-p", "1", "-o", "-"}, exitUsage},                                  // no --format
+		{[]string{"record", "-p", "1", "--format", "chrome", "-o", "-", "-o", "-"}, exitUsage}, // stdout twice
+		{[]string{"export"}, exitUsage},                                                        // no recording
+		{[]string{"export", rec, "-o", filepath.Join(dir, "y.cudatap")}, exitUsage},            // export makes no recording
+		{[]string{"record", "-p", "1073741824"}, exitNotFound},                                 // no such process
+		{[]string{"syncs", "-p", "1073741824"}, exitNotFound},
+		{[]string{"top", "-p", "1073741824", "-n", "1"}, exitNotFound},
 		{[]string{"record", "-o", filepath.Join(dir, "p.pb.gz"), "--", "/no/such/command"}, exitNotFound}, // nothing to launch
 		{[]string{"record", "-o", filepath.Join(dir, "p.pb.gz"), "--", "no-such-command-on-path"}, exitNotFound},
 		{[]string{"export", filepath.Join(dir, "missing.cudatap"), "-o", filepath.Join(dir, "m.json")}, exitNotFound},

@@ -90,6 +90,9 @@ func syncsResult(cmd *cobra.Command, g *globalOptions, o *syncsOptions, args []s
 	if dash >= 0 {
 		command = args[dash:]
 	}
+	if err := checkTargets(o.pids, command); err != nil {
+		return nil, err
+	}
 	stderr := cmd.ErrOrStderr()
 	status := newStatusLine(stderr)
 	out, err := tracer.Run(cmd.Context(), tracer.Config{

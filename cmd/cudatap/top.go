@@ -63,6 +63,9 @@ func runTop(cmd *cobra.Command, g *globalOptions, o *topOptions, feed topFeed) e
 	if o.interval <= 0 {
 		return fmt.Errorf("--interval %v: must be positive", o.interval)
 	}
+	if err := checkTargets(o.pids, nil); err != nil {
+		return err
+	}
 	ctx, cancel := context.WithCancel(cmd.Context())
 	defer cancel()
 
