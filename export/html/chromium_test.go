@@ -62,15 +62,17 @@ func TestPageRendersEverything(t *testing.T) {
 	}
 	tp.play(w.c.DetailPass(from, to))
 	rep := w.c.Build(r)
+	var buf strings.Builder
+	if err := rep.WriteHTML(&buf, ""); err != nil {
+		t.Fatal(err)
+	}
+	// Then a user: hover every row, click, zoom, pan, keys, buttons,
+	// checkboxes, a gap's link. Errors land in #console-errors.
+	html := strings.Replace(buf.String(), "</body>", "<script>"+interact+"</script></body>", 1)
 	page := filepath.Join(t.TempDir(), "report.html")
-	f, err := os.Create(page)
-	if err != nil {
+	if err := os.WriteFile(page, []byte(html), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := rep.WriteHTML(f, ""); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -84,8 +86,11 @@ func TestPageRendersEverything(t *testing.T) {
 		t.Fatalf("chromium: %v\n%s", err, stderr.String())
 	}
 	dom := string(out)
-	if !strings.Contains(dom, `data-render="ok"`) {
-		t.Errorf("not rendered")
+	if !strings.Contains(dom, `data-render="ok"`) || !strings.Contains(dom, `data-interacted="ok"`) {
+		t.Errorf("not rendered, or the interactions did not finish")
+	}
+	if m := regexp.MustCompile(`data-tips="(\d+)"`).FindStringSubmatch(dom); m == nil || m[1] == "0" {
+		t.Errorf("hovering showed no details: %v", m)
 	}
 	if m := regexp.MustCompile(`(?s)<ol id="console-errors"[^>]*>(.*?)</ol>`).FindStringSubmatch(dom); m == nil || strings.TrimSpace(m[1]) != "" {
 		t.Errorf("errors: %v", m)
@@ -96,7 +101,7 @@ func TestPageRendersEverything(t *testing.T) {
 		}
 	}
 	drawn := map[string]int{}
-	for _, m := range regexp.MustCompile(`<div class="row [a-z]+"[^>]*data-drawn="(\d+)"[^>]*>([^<]*)</div>`).FindAllStringSubmatch(dom, -1) {
+	for _, m := range regexp.MustCompile(`<div class="row [a-z]+"[^>]*data-first="(\d+)"[^>]*>([^<]*)</div>`).FindAllStringSubmatch(dom, -1) {
 		drawn[m[2]], _ = strconv.Atoi(m[1])
 	}
 	for _, row := range []string{"train (tid 700)", "stream 1 (blocking, prio 0)", "stream 2 (non-blocking, prio 0)", "utilization (%)", "memory used (1.0 GiB total)", "SM clock (MHz)", "launches per second"} {
@@ -105,3 +110,42 @@ func TestPageRendersEverything(t *testing.T) {
 		}
 	}
 }
+
+// interact plays a user on the page's timeline.
+const interact = `
+(function () {
+  var canvas = document.querySelector('#tl-canvas canvas'), tip = document.getElementById('tl-tip');
+  var box = canvas.getBoundingClientRect(), tips = 0;
+  function ev(type, x, y, extra) {
+    var init = Object.assign({ bubbles: true, cancelable: true, clientX: box.left + x, clientY: box.top + y, buttons: 0 }, extra || {});
+    canvas.dispatchEvent(type === 'wheel' ? new WheelEvent(type, init) : new MouseEvent(type, init));
+  }
+  var labels = document.querySelectorAll('#tl-labels div.row');
+  labels.forEach(function (l) { l.dataset.first = l.dataset.drawn; }); // what the first view drew
+  var top0 = document.getElementById('tl-labels').getBoundingClientRect().top;
+  labels.forEach(function (l) {
+    var y = l.getBoundingClientRect().top - top0 + l.offsetHeight / 2;
+    for (var x = 2; x < box.width; x += 3) {
+      ev('mousemove', x, y);
+      if (tip.style.display === 'block' && tip.innerHTML) { tips++; }
+      if (x % 60 === 2) { ev('click', x, y); }
+    }
+    ev('mousemove', box.width / 2, y + l.offsetHeight / 2 - 3);
+  });
+  ev('mouseleave', 0, 0);
+  ev('wheel', box.width / 3, 40, { deltaY: -300 });
+  ev('wheel', box.width / 3, 40, { deltaY: 200, shiftKey: true });
+  ev('mousedown', 300, 40, { buttons: 1 });
+  window.dispatchEvent(new MouseEvent('mousemove', { clientX: box.left + 200, clientY: box.top + 40, buttons: 1 }));
+  window.dispatchEvent(new MouseEvent('mouseup', {}));
+  ev('dblclick', 100, 40);
+  ['w', 's', 'a', 'd'].forEach(function (k) { document.dispatchEvent(new KeyboardEvent('keydown', { key: k, bubbles: true })); });
+  ['tl-fit', 'tl-in', 'tl-out', 'tl-window'].forEach(function (id) { var b = document.getElementById(id); if (b) { b.click(); } });
+  ['tl-deps', 'tl-queue'].forEach(function (id) { var c = document.getElementById(id); c.click(); c.click(); });
+  var z = document.querySelector('a.zoom');
+  if (z) { z.click(); }
+  window.dispatchEvent(new Event('resize'));
+  document.body.dataset.tips = tips;
+  document.body.dataset.interacted = 'ok';
+})();
+`
