@@ -241,8 +241,10 @@ func NewCollector(opts Options) *Collector {
 func (c *Collector) proc(p *model.Process) *procState {
 	ps := c.procs[p.PID]
 	if ps == nil {
-		ps = &procState{pid: p.PID, p: p, launches: c.clock.newSum()}
-		ps.mem.init(c.clock)
+		// Its series are made when it first needs them: a process that
+		// never launches or allocates costs no buckets.
+		ps = &procState{pid: p.PID, p: p}
+		ps.mem.init()
 		if len(c.order) < ringProcs {
 			ps.ring = &ring{}
 		}
@@ -353,6 +355,9 @@ func (c *Collector) Call(p *model.Process, x *model.Call) {
 	}
 	switch class {
 	case event.ClassLaunch, event.ClassGraphLaunch:
+		if ps.launches == nil {
+			ps.launches = c.clock.newSum()
+		}
 		ps.launches.add(c.clock, x.Start, 1)
 		ps.launchN++
 		if class == event.ClassLaunch && !x.Captured {

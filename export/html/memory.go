@@ -63,8 +63,7 @@ type memState struct {
 	seen           bool
 }
 
-func (m *memState) init(c *clock) {
-	m.series = c.newMax()
+func (m *memState) init() {
 	m.index = map[allocKey]int32{}
 	m.live = map[uint64]liveAlloc{}
 }
@@ -156,6 +155,9 @@ func (c *Collector) memory(ps *procState, p *model.Process, x *model.Call, class
 		m.lastFreePtr, m.lastFreeAt = a.Ptr, x.Start
 	}
 	inUse := p.DeviceMemInUse
+	if m.series == nil {
+		m.series = c.clock.newMax()
+	}
 	m.series.set(c.clock, x.End, inUse)
 	if inUse > m.peak {
 		m.peak, m.peakAt = inUse, x.End

@@ -242,7 +242,9 @@ func (c *Collector) process(r *model.Result, p *model.Process) ProcessReport {
 		pr.Sites = pr.Sites[:topSites]
 	}
 	pr.Launches = ps.launchN
-	pr.LaunchPeakPerS = c.peakRate(ps.launches.v)
+	if ps.launches != nil {
+		pr.LaunchPeakPerS = c.peakRate(ps.launches.v)
+	}
 	if pr.WallNs > 0 {
 		pr.LaunchMeanPerS = float64(ps.launchN) * 1e9 / float64(pr.WallNs)
 	}

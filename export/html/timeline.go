@@ -182,10 +182,10 @@ func (c *Collector) timeline(r *model.Result, byPID map[uint32]*model.Process, s
 			g.Rows = append(g.Rows, len(t.Rows))
 			t.Rows = append(t.Rows, row)
 		}
-		if ps != nil && ps.mem.seen {
+		if ps != nil && ps.mem.series != nil {
 			t.counterRow(&g, pid, "device memory in use (reserved through CUDA)", c.memSeries(ps, &t))
 		}
-		if ps != nil && ps.launchN > 0 {
+		if ps != nil && ps.launches != nil {
 			t.counterRow(&g, pid, "launches per second", c.rateSeries(ps.launches, &t, "launches/s"))
 		}
 		t.Groups = append(t.Groups, g)
