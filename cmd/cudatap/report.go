@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -64,7 +65,7 @@ func memoryProfilePath(report, flag string) string {
 // written or that is one of the inputs.
 func checkReportPath(path string, inputs ...string) error {
 	if !strings.HasSuffix(path, ".html") && !strings.HasSuffix(path, ".htm") {
-		return fmt.Errorf("report %s: give the HTML report a .html name", path)
+		return usageError(fmt.Errorf("report %s: give the HTML report a .html name", path))
 	}
 	fi, err := os.Stat(filepath.Dir(path))
 	if err != nil {
@@ -95,21 +96,30 @@ func runReport(cmd *cobra.Command, g *globalOptions, o *reportOptions, in string
 		return fmt.Errorf("%s is not a regular file: report reads a .cudatap recording more than once; copy it to a file first", in)
 	}
 	f, err := os.Open(in)
-	if err != nil {
+	if errors.Is(err, fs.ErrNotExist) {
+		return withCode(exitNotFound, fmt.Errorf("open recording: %w", err))
+	} else if err != nil {
 		return fmt.Errorf("open recording: %w", err)
 	}
 	defer f.Close()
 	notes := g.notes(cmd)
-	rep, err := loadReport(notes, f, in, o.maxSlices)
+	rep, err := loadReport(notes, cmd.ErrOrStderr(), f, in, o.maxSlices)
 	if err != nil {
 		return err
 	}
-	return writeReport(g.summary(cmd, false, false), notes, rep, o.output, memoryProfilePath(o.output, o.memoryProfile))
+	if err := writeReport(g.summary(cmd, false, false), notes, rep, o.output, memoryProfilePath(o.output, o.memoryProfile)); err != nil {
+		return partialError(err)
+	}
+	if rep.Result.Truncated != "" {
+		return &exitError{code: exitPartial} // said when it was read
+	}
+	return nil
 }
 
 // loadReport replays the recording f (named in) into a report, showing
-// its progress on notes.
-func loadReport(notes io.Writer, f *os.File, in string, maxSlices int) (*htmlreport.Report, error) {
+// its progress on notes; a recording cut short is reported on warn (not
+// --quiet's to hide: the exit status says it too).
+func loadReport(notes, warn io.Writer, f *os.File, in string, maxSlices int) (*htmlreport.Report, error) {
 	status := newStatusLine(notes)
 	size := int64(0)
 	if fi, err := f.Stat(); err == nil {
@@ -123,7 +133,7 @@ func loadReport(notes io.Writer, f *os.File, in string, maxSlices int) (*htmlrep
 	status.clear()
 	switch {
 	case errors.Is(err, recording.ErrTruncated) && rep != nil:
-		fmt.Fprintf(notes, "cudatap: warning: %s: %v; the report covers what was recorded before the cut (drop counters unknown)\n", in, err)
+		fmt.Fprintf(warn, "cudatap: warning: %s: %v; the report covers what was recorded before the cut (drop counters unknown)\n", in, err)
 	case err != nil:
 		return nil, fmt.Errorf("%s: %w", in, err)
 	}
@@ -251,7 +261,7 @@ func (r *recordReport) write(notes io.Writer) error {
 		return fmt.Errorf("report: read back the recording: %w", err)
 	}
 	defer f.Close()
-	rep, err := loadReport(notes, f, "the recording", 0)
+	rep, err := loadReport(notes, notes, f, "the recording", 0)
 	if err != nil {
 		return fmt.Errorf("report: %w", err)
 	}

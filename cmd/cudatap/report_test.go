@@ -102,6 +102,26 @@ func TestReportInChromium(t *testing.T) {
 		t.Errorf("temporary files left: %v", leftovers)
 	}
 
+	// A recording cut short (a killed recorder) still makes a report, of
+	// what came before the cut, and exits 6.
+	whole, err := os.ReadFile(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut, cutPage := filepath.Join(dir, "cut.cudatap"), filepath.Join(dir, "cut.html")
+	if err := os.WriteFile(cut, whole[:len(whole)/2], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, stderr, err := run(t, "report", cut, "-o", cutPage, "--memory-profile", "none"); exitCode(err) != exitPartial || !strings.Contains(stderr, "truncated") {
+		t.Errorf("report of a cut recording: %v (exit %d)\n%s", err, exitCode(err), stderr)
+	}
+	if _, err := os.Stat(cutPage); err != nil {
+		t.Errorf("no report of the cut recording: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "cut.gpu_inuse.pb.gz")); err == nil {
+		t.Error("--memory-profile none wrote a profile")
+	}
+
 	launches := want.Calls["cudaLaunchKernel"]
 	gpuOps := launches + want.Calls["cudaMemcpyAsync"] + want.Calls["cudaMemsetAsync"]
 	for _, p := range []string{page, live} {
@@ -214,16 +234,17 @@ func TestReportRejectsBadInput(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
 		want string
+		code int
 	}{
-		{[]string{"report", dir}, "is a directory"},
-		{[]string{"report", filepath.Join(dir, "missing.cudatap")}, "no such file"},
-		{[]string{"report", rec, "-o", filepath.Join(dir, "out.json")}, "give the HTML report a .html name"},
-		{[]string{"report", rec, "-o", filepath.Join(dir, "nodir", "out.html")}, "cannot write report"},
-		{[]string{"report", rec}, "not a cudatap recording"},
+		{[]string{"report", dir}, "is a directory", exitFailure},
+		{[]string{"report", filepath.Join(dir, "missing.cudatap")}, "no such file", exitNotFound},
+		{[]string{"report", rec, "-o", filepath.Join(dir, "out.json")}, "give the HTML report a .html name", exitUsage},
+		{[]string{"report", rec, "-o", filepath.Join(dir, "nodir", "out.html")}, "cannot write report", exitFailure},
+		{[]string{"report", rec}, "not a cudatap recording", exitFailure},
 	} {
 		_, _, err := run(t, tc.args...)
-		if err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%v: %v, want %q", tc.args, err, tc.want)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || exitCode(err) != tc.code {
+			t.Errorf("%v: %v (exit %d), want %q (exit %d)", tc.args, err, exitCode(err), tc.want, tc.code)
 		}
 	}
 	if _, err := os.Stat(filepath.Join(dir, "out.html")); err == nil {
