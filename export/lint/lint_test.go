@@ -1,0 +1,448 @@
+package lint
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/cudatap/cudatap/export/syncs/synctest"
+	"github.com/cudatap/cudatap/tracer/event"
+	"github.com/cudatap/cudatap/tracer/model"
+)
+
+const (
+	pid = 4123
+	tid = 4123
+	us  = synctest.US
+	ms  = synctest.MS
+
+	sA, sB  = 0x55aa00, 0x55bb00 // non-blocking streams
+	sBlk    = 0x55cc00           // a blocking stream
+	dev     = 0x7f5500000000     // a 16 MiB device allocation
+	pinned  = 0x7f4400000000     // 1 MiB of pinned host memory
+	hostBuf = 0x5555000000       // pageable host memory
+	kernel  = 0x401000
+
+	frameCopy  = 0x7f0000001000 // inside cudaMemcpyAsync
+	frameSync  = 0x7f0000001100 // inside cudaStreamSynchronize
+	frameLoad  = 0x555500002000
+	frameStep  = 0x555500003000
+	frameOther = 0x555500004000
+)
+
+// rec is a recording being built, its clock moving forward call by call.
+type rec struct {
+	*synctest.Recording
+	t uint64
+}
+
+func newRec() *rec {
+	r := &rec{Recording: synctest.New(pid, "train"), t: synctest.Base}
+	r.Thread(tid, "train")
+	r.Frame(frameCopy, "cudaMemcpyAsync (libcudart.so.13)")
+	r.Frame(frameSync, "cudaStreamSynchronize (libcudart.so.13)")
+	r.Frame(frameLoad, "load_batch (train)")
+	r.Frame(frameStep, "train_step (train)")
+	r.Frame(frameOther, "evaluate (train)")
+	r.Call(event.CudaMalloc, tid, r.tick(), 10*us, 0x7ffd1000, 16<<20).Out = dev
+	r.Call(event.CudaHostAlloc, tid, r.tick(), 10*us, 0x7ffd1000, 1<<20, 0).Out = pinned
+	return r
+}
+
+// tick advances the clock by 10 µs and returns it.
+func (r *rec) tick() uint64 { r.t += 10 * us; return r.t }
+
+func (r *rec) stream(h uint64, nonBlocking bool) {
+	flags := uint64(0)
+	if nonBlocking {
+		flags = 1
+	}
+	r.Call(event.CudaStreamCreateWithFlags, tid, r.tick(), 5*us, 0x7ffd0000, flags).Out = h
+}
+
+func (r *rec) copy(dst, src, n uint64, kind event.MemcpyKind, h uint64, frames ...uint64) *event.Event {
+	e := r.Call(event.CudaMemcpyAsync, tid, r.tick(), 5*us, dst, src, n, uint64(kind), h)
+	if len(frames) > 0 {
+		synctest.Stack(e, append([]uint64{frameCopy}, frames...)...)
+	}
+	return e
+}
+
+func (r *rec) memset(dst, n, h uint64) { r.Call(event.CudaMemsetAsync, tid, r.tick(), 0, dst, 0, n, h) }
+func (r *rec) launch(h uint64)         { r.Launch(tid, r.tick(), h, kernel) }
+func (r *rec) record(ev, h uint64)     { r.EventRecord(tid, r.tick(), ev, h) }
+func (r *rec) wait(h, ev uint64)       { r.Call(event.CudaStreamWaitEvent, tid, r.tick(), 0, h, ev, 0) }
+func (r *rec) sync(h uint64, frames ...uint64) {
+	e := r.StreamSync(tid, r.tick(), 100*us, h)
+	if len(frames) > 0 {
+		synctest.Stack(e, append([]uint64{frameSync}, frames...)...)
+	}
+}
+
+func run(t *testing.T, r *rec, opts Options) (*model.Result, *Collector, []Finding) {
+	t.Helper()
+	c := NewCollector(opts)
+	res := r.Run(c)
+	return res, c, Findings(res, c)
+}
+
+// only returns the findings of lint id, failing on any other.
+func only(t *testing.T, fs []Finding, id ID) []Finding {
+	t.Helper()
+	var out []Finding
+	for _, f := range fs {
+		if f.ID != id {
+			t.Errorf("unexpected finding %s: %s", f.ID, f.Summary)
+			continue
+		}
+		out = append(out, f)
+	}
+	return out
+}
+
+func TestLegacyNonBlockingCopy(t *testing.T) {
+	r := newRec()
+	r.stream(sA, true)
+	// x.to("cuda", non_blocking=True) from pinned memory: a copy on the
+	// legacy stream, then a launch.
+	r.copy(dev, pinned, 4096, event.HostToDevice, 0, frameLoad)
+	r.launch(0)
+	// .item(): a copy on the legacy stream then a sync of it: blocking, not
+	// a non_blocking copy.
+	r.copy(pinned, dev, 4, event.DeviceToHost, 0, frameStep)
+	r.sync(0, frameStep)
+	// A non_blocking copy on a created stream, and a device-to-device copy
+	// on the legacy stream: neither fires.
+	r.copy(dev+(1<<20), pinned, 4096, event.HostToDevice, sA, frameLoad)
+	r.Call(event.CudaMemcpyAsync, tid, r.tick(), 5*us, dev+8192, dev, 4096, uint64(event.DeviceToDevice), 0)
+	r.launch(0)
+	// The thread's last call: nothing synchronized it.
+	r.copy(dev, hostBuf, 1024, event.HostToDevice, 0x1, frameOther) // cudaStreamLegacy, pageable
+	_, _, fs := run(t, r, Options{})
+	got := only(t, fs, LegacyNonBlocking)
+	if len(got) != 1 {
+		t.Fatalf("findings %+v", fs)
+	}
+	f := got[0]
+	if f.Count != 2 || f.Sites != 2 || f.Unit != "copies" || len(f.Examples) != 2 || !strings.Contains(f.Summary, "1 from pageable memory") {
+		t.Errorf("finding %+v", f)
+	}
+	first := f.Examples[0].Calls[0]
+	if first.Site != "load_batch (train)" || !first.UserFrame || first.Call != "cudaMemcpyAsync" || first.Stream != 0 ||
+		first.StreamLabel != "stream 0 (legacy default)" || first.Thread != "train" || first.Bytes != 4096 || first.Seq != 3 {
+		t.Errorf("evidence %+v", first)
+	}
+	if e := f.Examples[1].Calls[0]; e.Site != "evaluate (train)" || e.Bytes != 1024 {
+		t.Errorf("second example %+v", e)
+	}
+}
+
+func TestCrossStreamRace(t *testing.T) {
+	r := newRec()
+	r.stream(sA, true)
+	r.stream(sB, true)
+	// Written on A, read on B: a possible race, ten times.
+	for range 10 {
+		r.copy(dev, pinned, 1<<20, event.HostToDevice, sA, frameLoad)
+		r.Call(event.CudaMemcpyAsync, tid, r.tick(), 5*us, dev+(4<<20), dev+4096, 8192, uint64(event.DeviceToDevice), sB)
+		r.launch(sB)
+	}
+	r.DeviceSync(tid, r.tick(), 200*us)
+	// Each of these is ordered: an event wait; a stream sync; memory of
+	// another range of the allocation; the same stream.
+	r.copy(dev, pinned, 1<<20, event.HostToDevice, sA, frameLoad)
+	r.record(0xe1, sA)
+	r.wait(sB, 0xe1)
+	r.Call(event.CudaMemcpyAsync, tid, r.tick(), 5*us, dev+(4<<20), dev, 8192, uint64(event.DeviceToDevice), sB)
+	r.copy(dev+(8<<20), pinned, 1<<20, event.HostToDevice, sA, frameLoad)
+	r.sync(sA)
+	r.memset(dev+(8<<20), 1<<20, sB)
+	r.copy(dev+(12<<20), pinned, 1<<20, event.HostToDevice, sA, frameLoad)
+	r.memset(dev+(13<<20), 4096, sB)
+	r.memset(dev+(12<<20), 4096, sA)
+	_, _, fs := run(t, r, Options{})
+	got := only(t, fs, CrossStreamRace)
+	if len(got) != 1 {
+		t.Fatalf("findings %+v", fs)
+	}
+	f := got[0]
+	if f.Count != 10 || f.Sites != 1 || len(f.Examples) != 1 || f.Examples[0].Count != 10 {
+		t.Fatalf("finding %+v", f)
+	}
+	w, u := f.Examples[0].Calls[0], f.Examples[0].Calls[1]
+	if w.Role != "write" || w.Site != "load_batch (train)" || w.Stream != 1 || u.Role != "use" || u.Stream != 2 || u.Site != "" || u.Seq != w.Seq+1 {
+		t.Errorf("evidence %+v / %+v", w, u)
+	}
+	if !strings.Contains(f.Examples[0].Note, "offset 4.0 KiB into a 16.0 MiB allocation") || !strings.Contains(f.Scope, "kernel arguments are not traced") {
+		t.Errorf("note %q, scope %q", f.Examples[0].Note, f.Scope)
+	}
+}
+
+// The legacy default stream orders itself after blocking streams and
+// them after it; a non-blocking stream is not ordered; a wait makes the
+// order transitive.
+func TestRaceOrderRules(t *testing.T) {
+	r := newRec()
+	r.stream(sA, true)
+	r.stream(sBlk, false)
+	r.copy(dev, pinned, 4096, event.HostToDevice, sBlk, frameLoad)
+	r.memset(dev, 4096, 0) // legacy after blocking: ordered
+	r.memset(dev, 4096, sBlk)
+	r.record(0xe1, 0) // legacy after blocking again, then A waits for legacy
+	r.wait(sA, 0xe1)
+	r.memset(dev, 4096, sA) // ordered through the legacy stream
+	r.memset(dev+4096, 4096, sA)
+	r.memset(dev+4096, 4096, 0) // A is non-blocking: a race
+	_, _, fs := run(t, r, Options{})
+	got := only(t, fs, CrossStreamRace)
+	if len(got) != 1 || got[0].Count != 1 {
+		t.Fatalf("findings %+v", fs)
+	}
+	if c := got[0].Examples[0].Calls; c[0].Stream != 1 || c[1].Stream != 0 || c[1].Seq != c[0].Seq+1 {
+		t.Errorf("evidence %+v", c)
+	}
+}
+
+func TestManyBusyStreams(t *testing.T) {
+	for _, n := range []int{8, 10} {
+		r := newRec()
+		hs := make([]uint64, n)
+		for i := range hs {
+			hs[i] = 0x60000 + uint64(i)*0x100
+			r.stream(hs[i], true)
+		}
+		for _, h := range hs {
+			r.launch(h)
+		}
+		r.DeviceSync(tid, r.tick(), 5*ms)
+		// Then the same streams one after the other: never two at once.
+		for _, h := range hs {
+			r.launch(h)
+			r.launch(h)
+			r.sync(h)
+		}
+		_, _, fs := run(t, r, Options{})
+		got := only(t, fs, ManyBusyStreams)
+		if n <= 8 {
+			if len(got) != 0 {
+				t.Errorf("%d streams: %+v", n, got)
+			}
+			continue
+		}
+		if len(got) != 1 {
+			t.Fatalf("%d streams: findings %+v", n, fs)
+		}
+		f := got[0]
+		if f.Count != 10 || f.Unit != "streams" || *f.Device != 0 || len(f.Examples) != 10 {
+			t.Fatalf("finding %+v", f)
+		}
+		for i, e := range f.Examples {
+			if c := e.Calls[0]; c.Stream != i+1 || c.Role != "op" || c.Call != "cudaLaunchKernel" {
+				t.Errorf("example %d: %+v", i, c)
+			}
+		}
+	}
+}
+
+func TestPageableLoop(t *testing.T) {
+	for _, n := range []int{9, 10} {
+		r := newRec()
+		r.stream(sA, true)
+		for range n {
+			r.copy(dev, hostBuf, 1<<20, event.HostToDevice, sA, frameLoad) // pageable, one site
+			r.copy(dev, pinned, 1<<20, event.HostToDevice, sA, frameStep)
+			r.launch(sA)
+		}
+		// As many pageable copies from as many sites: no loop.
+		for i := range 12 {
+			r.Frame(frameOther+uint64(i)*16, "site_"+string(rune('a'+i))+" (train)")
+			r.copy(dev, hostBuf, 4096, event.HostToDevice, sA, frameOther+uint64(i)*16)
+		}
+		_, _, fs := run(t, r, Options{})
+		got := only(t, fs, PageableLoop)
+		if n < 10 {
+			if len(got) != 0 {
+				t.Errorf("%d copies: %+v", n, got)
+			}
+			continue
+		}
+		if len(got) != 1 {
+			t.Fatalf("findings %+v", fs)
+		}
+		f := got[0]
+		if f.Count != 10 || f.Sites != 1 || f.Examples[0].Calls[0].Site != "load_batch (train)" || !strings.Contains(f.Summary, "10.0 MiB") {
+			t.Errorf("finding %+v", f)
+		}
+	}
+}
+
+func TestSyncEveryLaunch(t *testing.T) {
+	for _, n := range []int{8, 12} {
+		r := newRec()
+		r.stream(sA, true)
+		r.launch(sA)
+		r.launch(sA) // two launches, one sync: not part of a run
+		r.sync(sA, frameStep)
+		for range n {
+			r.launch(sA)
+			r.sync(sA, frameStep)
+		}
+		r.launch(sA)
+		r.launch(sA) // the run ends
+		r.sync(sA, frameOther)
+		_, _, fs := run(t, r, Options{})
+		got := only(t, fs, SyncEveryLaunch)
+		if n+1 < 10 {
+			if len(got) != 0 {
+				t.Errorf("%d: %+v", n, got)
+			}
+			continue
+		}
+		if len(got) != 1 {
+			t.Fatalf("findings %+v", fs)
+		}
+		f := got[0]
+		l, s := f.Examples[0].Calls[0], f.Examples[0].Calls[1]
+		// The run starts with the launch that the first sync at the site
+		// followed alone: the second launch of the pair.
+		if f.Count != int64(n)+1 || l.Role != "launch" || s.Role != "sync" || s.Site != "train_step (train)" || s.Call != "cudaStreamSynchronize" ||
+			l.Seq+1 != s.Seq || f.Examples[0].Note != "1 run, the longest 13 launches" {
+			t.Errorf("finding %+v", f)
+		}
+	}
+}
+
+// A clean pipeline: pinned buffers, a copy stream and a compute stream
+// ordered by events both ways, a sync per step: nothing fires.
+func TestCleanPipeline(t *testing.T) {
+	r := newRec()
+	r.stream(sA, true)
+	r.stream(sB, true)
+	for i := range 50 {
+		buf := dev + uint64(i%2)<<20
+		r.wait(sA, 0xe2) // the copy waits until compute is done with the buffer
+		r.copy(buf, pinned, 1<<20, event.HostToDevice, sA, frameLoad)
+		r.record(0xe1, sA)
+		r.wait(sB, 0xe1)
+		for range 4 {
+			r.launch(sB)
+		}
+		r.Call(event.CudaMemcpyAsync, tid, r.tick(), 5*us, dev+(8<<20), buf, 4096, uint64(event.DeviceToDevice), sB)
+		r.record(0xe2, sB)
+		r.copy(pinned+(512<<10), dev+(8<<20), 4096, event.DeviceToHost, sB, frameStep)
+		r.sync(sB, frameStep)
+	}
+	_, c, fs := run(t, r, Options{})
+	if len(fs) != 0 || c.Limits().any() {
+		t.Errorf("findings %+v, limits %+v", fs, c.Limits())
+	}
+}
+
+func TestTextAndJSON(t *testing.T) {
+	r := newRec()
+	r.stream(sA, true)
+	r.stream(sB, true)
+	for range 10 {
+		r.copy(dev, hostBuf, 4096, event.HostToDevice, 0, frameLoad)
+		r.memset(dev, 4096, sA)
+		r.launch(sB)
+		r.sync(sB, frameStep)
+	}
+	res, c, fs := run(t, r, Options{})
+	want := []ID{LegacyNonBlocking, CrossStreamRace, PageableLoop, SyncEveryLaunch}
+	if len(fs) != len(want) {
+		t.Fatalf("findings %+v", fs)
+	}
+	for i, f := range fs {
+		if f.ID != want[i] {
+			t.Errorf("finding %d is %s, want %s", i, f.ID, want[i])
+		}
+	}
+	var txt bytes.Buffer
+	if err := WriteText(&txt, res, c, fs, TextOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"cudatap lint: 4 findings", "[cross-stream-race] possible race", "write  cudaMemsetAsync", "at load_batch (train)",
+		"(no stack: record with --stacks all)", "fix: order the use after the write", "sees: copies and memsets only", "dropped events: 0"} {
+		if !strings.Contains(txt.String(), s) {
+			t.Errorf("text lacks %q:\n%s", s, txt.String())
+		}
+	}
+	var sec bytes.Buffer
+	WriteText(&sec, res, c, fs, TextOptions{Section: true, Examples: 1, Input: "run.cudatap"})
+	if s := sec.String(); !strings.HasPrefix(s, "\nlints: 4 findings fired (cudatap lint run.cudatap") || strings.Contains(s, "dropped events") || strings.Contains(s, "sees:") {
+		t.Errorf("section:\n%s", s)
+	}
+	var none bytes.Buffer
+	WriteText(&none, res, c, nil, TextOptions{Section: true})
+	if none.Len() != 0 {
+		t.Errorf("empty section wrote %q", none.String())
+	}
+
+	var js bytes.Buffer
+	if err := WriteJSON(&js, res, c, fs); err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Schema   int       `json:"schema"`
+		Findings []Finding `json:"findings"`
+		Rules    []Rule    `json:"rules"`
+		Lost     *uint64   `json:"lost_events"`
+	}
+	if err := json.Unmarshal(js.Bytes(), &doc); err != nil {
+		t.Fatal(err)
+	}
+	if doc.Schema != Schema || len(doc.Findings) != 4 || len(doc.Rules) != 5 || doc.Lost == nil || doc.Findings[1].Examples[0].Calls[1].Role != "use" {
+		t.Errorf("JSON %s", js.String())
+	}
+	// Findings are final: asking again gives the same.
+	if again := Findings(res, c); len(again) != len(fs) || again[0].Count != fs[0].Count || again[3].Count != fs[3].Count {
+		t.Errorf("second Findings %+v", again)
+	}
+}
+
+func TestClockAndWrites(t *testing.T) {
+	var c clock
+	c.raise(3, 5)
+	c.raise(1, 2)
+	c.raise(3, 4)
+	c.join(clock{{0, 1}, {3, 7}})
+	if len(c) != 3 || c.get(0) != 1 || c.get(1) != 2 || c.get(3) != 7 || c.get(2) != 0 {
+		t.Errorf("clock %v", c)
+	}
+	var w writes
+	w.put(write{start: 0, end: 100, stream: 1})
+	w.put(write{start: 40, end: 60, stream: 2})
+	w.put(write{start: 90, end: 120, stream: 3})
+	want := []write{{start: 0, end: 40, stream: 1}, {start: 40, end: 60, stream: 2}, {start: 60, end: 90, stream: 1}, {start: 90, end: 120, stream: 3}}
+	if len(w.w) != len(want) {
+		t.Fatalf("writes %+v", w.w)
+	}
+	for i := range want {
+		if w.w[i].start != want[i].start || w.w[i].end != want[i].end || w.w[i].stream != want[i].stream {
+			t.Errorf("write %d: %+v, want %+v", i, w.w[i], want[i])
+		}
+	}
+	if i, j := w.overlapping(50, 95); i != 1 || j != 4 {
+		t.Errorf("overlapping(50, 95) = %d, %d", i, j)
+	}
+}
+
+// The race lint's memory stays bounded: writes never known complete are
+// forgotten past maxWrites, and counted.
+func TestWritesBounded(t *testing.T) {
+	r := newRec()
+	r.stream(sA, true)
+	for i := range maxWrites + 10 {
+		r.memset(dev+uint64(i)*512, 256, sA)
+	}
+	_, c, fs := run(t, r, Options{})
+	if len(fs) != 0 {
+		t.Errorf("findings %+v", fs)
+	}
+	ps := c.procs[pid]
+	if n := len(ps.mem.writes.w); n > maxWrites || c.Limits().Writes == 0 {
+		t.Errorf("%d writes kept, %d forgotten", n, c.Limits().Writes)
+	}
+}

@@ -1,0 +1,479 @@
+package lint
+
+import (
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/cudatap/cudatap/export/internal/describe"
+	"github.com/cudatap/cudatap/export/syncs"
+	"github.com/cudatap/cudatap/internal/units"
+	"github.com/cudatap/cudatap/tracer/model"
+)
+
+// Finding is one lint that fired in one process (and device, for
+// many-busy-streams).
+type Finding struct {
+	ID      ID     `json:"id"`
+	Title   string `json:"title"`
+	PID     uint32 `json:"pid"`
+	Process string `json:"process"`
+	Device  *int   `json:"device,omitempty"` // many-busy-streams: the device (-1: unknown)
+	// Count is what fired, in Unit: copies, uses, streams (the most busy
+	// at once) or launches. Sites is how many distinct sites (or pairs of
+	// sites) it came from; Examples shows the most frequent.
+	Count    int64     `json:"count"`
+	Unit     string    `json:"unit"`
+	Summary  string    `json:"summary"`
+	Sites    int       `json:"sites"`
+	Examples []Example `json:"examples"`
+	Fix      string    `json:"fix"`
+	// Scope says what the lint cannot see.
+	Scope string `json:"scope,omitempty"`
+}
+
+// Example is one site (or pair of sites) of a finding: how often it
+// fired there, and the calls of its first occurrence.
+type Example struct {
+	Count int64      `json:"count"`
+	Note  string     `json:"note,omitempty"`
+	Calls []Evidence `json:"calls"`
+}
+
+// Evidence is one call: what it was, when (since the recording began),
+// on which thread and stream, and where: the innermost user Python frame,
+// else the innermost user native frame (syncs.UserSite).
+type Evidence struct {
+	Role        string `json:"role"` // copy, write, use, op, launch, sync
+	Call        string `json:"call"` // the exact symbol
+	Seq         int    `json:"seq"`  // the call's position in its process
+	AtNs        uint64 `json:"at_ns"`
+	TID         uint32 `json:"tid"`
+	Thread      string `json:"thread,omitempty"`
+	Stream      int    `json:"stream"`
+	StreamLabel string `json:"stream_label,omitempty"`
+	Site        string `json:"site"` // "" when the call has no stack (--stacks all captures launches' and memsets')
+	UserFrame   bool   `json:"user_frame"`
+	Via         string `json:"via,omitempty"`
+	Bytes       uint64 `json:"bytes,omitempty"`
+}
+
+// Rule describes one lint: what fires it and the fix.
+type Rule struct {
+	ID    ID     `json:"id"`
+	Title string `json:"title"`
+	Rule  string `json:"rule"`
+	Fix   string `json:"fix"`
+	Scope string `json:"scope,omitempty"`
+}
+
+// Rules describes the lints with opts' thresholds, in report order.
+func Rules(opts Options) []Rule {
+	return []Rule{
+		{LegacyNonBlocking, "non_blocking copy on the legacy default stream",
+			"an asynchronous host↔device copy (cudaMemcpyAsync and the like) on the legacy default stream (stream 0 / cudaStreamLegacy) that its thread does not synchronize right after (a blocking copy such as .item() or .cpu() does)",
+			"put the copy on a non-default stream (with torch.cuda.stream(torch.cuda.Stream()): ..., or a stream made with cudaStreamNonBlocking), or build with per-thread default streams (nvcc --default-stream per-thread): on the legacy default stream it waits for, and holds up, the work of every blocking stream",
+			""},
+		{CrossStreamRace, "possible race: device memory written on one stream, used on another without a wait",
+			"a copy or memset reads or writes device memory that a copy or memset wrote on another stream, with no event wait, legacy-stream rule or host synchronization known to order them",
+			"order the use after the write: cudaEventRecord(e, writing stream) then cudaStreamWaitEvent(using stream, e) (PyTorch: using_stream.wait_stream(writing_stream), and tensor.record_stream(using_stream) when the memory is freed while still in use there)",
+			"copies and memsets only: kernel arguments are not traced, so what kernels read and write is not seen; only memory allocated while traced (cudaMalloc and the like) is followed"},
+		{ManyBusyStreams, fmt.Sprintf("more than %d streams busy at once on one device", opts.MaxBusyStreams),
+			fmt.Sprintf("more than %d streams of a process with GPU work at the same instant on one device", opts.MaxBusyStreams),
+			fmt.Sprintf("use fewer streams (one for compute, one for copies, one for communication) or a small pool reused round-robin: past CUDA_DEVICE_MAX_CONNECTIONS (%d by default) streams share hardware queues and wait behind each other's work", opts.MaxBusyStreams),
+			"from the ops' times as drawn: inferred between the synchronizations that bound them unless --gpu-times measured them; an op nothing bounded has no known duration and is not counted"},
+		{PageableLoop, "pageable copies in a loop",
+			fmt.Sprintf("one call site copying pageable (not pinned) host memory to or from the device at least %d times", opts.PageableRepeats),
+			"pin the host buffer once and reuse it (tensor.pin_memory(), DataLoader(pin_memory=True), cudaHostAlloc or cudaHostRegister): each pageable copy is staged through a driver buffer and blocks the host",
+			""},
+		{SyncEveryLaunch, "a synchronize after every launch",
+			fmt.Sprintf("a thread whose launches are each followed by a stream, device or event synchronize before its next launch, %d launches in a row or more", opts.SyncRun),
+			"synchronize once per step, or only where the host needs a result; to order or time work, record events (cudaEventRecord, torch.cuda.Event) and wait on them",
+			""},
+	}
+}
+
+// namer names the calls of a result's processes.
+type namer struct {
+	r     *model.Result
+	sites map[siteName]named
+}
+
+type siteName struct {
+	pid uint32
+	site
+}
+
+type named struct {
+	site, via string
+	user      bool
+}
+
+func (n *namer) site(p *model.Process, s site) named {
+	k := siteName{p.PID, s}
+	if v, ok := n.sites[k]; ok {
+		return v
+	}
+	py := describe.PyStack(n.r.Names, p, s.py)
+	native := describe.NativeStack(n.r.Names, p, s.stack, s.api, s.symbol, siteFrames)
+	var v named
+	v.site, v.via, v.user = syncs.UserSite(py, native)
+	n.sites[k] = v
+	return v
+}
+
+func (n *namer) evidence(p *model.Process, r ref, role string) Evidence {
+	e := Evidence{Role: role, Call: (&model.Call{API: r.api, Symbol: r.symbol}).SymbolName(), Seq: r.seq, TID: r.tid,
+		Stream: int(r.stream), Bytes: r.bytes}
+	if r.start > n.r.Start {
+		e.AtNs = r.start - n.r.Start
+	}
+	if n.r.Names != nil {
+		e.Thread = n.r.Names.Thread(p.PID, r.tid)
+	}
+	if r.stream >= 0 && int(r.stream) < len(p.Streams) && p.Streams[r.stream] != nil {
+		e.StreamLabel = p.Streams[r.stream].Label()
+	}
+	s := n.site(p, r.site())
+	e.Site, e.Via, e.UserFrame = s.site, s.via, s.user
+	return e
+}
+
+// Findings ends the collection (what was still open counts) and names
+// what fired, lint by lint, process by process. Call it once the model
+// has finished.
+func Findings(r *model.Result, c *Collector) []Finding {
+	if c == nil || r == nil {
+		return nil
+	}
+	c.flush()
+	n := &namer{r: r, sites: map[siteName]named{}}
+	rules := Rules(c.opts)
+	var out []Finding
+	for l := range nLints {
+		for _, p := range r.Processes {
+			ps := c.procs[p.PID]
+			if ps == nil {
+				continue
+			}
+			if l == lStreams {
+				out = append(out, c.streamFindings(n, p, ps, rules[l])...)
+			} else if f, ok := c.groupFinding(n, p, ps, l, rules[l]); ok {
+				out = append(out, f)
+			}
+		}
+	}
+	return out
+}
+
+// Limits is what the collector's bounds left out.
+func (c *Collector) Limits() Limits { return c.limits }
+
+var roles = [nLints][2]string{lLegacy: {"copy"}, lRace: {"write", "use"}, lPageable: {"copy"}, lSync: {"launch", "sync"}}
+
+// merged is the groups of one lint whose calls have the same named sites.
+type merged struct {
+	group
+	first int // seq of its first call
+	calls []Evidence
+}
+
+func (c *Collector) groupFinding(n *namer, p *model.Process, ps *proc, l int, rule Rule) (Finding, bool) {
+	var list []*merged
+	index := map[string]*merged{}
+	for i := range ps.groups[l].list {
+		g := &ps.groups[l].list[i]
+		var calls []Evidence
+		var key strings.Builder
+		for k, role := range roles[l] {
+			if role == "" {
+				continue
+			}
+			e := n.evidence(p, g.calls[k], role)
+			calls = append(calls, e)
+			fmt.Fprintf(&key, "%s|%s|", e.Call, e.Site)
+			if e.Site == "" {
+				// No stack: the raw key's thread and stream tell sites apart.
+				fmt.Fprintf(&key, "%d|%d|", g.key.tid, e.Stream)
+			}
+		}
+		fmt.Fprintf(&key, "%d", g.key.kind)
+		m := index[key.String()]
+		if m == nil {
+			m = &merged{group: group{key: g.key, calls: g.calls, addr: g.addr, allocStart: g.allocStart, allocSize: g.allocSize},
+				first: g.calls[0].seq, calls: calls}
+			index[key.String()] = m
+			list = append(list, m)
+		} else if g.calls[0].seq < m.first {
+			m.first, m.calls, m.group.calls = g.calls[0].seq, calls, g.calls
+			m.addr, m.allocStart, m.allocSize = g.addr, g.allocStart, g.allocSize
+		}
+		m.count += g.count
+		m.bytes += g.bytes
+		m.waited += g.waited
+		m.pageable += g.pageable
+		m.runs += g.runs
+		m.longest = max(m.longest, g.longest)
+	}
+	if l == lPageable {
+		list = slices.DeleteFunc(list, func(m *merged) bool { return m.count < int64(c.opts.PageableRepeats) })
+	}
+	if len(list) == 0 {
+		return Finding{}, false
+	}
+	slices.SortStableFunc(list, func(a, b *merged) int { return cmp.Or(cmp.Compare(b.count, a.count), cmp.Compare(a.first, b.first)) })
+	f := Finding{ID: rule.ID, Title: rule.Title, PID: p.PID, Process: p.Label(), Sites: len(list), Fix: rule.Fix, Scope: rule.Scope}
+	var bytes uint64
+	var waited, pageable, runs int64
+	for _, m := range list {
+		f.Count += m.count
+		bytes += m.bytes
+		waited += m.waited
+		pageable += m.pageable
+		runs += m.runs
+	}
+	for _, m := range list[:min(len(list), c.opts.Examples)] {
+		f.Examples = append(f.Examples, Example{Count: m.count, Note: note(l, m), Calls: m.calls})
+	}
+	switch l {
+	case lLegacy:
+		f.Unit = "copies"
+		f.Summary = fmt.Sprintf("%s (%s) on the legacy default stream not synchronized right after, from %s; %d from pageable memory, %d waited for work queued on blocking streams",
+			plural(f.Count, "asynchronous host↔device copy", "asynchronous host↔device copies"), units.Bytes(bytes), plural(f.Sites, "site", "sites"), pageable, waited)
+	case lRace:
+		f.Unit = "uses"
+		f.Summary = fmt.Sprintf("%s device memory another stream wrote, with no event wait or synchronization known between (%s, at %s)",
+			plural(f.Count, "copy or memset used", "copies and memsets used"), units.Bytes(bytes), plural(f.Sites, "pair of sites", "pairs of sites"))
+	case lPageable:
+		f.Unit = "copies"
+		f.Summary = fmt.Sprintf("%s (%s) from %s, each at least %d times",
+			plural(f.Count, "pageable copy", "pageable copies"), units.Bytes(bytes), plural(f.Sites, "call site", "call sites"), c.opts.PageableRepeats)
+	case lSync:
+		f.Unit = "launches"
+		f.Summary = fmt.Sprintf("%s in %s of at least %d, each followed by a synchronize before the next launch",
+			plural(f.Count, "launch", "launches"), plural(runs, "run", "runs"), c.opts.SyncRun)
+	}
+	return f, true
+}
+
+func note(l int, m *merged) string {
+	switch l {
+	case lLegacy:
+		return fmt.Sprintf("%s %s", units.Bytes(m.bytes), m.key.kind)
+	case lRace:
+		return fmt.Sprintf("%s in all; first at 0x%x, offset %s into a %s allocation at 0x%x",
+			units.Bytes(m.bytes), m.addr, units.Bytes(m.addr-m.allocStart), units.Bytes(m.allocSize), m.allocStart)
+	case lPageable:
+		return fmt.Sprintf("%s %s in all", units.Bytes(m.bytes), m.key.kind)
+	case lSync:
+		return fmt.Sprintf("%s, the longest %d launches", plural(m.runs, "run", "runs"), m.longest)
+	}
+	return ""
+}
+
+func (c *Collector) streamFindings(n *namer, p *model.Process, ps *proc, rule Rule) []Finding {
+	var out []Finding
+	for _, d := range ps.ops.devices {
+		s := ps.ops.sweeps[d]
+		if s.peak <= c.opts.MaxBusyStreams {
+			continue
+		}
+		dev := int(d)
+		f := Finding{ID: rule.ID, Title: rule.Title, PID: p.PID, Process: p.Label(), Device: &dev, Count: int64(s.peak), Unit: "streams",
+			Sites: len(s.shown), Fix: rule.Fix, Scope: rule.Scope}
+		where := "device " + strconv.Itoa(dev)
+		if d == model.DeviceUnknown {
+			where = "an unknown device"
+		}
+		at := uint64(0)
+		if s.peakAt > n.r.Start {
+			at = s.peakAt - n.r.Start
+		}
+		f.Summary = fmt.Sprintf("up to %d streams had GPU work at once on %s (at +%s); more than %d for %s in all",
+			s.peak, where, dur(at), c.opts.MaxBusyStreams, dur(s.overNs))
+		for _, x := range s.shown {
+			e := n.evidence(p, x.call, "op")
+			e.Stream = int(x.stream)
+			f.Examples = append(f.Examples, Example{Count: 1, Note: fmt.Sprintf("on the GPU %s–%s", at2(n, x.start), at2(n, x.end)), Calls: []Evidence{e}})
+		}
+		out = append(out, f)
+	}
+	return out
+}
+
+func at2(n *namer, t uint64) string {
+	if t > n.r.Start {
+		return "+" + dur(t-n.r.Start)
+	}
+	return "+0s"
+}
+
+func plural[N int | int64](n N, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return strconv.FormatInt(int64(n), 10) + " " + many
+}
+
+func dur(ns uint64) string { return time.Duration(ns).Round(time.Microsecond).String() }
+
+// TextOptions tune WriteText.
+type TextOptions struct {
+	// Examples shown per finding (0: all it has).
+	Examples int
+	// Section writes the short section of the record and export summary:
+	// nothing when no lint fired, no rules, no loss account.
+	Section bool
+	// Input names the recording in the hint to `cudatap lint`.
+	Input string
+}
+
+// WriteText writes the findings for a terminal.
+func WriteText(w io.Writer, r *model.Result, c *Collector, fs []Finding, opts TextOptions) error {
+	var b strings.Builder
+	limits := Limits{}
+	if c != nil {
+		limits = c.limits
+	}
+	switch {
+	case opts.Section && len(fs) == 0:
+		return nil
+	case opts.Section:
+		in := opts.Input
+		if in == "" {
+			in = "IN.cudatap"
+		}
+		fmt.Fprintf(&b, "\nlints: %s fired (cudatap lint %s shows every example and the rules)\n", plural(len(fs), "finding", "findings"), in)
+	case len(fs) == 0:
+		fmt.Fprintf(&b, "cudatap lint: no lint fired (%s)\n", idList())
+	default:
+		fmt.Fprintf(&b, "cudatap lint: %s (%s)\n", plural(len(fs), "finding", "findings"), idList())
+	}
+	for _, f := range fs {
+		b.WriteString("\n")
+		writeFinding(&b, &f, opts)
+	}
+	if limits.any() {
+		fmt.Fprintf(&b, "\nlint limits (counted, not shown): %s\n", limitsLine(limits))
+	}
+	if !opts.Section {
+		fmt.Fprintf(&b, "\n%s\n", describe.Account(r))
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func idList() string {
+	var s []string
+	for _, id := range ids {
+		s = append(s, string(id))
+	}
+	return "checked: " + strings.Join(s, ", ")
+}
+
+func writeFinding(b *strings.Builder, f *Finding, opts TextOptions) {
+	indent := "  "
+	fmt.Fprintf(b, "%s[%s] %s\n", indent, f.ID, f.Title)
+	fmt.Fprintf(b, "%s  %s: %s\n", indent, f.Process, f.Summary)
+	ex := f.Examples
+	if opts.Examples > 0 && len(ex) > opts.Examples {
+		ex = ex[:opts.Examples]
+	}
+	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
+	for i, e := range ex {
+		if f.ID != ManyBusyStreams || i == 0 {
+			head := fmt.Sprintf("%s  ×%d", indent, e.Count)
+			if f.ID == ManyBusyStreams {
+				head = fmt.Sprintf("%s  the busy streams at the peak, by the call that enqueued their latest op:", indent)
+			} else if e.Note != "" {
+				head += ": " + e.Note
+			}
+			tw.Flush()
+			fmt.Fprintln(b, head)
+		}
+		for _, ev := range e.Calls {
+			where := ev.Site
+			switch {
+			case where == "":
+				where = "(no stack: record with --stacks all)"
+			case !ev.UserFrame:
+				where += " [no user frame]"
+			}
+			extra := ""
+			if f.ID == ManyBusyStreams {
+				extra = "\t" + e.Note
+			}
+			fmt.Fprintf(tw, "%s    %s\t%s\t+%s\t%s\t%s\tat %s%s\n", indent, ev.Role, ev.Call, dur(ev.AtNs), threadLabel(ev), streamLabel(ev), where, extra)
+		}
+	}
+	tw.Flush()
+	if n := len(f.Examples) - len(ex); n > 0 {
+		fmt.Fprintf(b, "%s  (%d more in cudatap lint)\n", indent, n)
+	}
+	fmt.Fprintf(b, "%s  fix: %s\n", indent, f.Fix)
+	if f.Scope != "" && !opts.Section {
+		fmt.Fprintf(b, "%s  sees: %s\n", indent, f.Scope)
+	}
+}
+
+func threadLabel(e Evidence) string {
+	if e.Thread != "" {
+		return fmt.Sprintf("%s (tid %d)", e.Thread, e.TID)
+	}
+	return fmt.Sprintf("tid %d", e.TID)
+}
+
+func streamLabel(e Evidence) string {
+	if e.StreamLabel != "" {
+		return e.StreamLabel
+	}
+	return "stream " + strconv.Itoa(e.Stream)
+}
+
+func limitsLine(l Limits) string {
+	var s []string
+	add := func(n int64, what string) {
+		if n != 0 {
+			s = append(s, fmt.Sprintf("%d %s", n, what))
+		}
+	}
+	add(l.Threads, "calls of threads past the lints' limit")
+	add(l.Sites, "occurrences at sites past the limit of distinct sites")
+	add(l.Streams, "ops on streams past the limit (not checked for races)")
+	add(l.Events, "event positions forgotten (later waits on them unknown)")
+	add(l.Allocs, "device allocations not followed")
+	add(l.Writes, "device writes forgotten (races with them not seen)")
+	add(l.LateOps, "GPU ops laid out after the stream count passed their start (clipped)")
+	return strings.Join(s, "; ")
+}
+
+// Schema is the version of WriteJSON's document.
+const Schema = 1
+
+// WriteJSON writes the findings, the rules, the limits and the loss
+// account as one JSON document.
+func WriteJSON(w io.Writer, r *model.Result, c *Collector, fs []Finding) error {
+	opts, limits := DefaultOptions(), Limits{}
+	if c != nil {
+		opts, limits = c.opts, c.limits
+	}
+	if fs == nil {
+		fs = []Finding{}
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(struct {
+		Schema   int         `json:"schema"`
+		Findings []Finding   `json:"findings"`
+		Rules    []Rule      `json:"rules"`
+		Limits   Limits      `json:"limits"`
+		Drops    model.Drops `json:"drops"`
+		Lost     uint64      `json:"lost_events"`
+	}{Schema, fs, Rules(opts), limits, r.Drops, r.Drops.Lost()})
+}
