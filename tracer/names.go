@@ -29,6 +29,11 @@ type resolver struct {
 	s     *Session
 	names *model.Names
 	procs map[uint32]bool
+	// early: processes named before their first call (those running when
+	// the session went live): named again at their first call, once,
+	// since a launched command may not have exec'd yet when first named
+	// (it showed as cudatap).
+	early map[uint32]bool
 	// Python frames that did not resolve yet, and per process how many
 	// did: a launched interpreter is readable only once it runs, so a
 	// frame that failed is asked again as soon as another one of its
@@ -58,7 +63,7 @@ const maxComms = 1 << 14
 const maxMappings = 4096
 
 func newResolver(s *Session) *resolver {
-	return &resolver{s: s, names: model.NewNames(), procs: map[uint32]bool{},
+	return &resolver{s: s, names: model.NewNames(), procs: map[uint32]bool{}, early: map[uint32]bool{},
 		pyFailed: map[model.PyNameKey]pyRetry{}, pyResolved: map[uint32]uint32{}, comms: map[uint32]string{},
 		callers: map[model.NameKey]bool{}, kernels: newKernelDecoder(), nmaps: map[uint32]int{}}
 }
@@ -161,6 +166,18 @@ func (r *resolver) event(ev *event.Event, fn uint64) {
 	}
 }
 
+// processEarly names pid before its first call; its first call names it
+// again.
+func (r *resolver) processEarly(pid uint32) {
+	if r.procs[pid] {
+		return
+	}
+	r.process(pid)
+	if len(r.early) < maxComms {
+		r.early[pid] = true
+	}
+}
+
 func hasKey(m map[model.NameKey]string, k model.NameKey) bool {
 	_, ok := m[k]
 	return ok
@@ -169,13 +186,21 @@ func hasKey(m map[model.NameKey]string, k model.NameKey) bool {
 // process names pid the first time it is seen: from /proc, with the CUDA
 // libraries hooked in it.
 func (r *resolver) process(pid uint32) {
-	if r.procs[pid] {
+	if r.procs[pid] && !r.early[pid] {
 		return
 	}
+	again := r.procs[pid]
+	delete(r.early, pid)
 	r.procs[pid] = true
 	info := readProcessInfo(pid)
 	if info.Comm == "" {
 		info.Comm = r.comms[pid] // gone already: the name it loaded libraries under
+	}
+	if again {
+		old := r.names.Procs[pid]
+		if info.Comm == "" || (info.Comm == old.Comm && info.Cmdline == old.Cmdline) {
+			return
+		}
 	}
 	delete(r.comms, pid)
 	s := r.s

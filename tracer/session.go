@@ -314,7 +314,7 @@ func (s *Session) run(ctx context.Context) (*Outcome, error) {
 	// Processes that make no call while traced still appear in every output.
 	for _, pid := range s.livePIDs() {
 		s.model.AddProcess(uint32(pid))
-		s.names.process(uint32(pid))
+		s.names.processEarly(uint32(pid))
 	}
 	s.gpu = startGPU(ctx, s.cfg.NVMLInterval)
 	if s.gpu.status != "" {

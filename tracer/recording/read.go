@@ -215,11 +215,16 @@ func (rp *Replay) name(typ byte, buf []byte, t *Transform) error {
 		n := rp.Names
 		switch typ {
 		case recProcess:
+			// A process may be named twice (again at its first call, once
+			// it had exec'd): the last name stands.
+			_, seen := n.Procs[pid]
 			var info model.ProcessInfo
 			if json.Unmarshal([]byte(name), &info) == nil {
 				n.Procs[pid] = info
 			}
-			rp.Processes = append(rp.Processes, pid)
+			if !seen {
+				rp.Processes = append(rp.Processes, pid)
+			}
 		case recThread:
 			n.Threads[model.NameKey{PID: pid, Key: key}] = name
 		case recKernel:
