@@ -14,7 +14,9 @@
  * "ready <pid>" and reads one line; with --wait-file it polls every 1 ms
  * until PATH exists; then it sleeps --sleep-ms. The scenarios are described
  * at their functions: basic (the default), launches, ptsz, timing and all in
- * every build; driver, driver-all and mixed in the -DSIM_DRIVER build; nccl
+ * every build, and the lint scenarios (lint-legacy-nonblocking,
+ * lint-cross-stream, lint-many-streams, lint-pageable-loop,
+ * lint-sync-every-launch, lint-clean), each provoking one of cudatap's lints; driver, driver-all and mixed in the -DSIM_DRIVER build; nccl
  * in the -DSIM_NCCL build.
  *
  * Built five ways: linked against libcudart.so.13 (workload); with
@@ -1025,6 +1027,246 @@ static void scenario_stacktop(const struct options *o)
 	munmap(m, size);
 }
 
+/*
+ * The lint scenarios: each provokes one of cudatap's lints (export/lint) and
+ * nothing else, with its calls made from functions of their own so that a
+ * tracer names each site; lint-clean provokes none. Buffers are allocated
+ * and pinned up front; every scenario ends with cudaDeviceSynchronize.
+ */
+static struct {
+	void *dev, *dev2, *pinned;
+	char *pageable;
+} lint_mem;
+
+static void lint_setup(void)
+{
+	CK(cudaMalloc, &lint_mem.dev, 4 * MiB);
+	CK(cudaMalloc, &lint_mem.dev2, MiB);
+	CK(cudaHostAlloc, &lint_mem.pinned, 2 * MiB, cudaHostAllocDefault);
+	lint_mem.pageable = xmalloc(MiB);
+	memset(lint_mem.pageable, 1, MiB);
+}
+
+static void lint_teardown(void)
+{
+	CK(cudaDeviceSynchronize);
+	CK(cudaFreeHost, lint_mem.pinned);
+	CK(cudaFree, lint_mem.dev2);
+	CK(cudaFree, lint_mem.dev);
+	free(lint_mem.pageable);
+}
+
+__attribute__((noinline, used)) void lint_upload(void)
+{
+	CK(cudaMemcpyAsync, lint_mem.dev, lint_mem.pinned, 64 * KiB, cudaMemcpyHostToDevice, NULL);
+}
+
+__attribute__((noinline, used)) void lint_upload_legacy(void)
+{
+	CK(cudaMemcpyAsync, lint_mem.dev, lint_mem.pinned, 4 * KiB, cudaMemcpyHostToDevice, cudaStreamLegacy);
+}
+
+__attribute__((noinline, used)) void lint_read_back(void)
+{
+	/* What .item() does: a copy, then at once a sync of its stream. */
+	CK(cudaMemcpyAsync, (char *)lint_mem.pinned + MiB, lint_mem.dev, 4, cudaMemcpyDeviceToHost, NULL);
+	CK(cudaStreamSynchronize, NULL);
+}
+
+/* lint-legacy-nonblocking: per iteration a non_blocking upload on the legacy
+ * default stream (64 KiB H2D cudaMemcpyAsync from pinned memory on stream
+ * NULL, in lint_upload), a gemm and a relu launch on it, and a read-back as
+ * .item() makes it (lint_read_back: a 4-byte D2H copy followed at once by
+ * cudaStreamSynchronize(NULL): a blocking copy, not a non_blocking one);
+ * then one 4 KiB upload on cudaStreamLegacy (lint_upload_legacy) and a
+ * launch. N+1 non_blocking copies from 2 sites. */
+static void scenario_lint_legacy(const struct options *o)
+{
+	dim3 grid = { 4, 1, 1 }, block = { 128, 1, 1 };
+	lint_setup();
+	for (long it = 0; it < o->iters; it++) {
+		lint_upload();
+		CK(cudaLaunchKernel, GEMM, grid, block, gemm_args, 0, NULL);
+		CK(cudaLaunchKernel, RELU, grid, block, relu_args, 0, NULL);
+		lint_read_back();
+	}
+	lint_upload_legacy();
+	CK(cudaLaunchKernel, RELU, grid, block, relu_args, 0, NULL);
+	lint_teardown();
+}
+
+__attribute__((noinline, used)) void lint_produce(cudaStream_t s)
+{
+	CK(cudaMemcpyAsync, lint_mem.dev, lint_mem.pinned, 256 * KiB, cudaMemcpyHostToDevice, s);
+}
+
+__attribute__((noinline, used)) void lint_consume(cudaStream_t s)
+{
+	CK(cudaMemcpyAsync, lint_mem.dev2, lint_mem.dev, 4 * KiB, cudaMemcpyDeviceToDevice, s);
+}
+
+/* lint-cross-stream: a producer and a consumer stream, both non-blocking.
+ * Per iteration the producer uploads 256 KiB into a device buffer
+ * (lint_produce: H2D from pinned memory) and the consumer copies 4 KiB of
+ * it into another buffer (lint_consume: D2D) with nothing between: a
+ * possible race; cudaDeviceSynchronize. Then the same done right: the
+ * producer uploads again, an event recorded on it is waited for by the
+ * consumer, which copies; a 64 KiB memset on the consumer of a part of the
+ * buffer nobody wrote; cudaDeviceSynchronize. N races, one pair of sites. */
+static void scenario_lint_cross_stream(const struct options *o)
+{
+	cudaStream_t producer, consumer;
+	cudaEvent_t ready;
+	lint_setup();
+	CK(cudaStreamCreateWithFlags, &producer, cudaStreamNonBlocking);
+	CK(cudaStreamCreateWithFlags, &consumer, cudaStreamNonBlocking);
+	CK(cudaEventCreateWithFlags, &ready, cudaEventDisableTiming);
+	for (long it = 0; it < o->iters; it++) {
+		lint_produce(producer);
+		lint_consume(consumer);
+		CK(cudaDeviceSynchronize);
+		lint_produce(producer);
+		CK(cudaEventRecord, ready, producer);
+		CK(cudaStreamWaitEvent, consumer, ready, 0);
+		lint_consume(consumer);
+		CK(cudaMemsetAsync, (char *)lint_mem.dev + MiB, 0, 64 * KiB, consumer);
+		CK(cudaDeviceSynchronize);
+	}
+	CK(cudaEventDestroy, ready);
+	CK(cudaStreamDestroy, consumer);
+	CK(cudaStreamDestroy, producer);
+	lint_teardown();
+}
+
+#define LINT_STREAMS 10
+
+/* lint-many-streams: LINT_STREAMS non-blocking streams. Per iteration a
+ * 2 ms gemm (grid 2000) on each, enqueued back to back, then
+ * cudaDeviceSynchronize: all ten are busy at once. Then per iteration the
+ * same on four of them only. */
+static void scenario_lint_many_streams(const struct options *o)
+{
+	cudaStream_t s[LINT_STREAMS];
+	dim3 grid = { 2000, 1, 1 }, block = { 256, 1, 1 };
+	for (int i = 0; i < LINT_STREAMS; i++)
+		CK(cudaStreamCreateWithFlags, &s[i], cudaStreamNonBlocking);
+	for (long it = 0; it < o->iters; it++) {
+		for (int i = 0; i < LINT_STREAMS; i++)
+			CK(cudaLaunchKernel, GEMM, grid, block, gemm_args, 0, s[i]);
+		CK(cudaDeviceSynchronize);
+	}
+	for (long it = 0; it < o->iters; it++) {
+		for (int i = 0; i < 4; i++)
+			CK(cudaLaunchKernel, GEMM, grid, block, gemm_args, 0, s[i]);
+		CK(cudaDeviceSynchronize);
+	}
+	for (int i = 0; i < LINT_STREAMS; i++)
+		CK(cudaStreamDestroy, s[i]);
+}
+
+__attribute__((noinline, used)) void lint_load_pageable(cudaStream_t s)
+{
+	CK(cudaMemcpyAsync, lint_mem.dev, lint_mem.pageable, 64 * KiB, cudaMemcpyHostToDevice, s);
+}
+
+__attribute__((noinline, used)) void lint_load_pinned(cudaStream_t s)
+{
+	CK(cudaMemcpyAsync, lint_mem.dev2, lint_mem.pinned, 64 * KiB, cudaMemcpyHostToDevice, s);
+}
+
+__attribute__((noinline, used)) void lint_load_once(cudaStream_t s)
+{
+	CK(cudaMemcpyAsync, lint_mem.dev2, lint_mem.pageable, 4 * KiB, cudaMemcpyHostToDevice, s);
+}
+
+/* lint-pageable-loop: a non-blocking stream; per iteration a 64 KiB H2D
+ * copy from the same pageable buffer at one site (lint_load_pageable), one
+ * from a pinned buffer (lint_load_pinned) and two launches; then a single
+ * 4 KiB pageable copy at another site (lint_load_once). */
+static void scenario_lint_pageable_loop(const struct options *o)
+{
+	cudaStream_t s;
+	dim3 grid = { 4, 1, 1 }, block = { 128, 1, 1 };
+	lint_setup();
+	CK(cudaStreamCreateWithFlags, &s, cudaStreamNonBlocking);
+	for (long it = 0; it < o->iters; it++) {
+		lint_load_pageable(s);
+		lint_load_pinned(s);
+		CK(cudaLaunchKernel, GEMM, grid, block, gemm_args, 0, s);
+		CK(cudaLaunchKernel, RELU, grid, block, relu_args, 0, s);
+	}
+	lint_load_once(s);
+	CK(cudaStreamSynchronize, s);
+	CK(cudaStreamDestroy, s);
+	lint_teardown();
+}
+
+__attribute__((noinline, used)) void lint_step_sync(cudaStream_t s)
+{
+	CK(cudaStreamSynchronize, s);
+}
+
+/* lint-sync-every-launch: a non-blocking stream; N launches, each followed
+ * by cudaStreamSynchronize of the stream (lint_step_sync); then N pairs of
+ * launches with one sync per pair (cudaDeviceSynchronize). One run of N
+ * launches. */
+static void scenario_lint_sync_every_launch(const struct options *o)
+{
+	cudaStream_t s;
+	dim3 grid = { 4, 1, 1 }, block = { 128, 1, 1 };
+	CK(cudaStreamCreateWithFlags, &s, cudaStreamNonBlocking);
+	for (long it = 0; it < o->iters; it++) {
+		CK(cudaLaunchKernel, GEMM, grid, block, gemm_args, 0, s);
+		lint_step_sync(s);
+	}
+	for (long it = 0; it < o->iters; it++) {
+		CK(cudaLaunchKernel, GEMM, grid, block, gemm_args, 0, s);
+		CK(cudaLaunchKernel, RELU, grid, block, relu_args, 0, s);
+		CK(cudaDeviceSynchronize);
+	}
+	CK(cudaStreamDestroy, s);
+}
+
+/* lint-clean: what the lints ask for. A copy stream and a compute stream,
+ * both non-blocking, pinned host buffers and two device buffers used in
+ * turn. Per iteration: the copy stream waits until compute is done with
+ * the buffer (an event recorded after its last use), uploads 1 MiB into it
+ * and records an event the compute stream waits for; the compute stream
+ * runs four launches, copies 4 KiB out of the buffer (D2D), records the
+ * buffer's done event, reads 4 KiB back into pinned memory; one
+ * cudaStreamSynchronize of the compute stream. */
+static void scenario_lint_clean(const struct options *o)
+{
+	cudaStream_t copy, compute;
+	cudaEvent_t ready, done[2];
+	dim3 grid = { 4, 1, 1 }, block = { 128, 1, 1 };
+	lint_setup();
+	CK(cudaStreamCreateWithFlags, &copy, cudaStreamNonBlocking);
+	CK(cudaStreamCreateWithFlags, &compute, cudaStreamNonBlocking);
+	CK(cudaEventCreateWithFlags, &ready, cudaEventDisableTiming);
+	CK(cudaEventCreateWithFlags, &done[0], cudaEventDisableTiming);
+	CK(cudaEventCreateWithFlags, &done[1], cudaEventDisableTiming);
+	for (long it = 0; it < o->iters; it++) {
+		char *buf = (char *)lint_mem.dev + (it % 2) * 2 * MiB;
+		CK(cudaStreamWaitEvent, copy, done[it % 2], 0);
+		CK(cudaMemcpyAsync, buf, lint_mem.pinned, MiB, cudaMemcpyHostToDevice, copy);
+		CK(cudaEventRecord, ready, copy);
+		CK(cudaStreamWaitEvent, compute, ready, 0);
+		for (int k = 0; k < 4; k++)
+			CK(cudaLaunchKernel, GEMM, grid, block, gemm_args, 0, compute);
+		CK(cudaMemcpyAsync, lint_mem.dev2, buf, 4 * KiB, cudaMemcpyDeviceToDevice, compute);
+		CK(cudaEventRecord, done[it % 2], compute);
+		CK(cudaMemcpyAsync, (char *)lint_mem.pinned + MiB, lint_mem.dev2, 4 * KiB, cudaMemcpyDeviceToHost, compute);
+		CK(cudaStreamSynchronize, compute);
+	}
+	CK(cudaEventDestroy, done[1]);
+	CK(cudaEventDestroy, done[0]);
+	CK(cudaEventDestroy, ready);
+	CK(cudaStreamDestroy, compute);
+	CK(cudaStreamDestroy, copy);
+	lint_teardown();
+}
+
 static const struct {
 	const char *name;
 	void (*run)(const struct options *);
@@ -1032,6 +1274,9 @@ static const struct {
 	{ "basic", scenario_basic },   { "launches", scenario_launches }, { "ptsz", scenario_ptsz },
 	{ "devices", scenario_devices }, { "handles", scenario_handles },
 	{ "timing", scenario_timing }, { "all", scenario_all },   { "stacktop", scenario_stacktop },
+	{ "lint-legacy-nonblocking", scenario_lint_legacy }, { "lint-cross-stream", scenario_lint_cross_stream },
+	{ "lint-many-streams", scenario_lint_many_streams }, { "lint-pageable-loop", scenario_lint_pageable_loop },
+	{ "lint-sync-every-launch", scenario_lint_sync_every_launch }, { "lint-clean", scenario_lint_clean },
 #ifdef SIM_DRIVER
 	{ "driver", scenario_driver }, { "driver-all", scenario_driver_all }, { "mixed", scenario_mixed },
 #endif
