@@ -1031,7 +1031,8 @@ static void scenario_stacktop(const struct options *o)
  * The lint scenarios: each provokes one of cudatap's lints (export/lint) and
  * nothing else, with its calls made from functions of their own so that a
  * tracer names each site; lint-clean provokes none. Buffers are allocated
- * and pinned up front; every scenario ends with cudaDeviceSynchronize.
+ * and pinned up front; every scenario's last call is cudaDeviceSynchronize
+ * (their number is given at each scenario).
  */
 static struct {
 	void *dev, *dev2, *pinned;
@@ -1047,13 +1048,15 @@ static void lint_setup(void)
 	memset(lint_mem.pageable, 1, MiB);
 }
 
+/* The last call of every lint scenario is a cudaDeviceSynchronize: a
+ * tracer's test waits for it to know it has seen every call. */
 static void lint_teardown(void)
 {
-	CK(cudaDeviceSynchronize);
 	CK(cudaFreeHost, lint_mem.pinned);
 	CK(cudaFree, lint_mem.dev2);
 	CK(cudaFree, lint_mem.dev);
 	free(lint_mem.pageable);
+	CK(cudaDeviceSynchronize);
 }
 
 __attribute__((noinline, used)) void lint_upload(void)
@@ -1079,7 +1082,7 @@ __attribute__((noinline, used)) void lint_read_back(void)
  * .item() makes it (lint_read_back: a 4-byte D2H copy followed at once by
  * cudaStreamSynchronize(NULL): a blocking copy, not a non_blocking one);
  * then one 4 KiB upload on cudaStreamLegacy (lint_upload_legacy) and a
- * launch. N+1 non_blocking copies from 2 sites. */
+ * launch. N+1 non_blocking copies from 2 sites; 1 cudaDeviceSynchronize. */
 static void scenario_lint_legacy(const struct options *o)
 {
 	dim3 grid = { 4, 1, 1 }, block = { 128, 1, 1 };
@@ -1112,7 +1115,8 @@ __attribute__((noinline, used)) void lint_consume(cudaStream_t s)
  * possible race; cudaDeviceSynchronize. Then the same done right: the
  * producer uploads again, an event recorded on it is waited for by the
  * consumer, which copies; a 64 KiB memset on the consumer of a part of the
- * buffer nobody wrote; cudaDeviceSynchronize. N races, one pair of sites. */
+ * buffer nobody wrote; cudaDeviceSynchronize. N races, one pair of sites;
+ * 2N+1 cudaDeviceSynchronize. */
 static void scenario_lint_cross_stream(const struct options *o)
 {
 	cudaStream_t producer, consumer;
@@ -1143,7 +1147,7 @@ static void scenario_lint_cross_stream(const struct options *o)
 /* lint-many-streams: LINT_STREAMS non-blocking streams. Per iteration a
  * 2 ms gemm (grid 2000) on each, enqueued back to back, then
  * cudaDeviceSynchronize: all ten are busy at once. Then per iteration the
- * same on four of them only. */
+ * same on four of them only. 2N+1 cudaDeviceSynchronize. */
 static void scenario_lint_many_streams(const struct options *o)
 {
 	cudaStream_t s[LINT_STREAMS];
@@ -1162,6 +1166,7 @@ static void scenario_lint_many_streams(const struct options *o)
 	}
 	for (int i = 0; i < LINT_STREAMS; i++)
 		CK(cudaStreamDestroy, s[i]);
+	CK(cudaDeviceSynchronize);
 }
 
 __attribute__((noinline, used)) void lint_load_pageable(cudaStream_t s)
@@ -1182,7 +1187,8 @@ __attribute__((noinline, used)) void lint_load_once(cudaStream_t s)
 /* lint-pageable-loop: a non-blocking stream; per iteration a 64 KiB H2D
  * copy from the same pageable buffer at one site (lint_load_pageable), one
  * from a pinned buffer (lint_load_pinned) and two launches; then a single
- * 4 KiB pageable copy at another site (lint_load_once). */
+ * 4 KiB pageable copy at another site (lint_load_once). N pageable copies
+ * at one site; 1 cudaDeviceSynchronize. */
 static void scenario_lint_pageable_loop(const struct options *o)
 {
 	cudaStream_t s;
@@ -1209,7 +1215,7 @@ __attribute__((noinline, used)) void lint_step_sync(cudaStream_t s)
 /* lint-sync-every-launch: a non-blocking stream; N launches, each followed
  * by cudaStreamSynchronize of the stream (lint_step_sync); then N pairs of
  * launches with one sync per pair (cudaDeviceSynchronize). One run of N
- * launches. */
+ * launches; N+1 cudaDeviceSynchronize. */
 static void scenario_lint_sync_every_launch(const struct options *o)
 {
 	cudaStream_t s;
@@ -1225,6 +1231,7 @@ static void scenario_lint_sync_every_launch(const struct options *o)
 		CK(cudaDeviceSynchronize);
 	}
 	CK(cudaStreamDestroy, s);
+	CK(cudaDeviceSynchronize);
 }
 
 /* lint-clean: what the lints ask for. A copy stream and a compute stream,
@@ -1234,7 +1241,7 @@ static void scenario_lint_sync_every_launch(const struct options *o)
  * and records an event the compute stream waits for; the compute stream
  * runs four launches, copies 4 KiB out of the buffer (D2D), records the
  * buffer's done event, reads 4 KiB back into pinned memory; one
- * cudaStreamSynchronize of the compute stream. */
+ * cudaStreamSynchronize of the compute stream. 1 cudaDeviceSynchronize. */
 static void scenario_lint_clean(const struct options *o)
 {
 	cudaStream_t copy, compute;
