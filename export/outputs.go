@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cudatap/cudatap/export/chrome"
+	"github.com/cudatap/cudatap/export/lint"
 	"github.com/cudatap/cudatap/export/pprofout"
 	"github.com/cudatap/cudatap/export/straggler"
 	"github.com/cudatap/cudatap/export/syncs"
@@ -253,16 +254,19 @@ type Aggregates struct {
 	// Progress follows each NCCL rank live (hangs: which rank stopped
 	// arriving, which wait).
 	Progress *straggler.Progress
+	// Lints runs the lints of `cudatap lint` and the summary's section.
+	Lints *lint.Collector
 }
 
 // NewAggregates returns empty aggregates.
 func NewAggregates() *Aggregates {
-	return &Aggregates{Profile: pprofout.NewCollector(), Syncs: syncs.NewCollector(), Stragglers: straggler.NewCollector(), Progress: straggler.NewProgress()}
+	return &Aggregates{Profile: pprofout.NewCollector(), Syncs: syncs.NewCollector(), Stragglers: straggler.NewCollector(), Progress: straggler.NewProgress(),
+		Lints: lint.NewCollector(lint.DefaultOptions())}
 }
 
 // Sink feeds every aggregate.
 func (a *Aggregates) Sink() model.Sink {
-	return model.Sinks{a.Profile, a.Syncs, a.Stragglers, a.Progress}
+	return model.Sinks{a.Profile, a.Syncs, a.Stragglers, a.Progress, a.Lints}
 }
 
 // WritePprof writes the profile of agg to every pprof output. An output

@@ -101,6 +101,7 @@ func runExport(cmd *cobra.Command, g *globalOptions, o *exportOptions, in string
 			errs = append(errs, err)
 		}
 		agg.Stragglers.ReportNamed(summary, straggler.Naming{Result: res, Origins: merged.Where()})
+		errs = append(errs, writeLints(summary, res, agg.Lints, in))
 	}
 	wroteTo(notes, outs)
 	if err := errors.Join(errs...); err != nil {

@@ -142,6 +142,7 @@ func (t *traceOutputs) finish(cmd *cobra.Command, res *model.Result) error {
 		}
 		t.agg.Stragglers.ReportNamed(summary, straggler.Naming{Result: res})
 		reportStalls(summary, t.agg.Progress, "at the end")
+		errs = append(errs, writeLints(summary, res, t.agg.Lints, t.lintInput()))
 	}
 	wroteTo(notes, t.outs)
 	return errors.Join(errs...)

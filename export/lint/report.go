@@ -345,11 +345,11 @@ func WriteText(w io.Writer, r *model.Result, c *Collector, fs []Finding, opts Te
 	case opts.Section && len(fs) == 0:
 		return nil
 	case opts.Section:
-		in := opts.Input
-		if in == "" {
-			in = "IN.cudatap"
+		in := "cudatap lint IN.cudatap (of a recording: -o run.cudatap)"
+		if opts.Input != "" {
+			in = "cudatap lint " + opts.Input
 		}
-		fmt.Fprintf(&b, "\nlints: %s fired (cudatap lint %s shows every example and the rules)\n", plural(len(fs), "finding", "findings"), in)
+		fmt.Fprintf(&b, "\nlints: %s fired (%s shows every example and the rules)\n", plural(len(fs), "finding", "findings"), in)
 	case len(fs) == 0:
 		fmt.Fprintf(&b, "cudatap lint: no lint fired (%s)\n", idList())
 	default:
