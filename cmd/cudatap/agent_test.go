@@ -157,8 +157,12 @@ func TestAgentMetrics(t *testing.T) {
 	hooked := false
 	for i := 0; i < 50 && !hooked; i++ {
 		warm := run()
-		// Traced once its sync shows up: the last call it makes.
-		hooked = strings.Contains(metricsOf(warm.PID), `api="cudaFree"`)
+		// Traced once its sync shows up: the last call it makes. The
+		// agent reads its ring buffer every 100 ms: give it 2 s (a slow
+		// machine only costs a retry).
+		for deadline := time.Now().Add(2 * time.Second); !hooked && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			hooked = strings.Contains(metricsOf(warm.PID), `api="cudaFree"`)
+		}
 	}
 	if !hooked {
 		t.Fatal("50 workloads ran and none was traced")
