@@ -320,9 +320,14 @@ func mapsHash(pid int) uint64 {
 	if err != nil {
 		return 0
 	}
+	return hashMaps(b)
+}
+
+// hashMaps hashes a memory map's text (never 0: 0 means gone).
+func hashMaps(b []byte) uint64 {
 	h := fnv.New64a()
 	h.Write(b)
-	return h.Sum64()
+	return max(h.Sum64(), 1)
 }
 
 func (s *Session) livePIDs() []int {

@@ -103,12 +103,16 @@ func (s *Session) consider(pid int) {
 		s.seenMaps[pid] = 1 // looked at: not again each second
 		return
 	}
-	h := mapsHash(pid)
-	if h == 0 || s.seenMaps[pid] == h {
-		return // gone, or unchanged since we last looked
+	maps, err := procfs.Maps(pid)
+	if err != nil {
+		return // gone
+	}
+	h := hashMaps(maps)
+	if s.seenMaps[pid] == h {
+		return // unchanged since we last looked
 	}
 	s.seenMaps[pid] = h
-	d, err := probe.Discover(pid, s.cache, func(key string) bool { return s.plain[key] })
+	d, err := probe.DiscoverMaps(pid, maps, s.cache, func(key string) bool { return s.plain[key] })
 	if err != nil {
 		return
 	}

@@ -1,6 +1,7 @@
 package probe
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -54,11 +55,21 @@ type Discovery struct {
 // hooked layer; they are not opened again (watch mode looks at every
 // process on the host).
 func Discover(pid int, cache *objfile.Cache, skip func(key string) bool) (*Discovery, error) {
-	maps, err := objfile.ReadMaps(pid)
+	data, err := procfs.Maps(pid)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return nil, fmt.Errorf("process %d: %w", pid, ErrNoProcess)
 		}
+		return nil, fmt.Errorf("read memory map of process %d: %w", pid, err)
+	}
+	return DiscoverMaps(pid, data, cache, skip)
+}
+
+// DiscoverMaps is Discover on the text of /proc/PID/maps read already
+// (the host scan reads it once to see whether it changed).
+func DiscoverMaps(pid int, data []byte, cache *objfile.Cache, skip func(key string) bool) (*Discovery, error) {
+	maps, err := objfile.ParseMaps(bytes.NewReader(data))
+	if err != nil {
 		return nil, fmt.Errorf("read memory map of process %d: %w", pid, err)
 	}
 	exe, _ := procfs.Exe(pid)
