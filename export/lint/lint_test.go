@@ -446,3 +446,58 @@ func TestWritesBounded(t *testing.T) {
 		t.Errorf("%d writes kept, %d forgotten", n, c.Limits().Writes)
 	}
 }
+
+// benchEvents is a training loop's mix: per step an upload on a copy
+// stream, an event edge to the compute stream, 19 launches and a memset
+// there, an edge back, a read-back, and a sync of the compute stream.
+func benchEvents() []*event.Event {
+	r := newRec()
+	r.stream(sA, true)
+	r.stream(sB, true)
+	for range 256 {
+		r.copy(dev, pinned, 1<<20, event.HostToDevice, sA, frameLoad)
+		r.record(0xe1, sA)
+		r.wait(sB, 0xe1)
+		for range 19 {
+			r.launch(sB)
+		}
+		r.memset(dev+(8<<20), 4096, sB)
+		r.record(0xe2, sB)
+		r.wait(sA, 0xe2)
+		r.copy(pinned+4096, dev+(8<<20), 4096, event.DeviceToHost, sA, frameStep)
+		r.sync(sB, frameStep)
+	}
+	r.DeviceSync(tid, r.tick(), 100*us)
+	return r.Events
+}
+
+// BenchmarkCollector: the model alone, then with the lints' collector as
+// its sink; compare the two ns/event of the same run.
+func BenchmarkCollector(b *testing.B) {
+	evs := benchEvents()
+	for _, withLints := range []bool{false, true} {
+		name := "model"
+		if withLints {
+			name = "model+lints"
+		}
+		b.Run(name, func(b *testing.B) {
+			for b.Loop() {
+				var sink model.Sink = model.Discard{}
+				var c *Collector
+				if withLints {
+					c = NewCollector(Options{})
+					sink = c
+				}
+				m := model.New(sink)
+				for _, e := range evs {
+					m.Handle(e)
+				}
+				res := m.Finish()
+				if c != nil && len(Findings(res, c)) != 0 {
+					b.Fatal("the benchmark's loop fires a lint")
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(evs)), "ns/event")
+		})
+	}
+}

@@ -1,7 +1,6 @@
 package lint
 
 import (
-	"container/heap"
 	"slices"
 
 	"github.com/cudatap/cudatap/tracer/model"
@@ -27,14 +26,16 @@ type span struct {
 	call       ref
 }
 
-// spanHeap orders spans by start, or by end.
+// spanHeap is a binary heap of spans by start, or by end (typed: no
+// boxing per op, as container/heap would).
 type spanHeap struct {
 	s     []span
 	byEnd bool
 }
 
 func (h *spanHeap) Len() int { return len(h.s) }
-func (h *spanHeap) Less(i, j int) bool {
+
+func (h *spanHeap) less(i, j int) bool {
 	if h.byEnd {
 		return h.s[i].end < h.s[j].end
 	}
@@ -43,12 +44,39 @@ func (h *spanHeap) Less(i, j int) bool {
 	}
 	return h.s[i].call.seq < h.s[j].call.seq
 }
-func (h *spanHeap) Swap(i, j int) { h.s[i], h.s[j] = h.s[j], h.s[i] }
-func (h *spanHeap) Push(x any)    { h.s = append(h.s, x.(span)) }
-func (h *spanHeap) Pop() any {
-	x := h.s[len(h.s)-1]
-	h.s = h.s[:len(h.s)-1]
-	return x
+
+func (h *spanHeap) push(x span) {
+	h.s = append(h.s, x)
+	for i := len(h.s) - 1; i > 0; {
+		p := (i - 1) / 2
+		if !h.less(i, p) {
+			break
+		}
+		h.s[i], h.s[p] = h.s[p], h.s[i]
+		i = p
+	}
+}
+
+func (h *spanHeap) pop() span {
+	top := h.s[0]
+	n := len(h.s) - 1
+	h.s[0] = h.s[n]
+	h.s = h.s[:n]
+	for i := 0; ; {
+		l, r, m := 2*i+1, 2*i+2, i
+		if l < n && h.less(l, m) {
+			m = l
+		}
+		if r < n && h.less(r, m) {
+			m = r
+		}
+		if m == i {
+			break
+		}
+		h.s[i], h.s[m] = h.s[m], h.s[i]
+		i = m
+	}
+	return top
 }
 
 // busyStream is a stream with work at the sweep's instant.
@@ -63,7 +91,8 @@ type sweep struct {
 	device    int8
 	arrived   spanHeap
 	active    spanHeap
-	busy      map[int32]*busyStream
+	busy      map[int32]*busyStream // every stream seen, busy or not
+	nbusy     int                   // the streams busy now
 	watermark uint64 // the sweep's instant: ops starting before it come late
 	limit     int    // more busy streams than this fire the lint
 	peak      int
@@ -87,7 +116,7 @@ func (s *sweep) add(x span, limits *Limits) {
 		}
 		x.start = s.watermark
 	}
-	heap.Push(&s.arrived, x)
+	s.arrived.push(x)
 	if s.arrived.Len() > maxArrived {
 		s.run(s.arrived.s[0].start + 1)
 	}
@@ -96,7 +125,7 @@ func (s *sweep) add(x span, limits *Limits) {
 // run sweeps every op starting before horizon h.
 func (s *sweep) run(h uint64) {
 	for s.arrived.Len() > 0 && s.arrived.s[0].start < h {
-		x := heap.Pop(&s.arrived).(span)
+		x := s.arrived.pop()
 		s.retire(x.start)
 		s.activate(x)
 		s.watermark = x.start
@@ -106,35 +135,39 @@ func (s *sweep) run(h uint64) {
 // retire ends the ops that ended by t.
 func (s *sweep) retire(t uint64) {
 	for s.active.Len() > 0 && s.active.s[0].end <= t {
-		y := heap.Pop(&s.active).(span)
+		y := s.active.pop()
 		b := s.busy[y.stream]
 		if b.n--; b.n > 0 {
 			continue
 		}
-		if len(s.busy) == s.limit+1 {
+		if s.nbusy == s.limit+1 {
 			s.overNs += y.end - s.over
 		}
-		delete(s.busy, y.stream)
+		s.nbusy--
 	}
 }
 
 func (s *sweep) activate(x span) {
-	heap.Push(&s.active, x)
+	s.active.push(x)
 	b := s.busy[x.stream]
 	if b == nil {
 		b = &busyStream{sid: x.stream}
 		s.busy[x.stream] = b
-		if len(s.busy) == s.limit+1 {
+	}
+	if b.n == 0 {
+		if s.nbusy++; s.nbusy == s.limit+1 {
 			s.over = x.start
 		}
 	}
 	b.n++
 	b.op = x
-	if len(s.busy) > s.peak {
-		s.peak, s.peakAt = len(s.busy), x.start
+	if s.nbusy > s.peak {
+		s.peak, s.peakAt = s.nbusy, x.start
 		s.shown = s.shown[:0]
 		for _, b := range s.busy {
-			s.shown = append(s.shown, b.op)
+			if b.n > 0 {
+				s.shown = append(s.shown, b.op)
+			}
 		}
 		slices.SortFunc(s.shown, func(a, b span) int { return int(a.stream - b.stream) })
 		if len(s.shown) > maxShown {
@@ -152,41 +185,91 @@ func (s *sweep) finish() {
 // opTracker follows the ops the model has not laid out yet, for the
 // horizon, and feeds the laid-out ones to their device's sweep.
 type opTracker struct {
-	pending map[int]ref      // by op ID: the enqueue call
-	early   map[int]struct{} // laid out within their own call, before it was handed over
-	oldest  int              // no op below it is pending
-	next    int              // one past the highest op ID a call showed
-	sweeps  map[int8]*sweep
-	devices []int8 // sorted
-	swept   uint64 // horizon last swept to
-	limit   int
+	// The ops enqueued and not laid out yet, by ID in a ring (IDs are
+	// dense and increasing): at most maxPending of them, past which an op
+	// is not followed (the horizon then passes it: counted if it comes
+	// late). oldest: no op below it is pending; next: one past the highest
+	// op ID a call showed.
+	ring   []pendingOp
+	oldest int
+	next   int
+	early  []int // laid out within their own call, before it was handed over
+	sweeps map[int8]*sweep
+	// devices is sorted; swept is the horizon last swept to.
+	devices []int8
+	swept   uint64
+}
+
+type pendingOp struct {
+	id   int
+	call ref
+	live bool
 }
 
 func (t *opTracker) init() {
-	t.pending, t.early, t.sweeps = map[int]ref{}, map[int]struct{}{}, map[int8]*sweep{}
+	t.ring, t.sweeps = make([]pendingOp, 64), map[int8]*sweep{}
 }
 
 // enqueued notes the op call x enqueued.
 func (t *opTracker) enqueued(x *model.Call) {
 	id := x.GPUOp
 	t.next = max(t.next, id+1)
-	if _, ok := t.early[id]; ok {
-		delete(t.early, id)
+	if i := slices.Index(t.early, id); i >= 0 {
+		t.early = slices.Delete(t.early, i, i+1)
 		return
 	}
-	if len(t.pending) < maxPending {
-		t.pending[id] = refOf(x)
+	if id-t.oldest >= len(t.ring) && !t.grow(id) {
+		return
+	}
+	t.ring[id&(len(t.ring)-1)] = pendingOp{id: id, call: refOf(x), live: true}
+}
+
+// grow doubles the ring until op id fits, up to maxPending.
+func (t *opTracker) grow(id int) bool {
+	t.skip()
+	n := len(t.ring)
+	for id-t.oldest >= n {
+		if n >= maxPending {
+			return false
+		}
+		n *= 2
+	}
+	ring := make([]pendingOp, n)
+	for _, p := range t.ring {
+		if p.live {
+			ring[p.id&(n-1)] = p
+		}
+	}
+	t.ring = ring
+	return true
+}
+
+// take removes op id from the pending ops.
+func (t *opTracker) take(id int) (ref, bool) {
+	p := &t.ring[id&(len(t.ring)-1)]
+	if !p.live || p.id != id {
+		return ref{}, false
+	}
+	p.live = false
+	return p.call, true
+}
+
+// skip moves oldest past the ops no longer pending.
+func (t *opTracker) skip() {
+	for t.oldest < t.next {
+		if p := &t.ring[t.oldest&(len(t.ring)-1)]; p.live && p.id == t.oldest {
+			return
+		}
+		t.oldest++
 	}
 }
 
 // final takes an op the model laid out, and sweeps up to the new horizon.
 func (t *opTracker) final(op *model.GPUOp, now uint64, limit int, limits *Limits) {
-	call, ok := t.pending[op.ID]
-	if ok {
-		delete(t.pending, op.ID)
-	} else {
-		if op.ID >= t.next {
-			t.early[op.ID] = struct{}{}
+	call, ok := t.take(op.ID)
+	if !ok {
+		if op.ID >= t.next && len(t.early) < 64 {
+			t.early = append(t.early, op.ID)
 		}
 		call = ref{start: op.Enqueued, seq: op.Call, tid: op.TID, stream: int32(op.Stream), stack: -1, py: -1, api: op.API, valid: true}
 	}
@@ -210,11 +293,9 @@ func (t *opTracker) final(op *model.GPUOp, now uint64, limit int, limits *Limits
 
 // horizon is the time before which no op can start any more.
 func (t *opTracker) horizon(now uint64) uint64 {
-	for t.oldest < t.next {
-		if r, ok := t.pending[t.oldest]; ok {
-			return r.start
-		}
-		t.oldest++
+	t.skip()
+	if t.oldest < t.next {
+		return t.ring[t.oldest&(len(t.ring)-1)].call.start
 	}
 	return now
 }
