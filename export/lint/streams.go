@@ -93,8 +93,8 @@ type sweep struct {
 	active    spanHeap
 	busy      map[int32]*busyStream // every stream seen, busy or not
 	nbusy     int                   // the streams busy now
-	watermark uint64 // the sweep's instant: ops starting before it come late
-	limit     int    // more busy streams than this fire the lint
+	watermark uint64                // the sweep's instant: ops starting before it come late
+	limit     int                   // more busy streams than this fire the lint
 	peak      int
 	peakAt    uint64
 	shown     []span // the busy streams' latest ops at the peak, by stream
