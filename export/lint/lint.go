@@ -287,9 +287,10 @@ func (c *Collector) Call(p *model.Process, x *model.Call) {
 	ps := c.proc(p.PID)
 	ps.now = max(ps.now, x.Start)
 	th := c.thread(ps, x.TID)
-	if th != nil && th.copy.valid {
+	if th != nil && th.copy.valid && spec.Class != event.ClassSetDevice && spec.Class != event.ClassFuncName {
 		// The copy before this call was a blocking one in disguise when
-		// this call waits for it.
+		// this call waits for it (a device switch or a kernel lookup in
+		// between decides nothing).
 		if !x.Sync.Explicit() {
 			c.legacyCopy(ps, th)
 		}

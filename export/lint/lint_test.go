@@ -112,6 +112,10 @@ func TestLegacyNonBlockingCopy(t *testing.T) {
 	// a non_blocking copy.
 	r.copy(pinned, dev, 4, event.DeviceToHost, 0, frameStep)
 	r.sync(0, frameStep)
+	// The same with a device switch between: it decides nothing.
+	r.copy(pinned, dev, 4, event.DeviceToHost, 0, frameStep)
+	r.Call(event.CudaSetDevice, tid, r.tick(), 2*us, 0)
+	r.sync(0, frameStep)
 	// A non_blocking copy on a created stream, and a device-to-device copy
 	// on the legacy stream: neither fires.
 	r.copy(dev+(1<<20), pinned, 4096, event.HostToDevice, sA, frameLoad)
