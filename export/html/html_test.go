@@ -2,8 +2,10 @@ package html
 
 import (
 	"bytes"
+	"compress/gzip"
 	"encoding/json"
 	"flag"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -552,5 +554,52 @@ func (t *tape) Hold(p *model.Process, h *model.Hold) {
 func (t *tape) play(s model.Sink) {
 	for _, e := range t.events {
 		e(s)
+	}
+}
+
+// TestH200TrainingLoop: the report of a real PyTorch training loop on the
+// H200 (testdata/gpu/report_train.py under record --gpu-times: an input
+// stall of 30 ms a step on the main thread, and a pageable non_blocking
+// copy of each batch) names both: the input-pipeline stall among its
+// verdicts, the pageable copy at the script's line among its syncs.
+func TestH200TrainingLoop(t *testing.T) {
+	gz, err := os.Open("testdata/h200-report_train.cudatap.gz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gz.Close()
+	zr, err := gzip.NewReader(gz)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := io.ReadAll(zr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := Load(bytes.NewReader(raw), Options{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stall := false
+	for _, f := range rep.Findings {
+		if strings.Contains(f.Title, "input-pipeline stall") {
+			stall = true
+		}
+	}
+	if !stall {
+		var titles []string
+		for _, f := range rep.Findings {
+			titles = append(titles, f.Title)
+		}
+		t.Errorf("no input-pipeline stall among the verdicts: %q", titles)
+	}
+	var page bytes.Buffer
+	if err := rep.WriteHTML(&page, ""); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"input-pipeline stall", "report_train.py:24", "pageable_memcpy"} {
+		if !strings.Contains(page.String(), want) {
+			t.Errorf("the page does not name %q", want)
+		}
 	}
 }

@@ -29,9 +29,11 @@ type Report struct {
 	TopByCount []OpRow
 	TopByTime  []OpRow // measured ops only
 	Verdicts   []report.Verdict
-	Bounds     []string // what was aggregated or capped, in words
-	Account    string   // the loss account
-	Summary    string   // the terminal summary (export/report)
+	// HostVerdicts: host-bound, input-pipeline stall (the summary's).
+	HostVerdicts []report.HostVerdict
+	Bounds       []string // what was aggregated or capped, in words
+	Account      string   // the loss account
+	Summary      string   // the terminal summary (export/report)
 
 	timeline  timeline
 	maxSlices int
@@ -202,6 +204,7 @@ func (c *Collector) Build(r *model.Result) *Report {
 	rep.Devices = c.overlaps()
 	rep.TopByCount, rep.TopByTime = c.topOps(r, byPID)
 	rep.Verdicts = report.Verdicts(&r.GPU)
+	rep.HostVerdicts = report.AllHostVerdicts(r, c.Syncs)
 	var sum bytes.Buffer
 	report.Summary(&sum, r, c.Syncs, report.Options{})
 	rep.Summary = sum.String()
@@ -530,6 +533,15 @@ func (rep *Report) findings() {
 	}
 	for _, v := range rep.Verdicts {
 		out = append(out, Finding{Severity: SevHigh, Title: v.String()})
+	}
+	for _, v := range rep.HostVerdicts {
+		label := fmt.Sprintf("pid %d", v.PID)
+		for _, p := range rep.Result.Processes {
+			if p.PID == v.PID {
+				label = p.Label()
+			}
+		}
+		out = append(out, Finding{Severity: SevHigh, Title: label + ": " + v.Kind, Detail: v.Detail})
 	}
 	rank := map[string]int{SevHigh: 0, SevMedium: 1, SevInfo: 2}
 	slices.SortStableFunc(out, func(a, b Finding) int { return cmp.Compare(rank[a.Severity], rank[b.Severity]) })
