@@ -113,14 +113,31 @@ func BenchmarkAggregateOverhead(b *testing.B) {
 	testutil.RequireRoot(b)
 	bin := buildLaunchLoop(b)
 	const n = 20000
-	var base, empty, recorded, aggregated []float64
-	for range 5 {
+	rounds := 5
+	if v, err := strconv.Atoi(os.Getenv("CUDATAP_BENCH_ROUNDS")); err == nil && v > 0 {
+		rounds = v
+	}
+	var base, empty, recorded, aggregated, noStream, paired, pairedNoStream []float64
+	for range rounds {
 		base = append(base, runLoop(b, bin, n, nil))
 		empty = append(empty, runLoop(b, bin, n, func(tb testing.TB, pid int) func() { return attachEmptyOn(tb, pid, "cuLaunchKernel") }))
 		recorded = append(recorded, runLoop(b, bin, n, attachAll(false)))
 		aggregated = append(aggregated, runLoop(b, bin, n, attachAll(true)))
+		aggregateByStream = false
+		noStream = append(noStream, runLoop(b, bin, n, attachAll(true)))
+		aggregateByStream = true
+		// The same round's ratio: the machine's drift between rounds
+		// (a VM's uprobe cost moves ±20%) cancels out.
+		if k := len(base) - 1; empty[k] > base[k] {
+			paired = append(paired, (aggregated[k]-base[k])/(empty[k]-base[k]))
+			pairedNoStream = append(pairedNoStream, (noStream[k]-base[k])/(empty[k]-base[k]))
+		}
 	}
-	med := func(v []float64) float64 { slices.Sort(v); return v[len(v)/2] }
+	med := func(v []float64) float64 { v = slices.Clone(v); slices.Sort(v); return v[len(v)/2] }
+	if len(paired) > 0 {
+		b.ReportMetric(med(paired), "aggregated-ratio-paired-median")
+		b.ReportMetric(med(pairedNoStream), "aggregated-no-stream-ratio-paired-median")
+	}
 	mb, me, mr, ma := med(base), med(empty), med(recorded), med(aggregated)
 	b.ReportMetric(mb, "ns/launch-untraced")
 	b.ReportMetric(me, "ns/launch-empty-uprobe")

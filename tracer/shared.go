@@ -26,6 +26,10 @@ func (s *Session) sharedProbes() bool {
 	return s.cfg.All || (s.cfg.Container != "" && s.cgroup2 != "")
 }
 
+// aggregateByStream: aggregated launches are counted per stream (one user
+// read per launch); off only to measure what that read costs.
+var aggregateByStream = true
+
 // sharedWant is what a shared probe set hooks of a layer: everything a
 // process could need, the per-process rule being applied in BPF. Runtime
 // launches are the driver's (every runtime launch enters cuLaunchKernel).
@@ -110,6 +114,9 @@ func (s *Session) hookShared(t *target, lib *probe.Library, cgroupOnly bool) boo
 		if s.cfg.AggregateLaunches {
 			bits = func(sp *event.Spec) uint64 {
 				if sp.Class == event.ClassLaunch {
+					if !aggregateByStream {
+						return sharedBits(sp) | event.CookieAggregate
+					}
 					return sharedBits(sp) | sp.AggregateCookie()
 				}
 				return sharedBits(sp)
