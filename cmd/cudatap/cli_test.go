@@ -586,10 +586,12 @@ type summary struct {
 			Launches int64 `json:"launches"`
 		} `json:"streams"`
 	} `json:"processes"`
-	Sites   []map[string]any `json:"sites"`
-	Drops   map[string]any   `json:"drops"`
-	Lost    *uint64          `json:"lost_events"`
-	Outputs []struct {
+	Sites      []map[string]any `json:"sites"`
+	Lints      []map[string]any `json:"lints"`
+	Stragglers []map[string]any `json:"stragglers"`
+	Drops      map[string]any   `json:"drops"`
+	Lost       *uint64          `json:"lost_events"`
+	Outputs    []struct {
 		Path, Format string
 	} `json:"outputs"`
 	Command *struct {
@@ -662,6 +664,20 @@ func TestJSONOutputs(t *testing.T) {
 	}
 	if replayed.Command != nil || len(replayed.Processes) != 1 || replayed.Processes[0].Calls != live.Processes[0].Calls || len(replayed.Sites) != len(live.Sites) {
 		t.Errorf("export --json differs from record's:\n%s", stdout)
+	}
+	// The basic scenario's lints (a cross-stream race and pageable copies
+	// in its loop, for real: export/lint's tests), the same live and
+	// replayed; no NCCL, no stragglers.
+	ids := func(s summary) []string {
+		var out []string
+		for _, f := range s.Lints {
+			out = append(out, fmt.Sprint(f["id"]))
+		}
+		slices.Sort(out)
+		return out
+	}
+	if got := ids(live); !slices.Equal(got, []string{"cross-stream-race", "pageable-copy-loop"}) || !slices.Equal(ids(replayed), got) || live.Stragglers == nil || len(live.Stragglers) != 0 {
+		t.Errorf("lints live %v, replayed %v, stragglers %v: want the basic scenario's two lints both times, and no stragglers", got, ids(replayed), live.Stragglers)
 	}
 }
 

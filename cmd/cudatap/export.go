@@ -95,7 +95,7 @@ func runExport(cmd *cobra.Command, g *globalOptions, o *exportOptions, in string
 	}
 	errs := []error{export.WritePprof(outs, res, agg), chrome.Close(res)}
 	if o.json {
-		errs = append(errs, writeSummaryJSON(summary, res, agg.Syncs, outs, nil))
+		errs = append(errs, writeSummaryJSON(summary, res, agg, outs, nil))
 	} else {
 		if err := report.Summary(summary, res, agg.Syncs, report.Options{}); err != nil {
 			errs = append(errs, err)

@@ -135,7 +135,7 @@ func (t *traceOutputs) finish(cmd *cobra.Command, res *model.Result) error {
 		summary, notes = t.summary, t.notes
 	}
 	if t.json {
-		errs = append(errs, writeSummaryJSON(summary, res, t.agg.Syncs, t.outs, t.command))
+		errs = append(errs, writeSummaryJSON(summary, res, t.agg, t.outs, t.command))
 	} else {
 		if err := report.Summary(summary, res, t.agg.Syncs, report.Options{}); err != nil {
 			errs = append(errs, err)

@@ -4,7 +4,9 @@ import (
 	"io"
 
 	"github.com/cudatap/cudatap/export"
+	"github.com/cudatap/cudatap/export/lint"
 	"github.com/cudatap/cudatap/export/report"
+	"github.com/cudatap/cudatap/export/straggler"
 	"github.com/cudatap/cudatap/export/syncs"
 	"github.com/cudatap/cudatap/tracer"
 	"github.com/cudatap/cudatap/tracer/model"
@@ -30,8 +32,10 @@ type summaryJSON struct {
 	// The summary's judgements of each process's host side (launch bound,
 	// input stall), with the numbers behind them and the fix.
 	HostVerdicts []report.HostVerdict `json:"host_verdicts"`
-	GPU          model.GPUReport      `json:"gpu"`   // NVML: per-device statistics and verdicts
-	Drops        model.Drops          `json:"drops"` // as `cudatap syncs --json`
+	Lints        []lint.Finding       `json:"lints"`      // as `cudatap lint --json`'s findings
+	Stragglers   []straggler.Comm     `json:"stragglers"` // per NCCL communicator: meetings, arrival spread, per-rank waits
+	GPU          model.GPUReport      `json:"gpu"`        // NVML: per-device statistics and verdicts
+	Drops        model.Drops          `json:"drops"`      // as `cudatap syncs --json`
 	Lost         uint64               `json:"lost_events"`
 	Outputs      []outputJSON         `json:"outputs"`
 	Command      *commandJSON         `json:"command,omitempty"` // record with a command after --
@@ -102,8 +106,9 @@ func newCommandJSON(e tracer.Exit) *commandJSON {
 }
 
 // writeSummaryJSON writes the summary of r as one JSON document.
-func writeSummaryJSON(w io.Writer, r *model.Result, col *syncs.Collector, outs []export.Output, command *commandJSON) error {
-	s := summaryJSON{Schema: summarySchema, Cudatap: readBuildInfo().Version, StartNs: r.Start, EndNs: r.End,
+func writeSummaryJSON(w io.Writer, r *model.Result, agg *export.Aggregates, outs []export.Output, command *commandJSON) error {
+	col := agg.Syncs
+	s := summaryJSON{Lints: lint.Findings(r, agg.Lints), Stragglers: agg.Stragglers.Comms(), Schema: summarySchema, Cudatap: readBuildInfo().Version, StartNs: r.Start, EndNs: r.End,
 		WallOffsetNs: r.WallOffsetNs, Truncated: r.Truncated, Processes: []processJSON{}, Sites: syncs.Sites(r, col),
 		HostVerdicts: report.AllHostVerdicts(r, col), GPU: r.GPU, Drops: r.Drops, Lost: r.Drops.Lost(), Outputs: []outputJSON{}, Command: command}
 	if r.End > r.Start {
@@ -114,6 +119,12 @@ func writeSummaryJSON(w io.Writer, r *model.Result, col *syncs.Collector, outs [
 	}
 	if s.HostVerdicts == nil {
 		s.HostVerdicts = []report.HostVerdict{}
+	}
+	if s.Lints == nil {
+		s.Lints = []lint.Finding{}
+	}
+	if s.Stragglers == nil {
+		s.Stragglers = []straggler.Comm{}
 	}
 	for _, p := range r.Processes {
 		pj := processJSON{PID: p.PID, Comm: p.Info.Comm, Cmdline: p.Info.Cmdline, Container: p.Info.Container, Rank: -1, WorldSize: p.WorldSize,
