@@ -42,12 +42,19 @@ to each recording and how sure it is are printed and written into the outputs.`,
 		},
 	}
 	cmd.Flags().StringArrayVarP(&o.outputs, "output", "o", nil, "output file, format from the extension (.json/.json.gz Chrome trace, .cudatap merged recording, .pb.gz pprof) (repeatable)")
-	cmd.Flags().StringVar(&o.format, "format", "", "force the format of every -o: chrome, pprof or cudatap")
+	cmd.Flags().StringVar(&o.format, "format", "", "the format of outputs whose extension names none: chrome, pprof or cudatap")
 	cmd.Flags().IntVar(&o.keep, "meetings", merge.DefaultKeep, "collectives of each rank used to align clocks, at each end of the recording")
 	return cmd
 }
 
 func runMerge(cmd *cobra.Command, o *mergeOptions, ins []string) error {
+	for _, p := range o.outputs {
+		if p == export.Stdout {
+			// Its summary and alignment report go to the standard output
+			// and error: a stream there would mix with them.
+			return withCode(exitUsage, fmt.Errorf("merge does not write to the standard output (-o -): give a file (job.json, job.json.gz, job.cudatap, job.pb.gz)"))
+		}
+	}
 	outs, err := export.Plan(o.outputs, o.format, ins...)
 	if err != nil {
 		return err

@@ -108,6 +108,7 @@ func TestMergeCLIBadInput(t *testing.T) {
 		{"same rank twice", []string{ins[0], ins[1], ins[1] + ".copy", "-o", out}, []string{"both hold rank 1", "give each rank's recording once"}},
 		{"same file twice", []string{ins[0], ins[0], "-o", out}, []string{"same file", "give each recording once"}},
 		{"missing", []string{ins[0], filepath.Join(dir, "nope.cudatap")}, []string{"nope.cudatap", "no such file"}},
+		{"to stdout", []string{ins[0], ins[1], "-o", "-", "--format", "cudatap"}, []string{"does not write to the standard output", "give a file"}},
 	} {
 		if tc.name == "same rank twice" {
 			os.WriteFile(ins[1]+".copy", b, 0o644)
