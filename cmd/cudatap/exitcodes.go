@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 
@@ -107,4 +108,23 @@ func checkTargets(pids []int, command []string) error {
 		}
 	}
 	return nil
+}
+
+// openRecording opens a .cudatap file for a command that replays it
+// (what, in its messages): a directory, a FIFO or a missing file each get
+// an error that says what to do, before anything could block.
+func openRecording(in, what string) (*os.File, error) {
+	// Before opening: opening a FIFO would block until a writer comes.
+	if fi, err := os.Stat(in); err == nil && fi.IsDir() {
+		return nil, fmt.Errorf("%s is a directory: give the .cudatap recording inside it", in)
+	} else if err == nil && !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file: %s reads a .cudatap recording more than once (names, then events); copy it to a file first", in, what)
+	}
+	f, err := os.Open(in)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, withCode(exitNotFound, fmt.Errorf("open recording: %w", err))
+	} else if err != nil {
+		return nil, fmt.Errorf("open recording: %w", err)
+	}
+	return f, nil
 }

@@ -3,8 +3,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"io/fs"
-	"os"
 
 	"github.com/spf13/cobra"
 
@@ -51,17 +49,9 @@ func runExport(cmd *cobra.Command, g *globalOptions, o *exportOptions, in string
 		}
 	}
 	summary, notes := g.summary(cmd, piped, o.json), g.notes(cmd)
-	// Before opening: opening a FIFO would block until a writer comes.
-	if fi, err := os.Stat(in); err == nil && fi.IsDir() {
-		return fmt.Errorf("%s is a directory: give the .cudatap recording inside it", in)
-	} else if err == nil && !fi.Mode().IsRegular() {
-		return fmt.Errorf("%s is not a regular file: export reads a .cudatap recording twice (names, then events); copy it to a file first", in)
-	}
-	f, err := os.Open(in)
-	if errors.Is(err, fs.ErrNotExist) {
-		return withCode(exitNotFound, fmt.Errorf("open recording: %w", err))
-	} else if err != nil {
-		return fmt.Errorf("open recording: %w", err)
+	f, err := openRecording(in, "export")
+	if err != nil {
+		return err
 	}
 	defer f.Close()
 	agg := export.NewAggregates()

@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
-	"os"
 
 	"github.com/spf13/cobra"
 
@@ -52,16 +50,9 @@ memsets too), and the fix. The exit status is 0 whether or not a lint fired.`,
 }
 
 func runLint(cmd *cobra.Command, o *lintOptions, in string) error {
-	if fi, err := os.Stat(in); err == nil && fi.IsDir() {
-		return fmt.Errorf("%s is a directory: give the .cudatap recording inside it", in)
-	} else if err == nil && !fi.Mode().IsRegular() {
-		return fmt.Errorf("%s is not a regular file: a recording is read twice (names, then events); copy it to a file first", in)
-	}
-	f, err := os.Open(in)
-	if errors.Is(err, fs.ErrNotExist) {
-		return withCode(exitNotFound, fmt.Errorf("open recording: %w", err))
-	} else if err != nil {
-		return fmt.Errorf("open recording: %w", err)
+	f, err := openRecording(in, "lint")
+	if err != nil {
+		return err
 	}
 	defer f.Close()
 	col := lint.NewCollector(lint.DefaultOptions())

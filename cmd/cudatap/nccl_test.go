@@ -56,7 +56,7 @@ func startSimRank(t *testing.T, b *sim.Build, run string, id uint64, rank, ranks
 }
 
 func (r *simRank) pid() int { return r.cmd.Process.Pid }
-func (r *simRank) goAhead()  { io.WriteString(r.stdin, "go\n") }
+func (r *simRank) goAhead() { io.WriteString(r.stdin, "go\n") }
 
 // shiftWallClock moves a recording's wall-clock offset by d, as if its host's
 // wall clock were d off the others'.
@@ -172,7 +172,7 @@ func TestMergeSimulatedRanks(t *testing.T) {
 		if unc >= wallError/2 {
 			t.Errorf("uncertainty %v, want well under the wall clocks' %v error", unc, wallError)
 		}
-		if w := time.Duration(in.WallClockOffsetNs); (w - wallError).Abs() > time.Millisecond && (w + wallError).Abs() > time.Millisecond {
+		if w := time.Duration(in.WallClockOffsetNs); (w-wallError).Abs() > time.Millisecond && (w+wallError).Abs() > time.Millisecond {
 			t.Errorf("wall-clock offset %v, want ±%v", w, wallError)
 		}
 	}

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -90,16 +89,9 @@ func runReport(cmd *cobra.Command, g *globalOptions, o *reportOptions, in string
 			return err
 		}
 	}
-	if fi, err := os.Stat(in); err == nil && fi.IsDir() {
-		return fmt.Errorf("%s is a directory: give the .cudatap recording inside it", in)
-	} else if err == nil && !fi.Mode().IsRegular() {
-		return fmt.Errorf("%s is not a regular file: report reads a .cudatap recording more than once; copy it to a file first", in)
-	}
-	f, err := os.Open(in)
-	if errors.Is(err, fs.ErrNotExist) {
-		return withCode(exitNotFound, fmt.Errorf("open recording: %w", err))
-	} else if err != nil {
-		return fmt.Errorf("open recording: %w", err)
+	f, err := openRecording(in, "report")
+	if err != nil {
+		return err
 	}
 	defer f.Close()
 	notes := g.notes(cmd)

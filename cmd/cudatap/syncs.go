@@ -68,14 +68,9 @@ func syncsResult(cmd *cobra.Command, g *globalOptions, o *syncsOptions, args []s
 		if len(args) != 1 {
 			return nil, errors.New("give a .cudatap recording, -p PID, or a command after --")
 		}
-		if fi, err := os.Stat(args[0]); err == nil && fi.IsDir() {
-			return nil, fmt.Errorf("%s is a directory: give the .cudatap recording inside it", args[0])
-		} else if err == nil && !fi.Mode().IsRegular() {
-			return nil, fmt.Errorf("%s is not a regular file: a recording is read twice (names, then events); copy it to a file first", args[0])
-		}
-		f, err := os.Open(args[0])
+		f, err := openRecording(args[0], "syncs")
 		if err != nil {
-			return nil, fmt.Errorf("open recording: %w", err)
+			return nil, err
 		}
 		defer f.Close()
 		res, _, err := recording.Load(f, func(*recording.Replay) model.Sink { return col }, nil)
