@@ -170,20 +170,7 @@ func TestAgentMetrics(t *testing.T) {
 	rep := run()
 	pid := strconv.Itoa(rep.PID)
 	value := func(body, metric string, labels ...string) float64 {
-		for _, l := range strings.Split(body, "\n") {
-			if !strings.HasPrefix(l, metric+"{") || !strings.Contains(l, `pid="`+pid+`"`) {
-				continue
-			}
-			match := true
-			for _, lb := range labels {
-				match = match && strings.Contains(l, lb)
-			}
-			if match {
-				v, _ := strconv.ParseFloat(l[strings.LastIndexByte(l, ' ')+1:], 64)
-				return v
-			}
-		}
-		return -1
+		return metricValue(body, metric, append(labels, `pid="`+pid+`"`)...)
 	}
 	launches := 0
 	for sym, n := range rep.Calls {
@@ -510,20 +497,7 @@ func TestAgentSamplesBusyProcess(t *testing.T) {
 	defer cmd.Process.Kill()
 	pid := `pid="` + strconv.Itoa(cmd.Process.Pid) + `"`
 	value := func(body, metric string, labels ...string) float64 {
-		for _, l := range strings.Split(body, "\n") {
-			if !strings.HasPrefix(l, metric+"{") || !strings.Contains(l, pid) {
-				continue
-			}
-			match := true
-			for _, lb := range labels {
-				match = match && strings.Contains(l, lb)
-			}
-			if match {
-				v, _ := strconv.ParseFloat(l[strings.LastIndexByte(l, ' ')+1:], 64)
-				return v
-			}
-		}
-		return -1
+		return metricValue(body, metric, append(labels, pid)...)
 	}
 	var body string
 	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
@@ -547,4 +521,23 @@ func TestAgentSamplesBusyProcess(t *testing.T) {
 	if n := value(body, "cudatap_process_windows_total", `traced="true"`); n < 1 {
 		t.Errorf("traced in %v windows, want at least the first", n)
 	}
+}
+
+// metricValue is the value of the first series of metric in a /metrics
+// text whose line holds every one of labels (`name="value"`), -1 if none.
+func metricValue(body, metric string, labels ...string) float64 {
+	for _, l := range strings.Split(body, "\n") {
+		if !strings.HasPrefix(l, metric+"{") {
+			continue
+		}
+		match := true
+		for _, lb := range labels {
+			match = match && strings.Contains(l, lb)
+		}
+		if match {
+			v, _ := strconv.ParseFloat(l[strings.LastIndexByte(l, ' ')+1:], 64)
+			return v
+		}
+	}
+	return -1
 }
