@@ -115,3 +115,26 @@ func TestNCCLGroupDefers(t *testing.T) {
 		t.Errorf("enqueued at %d, want at the group's end (5000)", coll.Enqueued)
 	}
 }
+
+// TestOpRingGrownEmptySlots: once op 0 went out and the ring grew, the
+// grown ring's empty slot 0 is not op 0 (a zero slot passed for it, and a
+// late lookup handed an empty op 0 to the sink: a flake of the GPU-time
+// tests, 2 runs in 6).
+func TestOpRingGrownEmptySlots(t *testing.T) {
+	m := New(NewCollector())
+	m.Handle(&launch(1, 1000, 0, 0xf0).Event)
+	m.Handle(&call(event.CudaDeviceSynchronize, 1, 2000, 10*us).Event) // op 0 out
+	for i := range uint64(100) {                                      // pending: the ring grows past 64
+		m.Handle(&launch(1, 3000+i*1000, 0, 0xf0).Event)
+	}
+	ps := m.procs[testPID]
+	if len(ps.ops) <= 64 {
+		t.Fatalf("the ring did not grow (%d slots)", len(ps.ops))
+	}
+	if op := ps.op(0); op != nil {
+		t.Errorf("op 0 went out before the ring grew, yet a slot passes for it: %+v", *op)
+	}
+	if op := ps.op(100); op == nil || op.ID != 100 {
+		t.Errorf("op 100 not found after the growth: %+v", op)
+	}
+}

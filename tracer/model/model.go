@@ -246,7 +246,7 @@ func (m *Model) proc(pid uint32) *procState {
 	ps := &procState{p: p, byHandle: map[uint64]int{}, perThread: map[uint32]int{},
 		events: map[uint64]eventPos{}, polls: map[pollKey]pollState{},
 		capturing: map[int]int32{}, groups: map[uint32]*ncclGroup{}, deferred: map[int]bool{}, graphs: map[uint64]int32{}, execs: map[uint64]int32{},
-		ops: make([]GPUOp, 64), stacks: map[string]int32{}, pyIndex: map[string]int32{}, devices: map[uint32]int8{}}
+		ops: newOps(64), stacks: map[string]int32{}, pyIndex: map[string]int32{}, devices: map[uint32]int8{}}
 	// Stream 0 always exists: the legacy default stream.
 	ps.newStream(&Stream{Kind: StreamLegacy})
 	m.procs[pid] = ps
@@ -625,6 +625,18 @@ func (ps *procState) op(id int) *GPUOp {
 
 // reserve makes room in the window for op ID ps.nextOp: it grows the window
 // up to m.window, then lays out the oldest pending ops unbounded.
+// newOps makes an op ring of n slots, none holding an op: a zero GPUOp
+// has ID 0, and a slot left empty (a ring grown after op 0 went out) would
+// pass for op 0 (op checks the slot's ID), which a late lookup then
+// handed to the sink a second time, empty.
+func newOps(n int) []GPUOp {
+	ops := make([]GPUOp, n)
+	for i := range ops {
+		ops[i].ID = -1
+	}
+	return ops
+}
+
 func (m *Model) reserve(ps *procState) {
 	for ps.oldest < ps.nextOp && ps.ops[ps.oldest&(len(ps.ops)-1)].released {
 		ps.oldest++
@@ -633,7 +645,7 @@ func (m *Model) reserve(ps *procState) {
 		return
 	}
 	if len(ps.ops) < m.window {
-		grown := make([]GPUOp, 2*len(ps.ops))
+		grown := newOps(2 * len(ps.ops))
 		for id := ps.oldest; id < ps.nextOp; id++ {
 			grown[id&(len(grown)-1)] = ps.ops[id&(len(ps.ops)-1)]
 		}
