@@ -124,7 +124,7 @@ func TestOpRingGrownEmptySlots(t *testing.T) {
 	m := New(NewCollector())
 	m.Handle(&launch(1, 1000, 0, 0xf0).Event)
 	m.Handle(&call(event.CudaDeviceSynchronize, 1, 2000, 10*us).Event) // op 0 out
-	for i := range uint64(100) {                                      // pending: the ring grows past 64
+	for i := range uint64(100) {                                       // pending: the ring grows past 64
 		m.Handle(&launch(1, 3000+i*1000, 0, 0xf0).Event)
 	}
 	ps := m.procs[testPID]
