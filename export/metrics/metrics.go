@@ -60,8 +60,10 @@ type proc struct {
 	ncclBytes  map[string]float64    // by collective
 	ncclOps    map[string]float64
 	apiTime    map[string]*histogram
-	// Launches by stream (label: streamLabel), weighted.
+	// Launches by stream (label: streamLabel), weighted; the labels by
+	// handle, made once (a launch is the hot path: no allocation per call).
 	streamLaunches map[string]float64
+	streamNames    map[uint64]string
 	// Launches counted in BPF (aggregate mode): of the sessions that
 	// ended (folded into calls and launches) and of the current one, by
 	// API and by stream.
@@ -221,7 +223,7 @@ func (c *Collector) Call(mp *model.Process, x *model.Call) {
 		if !x.Captured {
 			p.launches += w
 			if x.Args.HasStream {
-				p.streamLaunches[streamLabel(x.Args.Stream)] += w
+				p.streamLaunches[p.streamName(x.Args.Stream)] += w
 			}
 		}
 	case event.ClassMemcpy:
@@ -361,7 +363,7 @@ func (c *Collector) SetLaunchCounts(counts map[uint32]map[event.LaunchKey]uint64
 		for k, n := range byKey {
 			if s := event.Lookup(k.API); s != nil {
 				p.aggLive[s.Name] += n
-				p.aggLiveStream[streamLabel(k.Stream)] += n
+				p.aggLiveStream[p.streamName(k.Stream)] += n
 			}
 		}
 	}
@@ -382,6 +384,24 @@ func (c *Collector) FoldLaunchCounts() {
 		}
 		p.aggLive, p.aggLiveStream = nil, nil
 	}
+}
+
+// maxStreamNames bounds the stream labels kept per process.
+const maxStreamNames = 1024
+
+// streamName is streamLabel, made once per stream of the process.
+func (p *proc) streamName(handle uint64) string {
+	if n, ok := p.streamNames[handle]; ok {
+		return n
+	}
+	n := streamLabel(handle)
+	if p.streamNames == nil {
+		p.streamNames = map[uint64]string{}
+	}
+	if len(p.streamNames) < maxStreamNames {
+		p.streamNames[handle] = n
+	}
+	return n
 }
 
 // streamLabel names a stream by its handle, stable across windows (the
