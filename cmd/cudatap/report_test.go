@@ -17,23 +17,6 @@ import (
 	"github.com/cudatap/cudatap/internal/testutil"
 )
 
-// chromium finds a headless-capable Chromium: it is skipped where none is
-// installed, except under CI, where a missing browser fails the test
-// (make test-deps installs Debian's chromium).
-func chromium(t *testing.T) string {
-	t.Helper()
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	if os.Getenv("CI") != "" {
-		t.Fatal("no chromium on PATH: run `make test-deps` (apt-get install chromium)")
-	}
-	t.Skip("no chromium on PATH to open the report in (make test-deps installs it; under CI this fails)")
-	return ""
-}
-
 // renderDOM opens page in headless Chromium and returns the DOM once its
 // scripts ran, and what the browser logged.
 func renderDOM(t *testing.T, browser, page string) (dom, log string) {
@@ -60,7 +43,7 @@ func renderDOM(t *testing.T, browser, page string) (dom, log string) {
 // from its own account of its calls.
 func TestReportInChromium(t *testing.T) {
 	testutil.RequireRoot(t)
-	browser := chromium(t)
+	browser := testutil.Chromium(t)
 	b := testutil.Sim(t)
 	const iters, streams = 20, 3
 	workload := []string{b.Workload, "--scenario", "basic", "--iters", strconv.Itoa(iters), "--streams", strconv.Itoa(streams)}

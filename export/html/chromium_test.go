@@ -11,25 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cudatap/cudatap/internal/testutil"
 	"github.com/cudatap/cudatap/tracer/event"
 	"github.com/cudatap/cudatap/tracer/model"
 )
-
-// chromium finds a headless Chromium; none is a skip, except under CI
-// (make test-deps installs Debian's).
-func chromium(t *testing.T) string {
-	t.Helper()
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	if os.Getenv("CI") != "" {
-		t.Fatal("no chromium on PATH: run `make test-deps` (apt-get install chromium)")
-	}
-	t.Skip("no chromium on PATH (make test-deps installs it; under CI this fails)")
-	return ""
-}
 
 // TestPageRendersEverything draws, in headless Chromium, a page with
 // every kind of row and both kinds of drawing: NVML series, a recording
@@ -37,7 +22,7 @@ func chromium(t *testing.T) string {
 // measured and unbounded ops, holds, syncs. The whole recording is shown
 // (#fit), so the aggregated buckets are drawn too; no error may occur.
 func TestPageRendersEverything(t *testing.T) {
-	browser := chromium(t)
+	browser := testutil.Chromium(t)
 	w := newWorld(Options{MaxSlices: 30, Buckets: 64, Version: "test"})
 	tp := &tape{}
 	w.sink = model.Sinks{w.c, tp}
