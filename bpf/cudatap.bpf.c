@@ -237,6 +237,99 @@ static __always_inline __u64 launch_stream(struct pt_regs *ctx, __u64 cookie)
 	return stream;
 }
 
+/*
+ * Launch times (COOKIE_AGG_TIME): the host time of each counted launch, in
+ * a log2 histogram per process and API (bucket b: [2^b, 2^(b+1)) ns) with
+ * the nanoseconds summed per bucket. The entry keeps its time per thread;
+ * a return probe on the same symbol adds the call. A second trap per
+ * launch (the return), so the agent asks for it only with --launch-times.
+ * Entries of threads that died inside a launch are pruned from user space
+ * (Tracer.PruneInflight), like `inflight`'s, and for the same reason this
+ * is a plain hash, not an LRU.
+ */
+struct launch_start {
+	__u64 start_ns; /* 0: none waiting */
+	__u32 api;
+	__u32 _pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32); /* tid */
+	__type(value, struct launch_start);
+} launch_started SEC(".maps");
+
+struct launch_time_key {
+	__u32 tgid;
+	__u16 api;
+	__u16 bucket; /* floor(log2(ns)) */
+};
+
+struct launch_time {
+	__u64 count;
+	__u64 ns;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct launch_time_key);
+	__type(value, struct launch_time);
+} launch_times SEC(".maps");
+
+static __always_inline void launch_began(__u64 pid_tgid, __u32 api, __u64 now)
+{
+	__u32 tid = (__u32)pid_tgid;
+	struct launch_start *s = bpf_map_lookup_elem(&launch_started, &tid);
+	if (s) {
+		s->start_ns = now;
+		s->api = api;
+		return;
+	}
+	struct launch_start v = { .start_ns = now, .api = api };
+	if (bpf_map_update_elem(&launch_started, &tid, &v, BPF_ANY) < 0)
+		count(STAT_AGG_TIME_LOST);
+}
+
+static __always_inline __u32 log2_u64(__u64 v)
+{
+	__u32 r = 0;
+	if (v >> 32) { v >>= 32; r += 32; }
+	if (v >> 16) { v >>= 16; r += 16; }
+	if (v >> 8) { v >>= 8; r += 8; }
+	if (v >> 4) { v >>= 4; r += 4; }
+	if (v >> 2) { v >>= 2; r += 2; }
+	if (v >> 1) r += 1;
+	return r;
+}
+
+static __always_inline int launch_ended(__u64 cookie, __u64 pid_tgid, __u64 now)
+{
+	__u32 tid = (__u32)pid_tgid;
+	struct launch_start *s = bpf_map_lookup_elem(&launch_started, &tid);
+	/* None waiting: the entry went to the ring buffer (counters full), or
+	 * came before the probes (a launch cudatap attached in the middle of). */
+	if (!s || !s->start_ns || s->api != COOKIE_API(cookie))
+		return 0;
+	__u64 d = now - s->start_ns;
+	s->start_ns = 0;
+	struct launch_time_key k = { .tgid = pid_tgid >> 32, .api = COOKIE_API(cookie), .bucket = log2_u64(d) };
+	struct launch_time *t = bpf_map_lookup_elem(&launch_times, &k);
+	if (!t) {
+		struct launch_time zero = {};
+		bpf_map_update_elem(&launch_times, &k, &zero, BPF_NOEXIST);
+		t = bpf_map_lookup_elem(&launch_times, &k);
+		if (!t) {
+			count(STAT_AGG_TIME_LOST);
+			return 0;
+		}
+	}
+	t->count += 1;
+	t->ns += d;
+	return 0;
+}
+
 static __always_inline bool aggregate(struct pt_regs *ctx, __u64 cookie, __u64 pid_tgid)
 {
 	struct agg_key k = { .tgid = pid_tgid >> 32, .api = COOKIE_API(cookie), .stream = launch_stream(ctx, cookie) };
@@ -448,8 +541,11 @@ static __always_inline int on_entry(struct pt_regs *ctx)
 			stub = v;
 		}
 	}
-	if ((cookie & COOKIE_AGG) && aggregate(ctx, cookie, pid_tgid))
+	if ((cookie & COOKIE_AGG) && aggregate(ctx, cookie, pid_tgid)) {
+		if (cookie & COOKIE_AGG_TIME)
+			launch_began(pid_tgid, COOKIE_API(cookie), now);
 		return 0;
+	}
 	if (COOKIE_FULL(cookie))
 		return emit_entry(ctx, cookie, pid_tgid, now, stub, true);
 	return emit_entry(ctx, cookie, pid_tgid, now, stub, false);
@@ -500,6 +596,8 @@ static __always_inline int on_return(struct pt_regs *ctx)
 	 * orphan here. */
 	if ((cookie & COOKIE_SHARED) && !admit(cookie, pid_tgid >> 32))
 		return 0;
+	if (cookie & COOKIE_AGG)
+		return launch_ended(cookie, pid_tgid, now);
 	struct inflight_key key = { .tid = (__u32)pid_tgid, .api = COOKIE_API(cookie) };
 
 	struct inflight *in = bpf_map_lookup_elem(&inflight, &key);

@@ -2,6 +2,8 @@ package tracer
 
 import (
 	"context"
+	"math/bits"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -18,21 +20,40 @@ import (
 
 // TestAggregateLaunches: under shared probes with AggregateLaunches, a
 // workload's launches are counted in BPF, exactly, and none reaches the
-// model as a call; its other calls still do.
+// model as a call; its other calls still do. With LaunchTimes, each
+// counted launch is also timed: as many times as launches, none shorter
+// than the host time the simulated driver spends in it.
 func TestAggregateLaunches(t *testing.T) {
 	testutil.RequireRoot(t)
+	t.Run("counts", func(t *testing.T) { testAggregateLaunches(t, false) })
+	t.Run("times", func(t *testing.T) { testAggregateLaunches(t, true) })
+}
+
+// launchHostUs is what each simulated launch spends on the host (busy) in
+// the times test.
+const launchHostUs = 300
+
+func testAggregateLaunches(t *testing.T, times bool) {
 	b := testutil.Sim(t)
 	const iters = 20
 	var mu sync.Mutex
-	var last map[uint32]map[event.LaunchKey]uint64
+	var last event.Aggregates                           // the latest report
+	reported := map[uint32]map[event.LaunchKey]uint64{} // each process's last counts reported
 	ctx, cancel := context.WithCancel(context.Background())
 	attached := make(chan struct{})
 	done := make(chan *Outcome, 1)
 	col := &pidSink{Collector: model.NewCollector(), seen: map[uint32]bool{}, first: make(chan uint32, 64)}
 	go func() {
 		out, err := Run(ctx, Config{All: true, Stacks: probe.StacksNone, NVMLInterval: -1, NameWindow: -1, Sink: col,
-			AggregateLaunches: true, OnAttached: func(int) { close(attached) },
-			OnLaunchCounts: func(c map[uint32]map[event.LaunchKey]uint64) { mu.Lock(); last = c; mu.Unlock() }})
+			AggregateLaunches: true, LaunchTimes: times, OnAttached: func(int) { close(attached) },
+			OnAggregates: func(a event.Aggregates) {
+				mu.Lock()
+				defer mu.Unlock()
+				last = a
+				for pid, c := range a.Launches {
+					reported[pid] = c
+				}
+			}})
 		if err != nil {
 			t.Error(err)
 		}
@@ -41,7 +62,11 @@ func TestAggregateLaunches(t *testing.T) {
 	<-attached
 	run := func() *sim.Report {
 		t.Helper()
-		out, err := exec.Command(b.Workload, "--scenario", "basic", "--iters", strconv.Itoa(iters)).Output()
+		cmd := exec.Command(b.Workload, "--scenario", "basic", "--iters", strconv.Itoa(iters))
+		if times {
+			cmd.Env = append(os.Environ(), "SIM_LAUNCH_HOST_US="+strconv.Itoa(launchHostUs))
+		}
+		out, err := cmd.Output()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -63,6 +88,24 @@ func TestAggregateLaunches(t *testing.T) {
 		}
 	}
 	rep := run()
+	if !times {
+		// An exited process's counters are reported one last time, then
+		// deleted from the BPF maps (continuous tracing would fill them).
+		pruneEvery = 0
+		defer func() { pruneEvery = 10 * time.Second }()
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			mu.Lock()
+			_, was := reported[uint32(rep.PID)]
+			_, in := last.Launches[uint32(rep.PID)]
+			mu.Unlock()
+			if was && !in {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the exited workload's (%d) launch counters still in the BPF maps after 30 s", rep.PID)
+			}
+		}
+	}
 	cancel()
 	out := <-done
 	if out == nil {
@@ -77,15 +120,46 @@ func TestAggregateLaunches(t *testing.T) {
 	mu.Lock()
 	var counted uint64
 	byStream := map[uint64]uint64{}
-	for k, n := range last[uint32(rep.PID)] {
+	for k, n := range reported[uint32(rep.PID)] {
 		if k.API == event.CuLaunchKernel {
 			counted += n
 			byStream[k.Stream] += n
 		}
 	}
+	timed := last.Times[uint32(rep.PID)][event.CuLaunchKernel]
+	lost := last.TimesLost
 	mu.Unlock()
 	if counted != launches {
 		t.Errorf("launches counted in BPF: %d, the workload made %d", counted, launches)
+	}
+	switch {
+	case !times && timed != nil:
+		t.Errorf("launch times kept without LaunchTimes: %v", timed.Count)
+	case times && timed == nil:
+		t.Errorf("no launch times for process %d (%d lost)", rep.PID, lost)
+	case times:
+		var n, ns uint64
+		floor := bits.Len64(launchHostUs*1000) - 1 // the bucket of the shortest possible launch
+		for b := range timed.Count {
+			n += timed.Count[b]
+			ns += timed.Ns[b]
+			if timed.Count[b] == 0 {
+				continue
+			}
+			if b < floor {
+				t.Errorf("%d launches timed in bucket %d ([%d, %d) ns): each spent at least %d µs", timed.Count[b], b, uint64(1)<<b, uint64(2)<<b, launchHostUs)
+			}
+			// A bucket's nanoseconds are its calls' times, each in its range.
+			if lo, hi := timed.Count[b]<<b, timed.Count[b]<<(b+1); timed.Ns[b] < lo || timed.Ns[b] >= hi {
+				t.Errorf("bucket %d: %d calls summing %d ns, outside [%d, %d)", b, timed.Count[b], timed.Ns[b], lo, hi)
+			}
+		}
+		if n != launches || lost != 0 {
+			t.Errorf("%d launches timed (%d lost), the workload made %d", n, lost, launches)
+		}
+		if ns < launches*launchHostUs*1000 {
+			t.Errorf("launch time %d ns in all, below the %d µs × %d launches spent", ns, launchHostUs, launches)
+		}
 	}
 	var calls, launchCalls int
 	created := map[uint64]bool{}

@@ -117,27 +117,38 @@ func BenchmarkAggregateOverhead(b *testing.B) {
 	if v, err := strconv.Atoi(os.Getenv("CUDATAP_BENCH_ROUNDS")); err == nil && v > 0 {
 		rounds = v
 	}
-	var base, empty, recorded, aggregated, noStream, paired, pairedNoStream []float64
+	var base, empty, emptyRet, recorded, aggregated, noStream, timed []float64
+	var paired, pairedNoStream, pairedTimed, pairedTimedRet []float64
 	for range rounds {
 		base = append(base, runLoop(b, bin, n, nil))
-		empty = append(empty, runLoop(b, bin, n, func(tb testing.TB, pid int) func() { return attachEmptyOn(tb, pid, "cuLaunchKernel") }))
-		recorded = append(recorded, runLoop(b, bin, n, attachAll(false)))
-		aggregated = append(aggregated, runLoop(b, bin, n, attachAll(true)))
+		empty = append(empty, runLoop(b, bin, n, func(tb testing.TB, pid int) func() { return attachEmptyOn(tb, pid, "cuLaunchKernel", false) }))
+		emptyRet = append(emptyRet, runLoop(b, bin, n, func(tb testing.TB, pid int) func() { return attachEmptyOn(tb, pid, "cuLaunchKernel", true) }))
+		recorded = append(recorded, runLoop(b, bin, n, attachAll(false, false)))
+		aggregated = append(aggregated, runLoop(b, bin, n, attachAll(true, false)))
 		aggregateByStream = false
-		noStream = append(noStream, runLoop(b, bin, n, attachAll(true)))
+		noStream = append(noStream, runLoop(b, bin, n, attachAll(true, false)))
 		aggregateByStream = true
+		timed = append(timed, runLoop(b, bin, n, attachAll(true, true)))
 		// The same round's ratio: the machine's drift between rounds
 		// (a VM's uprobe cost moves ±20%) cancels out.
-		if k := len(base) - 1; empty[k] > base[k] {
+		if k := len(base) - 1; empty[k] > base[k] && emptyRet[k] > base[k] {
 			paired = append(paired, (aggregated[k]-base[k])/(empty[k]-base[k]))
 			pairedNoStream = append(pairedNoStream, (noStream[k]-base[k])/(empty[k]-base[k]))
+			pairedTimed = append(pairedTimed, (timed[k]-base[k])/(empty[k]-base[k]))
+			pairedTimedRet = append(pairedTimedRet, (timed[k]-base[k])/(emptyRet[k]-base[k]))
 		}
 	}
 	med := func(v []float64) float64 { v = slices.Clone(v); slices.Sort(v); return v[len(v)/2] }
 	if len(paired) > 0 {
 		b.ReportMetric(med(paired), "aggregated-ratio-paired-median")
 		b.ReportMetric(med(pairedNoStream), "aggregated-no-stream-ratio-paired-median")
+		// --launch-times: against an empty uprobe, and against an empty
+		// uprobe and uretprobe pair (what any return-timed probe costs).
+		b.ReportMetric(med(pairedTimed), "timed-ratio-paired-median")
+		b.ReportMetric(med(pairedTimedRet), "timed-ratio-vs-empty-pair-paired-median")
 	}
+	b.ReportMetric(med(emptyRet), "ns/launch-empty-uprobe-and-uretprobe")
+	b.ReportMetric(med(timed), "ns/launch-aggregated-timed")
 	mb, me, mr, ma := med(base), med(empty), med(recorded), med(aggregated)
 	b.ReportMetric(mb, "ns/launch-untraced")
 	b.ReportMetric(me, "ns/launch-empty-uprobe")
@@ -150,15 +161,15 @@ func BenchmarkAggregateOverhead(b *testing.B) {
 }
 
 // attachAll runs an --all session (shared probes), counting launches in
-// BPF when aggregate; detaching ends it.
-func attachAll(aggregate bool) func(testing.TB, int) func() {
+// BPF when aggregate (and timing them when times); detaching ends it.
+func attachAll(aggregate, times bool) func(testing.TB, int) func() {
 	return func(tb testing.TB, pid int) func() {
 		ctx, cancel := context.WithCancel(context.Background())
 		attached := make(chan struct{})
 		done := make(chan error, 1)
 		go func() {
 			_, err := Run(ctx, Config{All: true, Stacks: probe.StacksNone, NVMLInterval: -1, NameWindow: -1, Recording: discard{},
-				AggregateLaunches: aggregate, OnLaunchCounts: func(map[uint32]map[event.LaunchKey]uint64) {}, OnAttached: func(int) { close(attached) }})
+				AggregateLaunches: aggregate, LaunchTimes: times, OnAggregates: func(event.Aggregates) {}, OnAttached: func(int) { close(attached) }})
 			done <- err
 		}()
 		select {
@@ -196,11 +207,12 @@ func runLoop(b *testing.B, bin string, n int, attach func(testing.TB, int) func(
 }
 
 // attachEmpty puts a do-nothing uprobe_multi program on cudaLaunchKernel.
-func attachEmpty(tb testing.TB, pid int) func() { return attachEmptyOn(tb, pid, "cudaLaunchKernel") }
+func attachEmpty(tb testing.TB, pid int) func() { return attachEmptyOn(tb, pid, "cudaLaunchKernel", false) }
 
 // attachEmptyOn puts a do-nothing uprobe_multi program on symbol, in the
-// runtime (cuda*) or the driver (cu*) of pid.
-func attachEmptyOn(tb testing.TB, pid int, symbol string) func() {
+// runtime (cuda*) or the driver (cu*) of pid; with ret, a do-nothing
+// uretprobe too.
+func attachEmptyOn(tb testing.TB, pid int, symbol string, ret bool) func() {
 	layer := event.Driver
 	if strings.HasPrefix(symbol, "cuda") {
 		layer = event.Runtime
@@ -237,7 +249,14 @@ func attachEmptyOn(tb testing.TB, pid int, symbol string) func() {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return func() { l.Close(); prog.Close() }
+	if !ret {
+		return func() { l.Close(); prog.Close() }
+	}
+	r, err := ex.UretprobeMulti(nil, prog, &link.UprobeMultiOptions{Addresses: []uint64{off}, PID: uint32(pid)})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return func() { r.Close(); l.Close(); prog.Close() }
 }
 
 // attachCudatap runs a full recording session on the process, with the

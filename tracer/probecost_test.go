@@ -75,7 +75,7 @@ func BenchmarkTorchProbeCost(b *testing.B) {
 		wait   time.Duration
 	}{
 		{"untraced", func() func() { return func() {} }, 0},
-		{"empty_uprobe", func() func() { return attachEmptyOn(b, pid, "cuLaunchKernel") }, 0},
+		{"empty_uprobe", func() func() { return attachEmptyOn(b, pid, "cuLaunchKernel", false) }, 0},
 		{"cudatap", func() func() { return attachUntil(b, pid, -1, probe.StacksSync) }, 0},
 		{"cudatap_stacks_none", func() func() { return attachUntil(b, pid, -1, probe.StacksNone) }, 0},
 		{"cudatap_window_0s", func() func() { return attachUntil(b, pid, 0, probe.StacksSync) }, 0},

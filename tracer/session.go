@@ -52,11 +52,14 @@ type Config struct {
 	// measured ("measured (…)") or why not ("not measured: …").
 	OnGPUTimes func(pid uint32, status string)
 	// AggregateLaunches counts launches in BPF maps instead of recording
-	// each (--all/--container: shared probes only); OnLaunchCounts gets the
-	// counts so far, per process and API, about once a second and at the
-	// end. Aggregated launches reach no model, trace or profile.
+	// each (--all/--container: shared probes only); OnAggregates gets the
+	// counts so far, per process, API and stream, about once a second and
+	// at the end. Aggregated launches reach no model, trace or profile.
+	// LaunchTimes also times them (a return probe per launch: a second
+	// trap) into log2 histograms per process and API.
 	AggregateLaunches bool
-	OnLaunchCounts    func(map[uint32]map[event.LaunchKey]uint64)
+	LaunchTimes       bool
+	OnAggregates      func(event.Aggregates)
 	// SampledOut keeps processes out of this session (--all/--container:
 	// the agent's per-process sampling): PID → start time
 	// (procfs.ProcessStat.StartTicks), so that a PID reused by a new
@@ -155,6 +158,7 @@ type Session struct {
 	seenMaps    map[int]uint64               // maps hash of processes looked at
 	sweeps      int                          // discoverAll calls, for the full sweep
 	aggFullSaid uint64                       // launch-counter overflows already logged
+	aggPIDs     map[uint32]bool              // the processes in the last aggregates reported
 	plain       map[string]bool              // files ("dev:inode") that hold no CUDA layer
 	newTargets  int
 	attachFails atomic.Uint64 // probe sets that could not be attached (shown as "attach failures")
@@ -247,23 +251,60 @@ func recordingHeader(cfg Config) recording.Header {
 	return h
 }
 
-// reportLaunchCounts hands the aggregated launch counts to OnLaunchCounts.
-func (s *Session) reportLaunchCounts() {
-	if !s.cfg.AggregateLaunches || s.cfg.OnLaunchCounts == nil {
+// pruneEvery is how often the tables BPF keeps per thread and process
+// (entries waiting for their return, process flags, aggregates) lose the
+// exited; a variable for tests.
+var pruneEvery = 10 * time.Second
+
+// reportAggregates hands what BPF counted (aggregate mode) to
+// OnAggregates. With prune, the counters of processes that had exited
+// before this read are deleted once reported: their counts are final, and
+// continuous tracing of a host where processes come and go would fill the
+// maps with the dead. (The collector keeps a process's last counts.)
+func (s *Session) reportAggregates(prune bool) {
+	if !s.cfg.AggregateLaunches || s.cfg.OnAggregates == nil {
 		return
 	}
-	counts, err := s.tr.LaunchCounts()
-	if err != nil {
+	var dead []uint32
+	if prune {
+		for pid := range s.aggPIDs {
+			if !procfs.Alive(int(pid)) {
+				dead = append(dead, pid)
+			}
+		}
+	}
+	var agg event.Aggregates
+	var err error
+	if agg.Launches, err = s.tr.LaunchCounts(); err != nil {
 		s.log.Warn("reading the launch counters failed", "err", err)
 		return
 	}
-	// Not a loss (those launches went to the ring buffer), but a limit
-	// that acted: said when it grows, not every second.
-	if st, err := s.tr.Stats(); err == nil && st.AggregateFull > s.aggFullSaid {
-		s.aggFullSaid = st.AggregateFull
-		s.log.Warn("launch counters full (16,384 processes): launches recorded one by one instead", "launches", st.AggregateFull)
+	if s.cfg.LaunchTimes {
+		if agg.Times, err = s.tr.LaunchTimes(); err != nil {
+			s.log.Warn("reading the launch times failed", "err", err)
+			return
+		}
 	}
-	s.cfg.OnLaunchCounts(counts)
+	if st, err := s.tr.Stats(); err == nil {
+		agg.TimesLost = st.LaunchTimesLost
+		// Not a loss (those launches went to the ring buffer), but a
+		// limit that acted: said when it grows, not every second.
+		if st.AggregateFull > s.aggFullSaid {
+			s.aggFullSaid = st.AggregateFull
+			s.log.Warn("launch counters full (16,384 process, API and stream keys): launches recorded one by one instead", "launches", st.AggregateFull)
+		}
+	}
+	s.cfg.OnAggregates(agg)
+	s.aggPIDs = map[uint32]bool{}
+	for pid := range agg.Launches {
+		s.aggPIDs[pid] = true
+	}
+	if len(dead) > 0 {
+		s.tr.ForgetAggregates(dead)
+		for _, pid := range dead {
+			delete(s.aggPIDs, pid)
+		}
+	}
 }
 
 // WallOffset measures unix_ns - monotonic_ns now.
@@ -396,7 +437,7 @@ loop:
 				break loop
 			}
 			s.sweep()
-			if now.Sub(lastPrune) >= 10*time.Second {
+			if now.Sub(lastPrune) >= pruneEvery {
 				lastPrune = now
 				if n, err := s.tr.PruneInflight(threadAlive); err == nil && n > 0 {
 					s.log.Debug("pruned entries of dead threads", "n", n)
@@ -404,11 +445,13 @@ loop:
 				if s.sharedProbes() {
 					s.tr.PruneProcesses(procfs.Alive)
 				}
+				s.reportAggregates(true)
+			} else {
+				s.reportAggregates(false)
 			}
 			if s.watching() {
 				s.discoverAll()
 			}
-			s.reportLaunchCounts()
 			if s.cfg.OnStatus != nil {
 				ev := s.events.Load()
 				dt := now.Sub(lastStatus).Seconds()
@@ -449,7 +492,7 @@ loop:
 		s.model.SetAttachFailures(s.attachFails.Load())
 	}
 	s.model.AddGPUTimesLost(s.gpuTimesLost())
-	s.reportLaunchCounts() // the last counts, probes closed
+	s.reportAggregates(false) // the last counts, probes closed
 	if child != nil {
 		out.Exit = child.stop()
 		out.ExitCode = out.Exit.Code

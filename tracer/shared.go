@@ -114,10 +114,14 @@ func (s *Session) hookShared(t *target, lib *probe.Library, cgroupOnly bool) boo
 		if s.cfg.AggregateLaunches {
 			bits = func(sp *event.Spec) uint64 {
 				if sp.Class == event.ClassLaunch {
+					c := sharedBits(sp) | sp.AggregateCookie()
 					if !aggregateByStream {
-						return sharedBits(sp) | event.CookieAggregate
+						c = sharedBits(sp) | event.CookieAggregate
 					}
-					return sharedBits(sp) | sp.AggregateCookie()
+					if s.cfg.LaunchTimes {
+						c |= event.CookieAggregateTime
+					}
+					return c
 				}
 				return sharedBits(sp)
 			}

@@ -47,6 +47,7 @@ type agentOptions struct {
 	maxCPU        float64
 	nvml          time.Duration
 	perLaunch     bool
+	launchTimes   bool
 	kubelet       string
 }
 
@@ -88,6 +89,7 @@ carry as "Authorization: Bearer TOKEN".`,
 	f.StringVar(&o.profilesDir, "profiles-dir", "", "write each window's profile of each process (pprof) into this directory")
 	f.Int64Var(&o.profilesMax, "profiles-max-bytes", 256<<20, "with --profiles-dir: keep at most this many bytes of profiles, removing the oldest")
 	f.BoolVar(&o.perLaunch, "record-launches", false, "record every launch through the ring buffer (for profiles with launches) instead of counting them in BPF maps")
+	f.BoolVar(&o.launchTimes, "launch-times", false, "also time every launch in BPF (log2 histograms per process and API, in cudatap_cuda_api_seconds): a return probe per launch, a second trap")
 	f.DurationVar(&o.nvml, "nvml-interval", time.Second, "GPU sampling period through NVML for the device series (0: off)")
 	f.Float64Var(&o.maxCPU, "max-cpu", 0.01, "in window mode, keep the agent's own CPU time under this share of one core: the busiest processes are traced in fewer windows (each with a probability p, its counts weighted 1/p), and the pause between windows lengthens when that is not enough (0: no budget)")
 	f.BoolVar(&o.gpuTimes, "gpu-times", false, "let POST /capture measure GPU times with the target's CUPTI (record --gpu-times)")
@@ -236,6 +238,9 @@ func runAgent(ctx context.Context, g *globalOptions, o *agentOptions, stderr io.
 	if !o.continuous && (o.window <= 0 || o.every < o.window) {
 		return fmt.Errorf("--window %v --every %v: want 0 < window <= every (or --continuous)", o.window, o.every)
 	}
+	if o.launchTimes && o.perLaunch {
+		return errors.New("--launch-times times the launches counted in BPF; with --record-launches none is: drop one of the two")
+	}
 	reg := prometheus.NewRegistry()
 	coll := metrics.NewCollector()
 	gpus := metrics.NewGPUCollector()
@@ -307,9 +312,9 @@ func runAgent(ctx context.Context, g *globalOptions, o *agentOptions, stderr io.
 		out, err := tracer.Run(ctx, tracer.Config{All: o.container == "", Container: o.container, Duration: window,
 			Stacks: probe.StacksNone, RingBufferBytes: o.ringBuffer, NVMLInterval: -1, NameWindow: -1,
 			Sink: model.Sinks{coll, prof, sampler}, Logger: g.logger(), OnAttached: func(int) { ready.Store(true) }, OnStatus: stats.status,
-			AggregateLaunches: !o.perLaunch, OnLaunchCounts: coll.SetLaunchCounts, SampledOut: sampledOut,
+			AggregateLaunches: !o.perLaunch, LaunchTimes: o.launchTimes, OnAggregates: coll.SetAggregates, SampledOut: sampledOut,
 			PollInterval: agentPollInterval})
-		coll.FoldLaunchCounts()
+		coll.FoldAggregates()
 		if err != nil {
 			return err
 		}

@@ -109,7 +109,7 @@ func startAgent(t *testing.T, o *agentOptions) string {
 func TestAgentMetrics(t *testing.T) {
 	testutil.RequireRoot(t)
 	b := testutil.Sim(t)
-	base := startAgent(t, &agentOptions{listen: "127.0.0.1:0", continuous: true, ringBuffer: 16 << 20})
+	base := startAgent(t, &agentOptions{listen: "127.0.0.1:0", continuous: true, ringBuffer: 16 << 20, launchTimes: true})
 	get := func(path string) (int, string) {
 		resp, err := http.Get(base + path)
 		if err != nil {
@@ -134,7 +134,11 @@ func TestAgentMetrics(t *testing.T) {
 	// discovery). Run workloads until one is traced, then count the next.
 	run := func() *sim.Report {
 		t.Helper()
-		out, err := exec.Command(b.Workload, "--scenario", "basic", "--iters", "20").Output()
+		// Each launch spends 300 µs on the host: every launch time the
+		// agent keeps is above the 262.144 µs bound.
+		cmd := exec.Command(b.Workload, "--scenario", "basic", "--iters", "20")
+		cmd.Env = append(os.Environ(), "SIM_LAUNCH_HOST_US=300")
+		out, err := cmd.Output()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -221,6 +225,11 @@ func TestAgentMetrics(t *testing.T) {
 		`cudatap_cuda_calls_total{pid="` + pid + `",api="cudaStreamSynchronize"}`:     float64(rep.Calls["cudaStreamSynchronize"]),
 		`cudatap_cuda_calls_total{pid="` + pid + `",api="cudaMemcpyAsync"}`:           float64(rep.Calls["cudaMemcpyAsync"]),
 		`sum(cudatap_syncs_total{pid="` + pid + `",kind="pageable_memcpy"}) > bool 0`: 1,
+		// --launch-times: every launch timed, none under 300 µs.
+		`cudatap_cuda_api_seconds_count{pid="` + pid + `",api="cuLaunchKernel"}`:                                                                    float64(launches),
+		`cudatap_cuda_api_seconds_bucket{pid="` + pid + `",api="cuLaunchKernel",le="0.000262144"}`:                                                  0,
+		`cudatap_cuda_api_seconds_sum{pid="` + pid + `",api="cuLaunchKernel"} > bool ` + strconv.FormatFloat(float64(launches)*300e-6, 'f', -1, 64): 1,
+		`cudatap_launch_times_lost_total`: 0,
 	})
 }
 

@@ -30,8 +30,11 @@ import (
 // cudatap_metrics_processes_evicted_total).
 const MaxProcesses = 1024
 
-// apiBuckets are the CUDA API time histogram's upper bounds, in seconds.
-var apiBuckets = []float64{1e-6, 4e-6, 16e-6, 64e-6, 256e-6, 1e-3, 4e-3, 16e-3, 64e-3, 256e-3, 1}
+// apiBucketsNs are the CUDA API time histogram's upper bounds: powers of
+// four from 1.024 µs to 1.07 s, in nanoseconds. Powers of two, so that the
+// log2 histograms BPF keeps of launch times (event.TimeHistogram) fall
+// into them exactly: all of BPF bucket b is below 2^(b+1) ns.
+var apiBucketsNs = [...]uint64{1 << 10, 1 << 12, 1 << 14, 1 << 16, 1 << 18, 1 << 20, 1 << 22, 1 << 24, 1 << 26, 1 << 28, 1 << 30}
 
 // Collector aggregates what a model reports, per process.
 type Collector struct {
@@ -41,10 +44,13 @@ type Collector struct {
 	evicted uint64
 	label   Labeler
 	weight  float64 // each count counts this much (SetWeight)
+	// Launches whose time BPF found no room for: of the sessions that
+	// ended, and of the current one.
+	timesLost, timesLostLive uint64
 
-	calls, launches, syncs, syncWait, copyBytes, ncclBytes, ncclOps, apiTime, evictedDesc *prometheus.Desc
-	commCalls, commLast, commDone, commDoneLast                                           *prometheus.Desc
-	sampleProb, sampleWindows, streamLaunches                                             *prometheus.Desc
+	calls, launches, syncs, syncWait, copyBytes, ncclBytes, ncclOps, apiTime, evictedDesc, timesLostDesc *prometheus.Desc
+	commCalls, commLast, commDone, commDoneLast                                                          *prometheus.Desc
+	sampleProb, sampleWindows, streamLaunches                                                            *prometheus.Desc
 }
 
 type proc struct {
@@ -69,6 +75,9 @@ type proc struct {
 	// API and by stream.
 	aggLive       map[string]uint64
 	aggLiveStream map[string]uint64
+	// Launch times kept in BPF in the current session, by API (folded into
+	// apiTime when it ends).
+	aggTimes map[string]*event.TimeHistogram
 	// The agent's per-process sampling: its probability of being traced
 	// in the current window, and the windows it was traced in and sat out.
 	// Its counts in a traced window count 1/probability.
@@ -115,7 +124,36 @@ func wallOf(mono uint64) float64 {
 type histogram struct {
 	count   uint64
 	sumNs   uint64
-	buckets []uint64 // cumulative per apiBuckets
+	buckets [len(apiBucketsNs)]uint64 // cumulative per apiBucketsNs
+}
+
+// observe adds a call that took d ns.
+func (h *histogram) observe(d uint64) {
+	h.count++
+	h.sumNs += d
+	for i, b := range apiBucketsNs {
+		if d <= b {
+			h.buckets[i]++
+		}
+	}
+}
+
+// addLog2 adds the calls of a BPF log2 histogram: bucket b's, each under
+// 2^(b+1) ns, count in every bound from 2^(b+1) up. (A call of exactly a
+// bound's 2^(2k) ns counts in the next one up: within a nanosecond.)
+func (h *histogram) addLog2(t *event.TimeHistogram) {
+	for b, n := range t.Count {
+		if n == 0 {
+			continue
+		}
+		h.count += n
+		h.sumNs += t.Ns[b]
+		for i, bound := range apiBucketsNs {
+			if b+1 < 64 && uint64(1)<<(b+1) <= bound {
+				h.buckets[i] += n
+			}
+		}
+	}
 }
 
 // NewCollector returns an empty collector. Processes are labelled from
@@ -144,10 +182,11 @@ func NewCollector() *Collector {
 		copyBytes:      d("cudatap_memcpy_bytes_total", "Bytes copied, by direction (HtoD, DtoH, DtoD, ...) and host memory (pageable, pinned, device).", "direction", "host_memory"),
 		ncclBytes:      d("cudatap_nccl_bytes_total", "NCCL payload bytes, by operation.", "op"),
 		ncclOps:        d("cudatap_nccl_operations_total", "NCCL operations, by operation.", "op"),
-		apiTime:        d("cudatap_cuda_api_seconds", "Host time in CUDA calls whose return is traced, by API.", "api"),
+		apiTime:        d("cudatap_cuda_api_seconds", "Host time in CUDA calls whose return is traced, by API (launches only with the agent's --launch-times).", "api"),
 		sampleProb:     d("cudatap_process_sample_probability", "Probability the agent traces this process in a window (1 unless --max-cpu makes it sample the busiest processes; counts of traced windows are weighted 1/p)."),
 		sampleWindows:  d("cudatap_process_windows_total", "Windows this process was traced in (traced=\"true\") or sat out to keep the agent within --max-cpu (traced=\"false\").", "traced"),
 		evictedDesc:    prometheus.NewDesc("cudatap_metrics_processes_evicted_total", "Processes whose series were dropped to bound cardinality.", nil, nil),
+		timesLostDesc:  prometheus.NewDesc("cudatap_launch_times_lost_total", "Launches counted whose host time BPF found no room to keep (--launch-times): missing from cudatap_cuda_api_seconds.", nil, nil),
 	}
 }
 
@@ -257,19 +296,7 @@ func (c *Collector) Call(mp *model.Process, x *model.Call) {
 		}
 	}
 	if x.HasRet {
-		h := p.apiTime[name]
-		if h == nil {
-			h = &histogram{buckets: make([]uint64, len(apiBuckets))}
-			p.apiTime[name] = h
-		}
-		d := x.Duration()
-		h.count++
-		h.sumNs += d
-		for i, b := range apiBuckets {
-			if float64(d) <= b*1e9 {
-				h.buckets[i]++
-			}
-		}
+		p.apiHistogram(name).observe(x.Duration())
 	}
 }
 
@@ -346,18 +373,39 @@ func (c *Collector) weightOf(p *proc) float64 { return c.weight / p.probability 
 
 // Describe sends the metrics' descriptions.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.calls, c.launches, c.syncs, c.syncWait, c.copyBytes, c.ncclBytes, c.ncclOps, c.apiTime, c.evictedDesc, c.commCalls, c.commLast, c.commDone, c.commDoneLast, c.sampleProb, c.sampleWindows, c.streamLaunches} {
+	for _, d := range []*prometheus.Desc{c.calls, c.launches, c.syncs, c.syncWait, c.copyBytes, c.ncclBytes, c.ncclOps, c.apiTime, c.evictedDesc, c.commCalls, c.commLast, c.commDone, c.commDoneLast, c.sampleProb, c.sampleWindows, c.streamLaunches, c.timesLostDesc} {
 		ch <- d
 	}
 }
 
-// SetLaunchCounts takes the launches counted in BPF by the current
-// session (aggregate mode), cumulative per process, API and stream since it
-// began.
-func (c *Collector) SetLaunchCounts(counts map[uint32]map[event.LaunchKey]uint64) {
+// apiHistogram is p's time histogram of API name, made when first needed.
+func (p *proc) apiHistogram(name string) *histogram {
+	h := p.apiTime[name]
+	if h == nil {
+		h = &histogram{}
+		p.apiTime[name] = h
+	}
+	return h
+}
+
+// SetAggregates takes what BPF counted in the current session (aggregate
+// mode), cumulative since it began: launches per process, API and stream,
+// and launch times per process and API. A process absent keeps its last
+// values (its counters were deleted once it exited).
+func (c *Collector) SetAggregates(a event.Aggregates) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for pid, byKey := range counts {
+	c.timesLostLive = a.TimesLost
+	for pid, byAPI := range a.Times {
+		p := c.proc(pid)
+		p.aggTimes = map[string]*event.TimeHistogram{}
+		for api, h := range byAPI {
+			if s := event.Lookup(api); s != nil {
+				p.aggTimes[s.Name] = h
+			}
+		}
+	}
+	for pid, byKey := range a.Launches {
 		p := c.proc(pid)
 		p.aggLive, p.aggLiveStream = map[string]uint64{}, map[string]uint64{}
 		for k, n := range byKey {
@@ -369,12 +417,18 @@ func (c *Collector) SetLaunchCounts(counts map[uint32]map[event.LaunchKey]uint64
 	}
 }
 
-// FoldLaunchCounts ends the current session's launch counts: they become
-// part of the totals, and the next session's start from zero.
-func (c *Collector) FoldLaunchCounts() {
+// FoldAggregates ends the current session's aggregates: they become part
+// of the totals, and the next session's start from zero.
+func (c *Collector) FoldAggregates() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.timesLost += c.timesLostLive
+	c.timesLostLive = 0
 	for _, p := range c.procs {
+		for api, t := range p.aggTimes {
+			p.apiHistogram(api).addLog2(t)
+		}
+		p.aggTimes = nil
 		for api, n := range p.aggLive {
 			p.calls[api] += float64(n) * c.weightOf(p)
 			p.launches += float64(n) * c.weightOf(p)
@@ -476,13 +530,28 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 				ch <- prometheus.MustNewConstMetric(c.commLast, prometheus.GaugeValue, m.lastWall, cl...)
 			}
 		}
-		for api, h := range p.apiTime {
-			buckets := make(map[float64]uint64, len(apiBuckets))
-			for i, b := range apiBuckets {
-				buckets[b] = h.buckets[i]
+		emit := func(api string, h histogram) {
+			buckets := make(map[float64]uint64, len(apiBucketsNs))
+			for i, b := range apiBucketsNs {
+				buckets[float64(b)/1e9] = h.buckets[i]
 			}
 			ch <- prometheus.MustNewConstHistogram(c.apiTime, h.count, float64(h.sumNs)/1e9, buckets, with(api)...)
 		}
+		for api, h := range p.apiTime {
+			all := *h
+			if t := p.aggTimes[api]; t != nil {
+				all.addLog2(t)
+			}
+			emit(api, all)
+		}
+		for api, t := range p.aggTimes {
+			if _, ok := p.apiTime[api]; !ok {
+				var all histogram
+				all.addLog2(t)
+				emit(api, all)
+			}
+		}
 	}
 	ch <- prometheus.MustNewConstMetric(c.evictedDesc, prometheus.CounterValue, float64(c.evicted))
+	ch <- prometheus.MustNewConstMetric(c.timesLostDesc, prometheus.CounterValue, float64(c.timesLost+c.timesLostLive))
 }

@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"math"
 	"strconv"
 	"testing"
 
@@ -112,8 +113,8 @@ func TestCollectorBounded(t *testing.T) {
 func TestLaunchCounts(t *testing.T) {
 	c := NewCollector()
 	c.label = func(uint32, ...string) ProcLabels { return ProcLabels{Comm: "python3"} }
-	c.SetLaunchCounts(map[uint32]map[event.LaunchKey]uint64{7: {{API: event.CuLaunchKernel}: 100}})
-	c.SetLaunchCounts(map[uint32]map[event.LaunchKey]uint64{7: {{API: event.CuLaunchKernel}: 150}}) // cumulative: replaces
+	c.SetAggregates(event.Aggregates{Launches: map[uint32]map[event.LaunchKey]uint64{7: {{API: event.CuLaunchKernel}: 100}}})
+	c.SetAggregates(event.Aggregates{Launches: map[uint32]map[event.LaunchKey]uint64{7: {{API: event.CuLaunchKernel}: 150}}}) // cumulative: replaces
 	check := func(want float64) {
 		t.Helper()
 		if got := gather(t, c, "cudatap_kernel_launches_total", map[string]string{"pid": "7"}); got != want {
@@ -124,20 +125,73 @@ func TestLaunchCounts(t *testing.T) {
 		}
 	}
 	check(150)
-	c.FoldLaunchCounts()
+	c.FoldAggregates()
 	check(150)
-	c.SetLaunchCounts(map[uint32]map[event.LaunchKey]uint64{7: {{API: event.CuLaunchKernel}: 5}}) // a new session
+	c.SetAggregates(event.Aggregates{Launches: map[uint32]map[event.LaunchKey]uint64{7: {{API: event.CuLaunchKernel}: 5}}}) // a new session
 	check(155)
 }
 
 // TestStreamLaunches: launches by stream, from BPF counts (live, then
 // folded) and from traced launch calls, under one label per stream handle.
+// TestLaunchTimes: launch times kept in BPF (log2 buckets) join the API
+// time histogram in its power-of-two bounds exactly, with the times traced
+// from user space; live, then folded, then added to by the next session.
+func TestLaunchTimes(t *testing.T) {
+	c := NewCollector()
+	c.label = func(uint32, ...string) ProcLabels { return ProcLabels{Comm: "python3"} }
+	var h event.TimeHistogram
+	h.Count[11], h.Ns[11] = 3, 9000 // [2048, 4096) ns
+	h.Count[12], h.Ns[12] = 1, 5000 // [4096, 8192) ns
+	h.Count[31], h.Ns[31] = 1, 3e9  // beyond the last bound (2^30 ns)
+	c.SetAggregates(event.Aggregates{Times: map[uint32]map[event.API]*event.TimeHistogram{7: {event.CuLaunchKernel: &h}}, TimesLost: 2})
+	// A launch traced from user space too (the ring buffer, counters full): 1000 ns.
+	c.Call(&model.Process{PID: 7}, &model.Call{API: event.CuLaunchKernel, HasRet: true, Start: 0, End: 1000})
+	check := func(count uint64, sum float64, buckets map[float64]uint64) {
+		t.Helper()
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(c)
+		families, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range families {
+			if f.GetName() != "cudatap_cuda_api_seconds" {
+				continue
+			}
+			m := f.GetMetric()[0].GetHistogram()
+			if m.GetSampleCount() != count || math.Abs(m.GetSampleSum()-sum) > 1e-12 {
+				t.Errorf("count %d, sum %v s; want %d, %v", m.GetSampleCount(), m.GetSampleSum(), count, sum)
+			}
+			for _, b := range m.GetBucket() {
+				if want, ok := buckets[b.GetUpperBound()]; ok && b.GetCumulativeCount() != want {
+					t.Errorf("le=%v: %d, want %d", b.GetUpperBound(), b.GetCumulativeCount(), want)
+				}
+			}
+			return
+		}
+		t.Fatal("no cudatap_cuda_api_seconds")
+	}
+	check(6, 3.000015, map[float64]uint64{1.024e-6: 1, 4.096e-6: 4, 16.384e-6: 5, 1.073741824: 5})
+	if got := gather(t, c, "cudatap_launch_times_lost_total", nil); got != 2 {
+		t.Errorf("times lost %v, want 2", got)
+	}
+	c.FoldAggregates()
+	check(6, 3.000015, map[float64]uint64{1.024e-6: 1, 4.096e-6: 4, 16.384e-6: 5, 1.073741824: 5})
+	var next event.TimeHistogram
+	next.Count[10], next.Ns[10] = 1, 1500
+	c.SetAggregates(event.Aggregates{Times: map[uint32]map[event.API]*event.TimeHistogram{7: {event.CuLaunchKernel: &next}}, TimesLost: 1})
+	check(7, 3.0000165, map[float64]uint64{1.024e-6: 1, 4.096e-6: 5, 16.384e-6: 6, 1.073741824: 6})
+	if got := gather(t, c, "cudatap_launch_times_lost_total", nil); got != 3 {
+		t.Errorf("times lost %v, want 3", got)
+	}
+}
+
 func TestStreamLaunches(t *testing.T) {
 	c := NewCollector()
 	c.label = func(uint32, ...string) ProcLabels { return ProcLabels{Comm: "python3"} }
 	k := func(api event.API, stream uint64) event.LaunchKey { return event.LaunchKey{API: api, Stream: stream} }
-	c.SetLaunchCounts(map[uint32]map[event.LaunchKey]uint64{7: {k(event.CuLaunchKernel, 0x7f00): 100, k(event.CuLaunchKernelEx, 0x7f00): 1,
-		k(event.CuLaunchKernel, 0): 20, k(event.CuLaunchKernel, event.AggregateUnknownStream): 3}})
+	c.SetAggregates(event.Aggregates{Launches: map[uint32]map[event.LaunchKey]uint64{7: {k(event.CuLaunchKernel, 0x7f00): 100, k(event.CuLaunchKernelEx, 0x7f00): 1,
+		k(event.CuLaunchKernel, 0): 20, k(event.CuLaunchKernel, event.AggregateUnknownStream): 3}}})
 	check := func(stream string, want float64) {
 		t.Helper()
 		if got := gather(t, c, "cudatap_stream_launches_total", map[string]string{"pid": "7", "stream": stream}); got != want {
@@ -147,9 +201,9 @@ func TestStreamLaunches(t *testing.T) {
 	check("0x7f00", 101)
 	check("legacy", 20)
 	check("unknown", 3)
-	c.FoldLaunchCounts()
+	c.FoldAggregates()
 	c.Call(&model.Process{PID: 7}, &model.Call{API: event.CuLaunchKernel, Args: event.Args{Stream: 2, HasStream: true}})
-	c.SetLaunchCounts(map[uint32]map[event.LaunchKey]uint64{7: {k(event.CuLaunchKernel, 0x7f00): 4}}) // the next session
+	c.SetAggregates(event.Aggregates{Launches: map[uint32]map[event.LaunchKey]uint64{7: {k(event.CuLaunchKernel, 0x7f00): 4}}}) // the next session
 	check("0x7f00", 105)
 	check("legacy", 20)
 	check("per_thread", 1)
@@ -165,8 +219,8 @@ func TestWeight(t *testing.T) {
 	c.Call(p, &model.Call{API: event.CudaMemcpyAsync, Pageable: true, HasRet: true, Start: 0, End: 1000,
 		Args: event.Args{Kind: event.HostToDevice, Bytes: 100}})
 	c.Sync(p, &model.Sync{Kind: model.SyncPageableMemcpy, BlockedNs: 1e9})
-	c.SetLaunchCounts(map[uint32]map[event.LaunchKey]uint64{7: {{API: event.CuLaunchKernel}: 10}})
-	c.FoldLaunchCounts()
+	c.SetAggregates(event.Aggregates{Launches: map[uint32]map[event.LaunchKey]uint64{7: {{API: event.CuLaunchKernel}: 10}}})
+	c.FoldAggregates()
 	for _, tc := range []struct {
 		name   string
 		labels map[string]string
@@ -195,8 +249,8 @@ func TestSampling(t *testing.T) {
 	c.SetSampling(7, 0.25, false) // sits a window out
 	c.SetSampling(7, 0.25, true)
 	c.Call(p, &model.Call{API: event.CudaMemcpyAsync, Args: event.Args{Kind: event.HostToDevice, Bytes: 100}})
-	c.SetLaunchCounts(map[uint32]map[event.LaunchKey]uint64{7: {{API: event.CuLaunchKernel}: 10}})
-	c.FoldLaunchCounts()
+	c.SetAggregates(event.Aggregates{Launches: map[uint32]map[event.LaunchKey]uint64{7: {{API: event.CuLaunchKernel}: 10}}})
+	c.FoldAggregates()
 	for _, tc := range []struct {
 		name   string
 		labels map[string]string

@@ -119,6 +119,10 @@ const (
 	// aggregate mode.
 	CookieAggregate = 1 << 42
 	cookieAggStream = 43 // bits 43..46: where a launch's stream is (LaunchStreamSlot)
+	// CookieAggregateTime (with CookieAggregate) also times each counted
+	// launch, through a return probe on the same symbol, into a log2
+	// histogram per process and API (probe.Tracer.LaunchTimes).
+	CookieAggregateTime = 1 << 47
 )
 
 // AggregateCookie is what a launch probe's cookie adds to count the launch
@@ -151,6 +155,31 @@ const AggregateUnknownStream = ^uint64(0)
 type LaunchKey struct {
 	API    API
 	Stream uint64 // the handle (0 legacy, 2 per-thread), or AggregateUnknownStream
+}
+
+// TimeHistogram is a log2 histogram of call times kept in BPF: Count[b]
+// calls took [2^b, 2^(b+1)) ns (bucket 0 also holds 0 and 1 ns), Ns[b]
+// nanoseconds in all.
+type TimeHistogram struct {
+	Count, Ns [64]uint64
+}
+
+// Add adds o into h.
+func (h *TimeHistogram) Add(o *TimeHistogram) {
+	for b := range h.Count {
+		h.Count[b] += o.Count[b]
+		h.Ns[b] += o.Ns[b]
+	}
+}
+
+// Aggregates is what BPF counted in aggregate mode since the probes were
+// loaded, per process: launches per API and stream, and, when asked,
+// launch times per API. TimesLost counts launches whose time found no room
+// (counted, their time not kept).
+type Aggregates struct {
+	Launches  map[uint32]map[LaunchKey]uint64
+	Times     map[uint32]map[API]*TimeHistogram
+	TimesLost uint64
 }
 
 // PairCookie is the cookie of runtime launch symbol sym when the driver

@@ -108,7 +108,7 @@ func (t *Tracer) attach(pid int, lib *Library, want func(*event.Spec) bool, bits
 				cookie |= event.CookieStack
 			}
 			entry.add(off, cookie, sym)
-			if spec.Return {
+			if spec.Return || cookie&event.CookieAggregateTime != 0 {
 				ret.add(off, cookie, sym)
 			}
 		}

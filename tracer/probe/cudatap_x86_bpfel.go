@@ -61,6 +61,26 @@ type cudatapInflightKey struct {
 	Api uint32
 }
 
+type cudatapLaunchStart struct {
+	_       structs.HostLayout
+	StartNs uint64
+	Api     uint32
+	Pad     uint32
+}
+
+type cudatapLaunchTime struct {
+	_     structs.HostLayout
+	Count uint64
+	Ns    uint64
+}
+
+type cudatapLaunchTimeKey struct {
+	_      structs.HostLayout
+	Tgid   uint32
+	Api    uint16
+	Bucket uint16
+}
+
 type cudatapPyCode struct {
 	_        structs.HostLayout
 	StartNs  uint64
@@ -127,7 +147,8 @@ const (
 	cudatapStatSTAT_ENTRY_REPLACED cudatapStat = 6
 	cudatapStatSTAT_PY_CODE_LOST   cudatapStat = 7
 	cudatapStatSTAT_AGG_FULL       cudatapStat = 8
-	cudatapStatSTAT_MAX            cudatapStat = 9
+	cudatapStatSTAT_AGG_TIME_LOST  cudatapStat = 9
+	cudatapStatSTAT_MAX            cudatapStat = 10
 )
 
 // Names of all BPF objects in the ELF.
@@ -139,6 +160,8 @@ const (
 	cudatapMapEvents           = "events"
 	cudatapMapInflight         = "inflight"
 	cudatapMapLaunchCounts     = "launch_counts"
+	cudatapMapLaunchStarted    = "launch_started"
+	cudatapMapLaunchTimes      = "launch_times"
 	cudatapMapOrphans          = "orphans"
 	cudatapMapPairing          = "pairing"
 	cudatapMapPendingStub      = "pending_stub"
@@ -214,19 +237,21 @@ type cudatapProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type cudatapMapSpecs struct {
-	Cgroups      *ebpf.MapSpec `ebpf:"cgroups"`
-	DriverLive   *ebpf.MapSpec `ebpf:"driver_live"`
-	Events       *ebpf.MapSpec `ebpf:"events"`
-	Inflight     *ebpf.MapSpec `ebpf:"inflight"`
-	LaunchCounts *ebpf.MapSpec `ebpf:"launch_counts"`
-	Orphans      *ebpf.MapSpec `ebpf:"orphans"`
-	Pairing      *ebpf.MapSpec `ebpf:"pairing"`
-	PendingStub  *ebpf.MapSpec `ebpf:"pending_stub"`
-	ProcFlags    *ebpf.MapSpec `ebpf:"proc_flags"`
-	PyCodeSeen   *ebpf.MapSpec `ebpf:"py_code_seen"`
-	PyConfigs    *ebpf.MapSpec `ebpf:"py_configs"`
-	Scratch      *ebpf.MapSpec `ebpf:"scratch"`
-	Stats        *ebpf.MapSpec `ebpf:"stats"`
+	Cgroups       *ebpf.MapSpec `ebpf:"cgroups"`
+	DriverLive    *ebpf.MapSpec `ebpf:"driver_live"`
+	Events        *ebpf.MapSpec `ebpf:"events"`
+	Inflight      *ebpf.MapSpec `ebpf:"inflight"`
+	LaunchCounts  *ebpf.MapSpec `ebpf:"launch_counts"`
+	LaunchStarted *ebpf.MapSpec `ebpf:"launch_started"`
+	LaunchTimes   *ebpf.MapSpec `ebpf:"launch_times"`
+	Orphans       *ebpf.MapSpec `ebpf:"orphans"`
+	Pairing       *ebpf.MapSpec `ebpf:"pairing"`
+	PendingStub   *ebpf.MapSpec `ebpf:"pending_stub"`
+	ProcFlags     *ebpf.MapSpec `ebpf:"proc_flags"`
+	PyCodeSeen    *ebpf.MapSpec `ebpf:"py_code_seen"`
+	PyConfigs     *ebpf.MapSpec `ebpf:"py_configs"`
+	Scratch       *ebpf.MapSpec `ebpf:"scratch"`
+	Stats         *ebpf.MapSpec `ebpf:"stats"`
 }
 
 // cudatapVariableSpecs contains global variables before they are loaded into the kernel.
@@ -260,19 +285,21 @@ func (o *cudatapObjects) Close() error {
 //
 // It can be passed to loadCudatapObjects or ebpf.CollectionSpec.LoadAndAssign.
 type cudatapMaps struct {
-	Cgroups      *ebpf.Map `ebpf:"cgroups"`
-	DriverLive   *ebpf.Map `ebpf:"driver_live"`
-	Events       *ebpf.Map `ebpf:"events"`
-	Inflight     *ebpf.Map `ebpf:"inflight"`
-	LaunchCounts *ebpf.Map `ebpf:"launch_counts"`
-	Orphans      *ebpf.Map `ebpf:"orphans"`
-	Pairing      *ebpf.Map `ebpf:"pairing"`
-	PendingStub  *ebpf.Map `ebpf:"pending_stub"`
-	ProcFlags    *ebpf.Map `ebpf:"proc_flags"`
-	PyCodeSeen   *ebpf.Map `ebpf:"py_code_seen"`
-	PyConfigs    *ebpf.Map `ebpf:"py_configs"`
-	Scratch      *ebpf.Map `ebpf:"scratch"`
-	Stats        *ebpf.Map `ebpf:"stats"`
+	Cgroups       *ebpf.Map `ebpf:"cgroups"`
+	DriverLive    *ebpf.Map `ebpf:"driver_live"`
+	Events        *ebpf.Map `ebpf:"events"`
+	Inflight      *ebpf.Map `ebpf:"inflight"`
+	LaunchCounts  *ebpf.Map `ebpf:"launch_counts"`
+	LaunchStarted *ebpf.Map `ebpf:"launch_started"`
+	LaunchTimes   *ebpf.Map `ebpf:"launch_times"`
+	Orphans       *ebpf.Map `ebpf:"orphans"`
+	Pairing       *ebpf.Map `ebpf:"pairing"`
+	PendingStub   *ebpf.Map `ebpf:"pending_stub"`
+	ProcFlags     *ebpf.Map `ebpf:"proc_flags"`
+	PyCodeSeen    *ebpf.Map `ebpf:"py_code_seen"`
+	PyConfigs     *ebpf.Map `ebpf:"py_configs"`
+	Scratch       *ebpf.Map `ebpf:"scratch"`
+	Stats         *ebpf.Map `ebpf:"stats"`
 }
 
 func (m *cudatapMaps) Close() error {
@@ -282,6 +309,8 @@ func (m *cudatapMaps) Close() error {
 		m.Events,
 		m.Inflight,
 		m.LaunchCounts,
+		m.LaunchStarted,
+		m.LaunchTimes,
 		m.Orphans,
 		m.Pairing,
 		m.PendingStub,

@@ -65,6 +65,9 @@ type Stats struct {
 	// AggregateFull counts launches that found no room in the launch
 	// counters (aggregate mode) and went to the ring buffer instead.
 	AggregateFull uint64
+	// LaunchTimesLost counts counted launches whose time found no room
+	// (a start per thread, or a histogram bucket).
+	LaunchTimesLost uint64
 }
 
 // programs is the set of programs one kernel variant uses. The object
@@ -205,7 +208,25 @@ func (t *Tracer) PruneInflight(alive func(tid uint32) bool) (int, error) {
 	for _, k := range dead {
 		t.maps.Inflight.Delete(k)
 	}
-	return len(dead), nil
+	// The same for launch starts (aggregate mode with launch times).
+	var (
+		tid       uint32
+		start     cudatapLaunchStart
+		deadStart []uint32
+	)
+	starts := t.maps.LaunchStarted.Iterate()
+	for starts.Next(&tid, &start) {
+		if !alive(tid) {
+			deadStart = append(deadStart, tid)
+		}
+	}
+	if err := starts.Err(); err != nil {
+		return len(dead), fmt.Errorf("read launch starts: %w", err)
+	}
+	for _, k := range deadStart {
+		t.maps.LaunchStarted.Delete(k)
+	}
+	return len(dead) + len(deadStart), nil
 }
 
 // SetPython gives the BPF side the CPython layout of a process, so that its
@@ -329,6 +350,7 @@ func (s *Stats) counters() [cudatapStatSTAT_MAX]*uint64 {
 		cudatapStatSTAT_ENTRY_REPLACED: &s.EntryReplaced,
 		cudatapStatSTAT_PY_CODE_LOST:   &s.PyCodeLost,
 		cudatapStatSTAT_AGG_FULL:       &s.AggregateFull,
+		cudatapStatSTAT_AGG_TIME_LOST:  &s.LaunchTimesLost,
 	}
 }
 
@@ -352,6 +374,74 @@ func (t *Tracer) LaunchCounts() (map[uint32]map[event.LaunchKey]uint64, error) {
 	}
 	if err := it.Err(); err != nil {
 		return nil, fmt.Errorf("read the launch counters: %w", err)
+	}
+	return out, nil
+}
+
+// ForgetAggregates deletes the launch counters and times of processes
+// (exited, their counts read for the last time).
+func (t *Tracer) ForgetAggregates(pids []uint32) {
+	gone := make(map[uint32]bool, len(pids))
+	for _, p := range pids {
+		gone[p] = true
+	}
+	var (
+		ck    cudatapAggKey
+		cv    []uint64
+		cdead []cudatapAggKey
+	)
+	counts := t.maps.LaunchCounts.Iterate()
+	for counts.Next(&ck, &cv) {
+		if gone[ck.Tgid] {
+			cdead = append(cdead, ck)
+		}
+	}
+	for _, k := range cdead {
+		t.maps.LaunchCounts.Delete(k)
+	}
+	var (
+		tk    cudatapLaunchTimeKey
+		tv    []cudatapLaunchTime
+		tdead []cudatapLaunchTimeKey
+	)
+	times := t.maps.LaunchTimes.Iterate()
+	for times.Next(&tk, &tv) {
+		if gone[tk.Tgid] {
+			tdead = append(tdead, tk)
+		}
+	}
+	for _, k := range tdead {
+		t.maps.LaunchTimes.Delete(k)
+	}
+}
+
+// LaunchTimes are the launch times kept in BPF (aggregate mode with
+// event.CookieAggregateTime) since the tracer was loaded, per process and
+// API, summed over CPUs.
+func (t *Tracer) LaunchTimes() (map[uint32]map[event.API]*event.TimeHistogram, error) {
+	out := map[uint32]map[event.API]*event.TimeHistogram{}
+	var k cudatapLaunchTimeKey
+	var perCPU []cudatapLaunchTime
+	it := t.maps.LaunchTimes.Iterate()
+	for it.Next(&k, &perCPU) {
+		if k.Bucket >= 64 {
+			continue
+		}
+		if out[k.Tgid] == nil {
+			out[k.Tgid] = map[event.API]*event.TimeHistogram{}
+		}
+		h := out[k.Tgid][event.API(k.Api)]
+		if h == nil {
+			h = &event.TimeHistogram{}
+			out[k.Tgid][event.API(k.Api)] = h
+		}
+		for _, v := range perCPU {
+			h.Count[k.Bucket] += v.Count
+			h.Ns[k.Bucket] += v.Ns
+		}
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("read the launch times: %w", err)
 	}
 	return out, nil
 }

@@ -852,6 +852,19 @@ static CUresult set(size_t bytes, struct CUstream_st *s, int sync)
 
 static const char *func_name(CUfunction f); /* for the simulated CUPTI */
 
+/* SIM_LAUNCH_HOST_US: host time each launch takes at least (a busy wait,
+ * as a real launch spends in the driver), so that tests can tell a launch
+ * timed from one not: its measured time is never below it. */
+static int64_t launch_host_ns(void)
+{
+	static int64_t ns = -1;
+	if (ns < 0) {
+		const char *v = getenv("SIM_LAUNCH_HOST_US");
+		ns = v ? (int64_t)atoi(v) * 1000 : 0;
+	}
+	return ns;
+}
+
 static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
 		       unsigned bz, struct CUstream_st *s)
 {
@@ -859,6 +872,11 @@ static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsi
 		return CUDA_ERROR_INVALID_HANDLE;
 	if (!gx || !gy || !gz || !bx || !by || !bz)
 		return CUDA_ERROR_INVALID_VALUE;
+	if (launch_host_ns() > 0) {
+		int64_t until = now_ns() + launch_host_ns();
+		while (now_ns() < until)
+			;
+	}
 	enqueue_op(s, (int64_t)gx * gy * gz * KERNEL_NS_PER_BLOCK, OP_KERNEL, 0, 0, func_name(f), NULL, NULL, NULL);
 	return CUDA_SUCCESS;
 }
