@@ -207,7 +207,9 @@ func runLoop(b *testing.B, bin string, n int, attach func(testing.TB, int) func(
 }
 
 // attachEmpty puts a do-nothing uprobe_multi program on cudaLaunchKernel.
-func attachEmpty(tb testing.TB, pid int) func() { return attachEmptyOn(tb, pid, "cudaLaunchKernel", false) }
+func attachEmpty(tb testing.TB, pid int) func() {
+	return attachEmptyOn(tb, pid, "cudaLaunchKernel", false)
+}
 
 // attachEmptyOn puts a do-nothing uprobe_multi program on symbol, in the
 // runtime (cuda*) or the driver (cu*) of pid; with ret, a do-nothing
