@@ -45,7 +45,7 @@ func testAggregateLaunches(t *testing.T, times bool) {
 	col := &pidSink{Collector: model.NewCollector(), seen: map[uint32]bool{}, first: make(chan uint32, 64)}
 	go func() {
 		out, err := Run(ctx, Config{All: true, Stacks: probe.StacksNone, NVMLInterval: -1, NameWindow: -1, Sink: col,
-			AggregateLaunches: true, LaunchTimes: times, OnAttached: func(int) { close(attached) },
+			AggregateLaunches: true, LaunchTimes: times, pruneEvery: time.Nanosecond, OnAttached: func(int) { close(attached) },
 			OnAggregates: func(a event.Aggregates) {
 				mu.Lock()
 				defer mu.Unlock()
@@ -91,8 +91,6 @@ func testAggregateLaunches(t *testing.T, times bool) {
 	if !times {
 		// An exited process's counters are reported one last time, then
 		// deleted from the BPF maps (continuous tracing would fill them).
-		pruneEvery = 0
-		defer func() { pruneEvery = 10 * time.Second }()
 		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 			mu.Lock()
 			_, was := reported[uint32(rep.PID)]

@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"maps"
 	"path/filepath"
-
 	"sort"
 
 	"github.com/cudatap/cudatap/symbolize/python"
@@ -375,4 +375,26 @@ func (r *resolver) pyFrame(k model.PyNameKey) bool {
 		s.rec.PyFrame(k.PID, k.Code, k.Instr, name)
 	}
 	return true
+}
+
+// forget drops what the resolver and the name tables hold of the processes
+// in pids (retired: see cut.go).
+func (r *resolver) forget(pids map[uint32]bool) {
+	n := r.names
+	for pid := range pids {
+		delete(n.Procs, pid)
+		delete(r.procs, pid)
+		delete(r.early, pid)
+		delete(r.pyResolved, pid)
+		delete(r.comms, pid)
+		delete(r.nmaps, pid)
+		delete(r.kernels.handles, pid)
+	}
+	maps.DeleteFunc(n.Threads, func(k model.NameKey, _ string) bool { return pids[k.PID] })
+	maps.DeleteFunc(n.Kernels, func(k model.NameKey, _ string) bool { return pids[k.PID] })
+	maps.DeleteFunc(n.Frames, func(k model.NameKey, _ string) bool { return pids[k.PID] })
+	maps.DeleteFunc(n.Mappings, func(k model.NameKey, _ model.Mapping) bool { return pids[k.PID] })
+	maps.DeleteFunc(n.Py, func(k model.PyNameKey, _ string) bool { return pids[k.PID] })
+	maps.DeleteFunc(r.pyFailed, func(k model.PyNameKey, _ pyRetry) bool { return pids[k.PID] })
+	maps.DeleteFunc(r.callers, func(k model.NameKey, _ bool) bool { return pids[k.PID] })
 }

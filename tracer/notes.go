@@ -24,6 +24,7 @@ const (
 	noteHold noteKind = iota + 1
 	notePinned
 	noteAttachedLate
+	noteCut // cut.go: retire the exited, hand the interval to Config.OnCut (start: now)
 )
 
 // queueNote hands n to the reader.
@@ -48,6 +49,10 @@ func (s *Session) applyNotes() {
 		s.applyGPUNotes(gs)
 	}
 	for _, n := range ns {
+		if n.kind == noteCut {
+			s.handCut(n.start)
+			continue
+		}
 		s.modelMu.Lock()
 		switch n.kind {
 		case noteHold:

@@ -60,6 +60,16 @@ type Config struct {
 	AggregateLaunches bool
 	LaunchTimes       bool
 	OnAggregates      func(event.Aggregates)
+	// Cut, when positive, makes a session that runs for ever hold only
+	// what its live processes need: every Cut it hands OnCut (if set) the
+	// processes of the interval, named, on the reader goroutine (the
+	// sinks' goroutine: OnCut may read and reset them), and it forgets the
+	// processes that exited, once concluded and handed out (cut.go). The
+	// final Result then holds only the processes not retired.
+	Cut   time.Duration
+	OnCut func(*model.Result)
+	// pruneEvery, when positive, replaces pruneEvery (tests).
+	pruneEvery time.Duration
 	// SampledOut keeps processes out of this session (--all/--container:
 	// the agent's per-process sampling): PID → start time
 	// (procfs.ProcessStat.StartTicks), so that a PID reused by a new
@@ -162,7 +172,11 @@ type Session struct {
 	plain       map[string]bool              // files ("dev:inode") that hold no CUDA layer
 	newTargets  int
 	attachFails atomic.Uint64 // probe sets that could not be attached (shown as "attach failures")
-	finished    []Attached    // targets forgotten after they exited
+	finished    []Attached    // targets forgotten after they exited (not kept with Config.Cut)
+	// Reader goroutine only (cut.go): the processes found gone at the
+	// last cut, and when it was.
+	goneAtCut map[uint32]bool
+	lastCut   uint64
 	// Shared probes (see shared.go): by library key and layer, guarded by
 	// mu; the cgroups the BPF side counts (control loop only); live is set
 	// once the processes running at the start are attached.
@@ -253,8 +267,8 @@ func recordingHeader(cfg Config) recording.Header {
 
 // pruneEvery is how often the tables BPF keeps per thread and process
 // (entries waiting for their return, process flags, aggregates) lose the
-// exited; a variable for tests.
-var pruneEvery = 10 * time.Second
+// exited (Config.pruneEvery overrides it in tests).
+const pruneEvery = 10 * time.Second
 
 // reportAggregates hands what BPF counted (aggregate mode) to
 // OnAggregates. With prune, the counters of processes that had exited
@@ -376,7 +390,7 @@ func (s *Session) run(ctx context.Context) (*Outcome, error) {
 	}
 
 	readerDone := make(chan error, 1)
-	go func() { readerDone <- s.tr.Read(s.handleRecord) }()
+	go func() { readerDone <- s.tr.Read(s.handleRecord, s.applyNotes) }()
 
 	var deadline <-chan time.Time
 	if s.cfg.Duration > 0 {
@@ -394,7 +408,11 @@ func (s *Session) run(ctx context.Context) (*Outcome, error) {
 	defer status.Stop()
 	start := time.Now()
 	var lastEvents uint64
-	lastStatus, lastPrune := start, start
+	lastStatus, lastPrune, lastCut := start, start, start
+	prune := pruneEvery
+	if s.cfg.pruneEvery > 0 {
+		prune = s.cfg.pruneEvery
+	}
 
 loop:
 	for {
@@ -437,7 +455,11 @@ loop:
 				break loop
 			}
 			s.sweep()
-			if now.Sub(lastPrune) >= pruneEvery {
+			if s.cfg.Cut > 0 && now.Sub(lastCut) >= s.cfg.Cut {
+				lastCut = now
+				s.cut()
+			}
+			if now.Sub(lastPrune) >= prune {
 				lastPrune = now
 				if n, err := s.tr.PruneInflight(threadAlive); err == nil && n > 0 {
 					s.log.Debug("pruned entries of dead threads", "n", n)

@@ -162,6 +162,8 @@ func (s *Session) detectPython(t *target) {
 		}
 	case errors.Is(err, python.ErrNotPython):
 		// Not (yet) Python: a launched interpreter maps libpython later.
+	case !procfs.Alive(t.pid):
+		t.pyTried = true // exited meanwhile: nothing to say
 	default:
 		t.pyTried = true
 		s.log.Warn("Python frames unavailable, native stacks only", "pid", t.pid, "err", err)
@@ -289,7 +291,12 @@ func (s *Session) handleRescan(pid int, r rescan) {
 	start := time.Now()
 	if err := s.attachProcess(pid, t.stopOnLd, false); err != nil {
 		s.attachFailed(err)
-		s.log.Warn("rescan after library load failed", "pid", pid, "err", err)
+		if errors.Is(err, probe.ErrNoProcess) {
+			// Gone since the load: short-lived processes do that.
+			s.log.Debug("rescan after library load: the process exited", "pid", pid)
+		} else {
+			s.log.Warn("rescan after library load failed", "pid", pid, "err", err)
+		}
 	}
 	s.log.Debug("rescan", "pid", pid, "took", time.Since(start))
 	if t.stopOnLd || r.held {

@@ -167,13 +167,15 @@ func (s *Session) closeLoaders() {
 }
 
 // forgetExited drops exited targets that are no longer in /proc; their
-// calls stay in the model.
+// calls stay in the model (with Config.Cut, until a cut retires them).
 func (s *Session) forgetExited(live map[int]bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for pid, t := range s.targets {
 		if t.exited && !live[pid] {
-			s.finished = append(s.finished, t.summary())
+			if s.cfg.Cut == 0 { // with cuts, it is forgotten (cut.go)
+				s.finished = append(s.finished, t.summary())
+			}
 			delete(s.targets, pid)
 		}
 	}

@@ -83,8 +83,8 @@ carry as "Authorization: Bearer TOKEN".`,
 	f.StringVar(&o.tokenFile, "token-file", "", "read the bearer token from this file (a mounted secret: not visible in the process list)")
 	f.StringVar(&o.container, "container", "", "trace only this container's processes (id prefix or cgroup name)")
 	f.DurationVar(&o.window, "window", 10*time.Second, "how long each tracing window lasts")
-	f.DurationVar(&o.every, "every", 60*time.Second, "how often a window starts")
-	f.BoolVar(&o.continuous, "continuous", false, "trace without gaps (--window and --every are ignored)")
+	f.DurationVar(&o.every, "every", 60*time.Second, "how often a window starts (with --continuous: how often a profile is cut and exited processes are forgotten)")
+	f.BoolVar(&o.continuous, "continuous", false, "trace without gaps (--window is ignored; a profile every --every)")
 	f.IntVar(&o.ringBuffer, "ring-buffer-size", 16<<20, "BPF ring buffer bytes")
 	f.StringVar(&o.profilesDir, "profiles-dir", "", "write each window's profile of each process (pprof) into this directory")
 	f.Int64Var(&o.profilesMax, "profiles-max-bytes", 256<<20, "with --profiles-dir: keep at most this many bytes of profiles, removing the oldest")
@@ -235,6 +235,9 @@ func runAgent(ctx context.Context, g *globalOptions, o *agentOptions, stderr io.
 	if err := checkListen(o.listen, o.token); err != nil {
 		return err
 	}
+	if o.continuous && o.every <= 0 {
+		return fmt.Errorf("--every %v: with --continuous it says how often a profile is cut; want a positive duration, e.g. 60s", o.every)
+	}
 	if !o.continuous && (o.window <= 0 || o.every < o.window) {
 		return fmt.Errorf("--window %v --every %v: want 0 < window <= every (or --continuous)", o.window, o.every)
 	}
@@ -309,11 +312,32 @@ func runAgent(ctx context.Context, g *globalOptions, o *agentOptions, stderr io.
 			sampledOut = drawWindow(sampler, coll, g.logger())
 		}
 		prof := pprofout.NewCollector()
+		// --continuous: a profile every --every all the same, and the
+		// exited processes forgotten then (memory follows the live ones).
+		var cut time.Duration
+		var onCut func(*model.Result)
+		if o.continuous {
+			cut = o.every
+			from := start
+			onCut = func(r *model.Result) {
+				if p, err := pprofout.Build(r, prof, pprofout.Options{}); err == nil {
+					profiles.set(p)
+					stores.window(ctx, p, r.Processes, pods.profile, from, time.Now(), g.logger())
+				}
+				prof.Reset()
+				from = time.Now()
+				coll.ForgetExited(procfs.Alive, from)
+			}
+		}
+		sinks := model.Sinks{coll, prof}
+		if !o.continuous {
+			sinks = append(sinks, sampler) // it learns from whole windows
+		}
 		out, err := tracer.Run(ctx, tracer.Config{All: o.container == "", Container: o.container, Duration: window,
 			Stacks: probe.StacksNone, RingBufferBytes: o.ringBuffer, NVMLInterval: -1, NameWindow: -1,
-			Sink: model.Sinks{coll, prof, sampler}, Logger: g.logger(), OnAttached: func(int) { ready.Store(true) }, OnStatus: stats.status,
+			Sink: sinks, Logger: g.logger(), OnAttached: func(int) { ready.Store(true) }, OnStatus: stats.status,
 			AggregateLaunches: !o.perLaunch, LaunchTimes: o.launchTimes, OnAggregates: coll.SetAggregates, SampledOut: sampledOut,
-			PollInterval: agentPollInterval})
+			PollInterval: agentPollInterval, Cut: cut, OnCut: onCut})
 		coll.FoldAggregates()
 		if err != nil {
 			return err
@@ -328,6 +352,7 @@ func runAgent(ctx context.Context, g *globalOptions, o *agentOptions, stderr io.
 			stores.window(ctx, p, out.Result.Processes, pods.profile, start, time.Now(), g.logger())
 		}
 		stats.windowEnded(out.Result.Drops)
+		coll.ForgetExited(procfs.Alive, time.Now())
 		if ctx.Err() != nil || o.continuous {
 			return nil
 		}

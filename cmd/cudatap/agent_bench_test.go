@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"testing"
@@ -41,7 +42,7 @@ func BenchmarkAgentLoad(b *testing.B) {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() {
-			done <- runAgent(ctx, &globalOptions{}, &agentOptions{listen: "127.0.0.1:0", continuous: true, ringBuffer: 16 << 20}, io.Discard)
+			done <- runAgent(ctx, &globalOptions{}, &agentOptions{listen: "127.0.0.1:0", continuous: true, every: time.Minute, ringBuffer: 16 << 20}, io.Discard)
 		}()
 		cmd := exec.Command(bin, strconv.Itoa(threads), "0", strconv.Itoa(rate/threads))
 		stdin, _ := cmd.StdinPipe()
@@ -81,4 +82,70 @@ func BenchmarkAgentLoad(b *testing.B) {
 func fdCount() int {
 	ents, _ := os.ReadDir("/proc/self/fd")
 	return len(ents)
+}
+
+// BenchmarkAgentChurn runs the agent (--continuous, in this process) while
+// short CUDA processes come and go, CUDATAP_CHURN_BATCH (default 300) per
+// batch for CUDATAP_CHURN_BATCHES batches (default 4), and reports the Go
+// heap in use (after a collection) after the first batch and after the
+// last: what the agent keeps per exited process (CUDATAP_CHURN_HEAP=FILE
+// writes a heap profile at the end).
+//
+//	go test -run '^$' -bench AgentChurn -benchtime 1x ./cmd/cudatap/
+func BenchmarkAgentChurn(b *testing.B) {
+	testutil.RequireRoot(b)
+	sim := testutil.Sim(b)
+	batch, batches := envInt("CUDATAP_CHURN_BATCH", 300), envInt("CUDATAP_CHURN_BATCHES", 4)
+	for range b.N {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() {
+			done <- runAgent(ctx, &globalOptions{}, &agentOptions{listen: "127.0.0.1:0", continuous: true, every: time.Second, ringBuffer: 16 << 20}, io.Discard)
+		}()
+		time.Sleep(time.Second) // attached (no target yet: the host scan)
+		heap := func() float64 {
+			runtime.GC()
+			var m runtime.MemStats
+			runtime.ReadMemStats(&m)
+			return float64(m.HeapInuse) / (1 << 20)
+		}
+		var first float64
+		for i := range batches {
+			for range batch {
+				if out, err := exec.Command(sim.Workload, "--scenario", "basic", "--iters", "20").CombinedOutput(); err != nil {
+					b.Fatalf("workload: %v\n%s", err, out)
+				}
+			}
+			time.Sleep(2 * time.Second) // the agent reads and prunes
+			h := heap()
+			b.Logf("after %d processes: heap %.1f MB, RSS %.1f MB", (i+1)*batch, h, float64(procfs.RSS(os.Getpid()))/(1<<20))
+			if i == 0 {
+				first = h
+			}
+			if i == batches-1 {
+				b.ReportMetric(first, "heap_MB_after_first_batch")
+				b.ReportMetric(h, "heap_MB_after_last_batch")
+				b.ReportMetric((h-first)*(1<<20)/float64((batches-1)*batch), "heap_bytes_per_process")
+			}
+		}
+		if path := os.Getenv("CUDATAP_CHURN_HEAP"); path != "" {
+			f, err := os.Create(path)
+			if err != nil {
+				b.Fatal(err)
+			}
+			pprof.WriteHeapProfile(f)
+			f.Close()
+		}
+		cancel()
+		if err := <-done; err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
 }

@@ -109,7 +109,7 @@ func startAgent(t *testing.T, o *agentOptions) string {
 func TestAgentMetrics(t *testing.T) {
 	testutil.RequireRoot(t)
 	b := testutil.Sim(t)
-	base := startAgent(t, &agentOptions{listen: "127.0.0.1:0", continuous: true, ringBuffer: 16 << 20, launchTimes: true})
+	base := startAgent(t, &agentOptions{listen: "127.0.0.1:0", continuous: true, every: time.Minute, ringBuffer: 16 << 20, launchTimes: true})
 	get := func(path string) (int, string) {
 		resp, err := http.Get(base + path)
 		if err != nil {
@@ -297,13 +297,23 @@ func promQuery(t *testing.T, base string, queries map[string]float64) {
 	}
 }
 
-// TestAgentWindowProfiles runs the agent in one-second windows: once a
-// window has ended, /profile serves its pprof profile, and ?pid= the
-// samples of one traced process.
+// TestAgentWindowProfiles runs the agent in one-second windows, and
+// --continuous cutting a profile every second: once a window or interval
+// has ended, /profile serves its pprof profile, and ?pid= the samples of
+// one traced process, while it runs.
 func TestAgentWindowProfiles(t *testing.T) {
 	testutil.RequireRoot(t)
+	t.Run("windows", func(t *testing.T) {
+		testAgentProfiles(t, &agentOptions{listen: "127.0.0.1:0", window: time.Second, every: time.Second, ringBuffer: 16 << 20})
+	})
+	t.Run("continuous", func(t *testing.T) {
+		testAgentProfiles(t, &agentOptions{listen: "127.0.0.1:0", continuous: true, every: time.Second, ringBuffer: 16 << 20})
+	})
+}
+
+func testAgentProfiles(t *testing.T, o *agentOptions) {
 	b := testutil.Sim(t)
-	base := startAgent(t, &agentOptions{listen: "127.0.0.1:0", window: time.Second, every: time.Second, ringBuffer: 16 << 20})
+	base := startAgent(t, o)
 	get := func(path string) (int, []byte) {
 		resp, err := http.Get(base + path)
 		if err != nil {

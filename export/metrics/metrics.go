@@ -88,6 +88,8 @@ type proc struct {
 	// NCCL communicators by handle: their collectives, exactly (not
 	// weighted: ranks are compared by them).
 	comms map[uint64]*commState
+	// When ForgetExited first found it gone (zero: alive).
+	goneSince time.Time
 }
 
 // commState is one rank's view of a communicator: which one (its unique
@@ -240,6 +242,28 @@ func (c *Collector) proc(pid uint32) *proc {
 		apiTime: map[string]*histogram{}, streamLaunches: map[string]float64{}}
 	c.procs[pid] = p
 	return p
+}
+
+// ExitedGrace is how long the series of a process that exited stay: long
+// enough for every scraper to read its final values a few times.
+const ExitedGrace = 5 * time.Minute
+
+// ForgetExited drops the series of processes that alive says are gone and
+// have been for ExitedGrace: on a node where processes come and go, the
+// series follow the live ones (MaxProcesses only bounds the worst case).
+func (c *Collector) ForgetExited(alive func(pid int) bool, now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for pid, p := range c.procs {
+		switch {
+		case alive(int(pid)):
+			p.goneSince = time.Time{}
+		case p.goneSince.IsZero():
+			p.goneSince = now
+		case now.Sub(p.goneSince) >= ExitedGrace:
+			delete(c.procs, pid)
+		}
+	}
 }
 
 // Call counts c.

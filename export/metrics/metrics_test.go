@@ -4,6 +4,7 @@ import (
 	"math"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -303,5 +304,35 @@ func TestCommCollectives(t *testing.T) {
 	}
 	if got := gather(t, c, "cudatap_nccl_comm_last_collective_timestamp_seconds", map[string]string{"rank": "0"}); got < 1e9 {
 		t.Errorf("last collective at %v, want a Unix time", got)
+	}
+}
+
+// TestForgetExited: a process's series stay while it runs and for
+// ExitedGrace after it is found gone, then go; one that comes back to life
+// (found alive again) keeps them.
+func TestForgetExited(t *testing.T) {
+	c := NewCollector()
+	c.label = func(uint32, ...string) ProcLabels { return ProcLabels{Comm: "python3"} }
+	for _, pid := range []uint32{7, 8} {
+		c.Call(&model.Process{PID: pid}, &model.Call{API: event.CudaMemcpyAsync})
+	}
+	alive := map[int]bool{7: true, 8: false}
+	t0 := time.Unix(1000, 0)
+	has := func(pid string) bool {
+		return gather(t, c, "cudatap_cuda_calls_total", map[string]string{"pid": pid}) != -1
+	}
+	c.ForgetExited(func(pid int) bool { return alive[pid] }, t0)
+	c.ForgetExited(func(pid int) bool { return alive[pid] }, t0.Add(ExitedGrace-time.Second))
+	if !has("7") || !has("8") {
+		t.Fatal("series dropped before the grace ended")
+	}
+	alive[7] = false
+	c.ForgetExited(func(pid int) bool { return alive[pid] }, t0.Add(ExitedGrace))
+	if !has("7") || has("8") {
+		t.Errorf("after the grace: pid 7 kept %v (want true: gone only now), pid 8 kept %v (want false)", has("7"), has("8"))
+	}
+	c.ForgetExited(func(pid int) bool { return alive[pid] }, t0.Add(2*ExitedGrace))
+	if has("7") {
+		t.Error("pid 7's series kept after its grace")
 	}
 }

@@ -92,6 +92,13 @@ var _ model.Sink = (*Collector)(nil)
 // NewCollector returns an empty collector.
 func NewCollector() *Collector { return &Collector{index: map[key]int{}} }
 
+// Reset empties the collector (the agent's --continuous: one profile per
+// interval).
+func (c *Collector) Reset() {
+	clear(c.index)
+	c.entries = c.entries[:0]
+}
+
 // Call adds c to its sample.
 func (c *Collector) Call(p *model.Process, x *model.Call) {
 	var class event.Class

@@ -1078,28 +1078,67 @@ func mulDiv(a, b, c uint64) uint64 {
 // Finish lays out the work no synchronization bounded, hands it to the
 // sink, and returns the result. The model must not be used afterwards.
 func (m *Model) Finish() *Result {
+	for _, ps := range m.procs {
+		m.conclude(ps)
+	}
+	return m.Interim()
+}
+
+// conclude lays out what ps still has pending, hands it to the sink, and
+// fills in its totals: nothing more of it is coming.
+func (m *Model) conclude(ps *procState) {
+	// In enqueue order, so that an op waited for is laid out first.
+	for id := ps.oldest; id < ps.nextOp; id++ {
+		if op := ps.op(id); op != nil && !op.final {
+			m.layOutUnbounded(ps, op)
+		}
+	}
+	m.joinEarly(ps)
+	m.releaseHeld(ps, ^uint64(0))
+	ps.p.CommNs, ps.p.OverlapNs = ps.overlap.finish()
+	for sid, st := range ps.st {
+		s := &ps.p.Streams[sid].Stats
+		s.BusyMaxNs = st.busy.max()
+		s.BusyNs = st.measured.total()
+		if s.Measured > 0 && s.Measured >= s.GPUOps {
+			s.BusyMaxNs = s.BusyNs // every op measured: exact
+		}
+	}
+}
+
+// Retire concludes process pid (it exited) as Finish would and forgets
+// it: its Process is returned (nil when unknown), and nothing of it stays
+// in the model. A session that runs for ever (the agent's --continuous)
+// retires the exited, so that its memory follows the live processes, not
+// every process it ever saw.
+func (m *Model) Retire(pid uint32) *Process {
+	ps := m.procs[pid]
+	if ps == nil {
+		return nil
+	}
+	m.conclude(ps)
+	delete(m.procs, pid)
+	return ps.p
+}
+
+// PIDs lists the processes the model holds.
+func (m *Model) PIDs() []uint32 {
+	pids := make([]uint32, 0, len(m.procs))
+	for pid := range m.procs {
+		pids = append(pids, pid)
+	}
+	return pids
+}
+
+// Interim returns the processes so far (sorted by PID; their totals are
+// final only once concluded), the drops and the time span, concluding
+// nothing. The processes are the model's own: read them only while it
+// handles nothing (see tracer.Config.OnCut).
+func (m *Model) Interim() *Result {
 	r := &Result{Drops: m.drops, Start: m.start, End: m.end}
 	for _, ps := range m.procs {
-		// In enqueue order, so that an op waited for is laid out first.
-		for id := ps.oldest; id < ps.nextOp; id++ {
-			if op := ps.op(id); op != nil && !op.final {
-				m.layOutUnbounded(ps, op)
-			}
-		}
-		m.joinEarly(ps)
-		m.releaseHeld(ps, ^uint64(0))
-		ps.p.CommNs, ps.p.OverlapNs = ps.overlap.finish()
-		for sid, st := range ps.st {
-			s := &ps.p.Streams[sid].Stats
-			s.BusyMaxNs = st.busy.max()
-			s.BusyNs = st.measured.total()
-			if s.Measured > 0 && s.Measured >= s.GPUOps {
-				s.BusyMaxNs = s.BusyNs // every op measured: exact
-			}
-		}
 		r.Processes = append(r.Processes, ps.p)
 	}
-	r.Drops = m.drops
 	slices.SortFunc(r.Processes, func(a, b *Process) int { return int(a.PID) - int(b.PID) })
 	return r
 }

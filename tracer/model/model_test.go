@@ -355,3 +355,32 @@ func checkLayout(t *testing.T, seed uint64, p *traced) {
 		}
 	}
 }
+
+// TestRetire: a retired process is concluded as Finish would (its op no
+// synchronization bounded goes to the sink), then forgotten: the others
+// stay, and it is in no later result.
+func TestRetire(t *testing.T) {
+	c := NewCollector()
+	m := New(c)
+	m.Handle(&launch(1, 1000, 0, kern).Event)
+	m.Handle(&launch(2, 2000, 0, kern).pid(200).Event)
+	if n := len(c.Traces[testPID].GPUOps); n != 0 {
+		t.Fatalf("%d ops out before any synchronization", n)
+	}
+	p := m.Retire(testPID)
+	if p == nil || p.PID != testPID || p.NCalls != 1 {
+		t.Fatalf("retired %+v", p)
+	}
+	if ops := c.Traces[testPID].GPUOps; len(ops) != 1 || !ops[0].final {
+		t.Errorf("the retired process's op: %+v, want it laid out and handed to the sink", ops)
+	}
+	if m.Retire(testPID) != nil {
+		t.Error("retired twice")
+	}
+	if pids := m.PIDs(); !reflect.DeepEqual(pids, []uint32{200}) {
+		t.Errorf("PIDs after retiring %d: %v", testPID, pids)
+	}
+	if r := m.Finish(); len(r.Processes) != 1 || r.Processes[0].PID != 200 {
+		t.Errorf("final processes %v", r.Processes)
+	}
+}

@@ -467,8 +467,11 @@ func (t *Tracer) Stats() (Stats, error) {
 }
 
 // Read calls fn with every record until Drain or Close. The slice passed to
-// fn is reused: fn must not keep it.
-func (t *Tracer) Read(fn func(raw []byte)) error {
+// fn is reused: fn must not keep it. idle, if set, runs on the reader's goroutine each time the reader found
+// the ring empty and its wait timed out (every Config.PollInterval while
+// idle): work that must run in order with the records, and soon, even on
+// a quiet host.
+func (t *Tracer) Read(fn func(raw []byte), idle func()) error {
 	var rec ringbuf.Record
 	// The reader waits only once it has emptied the ring, and then until
 	// this deadline; records that came without a wakeup are read at the
@@ -481,6 +484,9 @@ func (t *Tracer) Read(fn func(raw []byte)) error {
 		case err == nil:
 			fn(rec.RawSample)
 		case errors.Is(err, os.ErrDeadlineExceeded):
+			if idle != nil {
+				idle()
+			}
 			t.reader.SetDeadline(time.Now().Add(t.cfg.PollInterval))
 		case errors.Is(err, ringbuf.ErrClosed):
 			return nil
