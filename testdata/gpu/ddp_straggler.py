@@ -13,7 +13,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 dist.init_process_group("nccl")
 rank = dist.get_rank()
-torch.cuda.set_device(rank)
+# DDP_DEVICE puts every rank on one GPU (a one-GPU machine; NCCL may refuse).
+torch.cuda.set_device(int(os.environ.get("DDP_DEVICE", rank)))
 model = torch.nn.Sequential(*[torch.nn.Linear(2048, 2048) for _ in range(8)]).cuda()
 ddp = DDP(model)
 opt = torch.optim.SGD(ddp.parameters(), lr=1e-3)
