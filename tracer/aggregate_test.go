@@ -60,33 +60,12 @@ func testAggregateLaunches(t *testing.T, times bool) {
 		done <- out
 	}()
 	<-attached
-	run := func() *sim.Report {
-		t.Helper()
-		cmd := exec.Command(b.Workload, "--scenario", "basic", "--iters", strconv.Itoa(iters))
-		if times {
-			cmd.Env = append(os.Environ(), "SIM_LAUNCH_HOST_US="+strconv.Itoa(launchHostUs))
-		}
-		out, err := cmd.Output()
-		if err != nil {
-			t.Fatal(err)
-		}
-		rep, err := sim.ParseReport(out)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return rep
+	var env []string
+	if times {
+		env = []string{"SIM_LAUNCH_HOST_US=" + strconv.Itoa(launchHostUs)}
 	}
-	// The first process to map the simulated runtime may run before its
-	// file is hooked: run until one is traced, then count the next.
-	for i := 0; ; i++ {
-		if i == 50 {
-			t.Fatal("50 workloads ran and none was traced")
-		}
-		warm := run()
-		if col.waitFor(uint32(warm.PID)) {
-			break
-		}
-	}
+	run := func() *sim.Report { return runSim(t, b, env, "--scenario", "basic", "--iters", strconv.Itoa(iters)) }
+	col.untilTraced(t, run)
 	rep := run()
 	if !times {
 		// An exited process's counters are reported one last time, then
@@ -190,6 +169,38 @@ func testAggregateLaunches(t *testing.T, times bool) {
 	if launchCalls != 0 || calls == 0 {
 		t.Errorf("%d launch calls reached the model (want 0), %d calls in all (want the others)", launchCalls, calls)
 	}
+}
+
+// runSim runs the simulated workload with args (and env added to this
+// process's) and returns its report.
+func runSim(t *testing.T, b *sim.Build, env []string, args ...string) *sim.Report {
+	t.Helper()
+	cmd := exec.Command(b.Workload, args...)
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := sim.ParseReport(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep
+}
+
+// untilTraced runs workloads until one is traced: under shared probes,
+// the first process to map the simulated runtime may run before its file
+// is hooked. The next one is traced from its first call.
+func (s *pidSink) untilTraced(t *testing.T, run func() *sim.Report) {
+	t.Helper()
+	for range 50 {
+		if s.waitFor(uint32(run().PID)) {
+			return
+		}
+	}
+	t.Fatal("50 workloads ran and none was traced")
 }
 
 // pidSink is a collector that says when it first sees a process's call.

@@ -2,7 +2,6 @@ package tracer
 
 import (
 	"context"
-	"os/exec"
 	"slices"
 	"sync"
 	"testing"
@@ -50,28 +49,8 @@ func TestCutRetiresExited(t *testing.T) {
 		done <- out
 	}()
 	<-attached
-	run := func() *sim.Report {
-		t.Helper()
-		out, err := exec.Command(b.Workload, "--scenario", "basic", "--iters", "5").Output()
-		if err != nil {
-			t.Fatal(err)
-		}
-		rep, err := sim.ParseReport(out)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return rep
-	}
-	// The first process to map the simulated runtime may run before its
-	// file is hooked: run until one is traced, then follow the next.
-	for i := 0; ; i++ {
-		if i == 50 {
-			t.Fatal("50 workloads ran and none was traced")
-		}
-		if col.waitFor(uint32(run().PID)) {
-			break
-		}
-	}
+	run := func() *sim.Report { return runSim(t, b, nil, "--scenario", "basic", "--iters", "5") }
+	col.untilTraced(t, run)
 	pid := uint32(run().PID)
 	// In a cut, then retired: in none after.
 	var last seen

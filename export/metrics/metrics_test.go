@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/cudatap/cudatap/tracer/event"
 	"github.com/cudatap/cudatap/tracer/model"
@@ -14,15 +15,21 @@ import (
 
 // gather returns metric name → the value of its series whose labels
 // include want.
-func gather(t *testing.T, c *Collector, name string, want map[string]string) float64 {
+// families gathers c's metrics.
+func families(t *testing.T, c *Collector) []*dto.MetricFamily {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(c)
-	families, err := reg.Gather()
+	fs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range families {
+	return fs
+}
+
+func gather(t *testing.T, c *Collector, name string, want map[string]string) float64 {
+	t.Helper()
+	for _, f := range families(t, c) {
 		if f.GetName() != name {
 			continue
 		}
@@ -149,13 +156,7 @@ func TestLaunchTimes(t *testing.T) {
 	c.Call(&model.Process{PID: 7}, &model.Call{API: event.CuLaunchKernel, HasRet: true, Start: 0, End: 1000})
 	check := func(count uint64, sum float64, buckets map[float64]uint64) {
 		t.Helper()
-		reg := prometheus.NewRegistry()
-		reg.MustRegister(c)
-		families, err := reg.Gather()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, f := range families {
+		for _, f := range families(t, c) {
 			if f.GetName() != "cudatap_cuda_api_seconds" {
 				continue
 			}

@@ -189,44 +189,42 @@ func (t *Tracer) OrphansByAPI() map[uint8]uint64 {
 }
 
 // PruneInflight deletes the saved entries of threads that no longer exist
-// (killed inside a call: their return never comes) and returns how many.
+// (killed inside a call: their return never comes), and their launch
+// starts (aggregate mode with launch times), and returns how many.
 func (t *Tracer) PruneInflight(alive func(tid uint32) bool) (int, error) {
+	n, err := deleteKeys[cudatapInflightKey, cudatapInflight](t.maps.Inflight, func(k *cudatapInflightKey) bool { return !alive(k.Tid) })
+	if err != nil {
+		return 0, fmt.Errorf("read entry table: %w", err)
+	}
+	m, err := deleteKeys[uint32, cudatapLaunchStart](t.maps.LaunchStarted, func(tid *uint32) bool { return !alive(*tid) })
+	if err != nil {
+		return n, fmt.Errorf("read launch starts: %w", err)
+	}
+	return n + m, nil
+}
+
+// deleteKeys deletes the keys of m that match, collected first (deleting
+// while iterating a hash map skips keys), and returns how many. V is the
+// value type (a slice of it for a per-CPU map).
+func deleteKeys[K, V any](m *ebpf.Map, match func(*K) bool) (int, error) {
 	var (
-		key  cudatapInflightKey
-		val  cudatapInflight
-		dead []cudatapInflightKey
+		k    K
+		v    V
+		dead []K
 	)
-	it := t.maps.Inflight.Iterate()
-	for it.Next(&key, &val) {
-		if !alive(key.Tid) {
-			dead = append(dead, key)
+	it := m.Iterate()
+	for it.Next(&k, &v) {
+		if match(&k) {
+			dead = append(dead, k)
 		}
 	}
 	if err := it.Err(); err != nil {
-		return 0, fmt.Errorf("read entry table: %w", err)
+		return 0, err
 	}
 	for _, k := range dead {
-		t.maps.Inflight.Delete(k)
+		m.Delete(k)
 	}
-	// The same for launch starts (aggregate mode with launch times).
-	var (
-		tid       uint32
-		start     cudatapLaunchStart
-		deadStart []uint32
-	)
-	starts := t.maps.LaunchStarted.Iterate()
-	for starts.Next(&tid, &start) {
-		if !alive(tid) {
-			deadStart = append(deadStart, tid)
-		}
-	}
-	if err := starts.Err(); err != nil {
-		return len(dead), fmt.Errorf("read launch starts: %w", err)
-	}
-	for _, k := range deadStart {
-		t.maps.LaunchStarted.Delete(k)
-	}
-	return len(dead) + len(deadStart), nil
+	return len(dead), nil
 }
 
 // SetPython gives the BPF side the CPython layout of a process, so that its
@@ -306,21 +304,8 @@ func (t *Tracer) ForgetProcess(pid int) {
 // gone (those that exited before user space saw them): a new process under
 // a reused PID must not inherit it.
 func (t *Tracer) PruneProcesses(alive func(pid int) bool) int {
-	var (
-		pid  uint32
-		flag uint8
-		dead []uint32
-	)
-	it := t.maps.ProcFlags.Iterate()
-	for it.Next(&pid, &flag) {
-		if !alive(int(pid)) {
-			dead = append(dead, pid)
-		}
-	}
-	for _, p := range dead {
-		t.maps.ProcFlags.Delete(p)
-	}
-	return len(dead)
+	n, _ := deleteKeys[uint32, uint8](t.maps.ProcFlags, func(pid *uint32) bool { return !alive(int(*pid)) })
+	return n
 }
 
 // AllowCgroup makes shared probes attached with cgroupOnly count the
@@ -385,34 +370,8 @@ func (t *Tracer) ForgetAggregates(pids []uint32) {
 	for _, p := range pids {
 		gone[p] = true
 	}
-	var (
-		ck    cudatapAggKey
-		cv    []uint64
-		cdead []cudatapAggKey
-	)
-	counts := t.maps.LaunchCounts.Iterate()
-	for counts.Next(&ck, &cv) {
-		if gone[ck.Tgid] {
-			cdead = append(cdead, ck)
-		}
-	}
-	for _, k := range cdead {
-		t.maps.LaunchCounts.Delete(k)
-	}
-	var (
-		tk    cudatapLaunchTimeKey
-		tv    []cudatapLaunchTime
-		tdead []cudatapLaunchTimeKey
-	)
-	times := t.maps.LaunchTimes.Iterate()
-	for times.Next(&tk, &tv) {
-		if gone[tk.Tgid] {
-			tdead = append(tdead, tk)
-		}
-	}
-	for _, k := range tdead {
-		t.maps.LaunchTimes.Delete(k)
-	}
+	deleteKeys[cudatapAggKey, []uint64](t.maps.LaunchCounts, func(k *cudatapAggKey) bool { return gone[k.Tgid] })
+	deleteKeys[cudatapLaunchTimeKey, []cudatapLaunchTime](t.maps.LaunchTimes, func(k *cudatapLaunchTimeKey) bool { return gone[k.Tgid] })
 }
 
 // LaunchTimes are the launch times kept in BPF (aggregate mode with
