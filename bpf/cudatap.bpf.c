@@ -135,9 +135,22 @@ struct {
 	__type(value, __u8);
 } cgroups SEC(".maps");
 
-/* Set by the loader when some process is sampled out: only then does a
- * launch probe look its process up (a launch is the hot path). */
-volatile const __u8 sampling = 0;
+/* Set by user space while some process is sampled out: only then does a
+ * launch probe look its process up (a launch is the hot path; an array
+ * lookup is a few instructions once the JIT inlines it). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} sampling SEC(".maps");
+
+static __always_inline bool sampling_active(void)
+{
+	__u32 zero = 0;
+	__u32 *on = bpf_map_lookup_elem(&sampling, &zero);
+	return on && *on;
+}
 
 /* Whether a shared probe's hit counts for the calling process. */
 static __always_inline bool admit(__u64 cookie, __u32 tgid)
@@ -147,7 +160,7 @@ static __always_inline bool admit(__u64 cookie, __u32 tgid)
 		if (!bpf_map_lookup_elem(&cgroups, &cg))
 			return false;
 	}
-	if (!sampling && !(cookie & (COOKIE_RUNTIME | COOKIE_SHADOWED)))
+	if (!(cookie & (COOKIE_RUNTIME | COOKIE_SHADOWED)) && !sampling_active())
 		return true;
 	__u8 *f = bpf_map_lookup_elem(&proc_flags, &tgid);
 	__u8 v = f ? *f : 0;

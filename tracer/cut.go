@@ -52,6 +52,12 @@ func (s *Session) handCut(now uint64) {
 	}
 	s.modelMu.Unlock()
 	s.lastCut = now
+	if s.cfg.Resample != nil {
+		if err := s.resample(s.cfg.Resample()); err != nil {
+			s.log.Warn("per-process sampling: every process is traced in this interval", "err", err)
+			s.resample(nil)
+		}
+	}
 	if len(retired) > 0 {
 		pids := make(map[uint32]bool, len(retired))
 		for _, p := range retired {

@@ -3,9 +3,13 @@ package tracer
 import (
 	"os"
 	"testing"
+	"time"
 
 	"github.com/cudatap/cudatap/internal/procfs"
+	"github.com/cudatap/cudatap/internal/sim"
 	"github.com/cudatap/cudatap/internal/testutil"
+	"github.com/cudatap/cudatap/tracer/model"
+	"github.com/cudatap/cudatap/tracer/probe"
 )
 
 // TestSampledOut: under --all, a process the agent's sampling leaves out of
@@ -70,5 +74,55 @@ func TestSampledOutNeedsSameProcess(t *testing.T) {
 	}
 	if sampledOut(nil, os.Getpid()) {
 		t.Error("sampled out with no sampling")
+	}
+}
+
+// TestResampleIn: with cuts, the sampling changes inside one session (the
+// agent's --continuous): a process sampled out at the start and let back
+// in by Resample at the first cut has every launch it makes from then on
+// counted, through the same shared probes.
+func TestResampleIn(t *testing.T) {
+	testutil.RequireRoot(t)
+	b := testutil.Sim(t)
+	out, err := startHeld(b, "--scenario", "basic", "--iters", "10")
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := startHeld(b, "--scenario", "basic", "--iters", "10")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.cmd.Process.Kill()
+	defer in.cmd.Process.Kill()
+	st, err := procfs.Stat(out.pid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cuts := make(chan struct{}, 16)
+	stop := make(chan struct{})
+	done, attached := watch(t, Config{All: true, Stacks: probe.StacksNone, SampledOut: map[int]uint64{out.pid(): st.StartTicks},
+		Cut: time.Second, OnCut: func(*model.Result) { cuts <- struct{}{} }, Resample: func() map[int]uint64 { return nil }}, stop)
+	s := <-attached
+	if _, err := in.finish(s); err != nil { // hooks the runtime's file for everyone
+		t.Fatal(err)
+	}
+	<-cuts // the first: everyone sampled in after it
+	<-cuts // the next: that is in effect
+	out.stdin.Write([]byte("go\n"))
+	out.stdin.Close()
+	if err := out.cmd.Wait(); err != nil {
+		t.Fatalf("workload: %v\n%s", err, out.out.Bytes())
+	}
+	rep, err := sim.ParseReport(out.out.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	close(stop)
+	res := <-done
+	if res == nil {
+		t.FailNow()
+	}
+	if got, want := launches(countsBySymbol(res.Result, out.pid())), launches(rep.Calls); got != want || want == 0 {
+		t.Errorf("process sampled back in: %d launches traced, it made %d", got, want)
 	}
 }

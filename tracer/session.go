@@ -70,6 +70,10 @@ type Config struct {
 	OnCut func(*model.Result)
 	// pruneEvery, when positive, replaces pruneEvery (tests).
 	pruneEvery time.Duration
+	// Resample, with Cut, is asked after each OnCut which processes sit
+	// the next interval out (as SampledOut, replacing the last set): the
+	// agent's per-process sampling under --continuous.
+	Resample func() map[int]uint64
 	// SampledOut keeps processes out of this session (--all/--container:
 	// the agent's per-process sampling): PID → start time
 	// (procfs.ProcessStat.StartTicks), so that a PID reused by a new
@@ -177,6 +181,9 @@ type Session struct {
 	// last cut, and when it was.
 	goneAtCut map[uint32]bool
 	lastCut   uint64
+	// The processes sampled out now (SampledOut, then Resample's), guarded
+	// by mu.
+	sampled map[int]uint64
 	// Shared probes (see shared.go): by library key and layer, guarded by
 	// mu; the cgroups the BPF side counts (control loop only); live is set
 	// once the processes running at the start are attached.
@@ -212,26 +219,22 @@ func run(ctx context.Context, cfg Config, inspect func(*Session)) (*Outcome, err
 		}
 	}
 	tr, err := probe.New(probe.Config{RingBufferBytes: cfg.RingBufferBytes, Stacks: cfg.Stacks, Logger: cfg.Logger,
-		PerSymbolUprobes: cfg.PerSymbolUprobes, Sampling: len(cfg.SampledOut) > 0, PollInterval: cfg.PollInterval})
+		PerSymbolUprobes: cfg.PerSymbolUprobes, PollInterval: cfg.PollInterval})
 	if err != nil {
 		return nil, err
 	}
 	defer tr.Close()
-	if len(cfg.SampledOut) > 0 && len(cfg.PIDs)+len(cfg.Command) > 0 {
-		return nil, errors.New("SampledOut needs All or Container (shared probes)")
-	}
-	for pid := range cfg.SampledOut {
-		if sampledOut(cfg.SampledOut, pid) {
-			if err := tr.SampleOut(pid); err != nil {
-				return nil, err
-			}
-		}
+	if (len(cfg.SampledOut) > 0 || cfg.Resample != nil) && len(cfg.PIDs)+len(cfg.Command) > 0 {
+		return nil, errors.New("SampledOut and Resample need All or Container (shared probes)")
 	}
 
 	s := &Session{cfg: cfg, log: cfg.Logger, tr: tr, cache: objfile.NewCache(512),
 		targets: map[int]*target{}, rescans: map[int]rescan{}, rescanWake: make(chan struct{}, 1), unwind: unwind.New(),
 		loaders: map[string]*probe.Attachment{}, seenMaps: map[int]uint64{}, plain: map[string]bool{},
 		shared: map[string]*probe.Attachment{}, cgroups: map[uint64]bool{}, cgroup2: procfs.Cgroup2Mount()}
+	if err := s.resample(cfg.SampledOut); err != nil {
+		return nil, err
+	}
 	if cfg.Recording != nil {
 		s.rec, err = recording.NewWriter(cfg.Recording, recordingHeader(cfg))
 		if err != nil {

@@ -99,7 +99,10 @@ func (s *Session) consider(pid int) {
 	if !s.matches(pid) {
 		return
 	}
-	if sampledOut(s.cfg.SampledOut, pid) {
+	s.mu.Lock()
+	out := sampledOut(s.sampled, pid)
+	s.mu.Unlock()
+	if out {
 		s.seenMaps[pid] = 1 // looked at: not again each second
 		return
 	}
@@ -179,6 +182,31 @@ func (s *Session) forgetExited(live map[int]bool) {
 			delete(s.targets, pid)
 		}
 	}
+}
+
+// resample keeps the processes of out (PID → start time) out of the shared
+// probes from now on, and lets the ones sampled out before, not in out,
+// back in.
+func (s *Session) resample(out map[int]uint64) error {
+	s.mu.Lock()
+	before := s.sampled
+	s.sampled = out
+	s.mu.Unlock()
+	for pid := range before {
+		if _, still := out[pid]; !still {
+			if err := s.tr.SampleIn(pid); err != nil {
+				return err
+			}
+		}
+	}
+	for pid := range out {
+		if sampledOut(out, pid) {
+			if err := s.tr.SampleOut(pid); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // sampledOut reports whether pid is the process the sampling left out

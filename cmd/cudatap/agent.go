@@ -312,10 +312,12 @@ func runAgent(ctx context.Context, g *globalOptions, o *agentOptions, stderr io.
 			sampledOut = drawWindow(sampler, coll, g.logger())
 		}
 		prof := pprofout.NewCollector()
-		// --continuous: a profile every --every all the same, and the
-		// exited processes forgotten then (memory follows the live ones).
+		// --continuous: every --every all the same, a profile, the exited
+		// processes forgotten (memory follows the live ones), and, under
+		// --max-cpu, who sits the next interval out.
 		var cut time.Duration
 		var onCut func(*model.Result)
+		var resample func() map[int]uint64
 		if o.continuous {
 			cut = o.every
 			from := start
@@ -326,18 +328,28 @@ func runAgent(ctx context.Context, g *globalOptions, o *agentOptions, stderr io.
 				}
 				prof.Reset()
 				from = time.Now()
+				coll.CutAggregates() // the interval's launches, with its weights
 				coll.ForgetExited(procfs.Alive, from)
+			}
+			if o.maxCPU > 0 {
+				resample = func() map[int]uint64 {
+					for _, pid := range sampler.windowEnded(budget.spent(), budget.perCycle(), processStart) {
+						coll.SetSampling(pid, 1, true)
+					}
+					budget.windowStarts()
+					return drawWindow(sampler, coll, g.logger())
+				}
 			}
 		}
 		sinks := model.Sinks{coll, prof}
-		if !o.continuous {
-			sinks = append(sinks, sampler) // it learns from whole windows
+		if !o.continuous || resample != nil {
+			sinks = append(sinks, sampler) // it learns each window's (interval's) calls
 		}
 		out, err := tracer.Run(ctx, tracer.Config{All: o.container == "", Container: o.container, Duration: window,
 			Stacks: probe.StacksNone, RingBufferBytes: o.ringBuffer, NVMLInterval: -1, NameWindow: -1,
 			Sink: sinks, Logger: g.logger(), OnAttached: func(int) { ready.Store(true) }, OnStatus: stats.status,
 			AggregateLaunches: !o.perLaunch, LaunchTimes: o.launchTimes, OnAggregates: coll.SetAggregates, SampledOut: sampledOut,
-			PollInterval: agentPollInterval, Cut: cut, OnCut: onCut})
+			PollInterval: agentPollInterval, Cut: cut, OnCut: onCut, Resample: resample})
 		coll.FoldAggregates()
 		if err != nil {
 			return err

@@ -502,12 +502,24 @@ func TestAgentCapture(t *testing.T) {
 // window.
 func TestAgentSamplesBusyProcess(t *testing.T) {
 	testutil.RequireRoot(t)
-	b := testutil.Sim(t)
 	// Every launch a record (the agent's cost per call is what is budgeted):
-	// 3% of a core is 15 ms a 500 ms cycle, far less than tracing a
-	// workload that launches flat out costs.
-	base := startAgent(t, &agentOptions{listen: "127.0.0.1:0", window: 500 * time.Millisecond, every: 500 * time.Millisecond,
-		ringBuffer: 16 << 20, perLaunch: true, maxCPU: 0.03})
+	// 3% of a core is 15 ms a 500 ms cycle (30 ms a 1 s interval), far less
+	// than tracing a workload that launches flat out costs.
+	t.Run("windows", func(t *testing.T) {
+		testAgentSamples(t, &agentOptions{listen: "127.0.0.1:0", window: 500 * time.Millisecond, every: 500 * time.Millisecond,
+			ringBuffer: 16 << 20, perLaunch: true, maxCPU: 0.03})
+	})
+	// --continuous: the same, interval by interval, in one session (the
+	// process sits an interval out through its flag in BPF).
+	t.Run("continuous", func(t *testing.T) {
+		testAgentSamples(t, &agentOptions{listen: "127.0.0.1:0", continuous: true, every: time.Second,
+			ringBuffer: 16 << 20, perLaunch: true, maxCPU: 0.03})
+	})
+}
+
+func testAgentSamples(t *testing.T, o *agentOptions) {
+	b := testutil.Sim(t)
+	base := startAgent(t, o)
 	cmd := exec.Command(b.Workload, "--scenario", "launches", "--iters", "100000000") // runs until killed
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -78,6 +78,9 @@ type proc struct {
 	// Launch times kept in BPF in the current session, by API (folded into
 	// apiTime when it ends).
 	aggTimes map[string]*event.TimeHistogram
+	// The session's counts as BPF last gave them, and as they were at the
+	// last cut (CutAggregates): the live ones above are the difference.
+	aggCum, aggBase aggregates
 	// The agent's per-process sampling: its probability of being traced
 	// in the current window, and the windows it was traced in and sat out.
 	// Its counts in a traced window count 1/probability.
@@ -422,23 +425,46 @@ func (c *Collector) SetAggregates(a event.Aggregates) {
 	c.timesLostLive = a.TimesLost
 	for pid, byAPI := range a.Times {
 		p := c.proc(pid)
+		p.aggCum.times = map[string]*event.TimeHistogram{}
 		p.aggTimes = map[string]*event.TimeHistogram{}
 		for api, h := range byAPI {
 			if s := event.Lookup(api); s != nil {
-				p.aggTimes[s.Name] = h
+				p.aggCum.times[s.Name] = h
+				live := *h
+				if base := p.aggBase.times[s.Name]; base != nil {
+					live.Sub(base)
+				}
+				p.aggTimes[s.Name] = &live
 			}
 		}
 	}
 	for pid, byKey := range a.Launches {
 		p := c.proc(pid)
-		p.aggLive, p.aggLiveStream = map[string]uint64{}, map[string]uint64{}
+		p.aggCum.calls, p.aggCum.streams = map[string]uint64{}, map[string]uint64{}
 		for k, n := range byKey {
 			if s := event.Lookup(k.API); s != nil {
-				p.aggLive[s.Name] += n
-				p.aggLiveStream[p.streamName(k.Stream)] += n
+				p.aggCum.calls[s.Name] += n
+				p.aggCum.streams[p.streamName(k.Stream)] += n
 			}
 		}
+		p.aggLive, p.aggLiveStream = since(p.aggCum.calls, p.aggBase.calls), since(p.aggCum.streams, p.aggBase.streams)
 	}
+}
+
+// since is cum - base per key.
+func since(cum, base map[string]uint64) map[string]uint64 {
+	out := make(map[string]uint64, len(cum))
+	for k, n := range cum {
+		out[k] = n - min(n, base[k])
+	}
+	return out
+}
+
+// aggregates is what BPF counted of a process in a session, cumulative
+// (launches by API and by stream, launch times by API).
+type aggregates struct {
+	calls, streams map[string]uint64
+	times          map[string]*event.TimeHistogram
 }
 
 // FoldAggregates ends the current session's aggregates: they become part
@@ -449,19 +475,37 @@ func (c *Collector) FoldAggregates() {
 	c.timesLost += c.timesLostLive
 	c.timesLostLive = 0
 	for _, p := range c.procs {
-		for api, t := range p.aggTimes {
-			p.apiHistogram(api).addLog2(t)
-		}
-		p.aggTimes = nil
-		for api, n := range p.aggLive {
-			p.calls[api] += float64(n) * c.weightOf(p)
-			p.launches += float64(n) * c.weightOf(p)
-		}
-		for stream, n := range p.aggLiveStream {
-			p.streamLaunches[stream] += float64(n) * c.weightOf(p)
-		}
-		p.aggLive, p.aggLiveStream = nil, nil
+		c.fold(p)
+		p.aggCum, p.aggBase = aggregates{}, aggregates{}
 	}
+}
+
+// CutAggregates folds what the current session counted so far into the
+// totals, with the weights of now, and goes on counting from there: the
+// agent's --continuous, whose one session outlives many sampling intervals.
+func (c *Collector) CutAggregates() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, p := range c.procs {
+		c.fold(p)
+		p.aggBase = p.aggCum
+	}
+}
+
+// fold adds p's live aggregates to its totals (weighted, as its counts of
+// now are) and empties them.
+func (c *Collector) fold(p *proc) {
+	for api, t := range p.aggTimes {
+		p.apiHistogram(api).addLog2(t)
+	}
+	for api, n := range p.aggLive {
+		p.calls[api] += float64(n) * c.weightOf(p)
+		p.launches += float64(n) * c.weightOf(p)
+	}
+	for stream, n := range p.aggLiveStream {
+		p.streamLaunches[stream] += float64(n) * c.weightOf(p)
+	}
+	p.aggLive, p.aggLiveStream, p.aggTimes = nil, nil, nil
 }
 
 // maxStreamNames bounds the stream labels kept per process.

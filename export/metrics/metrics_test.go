@@ -337,3 +337,31 @@ func TestForgetExited(t *testing.T) {
 		t.Error("pid 7's series kept after its grace")
 	}
 }
+
+// TestCutAggregates: under --continuous one session's BPF counts span many
+// sampling intervals: each cut folds the counts since the last one with
+// the weight of its interval, and the counting goes on from there.
+func TestCutAggregates(t *testing.T) {
+	c := NewCollector()
+	c.label = func(uint32, ...string) ProcLabels { return ProcLabels{Comm: "python3"} }
+	launches := func(n uint64) event.Aggregates {
+		return event.Aggregates{Launches: map[uint32]map[event.LaunchKey]uint64{7: {{API: event.CuLaunchKernel}: n}}}
+	}
+	c.SetSampling(7, 0.5, true) // interval 1: traced with p = 1/2
+	c.SetAggregates(launches(10))
+	c.CutAggregates()
+	if got := gather(t, c, "cudatap_kernel_launches_total", nil); got != 20 {
+		t.Errorf("after the first cut: %v launches, want 10 × 2", got)
+	}
+	c.SetSampling(7, 1, true) // interval 2: p = 1
+	c.SetAggregates(launches(15))
+	if got := gather(t, c, "cudatap_kernel_launches_total", nil); got != 25 {
+		t.Errorf("live in the second interval: %v launches, want 20 + 5", got)
+	}
+	c.CutAggregates()
+	c.FoldAggregates()           // the session ends: nothing more to fold
+	c.SetAggregates(launches(3)) // a new session counts from zero
+	if got := gather(t, c, "cudatap_kernel_launches_total", nil); got != 28 {
+		t.Errorf("in a new session: %v launches, want 25 + 3", got)
+	}
+}

@@ -164,11 +164,11 @@ type TimeHistogram struct {
 	Count, Ns [64]uint64
 }
 
-// Add adds o into h.
-func (h *TimeHistogram) Add(o *TimeHistogram) {
+// Sub takes o out of h (o: an earlier reading of the same histogram).
+func (h *TimeHistogram) Sub(o *TimeHistogram) {
 	for b := range h.Count {
-		h.Count[b] += o.Count[b]
-		h.Ns[b] += o.Ns[b]
+		h.Count[b] -= min(h.Count[b], o.Count[b])
+		h.Ns[b] -= min(h.Ns[b], o.Ns[b])
 	}
 }
 

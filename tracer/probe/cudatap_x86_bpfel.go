@@ -168,6 +168,7 @@ const (
 	cudatapMapProcFlags        = "proc_flags"
 	cudatapMapPyCodeSeen       = "py_code_seen"
 	cudatapMapPyConfigs        = "py_configs"
+	cudatapMapSampling         = "sampling"
 	cudatapMapScratch          = "scratch"
 	cudatapMapStats            = "stats"
 	cudatapProgCudaEntry       = "cuda_entry"
@@ -176,7 +177,6 @@ const (
 	cudatapProgCudaReturnMulti = "cuda_return_multi"
 	cudatapProgLdso            = "ldso"
 	cudatapProgLdsoMulti       = "ldso_multi"
-	cudatapVarSampling         = "sampling"
 	cudatapVarUnusedEvent      = "unused_event"
 	cudatapVarUnusedPyCode     = "unused_py_code"
 	cudatapVarUnusedStat       = "unused_stat"
@@ -250,6 +250,7 @@ type cudatapMapSpecs struct {
 	ProcFlags     *ebpf.MapSpec `ebpf:"proc_flags"`
 	PyCodeSeen    *ebpf.MapSpec `ebpf:"py_code_seen"`
 	PyConfigs     *ebpf.MapSpec `ebpf:"py_configs"`
+	Sampling      *ebpf.MapSpec `ebpf:"sampling"`
 	Scratch       *ebpf.MapSpec `ebpf:"scratch"`
 	Stats         *ebpf.MapSpec `ebpf:"stats"`
 }
@@ -258,7 +259,6 @@ type cudatapMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type cudatapVariableSpecs struct {
-	Sampling     *ebpf.VariableSpec `ebpf:"sampling"`
 	UnusedEvent  *ebpf.VariableSpec `ebpf:"unused_event"`
 	UnusedPyCode *ebpf.VariableSpec `ebpf:"unused_py_code"`
 	UnusedStat   *ebpf.VariableSpec `ebpf:"unused_stat"`
@@ -298,6 +298,7 @@ type cudatapMaps struct {
 	ProcFlags     *ebpf.Map `ebpf:"proc_flags"`
 	PyCodeSeen    *ebpf.Map `ebpf:"py_code_seen"`
 	PyConfigs     *ebpf.Map `ebpf:"py_configs"`
+	Sampling      *ebpf.Map `ebpf:"sampling"`
 	Scratch       *ebpf.Map `ebpf:"scratch"`
 	Stats         *ebpf.Map `ebpf:"stats"`
 }
@@ -317,6 +318,7 @@ func (m *cudatapMaps) Close() error {
 		m.ProcFlags,
 		m.PyCodeSeen,
 		m.PyConfigs,
+		m.Sampling,
 		m.Scratch,
 		m.Stats,
 	)
@@ -326,7 +328,6 @@ func (m *cudatapMaps) Close() error {
 //
 // It can be passed to loadCudatapObjects or ebpf.CollectionSpec.LoadAndAssign.
 type cudatapVariables struct {
-	Sampling     *ebpf.Variable `ebpf:"sampling"`
 	UnusedEvent  *ebpf.Variable `ebpf:"unused_event"`
 	UnusedPyCode *ebpf.Variable `ebpf:"unused_py_code"`
 	UnusedStat   *ebpf.Variable `ebpf:"unused_stat"`

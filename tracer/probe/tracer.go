@@ -36,9 +36,6 @@ type Config struct {
 	// PerSymbolUprobes uses one perf-event uprobe per symbol even where the
 	// kernel has uprobe_multi (the path kernels before 6.6 take; tests).
 	PerSymbolUprobes bool
-	// Sampling lets SampleOut keep processes out of shared probes; without
-	// it a launch probe never looks its process up.
-	Sampling bool
 	// PollInterval bounds how long a record waits in the ring buffer
 	// before the reader looks (0: 20 ms). The BPF side wakes the reader
 	// early only when an eighth of the ring is pending; longer intervals
@@ -92,6 +89,9 @@ type Tracer struct {
 
 	pairingMu sync.Mutex
 	pairingN  int
+
+	sampleMu   sync.Mutex
+	sampledOut map[int]bool // processes SampleOut keeps out
 }
 
 // New loads the BPF programs. It fails with an explanation when the process
@@ -129,9 +129,6 @@ func New(cfg Config) (*Tracer, error) {
 	// Force a wakeup once an eighth of the ring is pending; otherwise the
 	// reader's poll timer picks records up.
 	if err := specs.WakeupBytes.Set(uint64(cfg.RingBufferBytes / 8)); err != nil {
-		return nil, fmt.Errorf("configure BPF programs: %w", err)
-	}
-	if err := specs.Sampling.Set(boolByte(cfg.Sampling)); err != nil {
 		return nil, fmt.Errorf("configure BPF programs: %w", err)
 	}
 
@@ -260,16 +257,37 @@ func (t *Tracer) SetRuntime(pid int) error {
 	return nil
 }
 
-// SampleOut keeps process pid out of the shared probes for this tracer's
-// life (the agent's per-process sampling; needs Config.Sampling): none of
-// its calls count. The mark goes with the process: ForgetProcess and
-// PruneProcesses drop it with the rest of what is known of it.
+// SampleOut keeps process pid out of the shared probes until SampleIn
+// (the agent's per-process sampling): none of its calls count. The mark
+// goes with the process: ForgetProcess and PruneProcesses drop it with the
+// rest of what is known of it. While no process is out, probes do not look
+// their process up for it.
 func (t *Tracer) SampleOut(pid int) error {
-	if !t.cfg.Sampling {
-		return errors.New("sampling processes out needs probe.Config.Sampling")
-	}
 	if err := t.setProcFlag(pid, procSampledOut); err != nil {
 		return fmt.Errorf("sample process %d out: %w", pid, err)
+	}
+	t.sampleMu.Lock()
+	defer t.sampleMu.Unlock()
+	if t.sampledOut == nil {
+		t.sampledOut = map[int]bool{}
+	}
+	t.sampledOut[pid] = true
+	return t.maps.Sampling.Put(uint32(0), uint32(1))
+}
+
+// SampleIn counts process pid's calls again.
+func (t *Tracer) SampleIn(pid int) error {
+	var v uint8
+	if t.maps.ProcFlags.Lookup(uint32(pid), &v) == nil && v&procSampledOut != 0 {
+		if err := t.maps.ProcFlags.Put(uint32(pid), v&^procSampledOut); err != nil {
+			return fmt.Errorf("sample process %d in: %w", pid, err)
+		}
+	}
+	t.sampleMu.Lock()
+	defer t.sampleMu.Unlock()
+	delete(t.sampledOut, pid)
+	if len(t.sampledOut) == 0 {
+		return t.maps.Sampling.Put(uint32(0), uint32(0))
 	}
 	return nil
 }
@@ -286,13 +304,6 @@ func (t *Tracer) setProcFlag(pid int, bit uint8) error {
 	var v uint8
 	t.maps.ProcFlags.Lookup(uint32(pid), &v)
 	return t.maps.ProcFlags.Put(uint32(pid), v|bit)
-}
-
-func boolByte(b bool) uint8 {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 // ForgetProcess drops what the shared probes know of an exited process.
