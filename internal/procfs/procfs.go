@@ -81,6 +81,11 @@ func lastNSpid(name string) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("NSpid in %s: %w", name, err)
 	}
+	if n == 0 {
+		// A task that has exited and is not reaped yet has no PID left
+		// in any namespace: the kernel shows 0.
+		return 0, fmt.Errorf("%s: NSpid 0: the task has exited", name)
+	}
 	return n, nil
 }
 
