@@ -251,23 +251,27 @@ static __always_inline __u64 launch_stream(struct pt_regs *ctx, __u64 cookie)
 }
 
 /*
- * Launch times (the agent's aggregate mode): the host time of counted
- * launches, in a log2 histogram per process and API (bucket b: [2^b,
- * 2^(b+1)) ns) with the nanoseconds summed per bucket. The launch symbols
- * carry a session probe (cuda_launch_session: one program at entry and
- * return, kernel 6.13+): at entry it decides whether this launch is timed
- * (one in 2^launch_time_shift per CPU) and keeps its start in the
- * session's cookie; for the others it skips the return, which then costs
- * nothing: no second trap.
+ * Launch times (COOKIE_AGG_TIME): the host time of each counted launch, in
+ * a log2 histogram per process and API (bucket b: [2^b, 2^(b+1)) ns) with
+ * the nanoseconds summed per bucket. The entry keeps its time per thread;
+ * a return probe on the same symbol adds the call. A second trap per
+ * launch (the return), so the agent asks for it only with --launch-times.
+ * Entries of threads that died inside a launch are pruned from user space
+ * (Tracer.PruneInflight), like `inflight`'s, and for the same reason this
+ * is a plain hash, not an LRU.
  */
-volatile const __u32 launch_time_shift = 0;
+struct launch_start {
+	__u64 start_ns; /* 0: none waiting */
+	__u32 api;
+	__u32 _pad;
+};
 
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, __u64);
-} launch_ticks SEC(".maps");
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32); /* tid */
+	__type(value, struct launch_start);
+} launch_started SEC(".maps");
 
 struct launch_time_key {
 	__u32 tgid;
@@ -287,15 +291,18 @@ struct {
 	__type(value, struct launch_time);
 } launch_times SEC(".maps");
 
-/* Whether this CPU's next counted launch is one to time. */
-static __always_inline bool time_this_launch(void)
+static __always_inline void launch_began(__u64 pid_tgid, __u32 api, __u64 now)
 {
-	__u32 zero = 0;
-	__u64 *tick = bpf_map_lookup_elem(&launch_ticks, &zero);
-	if (!tick)
-		return false;
-	__u64 t = (*tick)++;
-	return (t & ((1ULL << (launch_time_shift & 31)) - 1)) == 0;
+	__u32 tid = (__u32)pid_tgid;
+	struct launch_start *s = bpf_map_lookup_elem(&launch_started, &tid);
+	if (s) {
+		s->start_ns = now;
+		s->api = api;
+		return;
+	}
+	struct launch_start v = { .start_ns = now, .api = api };
+	if (bpf_map_update_elem(&launch_started, &tid, &v, BPF_ANY) < 0)
+		count(STAT_AGG_TIME_LOST);
 }
 
 static __always_inline __u32 log2_u64(__u64 v)
@@ -310,9 +317,16 @@ static __always_inline __u32 log2_u64(__u64 v)
 	return r;
 }
 
-static __always_inline void launch_timed(__u64 cookie, __u64 pid_tgid, __u64 start, __u64 now)
+static __always_inline int launch_ended(__u64 cookie, __u64 pid_tgid, __u64 now)
 {
-	__u64 d = now - start;
+	__u32 tid = (__u32)pid_tgid;
+	struct launch_start *s = bpf_map_lookup_elem(&launch_started, &tid);
+	/* None waiting: the entry went to the ring buffer (counters full), or
+	 * came before the probes (a launch cudatap attached in the middle of). */
+	if (!s || !s->start_ns || s->api != COOKIE_API(cookie))
+		return 0;
+	__u64 d = now - s->start_ns;
+	s->start_ns = 0;
 	struct launch_time_key k = { .tgid = pid_tgid >> 32, .api = COOKIE_API(cookie), .bucket = log2_u64(d) };
 	struct launch_time *t = bpf_map_lookup_elem(&launch_times, &k);
 	if (!t) {
@@ -321,11 +335,12 @@ static __always_inline void launch_timed(__u64 cookie, __u64 pid_tgid, __u64 sta
 		t = bpf_map_lookup_elem(&launch_times, &k);
 		if (!t) {
 			count(STAT_AGG_TIME_LOST);
-			return;
+			return 0;
 		}
 	}
 	t->count += 1;
 	t->ns += d;
+	return 0;
 }
 
 static __always_inline bool aggregate(struct pt_regs *ctx, __u64 cookie, __u64 pid_tgid)
@@ -483,9 +498,7 @@ static __always_inline int emit_entry(struct pt_regs *ctx, __u64 cookie, __u64 p
 	return 0;
 }
 
-/* *counted_at: set to the entry's time when the launch was counted in BPF
- * (aggregate mode), left alone otherwise. */
-static __always_inline int on_entry(struct pt_regs *ctx, __u64 *counted_at)
+static __always_inline int on_entry(struct pt_regs *ctx)
 {
 	__u64 cookie = bpf_get_attach_cookie(ctx);
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
@@ -542,7 +555,8 @@ static __always_inline int on_entry(struct pt_regs *ctx, __u64 *counted_at)
 		}
 	}
 	if ((cookie & COOKIE_AGG) && aggregate(ctx, cookie, pid_tgid)) {
-		*counted_at = now;
+		if (cookie & COOKIE_AGG_TIME)
+			launch_began(pid_tgid, COOKIE_API(cookie), now);
 		return 0;
 	}
 	if (COOKIE_FULL(cookie))
@@ -595,6 +609,8 @@ static __always_inline int on_return(struct pt_regs *ctx)
 	 * orphan here. */
 	if ((cookie & COOKIE_SHARED) && !admit(cookie, pid_tgid >> 32))
 		return 0;
+	if (cookie & COOKIE_AGG)
+		return launch_ended(cookie, pid_tgid, now);
 	struct inflight_key key = { .tid = (__u32)pid_tgid, .api = COOKIE_API(cookie) };
 
 	struct inflight *in = bpf_map_lookup_elem(&inflight, &key);
@@ -648,48 +664,14 @@ SEC("uprobe")
 int ldso(struct pt_regs *ctx) { return on_ldso(ctx); }
 
 SEC("uprobe.multi")
-int cuda_entry_multi(struct pt_regs *ctx)
-{
-	__u64 at;
-	return on_entry(ctx, &at);
-}
-
-extern bool bpf_session_is_return(void) __ksym __weak;
-extern __u64 *bpf_session_cookie(void) __ksym __weak;
-
-/* Launch symbols in aggregate mode with launch times (see launch_times):
- * entry as cuda_entry_multi's; returning 1 there skips the return. */
-SEC("uprobe.session")
-int cuda_launch_session(struct pt_regs *ctx)
-{
-	__u64 *start = bpf_session_cookie();
-	if (!start)
-		return 1;
-	if (bpf_session_is_return()) {
-		if (*start)
-			launch_timed(bpf_get_attach_cookie(ctx), bpf_get_current_pid_tgid(), *start, bpf_ktime_get_ns());
-		return 0;
-	}
-	__u64 at = 0;
-	on_entry(ctx, &at);
-	if (!at || !time_this_launch()) {
-		*start = 0;
-		return 1;
-	}
-	*start = at;
-	return 0;
-}
+int cuda_entry_multi(struct pt_regs *ctx) { return on_entry(ctx); }
 
 SEC("uretprobe.multi")
 int cuda_return_multi(struct pt_regs *ctx) { return on_return(ctx); }
 
 /* Fallbacks for kernels without uprobe_multi (before 6.6). */
 SEC("uprobe")
-int cuda_entry(struct pt_regs *ctx)
-{
-	__u64 at;
-	return on_entry(ctx, &at);
-}
+int cuda_entry(struct pt_regs *ctx) { return on_entry(ctx); }
 
 SEC("uretprobe")
 int cuda_return(struct pt_regs *ctx) { return on_return(ctx); }

@@ -29,8 +29,8 @@
  *   bit  42      (launch) count the launch in `launch_counts`, write no record
  *   bits 43..46  (with 42) where the launch's stream is: 0 nowhere, 1..3 stack
  *                word k ([rsp+8k]), 8+w word w behind argument 0 (a config)
- *   bit  47      (with 42) attached with the session program, which times
- *                some launches into `launch_times` (user space's marker)
+ *   bit  47      (with 42) time the launch: the entry keeps its time per
+ *                thread, a return probe adds the call to `launch_times`
  */
 #define COOKIE_API(c) ((c) & 0xffff)
 #define COOKIE_NSTACK(c) (((c) >> 24) & 0x3)
@@ -48,6 +48,7 @@
 #define COOKIE_CGROUP (1ULL << 41)
 #define COOKIE_AGG (1ULL << 42)
 #define COOKIE_AGG_STREAM(c) (((c) >> 43) & 0xf)
+#define COOKIE_AGG_TIME (1ULL << 47)
 /* Records with a stack or a string are full size; others end at stack[]. */
 #define COOKIE_FULL(c) (((c) & COOKIE_STACK) || (COOKIE_STRARG(c) && !((c) & COOKIE_PAIR)))
 
@@ -132,7 +133,7 @@ enum stat {
 	STAT_ENTRY_REPLACED, /* an entry saved over one still waiting: a nested call of the same API */
 	STAT_PY_CODE_LOST,   /* no room for a code object's copy: its frames are named from the live process */
 	STAT_AGG_FULL,       /* no room in the launch counters: the launch went to the ring buffer instead */
-	STAT_AGG_TIME_LOST,  /* no room for a timed launch's histogram bucket: counted, its time not kept */
+	STAT_AGG_TIME_LOST,  /* no room for a launch's start or its histogram bucket: counted, its time not kept */
 	STAT_MAX,
 };
 

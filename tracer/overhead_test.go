@@ -104,10 +104,9 @@ func buildLaunchLoop(b *testing.B) string {
 
 // BenchmarkAggregateOverhead measures the agent's way of tracing a launch,
 // interleaved in one run: shared probes (--all) counting launches in BPF
-// maps (aggregate mode), without and with launch times (every launch, and
-// one in 16: the agent's default), and recording each launch, against an
-// empty uprobe on the same driver symbol, cuLaunchKernel (where shared
-// probes count the runtime's launches), and an empty uprobe and uretprobe.
+// maps (aggregate mode), and recording each launch, against an empty
+// uprobe on the same driver symbol, cuLaunchKernel (where shared probes
+// count the runtime's launches).
 //
 //	go test -run '^$' -bench AggregateOverhead -benchtime 1x ./tracer/
 func BenchmarkAggregateOverhead(b *testing.B) {
@@ -118,19 +117,18 @@ func BenchmarkAggregateOverhead(b *testing.B) {
 	if v, err := strconv.Atoi(os.Getenv("CUDATAP_BENCH_ROUNDS")); err == nil && v > 0 {
 		rounds = v
 	}
-	var base, empty, emptyRet, recorded, aggregated, noStream, timed, sampled []float64
-	var paired, pairedNoStream, pairedTimed, pairedTimedRet, pairedSampled []float64
+	var base, empty, emptyRet, recorded, aggregated, noStream, timed []float64
+	var paired, pairedNoStream, pairedTimed, pairedTimedRet []float64
 	for range rounds {
 		base = append(base, runLoop(b, bin, n, nil))
 		empty = append(empty, runLoop(b, bin, n, func(tb testing.TB, pid int) func() { return attachEmptyOn(tb, pid, "cuLaunchKernel", false) }))
 		emptyRet = append(emptyRet, runLoop(b, bin, n, func(tb testing.TB, pid int) func() { return attachEmptyOn(tb, pid, "cuLaunchKernel", true) }))
-		recorded = append(recorded, runLoop(b, bin, n, attachAll(false, -1)))
-		aggregated = append(aggregated, runLoop(b, bin, n, attachAll(true, -1)))
+		recorded = append(recorded, runLoop(b, bin, n, attachAll(false, false)))
+		aggregated = append(aggregated, runLoop(b, bin, n, attachAll(true, false)))
 		aggregateByStream = false
-		noStream = append(noStream, runLoop(b, bin, n, attachAll(true, -1)))
+		noStream = append(noStream, runLoop(b, bin, n, attachAll(true, false)))
 		aggregateByStream = true
-		timed = append(timed, runLoop(b, bin, n, attachAll(true, 0)))
-		sampled = append(sampled, runLoop(b, bin, n, attachAll(true, 4)))
+		timed = append(timed, runLoop(b, bin, n, attachAll(true, true)))
 		// The same round's ratio: the machine's drift between rounds
 		// (a VM's uprobe cost moves ±20%) cancels out.
 		if k := len(base) - 1; empty[k] > base[k] && emptyRet[k] > base[k] {
@@ -138,7 +136,6 @@ func BenchmarkAggregateOverhead(b *testing.B) {
 			pairedNoStream = append(pairedNoStream, (noStream[k]-base[k])/(empty[k]-base[k]))
 			pairedTimed = append(pairedTimed, (timed[k]-base[k])/(empty[k]-base[k]))
 			pairedTimedRet = append(pairedTimedRet, (timed[k]-base[k])/(emptyRet[k]-base[k]))
-			pairedSampled = append(pairedSampled, (sampled[k]-base[k])/(empty[k]-base[k]))
 		}
 	}
 	med := func(v []float64) float64 { v = slices.Clone(v); slices.Sort(v); return v[len(v)/2] }
@@ -149,11 +146,9 @@ func BenchmarkAggregateOverhead(b *testing.B) {
 		// uprobe and uretprobe pair (what any return-timed probe costs).
 		b.ReportMetric(med(pairedTimed), "timed-ratio-paired-median")
 		b.ReportMetric(med(pairedTimedRet), "timed-ratio-vs-empty-pair-paired-median")
-		b.ReportMetric(med(pairedSampled), "sampled-1in16-ratio-paired-median") // the agent's default
 	}
 	b.ReportMetric(med(emptyRet), "ns/launch-empty-uprobe-and-uretprobe")
 	b.ReportMetric(med(timed), "ns/launch-aggregated-timed")
-	b.ReportMetric(med(sampled), "ns/launch-aggregated-sampled-1in16")
 	mb, me, mr, ma := med(base), med(empty), med(recorded), med(aggregated)
 	b.ReportMetric(mb, "ns/launch-untraced")
 	b.ReportMetric(me, "ns/launch-empty-uprobe")
@@ -166,16 +161,15 @@ func BenchmarkAggregateOverhead(b *testing.B) {
 }
 
 // attachAll runs an --all session (shared probes), counting launches in
-// BPF when aggregate, and timing one in 2^timeShift (none when negative);
-// detaching ends it.
-func attachAll(aggregate bool, timeShift int) func(testing.TB, int) func() {
+// BPF when aggregate (and timing them when times); detaching ends it.
+func attachAll(aggregate, times bool) func(testing.TB, int) func() {
 	return func(tb testing.TB, pid int) func() {
 		ctx, cancel := context.WithCancel(context.Background())
 		attached := make(chan struct{})
 		done := make(chan error, 1)
 		go func() {
 			_, err := Run(ctx, Config{All: true, Stacks: probe.StacksNone, NVMLInterval: -1, NameWindow: -1, Recording: discard{},
-				AggregateLaunches: aggregate, LaunchTimes: timeShift >= 0, LaunchTimeShift: uint(max(timeShift, 0)), OnAggregates: func(event.Aggregates) {}, OnAttached: func(int) { close(attached) }})
+				AggregateLaunches: aggregate, LaunchTimes: times, OnAggregates: func(event.Aggregates) {}, OnAttached: func(int) { close(attached) }})
 			done <- err
 		}()
 		select {

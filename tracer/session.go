@@ -55,12 +55,10 @@ type Config struct {
 	// each (--all/--container: shared probes only); OnAggregates gets the
 	// counts so far, per process, API and stream, about once a second and
 	// at the end. Aggregated launches reach no model, trace or profile.
-	// LaunchTimes also times them, one in 2^LaunchTimeShift per CPU (0:
-	// every one, each a second trap), into log2 histograms per process and
-	// API (Linux 6.13+: uprobe sessions; the others time none).
+	// LaunchTimes also times them (a return probe per launch: a second
+	// trap) into log2 histograms per process and API.
 	AggregateLaunches bool
 	LaunchTimes       bool
-	LaunchTimeShift   uint
 	OnAggregates      func(event.Aggregates)
 	// Cut, when positive, makes a session that runs for ever hold only
 	// what its live processes need: every Cut it hands OnCut (if set) the
@@ -221,15 +219,11 @@ func run(ctx context.Context, cfg Config, inspect func(*Session)) (*Outcome, err
 		}
 	}
 	tr, err := probe.New(probe.Config{RingBufferBytes: cfg.RingBufferBytes, Stacks: cfg.Stacks, Logger: cfg.Logger,
-		PerSymbolUprobes: cfg.PerSymbolUprobes, PollInterval: cfg.PollInterval,
-		LaunchTimes: cfg.AggregateLaunches && cfg.LaunchTimes, LaunchTimeShift: cfg.LaunchTimeShift})
+		PerSymbolUprobes: cfg.PerSymbolUprobes, PollInterval: cfg.PollInterval})
 	if err != nil {
 		return nil, err
 	}
 	defer tr.Close()
-	if why := tr.LaunchTimesUnavailable(); why != "" {
-		cfg.Logger.Warn("launches are counted, not timed", "why", why)
-	}
 	if (len(cfg.SampledOut) > 0 || cfg.Resample != nil) && len(cfg.PIDs)+len(cfg.Command) > 0 {
 		return nil, errors.New("SampledOut and Resample need All or Container (shared probes)")
 	}

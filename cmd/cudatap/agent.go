@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/bits"
 	"net"
 	"net/http"
 	"os"
@@ -48,7 +47,7 @@ type agentOptions struct {
 	maxCPU        float64
 	nvml          time.Duration
 	perLaunch     bool
-	launchTimes   string // "off", "all" or "1/N"
+	launchTimes   bool
 	kubelet       string
 }
 
@@ -62,9 +61,8 @@ one link set per CUDA library file, and serves what it finds as Prometheus metri
 calls and launches, synchronization waits by kind, copy bytes by direction and host memory, NCCL
 bytes and operations, CUDA API time, per process (pid, comm, container), cumulative.
 
-It traces in windows (--window, once every --every) or without gaps (--continuous). Launches are
-counted in BPF maps per process, API and stream, and one in 16 is timed there (--launch-times).
-After each window (or --every under --continuous), each process's profile (pprof, labelled pid, comm, container, pod) is served at /profile,
+It traces in windows (--window, once every --every) or without gaps (--continuous). After each
+window, each process's profile (pprof, labelled pid, comm, container, pod) is served at /profile,
 written to --profiles-dir (bounded by --profiles-max-bytes) and pushed to --push. Its own CPU
 time stays under --max-cpu: when tracing every process in every window would cost more, the
 busiest are traced in fewer windows, each with a probability p of its own (quiet processes keep
@@ -76,9 +74,6 @@ carry as "Authorization: Bearer TOKEN".`,
   sudo cudatap agent --window 10s --every 60s --listen 0.0.0.0:9400 --token "$(cat /etc/cudatap/token)"`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if o.perLaunch && !cmd.Flags().Changed("launch-times") {
-				o.launchTimes = "off" // launches go to the ring buffer: none counted in BPF to time
-			}
 			return runAgent(cmd.Context(), g, o, cmd.ErrOrStderr())
 		},
 	}
@@ -94,7 +89,7 @@ carry as "Authorization: Bearer TOKEN".`,
 	f.StringVar(&o.profilesDir, "profiles-dir", "", "write each window's profile of each process (pprof) into this directory")
 	f.Int64Var(&o.profilesMax, "profiles-max-bytes", 256<<20, "with --profiles-dir: keep at most this many bytes of profiles, removing the oldest")
 	f.BoolVar(&o.perLaunch, "record-launches", false, "record every launch through the ring buffer (for profiles with launches) instead of counting them in BPF maps")
-	f.StringVar(&o.launchTimes, "launch-times", "1/16", "time launches in BPF into cudatap_cuda_api_seconds (log2 histograms per process and API): 1/N times one launch in N per CPU (N a power of two), each counting N; all times every one (a second trap each); off (Linux 6.13+)")
+	f.BoolVar(&o.launchTimes, "launch-times", false, "also time every launch in BPF (log2 histograms per process and API, in cudatap_cuda_api_seconds): a return probe per launch, a second trap")
 	f.DurationVar(&o.nvml, "nvml-interval", time.Second, "GPU sampling period through NVML for the device series (0: off)")
 	f.Float64Var(&o.maxCPU, "max-cpu", 0.01, "in window mode, keep the agent's own CPU time under this share of one core: the busiest processes are traced in fewer windows (each with a probability p, its counts weighted 1/p), and the pause between windows lengthens when that is not enough (0: no budget)")
 	f.BoolVar(&o.gpuTimes, "gpu-times", false, "let POST /capture measure GPU times with the target's CUPTI (record --gpu-times)")
@@ -246,16 +241,8 @@ func runAgent(ctx context.Context, g *globalOptions, o *agentOptions, stderr io.
 	if !o.continuous && (o.window <= 0 || o.every < o.window) {
 		return fmt.Errorf("--window %v --every %v: want 0 < window <= every (or --continuous)", o.window, o.every)
 	}
-	launchTimes := o.launchTimes
-	if launchTimes == "" && o.perLaunch {
-		launchTimes = "off"
-	}
-	timeLaunches, timeShift, err := parseLaunchTimes(launchTimes)
-	if err != nil {
-		return err
-	}
-	if timeLaunches && o.perLaunch {
-		return errors.New("--launch-times times the launches counted in BPF; with --record-launches none is: add --launch-times=off")
+	if o.launchTimes && o.perLaunch {
+		return errors.New("--launch-times times the launches counted in BPF; with --record-launches none is: drop one of the two")
 	}
 	reg := prometheus.NewRegistry()
 	coll := metrics.NewCollector()
@@ -361,7 +348,7 @@ func runAgent(ctx context.Context, g *globalOptions, o *agentOptions, stderr io.
 		out, err := tracer.Run(ctx, tracer.Config{All: o.container == "", Container: o.container, Duration: window,
 			Stacks: probe.StacksNone, RingBufferBytes: o.ringBuffer, NVMLInterval: -1, NameWindow: -1,
 			Sink: sinks, Logger: g.logger(), OnAttached: func(int) { ready.Store(true) }, OnStatus: stats.status,
-			AggregateLaunches: !o.perLaunch, LaunchTimes: timeLaunches, LaunchTimeShift: timeShift, OnAggregates: coll.SetAggregates, SampledOut: sampledOut,
+			AggregateLaunches: !o.perLaunch, LaunchTimes: o.launchTimes, OnAggregates: coll.SetAggregates, SampledOut: sampledOut,
 			PollInterval: agentPollInterval, Cut: cut, OnCut: onCut, Resample: resample})
 		coll.FoldAggregates()
 		if err != nil {
@@ -392,25 +379,6 @@ func runAgent(ctx context.Context, g *globalOptions, o *agentOptions, stderr io.
 		case <-time.After(time.Until(start.Add(budget.next(time.Since(start))))):
 		}
 	}
-}
-
-// parseLaunchTimes reads --launch-times: whether launches are timed, and
-// one in how many (as a power of two).
-func parseLaunchTimes(v string) (bool, uint, error) {
-	switch v {
-	case "": // the flag's default
-		return true, 4, nil
-	case "off":
-		return false, 0, nil
-	case "all", "1/1":
-		return true, 0, nil
-	}
-	if n, ok := strings.CutPrefix(v, "1/"); ok {
-		if k, err := strconv.ParseUint(n, 10, 32); err == nil && k > 0 && k <= 1<<16 && k&(k-1) == 0 {
-			return true, uint(bits.TrailingZeros64(k)), nil
-		}
-	}
-	return false, 0, fmt.Errorf("--launch-times %q: want off, all, or 1/N with N a power of two up to 65536 (e.g. 1/16)", v)
 }
 
 // podLabels names processes and GPUs for the series and profiles: comm

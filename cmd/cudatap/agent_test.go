@@ -25,24 +25,6 @@ import (
 	"github.com/cudatap/cudatap/internal/testutil"
 )
 
-func TestParseLaunchTimes(t *testing.T) {
-	for _, tc := range []struct {
-		in    string
-		on    bool
-		shift uint
-		bad   bool
-	}{
-		{"off", false, 0, false}, {"all", true, 0, false}, {"1/1", true, 0, false}, {"1/16", true, 4, false},
-		{"", true, 4, false}, {"1/65536", true, 16, false},
-		{"1/3", false, 0, true}, {"1/0", false, 0, true}, {"1/131072", false, 0, true}, {"sometimes", false, 0, true}, {"2/16", false, 0, true},
-	} {
-		on, shift, err := parseLaunchTimes(tc.in)
-		if (err != nil) != tc.bad || on != tc.on || shift != tc.shift {
-			t.Errorf("parseLaunchTimes(%q) = %v, %d, %v; want %v, %d, error %v", tc.in, on, shift, err, tc.on, tc.shift, tc.bad)
-		}
-	}
-}
-
 func TestCheckListen(t *testing.T) {
 	for _, tc := range []struct {
 		addr, token string
@@ -127,7 +109,7 @@ func startAgent(t *testing.T, o *agentOptions) string {
 func TestAgentMetrics(t *testing.T) {
 	testutil.RequireRoot(t)
 	b := testutil.Sim(t)
-	base := startAgent(t, &agentOptions{listen: "127.0.0.1:0", continuous: true, every: time.Minute, ringBuffer: 16 << 20, launchTimes: "all"})
+	base := startAgent(t, &agentOptions{listen: "127.0.0.1:0", continuous: true, every: time.Minute, ringBuffer: 16 << 20, launchTimes: true})
 	get := func(path string) (int, string) {
 		resp, err := http.Get(base + path)
 		if err != nil {

@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
-# On the H200: (1) the agent with --launch-times=all while a launch-bound
+# On the H200: (1) the agent with --launch-times while a launch-bound
 # PyTorch loop runs: every launch counted is timed (histogram count ==
 # launches), and the times it keeps beside the loop's own time per
-# iteration; then with the default (one in 16 timed, counts scaled). (2)
-# What the agent costs that loop: untraced, agent --launch-times=off, the
-# default, =all, interleaved over ROUNDS rounds (default 3).
+# iteration. (2) What the agent costs that loop: untraced, agent, agent
+# --launch-times, interleaved over ROUNDS rounds (default 3).
 # Usage: agent_times.sh BIN OUTDIR
 set -u
 BIN=$(realpath "$1"); OUT=$(realpath -m "$2"); mkdir -p "$OUT"
@@ -15,24 +14,20 @@ agent() { # agent ARGS...: start it and wait until it serves
 	until curl -sf 127.0.0.1:9400/healthz >/dev/null 2>&1; do sleep 0.2; done
 	sleep 1 # attached: shared probes on the host's libraries
 }
-for mode in all 1/16; do
-	echo "== (1) --launch-times=$mode on python3 launch_times.py 20000"
-	agent --launch-times=$mode
-	python3 "$here/launch_times.py" 20000 >"$OUT/times.stdout"
-	sleep 2 # read once more (once a second)
-	curl -s 127.0.0.1:9400/metrics >"$OUT/metrics-${mode/\//in}.txt"
-	kill -INT $A; wait $A
-	read -r pid n ns <"$OUT/times.stdout"
-	echo "loop: pid $pid, $n iterations, $ns ns per iteration (its own clock)"
-	grep "pid=\"$pid\"" "$OUT/metrics-${mode/\//in}.txt" | grep -E '^cudatap_kernel_launches_total|cudatap_cuda_api_seconds_(bucket|count|sum).*api="cuLaunchKernel"'
-	grep -E '^cudatap_launch_times_lost_total|^cudatap_agent_dropped' "$OUT/metrics-${mode/\//in}.txt"
-	grep -i "not timed" "$OUT/agent.out"
-done
-echo "== (2) the loop's ns per iteration: untraced, agent --launch-times=off, default (1/16), all"
+echo "== (1) --launch-times on python3 launch_times.py 20000"
+agent --launch-times
+python3 "$here/launch_times.py" 20000 >"$OUT/times.stdout"
+sleep 2 # read once more (once a second)
+curl -s 127.0.0.1:9400/metrics >"$OUT/metrics.txt"
+kill -INT $A; wait $A
+read -r pid n ns <"$OUT/times.stdout"
+echo "loop: pid $pid, $n iterations, $ns ns per iteration (its own clock)"
+grep "pid=\"$pid\"" "$OUT/metrics.txt" | grep -E '^cudatap_kernel_launches_total|cudatap_cuda_api_seconds_(bucket|count|sum).*api="cuLaunchKernel"'
+grep -E '^cudatap_launch_times_lost_total|^cudatap_agent_dropped' "$OUT/metrics.txt"
+echo "== (2) the loop's ns per iteration: untraced, agent, agent --launch-times"
 for r in $(seq 1 "${ROUNDS:-3}"); do
 	u=$(python3 "$here/launch_times.py" 20000 | cut -d' ' -f3)
-	agent --launch-times=off; o=$(python3 "$here/launch_times.py" 20000 | cut -d' ' -f3); kill -INT $A; wait $A
-	agent; d=$(python3 "$here/launch_times.py" 20000 | cut -d' ' -f3); kill -INT $A; wait $A
-	agent --launch-times=all; a=$(python3 "$here/launch_times.py" 20000 | cut -d' ' -f3); kill -INT $A; wait $A
-	echo "round $r: untraced $u, off $o, 1/16 $d, all $a"
+	agent; a=$(python3 "$here/launch_times.py" 20000 | cut -d' ' -f3); kill -INT $A; wait $A
+	agent --launch-times; t=$(python3 "$here/launch_times.py" 20000 | cut -d' ' -f3); kill -INT $A; wait $A
+	echo "round $r: untraced $u, agent $a, agent --launch-times $t"
 done

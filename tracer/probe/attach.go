@@ -88,7 +88,7 @@ func (t *Tracer) AttachShared(lib *Library, want func(*event.Spec) bool, bits fu
 
 func (t *Tracer) attach(pid int, lib *Library, want func(*event.Spec) bool, bits func(*event.Spec) uint64) (*Attachment, error) {
 	a := &Attachment{PID: pid, Library: *lib}
-	var entry, ret, timed probeSet
+	var entry, ret probeSet
 	for _, spec := range event.Specs(lib.Layer) {
 		if want != nil && !want(spec) {
 			continue
@@ -107,34 +107,18 @@ func (t *Tracer) attach(pid int, lib *Library, want func(*event.Spec) bool, bits
 			if stacks && spec.Class != event.ClassFuncName {
 				cookie |= event.CookieStack
 			}
-			switch {
-			case cookie&event.CookieAggregateTime != 0 && t.progs.launchSession != nil:
-				timed.add(off, cookie, sym) // entry and return: one session probe
-				continue
-			case cookie&event.CookieAggregateTime != 0:
-				cookie &^= event.CookieAggregateTime // no sessions: counted, not timed
-			}
 			entry.add(off, cookie, sym)
-			if spec.Return {
+			if spec.Return || cookie&event.CookieAggregateTime != 0 {
 				ret.add(off, cookie, sym)
 			}
 		}
 	}
-	if len(entry.addrs)+len(timed.addrs) == 0 {
+	if len(entry.addrs) == 0 {
 		return nil, fmt.Errorf("%s exports none of the hooked %s symbols", lib.Path, lib.Layer)
 	}
-	if len(timed.addrs) > 0 {
-		l, err := uprobeSession(t.progs.launchSession, lib.OpenPath, timed.addrs, timed.cookies, pid)
-		if err != nil {
-			return nil, attachError(pid, lib.Path, err)
-		}
-		a.links = append(a.links, l)
-	}
-	if len(entry.addrs) > 0 {
-		if err := t.attachSet(a, lib.OpenPath, pid, &entry, t.progs.entry, false); err != nil {
-			a.Close()
-			return nil, err
-		}
+	if err := t.attachSet(a, lib.OpenPath, pid, &entry, t.progs.entry, false); err != nil {
+		a.Close()
+		return nil, err
 	}
 	if len(ret.addrs) > 0 {
 		if err := t.attachSet(a, lib.OpenPath, pid, &ret, t.progs.ret, true); err != nil {
@@ -142,7 +126,7 @@ func (t *Tracer) attach(pid int, lib *Library, want func(*event.Spec) bool, bits
 			return nil, err
 		}
 	}
-	a.Hooked = append(entry.names, timed.names...)
+	a.Hooked = entry.names
 	return a, nil
 }
 

@@ -61,6 +61,13 @@ type cudatapInflightKey struct {
 	Api uint32
 }
 
+type cudatapLaunchStart struct {
+	_       structs.HostLayout
+	StartNs uint64
+	Api     uint32
+	Pad     uint32
+}
+
 type cudatapLaunchTime struct {
 	_     structs.HostLayout
 	Count uint64
@@ -148,34 +155,32 @@ const (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	cudatapMapCgroups            = "cgroups"
-	cudatapMapDriverLive         = "driver_live"
-	cudatapMapEvents             = "events"
-	cudatapMapInflight           = "inflight"
-	cudatapMapLaunchCounts       = "launch_counts"
-	cudatapMapLaunchTicks        = "launch_ticks"
-	cudatapMapLaunchTimes        = "launch_times"
-	cudatapMapOrphans            = "orphans"
-	cudatapMapPairing            = "pairing"
-	cudatapMapPendingStub        = "pending_stub"
-	cudatapMapProcFlags          = "proc_flags"
-	cudatapMapPyCodeSeen         = "py_code_seen"
-	cudatapMapPyConfigs          = "py_configs"
-	cudatapMapSampling           = "sampling"
-	cudatapMapScratch            = "scratch"
-	cudatapMapStats              = "stats"
-	cudatapProgCudaEntry         = "cuda_entry"
-	cudatapProgCudaEntryMulti    = "cuda_entry_multi"
-	cudatapProgCudaLaunchSession = "cuda_launch_session"
-	cudatapProgCudaReturn        = "cuda_return"
-	cudatapProgCudaReturnMulti   = "cuda_return_multi"
-	cudatapProgLdso              = "ldso"
-	cudatapProgLdsoMulti         = "ldso_multi"
-	cudatapVarLaunchTimeShift    = "launch_time_shift"
-	cudatapVarUnusedEvent        = "unused_event"
-	cudatapVarUnusedPyCode       = "unused_py_code"
-	cudatapVarUnusedStat         = "unused_stat"
-	cudatapVarWakeupBytes        = "wakeup_bytes"
+	cudatapMapCgroups          = "cgroups"
+	cudatapMapDriverLive       = "driver_live"
+	cudatapMapEvents           = "events"
+	cudatapMapInflight         = "inflight"
+	cudatapMapLaunchCounts     = "launch_counts"
+	cudatapMapLaunchStarted    = "launch_started"
+	cudatapMapLaunchTimes      = "launch_times"
+	cudatapMapOrphans          = "orphans"
+	cudatapMapPairing          = "pairing"
+	cudatapMapPendingStub      = "pending_stub"
+	cudatapMapProcFlags        = "proc_flags"
+	cudatapMapPyCodeSeen       = "py_code_seen"
+	cudatapMapPyConfigs        = "py_configs"
+	cudatapMapSampling         = "sampling"
+	cudatapMapScratch          = "scratch"
+	cudatapMapStats            = "stats"
+	cudatapProgCudaEntry       = "cuda_entry"
+	cudatapProgCudaEntryMulti  = "cuda_entry_multi"
+	cudatapProgCudaReturn      = "cuda_return"
+	cudatapProgCudaReturnMulti = "cuda_return_multi"
+	cudatapProgLdso            = "ldso"
+	cudatapProgLdsoMulti       = "ldso_multi"
+	cudatapVarUnusedEvent      = "unused_event"
+	cudatapVarUnusedPyCode     = "unused_py_code"
+	cudatapVarUnusedStat       = "unused_stat"
+	cudatapVarWakeupBytes      = "wakeup_bytes"
 )
 
 // loadCudatap returns the embedded CollectionSpec for cudatap.
@@ -220,46 +225,44 @@ type cudatapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type cudatapProgramSpecs struct {
-	CudaEntry         *ebpf.ProgramSpec `ebpf:"cuda_entry"`
-	CudaEntryMulti    *ebpf.ProgramSpec `ebpf:"cuda_entry_multi"`
-	CudaLaunchSession *ebpf.ProgramSpec `ebpf:"cuda_launch_session"`
-	CudaReturn        *ebpf.ProgramSpec `ebpf:"cuda_return"`
-	CudaReturnMulti   *ebpf.ProgramSpec `ebpf:"cuda_return_multi"`
-	Ldso              *ebpf.ProgramSpec `ebpf:"ldso"`
-	LdsoMulti         *ebpf.ProgramSpec `ebpf:"ldso_multi"`
+	CudaEntry       *ebpf.ProgramSpec `ebpf:"cuda_entry"`
+	CudaEntryMulti  *ebpf.ProgramSpec `ebpf:"cuda_entry_multi"`
+	CudaReturn      *ebpf.ProgramSpec `ebpf:"cuda_return"`
+	CudaReturnMulti *ebpf.ProgramSpec `ebpf:"cuda_return_multi"`
+	Ldso            *ebpf.ProgramSpec `ebpf:"ldso"`
+	LdsoMulti       *ebpf.ProgramSpec `ebpf:"ldso_multi"`
 }
 
 // cudatapMapSpecs contains maps before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type cudatapMapSpecs struct {
-	Cgroups      *ebpf.MapSpec `ebpf:"cgroups"`
-	DriverLive   *ebpf.MapSpec `ebpf:"driver_live"`
-	Events       *ebpf.MapSpec `ebpf:"events"`
-	Inflight     *ebpf.MapSpec `ebpf:"inflight"`
-	LaunchCounts *ebpf.MapSpec `ebpf:"launch_counts"`
-	LaunchTicks  *ebpf.MapSpec `ebpf:"launch_ticks"`
-	LaunchTimes  *ebpf.MapSpec `ebpf:"launch_times"`
-	Orphans      *ebpf.MapSpec `ebpf:"orphans"`
-	Pairing      *ebpf.MapSpec `ebpf:"pairing"`
-	PendingStub  *ebpf.MapSpec `ebpf:"pending_stub"`
-	ProcFlags    *ebpf.MapSpec `ebpf:"proc_flags"`
-	PyCodeSeen   *ebpf.MapSpec `ebpf:"py_code_seen"`
-	PyConfigs    *ebpf.MapSpec `ebpf:"py_configs"`
-	Sampling     *ebpf.MapSpec `ebpf:"sampling"`
-	Scratch      *ebpf.MapSpec `ebpf:"scratch"`
-	Stats        *ebpf.MapSpec `ebpf:"stats"`
+	Cgroups       *ebpf.MapSpec `ebpf:"cgroups"`
+	DriverLive    *ebpf.MapSpec `ebpf:"driver_live"`
+	Events        *ebpf.MapSpec `ebpf:"events"`
+	Inflight      *ebpf.MapSpec `ebpf:"inflight"`
+	LaunchCounts  *ebpf.MapSpec `ebpf:"launch_counts"`
+	LaunchStarted *ebpf.MapSpec `ebpf:"launch_started"`
+	LaunchTimes   *ebpf.MapSpec `ebpf:"launch_times"`
+	Orphans       *ebpf.MapSpec `ebpf:"orphans"`
+	Pairing       *ebpf.MapSpec `ebpf:"pairing"`
+	PendingStub   *ebpf.MapSpec `ebpf:"pending_stub"`
+	ProcFlags     *ebpf.MapSpec `ebpf:"proc_flags"`
+	PyCodeSeen    *ebpf.MapSpec `ebpf:"py_code_seen"`
+	PyConfigs     *ebpf.MapSpec `ebpf:"py_configs"`
+	Sampling      *ebpf.MapSpec `ebpf:"sampling"`
+	Scratch       *ebpf.MapSpec `ebpf:"scratch"`
+	Stats         *ebpf.MapSpec `ebpf:"stats"`
 }
 
 // cudatapVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type cudatapVariableSpecs struct {
-	LaunchTimeShift *ebpf.VariableSpec `ebpf:"launch_time_shift"`
-	UnusedEvent     *ebpf.VariableSpec `ebpf:"unused_event"`
-	UnusedPyCode    *ebpf.VariableSpec `ebpf:"unused_py_code"`
-	UnusedStat      *ebpf.VariableSpec `ebpf:"unused_stat"`
-	WakeupBytes     *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
+	UnusedEvent  *ebpf.VariableSpec `ebpf:"unused_event"`
+	UnusedPyCode *ebpf.VariableSpec `ebpf:"unused_py_code"`
+	UnusedStat   *ebpf.VariableSpec `ebpf:"unused_stat"`
+	WakeupBytes  *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
 }
 
 // cudatapObjects contains all objects after they have been loaded into the kernel.
@@ -282,22 +285,22 @@ func (o *cudatapObjects) Close() error {
 //
 // It can be passed to loadCudatapObjects or ebpf.CollectionSpec.LoadAndAssign.
 type cudatapMaps struct {
-	Cgroups      *ebpf.Map `ebpf:"cgroups"`
-	DriverLive   *ebpf.Map `ebpf:"driver_live"`
-	Events       *ebpf.Map `ebpf:"events"`
-	Inflight     *ebpf.Map `ebpf:"inflight"`
-	LaunchCounts *ebpf.Map `ebpf:"launch_counts"`
-	LaunchTicks  *ebpf.Map `ebpf:"launch_ticks"`
-	LaunchTimes  *ebpf.Map `ebpf:"launch_times"`
-	Orphans      *ebpf.Map `ebpf:"orphans"`
-	Pairing      *ebpf.Map `ebpf:"pairing"`
-	PendingStub  *ebpf.Map `ebpf:"pending_stub"`
-	ProcFlags    *ebpf.Map `ebpf:"proc_flags"`
-	PyCodeSeen   *ebpf.Map `ebpf:"py_code_seen"`
-	PyConfigs    *ebpf.Map `ebpf:"py_configs"`
-	Sampling     *ebpf.Map `ebpf:"sampling"`
-	Scratch      *ebpf.Map `ebpf:"scratch"`
-	Stats        *ebpf.Map `ebpf:"stats"`
+	Cgroups       *ebpf.Map `ebpf:"cgroups"`
+	DriverLive    *ebpf.Map `ebpf:"driver_live"`
+	Events        *ebpf.Map `ebpf:"events"`
+	Inflight      *ebpf.Map `ebpf:"inflight"`
+	LaunchCounts  *ebpf.Map `ebpf:"launch_counts"`
+	LaunchStarted *ebpf.Map `ebpf:"launch_started"`
+	LaunchTimes   *ebpf.Map `ebpf:"launch_times"`
+	Orphans       *ebpf.Map `ebpf:"orphans"`
+	Pairing       *ebpf.Map `ebpf:"pairing"`
+	PendingStub   *ebpf.Map `ebpf:"pending_stub"`
+	ProcFlags     *ebpf.Map `ebpf:"proc_flags"`
+	PyCodeSeen    *ebpf.Map `ebpf:"py_code_seen"`
+	PyConfigs     *ebpf.Map `ebpf:"py_configs"`
+	Sampling      *ebpf.Map `ebpf:"sampling"`
+	Scratch       *ebpf.Map `ebpf:"scratch"`
+	Stats         *ebpf.Map `ebpf:"stats"`
 }
 
 func (m *cudatapMaps) Close() error {
@@ -307,7 +310,7 @@ func (m *cudatapMaps) Close() error {
 		m.Events,
 		m.Inflight,
 		m.LaunchCounts,
-		m.LaunchTicks,
+		m.LaunchStarted,
 		m.LaunchTimes,
 		m.Orphans,
 		m.Pairing,
@@ -325,31 +328,28 @@ func (m *cudatapMaps) Close() error {
 //
 // It can be passed to loadCudatapObjects or ebpf.CollectionSpec.LoadAndAssign.
 type cudatapVariables struct {
-	LaunchTimeShift *ebpf.Variable `ebpf:"launch_time_shift"`
-	UnusedEvent     *ebpf.Variable `ebpf:"unused_event"`
-	UnusedPyCode    *ebpf.Variable `ebpf:"unused_py_code"`
-	UnusedStat      *ebpf.Variable `ebpf:"unused_stat"`
-	WakeupBytes     *ebpf.Variable `ebpf:"wakeup_bytes"`
+	UnusedEvent  *ebpf.Variable `ebpf:"unused_event"`
+	UnusedPyCode *ebpf.Variable `ebpf:"unused_py_code"`
+	UnusedStat   *ebpf.Variable `ebpf:"unused_stat"`
+	WakeupBytes  *ebpf.Variable `ebpf:"wakeup_bytes"`
 }
 
 // cudatapPrograms contains all programs after they have been loaded into the kernel.
 //
 // It can be passed to loadCudatapObjects or ebpf.CollectionSpec.LoadAndAssign.
 type cudatapPrograms struct {
-	CudaEntry         *ebpf.Program `ebpf:"cuda_entry"`
-	CudaEntryMulti    *ebpf.Program `ebpf:"cuda_entry_multi"`
-	CudaLaunchSession *ebpf.Program `ebpf:"cuda_launch_session"`
-	CudaReturn        *ebpf.Program `ebpf:"cuda_return"`
-	CudaReturnMulti   *ebpf.Program `ebpf:"cuda_return_multi"`
-	Ldso              *ebpf.Program `ebpf:"ldso"`
-	LdsoMulti         *ebpf.Program `ebpf:"ldso_multi"`
+	CudaEntry       *ebpf.Program `ebpf:"cuda_entry"`
+	CudaEntryMulti  *ebpf.Program `ebpf:"cuda_entry_multi"`
+	CudaReturn      *ebpf.Program `ebpf:"cuda_return"`
+	CudaReturnMulti *ebpf.Program `ebpf:"cuda_return_multi"`
+	Ldso            *ebpf.Program `ebpf:"ldso"`
+	LdsoMulti       *ebpf.Program `ebpf:"ldso_multi"`
 }
 
 func (p *cudatapPrograms) Close() error {
 	return _CudatapClose(
 		p.CudaEntry,
 		p.CudaEntryMulti,
-		p.CudaLaunchSession,
 		p.CudaReturn,
 		p.CudaReturnMulti,
 		p.Ldso,

@@ -41,11 +41,6 @@ type Config struct {
 	// early only when an eighth of the ring is pending; longer intervals
 	// cost fewer wakeups (the agent), shorter ones keep live views fresh.
 	PollInterval time.Duration
-	// LaunchTimes loads the session program that times launches probed
-	// with event.CookieAggregateTime: one in 2^LaunchTimeShift per CPU
-	// (0: every one; at most 16).
-	LaunchTimes     bool
-	LaunchTimeShift uint
 }
 
 // Stats are the BPF side's counters, summed over CPUs.
@@ -77,17 +72,10 @@ type Stats struct {
 // symbol (kernels before 6.6). New loads only the one it attaches.
 type programs struct {
 	entry, ret, ldso *ebpf.Program
-	// launchSession times launches (Config.LaunchTimes); nil when not
-	// asked for or the kernel has no uprobe sessions.
-	launchSession *ebpf.Program
 }
 
 func (p *programs) Close() error {
-	err := errors.Join(p.entry.Close(), p.ret.Close(), p.ldso.Close())
-	if p.launchSession != nil {
-		err = errors.Join(err, p.launchSession.Close())
-	}
-	return err
+	return errors.Join(p.entry.Close(), p.ret.Close(), p.ldso.Close())
 }
 
 // Tracer owns the loaded BPF objects and the ring-buffer reader.
@@ -104,13 +92,7 @@ type Tracer struct {
 
 	sampleMu   sync.Mutex
 	sampledOut map[int]bool // processes SampleOut keeps out
-
-	noLaunchTimes string // why Config.LaunchTimes could not be had ("": it is)
 }
-
-// LaunchTimesUnavailable says why launches are not timed though
-// Config.LaunchTimes asked for it ("" when they are, or were not asked).
-func (t *Tracer) LaunchTimesUnavailable() string { return t.noLaunchTimes }
 
 // New loads the BPF programs. It fails with an explanation when the process
 // lacks privileges or the kernel lacks BTF/uprobe support.
@@ -150,10 +132,6 @@ func New(cfg Config) (*Tracer, error) {
 		return nil, fmt.Errorf("configure BPF programs: %w", err)
 	}
 
-	if err := specs.LaunchTimeShift.Set(uint32(cfg.LaunchTimeShift)); err != nil {
-		return nil, fmt.Errorf("configure BPF programs: %w", err)
-	}
-
 	t := &Tracer{cfg: cfg, log: cfg.Logger, multi: !cfg.PerSymbolUprobes && feat.UprobeMulti}
 	want := [3]*ebpf.ProgramSpec{specs.CudaEntry, specs.CudaReturn, specs.Ldso}
 	if t.multi {
@@ -163,20 +141,7 @@ func New(cfg Config) (*Tracer, error) {
 	for _, p := range want {
 		spec.Programs[p.Name] = p
 	}
-	var coll *ebpf.Collection
-	if cfg.LaunchTimes && t.multi {
-		// Uprobe sessions came with Linux 6.13: without them, no times.
-		spec.Programs[specs.CudaLaunchSession.Name] = specs.CudaLaunchSession
-		if coll, err = ebpf.NewCollection(spec); err != nil {
-			t.noLaunchTimes = fmt.Sprintf("launch times need uprobe sessions (Linux 6.13 or later): %v", err)
-			delete(spec.Programs, specs.CudaLaunchSession.Name)
-		}
-	} else if cfg.LaunchTimes {
-		t.noLaunchTimes = "launch times need uprobe sessions (Linux 6.13 or later): this kernel has no uprobe_multi"
-	}
-	if coll == nil {
-		coll, err = ebpf.NewCollection(spec)
-	}
+	coll, err := ebpf.NewCollection(spec)
 	if err != nil {
 		var ve *ebpf.VerifierError
 		if errors.As(err, &ve) {
@@ -189,10 +154,9 @@ func New(cfg Config) (*Tracer, error) {
 		return nil, fmt.Errorf("load BPF maps: %w", err)
 	}
 	t.progs = programs{
-		entry:         coll.DetachProgram(want[0].Name),
-		ret:           coll.DetachProgram(want[1].Name),
-		ldso:          coll.DetachProgram(want[2].Name),
-		launchSession: coll.DetachProgram(specs.CudaLaunchSession.Name),
+		entry: coll.DetachProgram(want[0].Name),
+		ret:   coll.DetachProgram(want[1].Name),
+		ldso:  coll.DetachProgram(want[2].Name),
 	}
 
 	t.reader, err = ringbuf.NewReader(t.maps.Events)
@@ -222,13 +186,18 @@ func (t *Tracer) OrphansByAPI() map[uint8]uint64 {
 }
 
 // PruneInflight deletes the saved entries of threads that no longer exist
-// (killed inside a call: their return never comes) and returns how many.
+// (killed inside a call: their return never comes), and their launch
+// starts (aggregate mode with launch times), and returns how many.
 func (t *Tracer) PruneInflight(alive func(tid uint32) bool) (int, error) {
 	n, err := deleteKeys[cudatapInflightKey, cudatapInflight](t.maps.Inflight, func(k *cudatapInflightKey) bool { return !alive(k.Tid) })
 	if err != nil {
 		return 0, fmt.Errorf("read entry table: %w", err)
 	}
-	return n, nil
+	m, err := deleteKeys[uint32, cudatapLaunchStart](t.maps.LaunchStarted, func(tid *uint32) bool { return !alive(*tid) })
+	if err != nil {
+		return n, fmt.Errorf("read launch starts: %w", err)
+	}
+	return n + m, nil
 }
 
 // deleteKeys deletes the keys of m that match, collected first (deleting
@@ -417,9 +386,8 @@ func (t *Tracer) ForgetAggregates(pids []uint32) {
 }
 
 // LaunchTimes are the launch times kept in BPF (aggregate mode with
-// event.CookieAggregateTime and Config.LaunchTimes) since the tracer was
-// loaded, per process and API, summed over CPUs; with a LaunchTimeShift,
-// an estimate (each launch timed counts 2^shift).
+// event.CookieAggregateTime) since the tracer was loaded, per process and
+// API, summed over CPUs.
 func (t *Tracer) LaunchTimes() (map[uint32]map[event.API]*event.TimeHistogram, error) {
 	out := map[uint32]map[event.API]*event.TimeHistogram{}
 	var k cudatapLaunchTimeKey
@@ -437,10 +405,9 @@ func (t *Tracer) LaunchTimes() (map[uint32]map[event.API]*event.TimeHistogram, e
 			h = &event.TimeHistogram{}
 			out[k.Tgid][event.API(k.Api)] = h
 		}
-		// One launch in 2^LaunchTimeShift is timed: each stands for that many.
 		for _, v := range perCPU {
-			h.Count[k.Bucket] += v.Count << t.cfg.LaunchTimeShift
-			h.Ns[k.Bucket] += v.Ns << t.cfg.LaunchTimeShift
+			h.Count[k.Bucket] += v.Count
+			h.Ns[k.Bucket] += v.Ns
 		}
 	}
 	if err := it.Err(); err != nil {
