@@ -44,9 +44,16 @@ func TestProcessSampler(t *testing.T) {
 	starts := map[int]uint64{1: 100, 2: 200}
 	alive := func(pid int) (uint64, bool) { s, ok := starts[pid]; return s, ok }
 	s := newProcessSampler(1)
-	// 1,010 calls cost 101 ms; the budget affords 11 ms: 110 calls a
+	// A window of few calls and a large fixed cost (a new process's
+	// symbols, the host scan): over budget, but not for the calls:
+	// nobody is sampled.
+	window(s, map[uint32]int{1: 5, 2: 1}, 60*time.Millisecond, 50*time.Millisecond, alive)
+	if s.procs[1].p != 1 || s.procs[2].p != 1 {
+		t.Errorf("few calls, fixed cost over budget: p = %v, %v, want 1, 1", s.procs[1].p, s.procs[2].p)
+	}
+	// 1,010 calls cost 10.1 ms; the budget affords 1.1 ms: 110 calls a
 	// window, τ = 100: the busy process is traced one window in ten.
-	window(s, map[uint32]int{1: 1000, 2: 10}, 101*time.Millisecond, 11*time.Millisecond, alive)
+	window(s, map[uint32]int{1: 1000, 2: 10}, 10100*time.Microsecond, 1100*time.Microsecond, alive)
 	if p := s.procs[1].p; math.Abs(p-0.1) > 1e-9 {
 		t.Errorf("busy process: p = %v, want 0.1", p)
 	}
@@ -73,7 +80,7 @@ func TestProcessSampler(t *testing.T) {
 	}
 
 	// Never rarer than minProbability.
-	window(s, map[uint32]int{1: 100000, 2: 10}, time.Second, time.Millisecond, alive)
+	window(s, map[uint32]int{1: 100000, 2: 10}, time.Second, 100*time.Microsecond, alive)
 	if p := s.procs[1].p; p != minProbability {
 		t.Errorf("p = %v, want the floor %v", p, minProbability)
 	}
