@@ -332,10 +332,13 @@ func runAgent(ctx context.Context, g *globalOptions, o *agentOptions, stderr io.
 				coll.ForgetExited(procfs.Alive, from)
 			}
 			if o.maxCPU > 0 {
+				began := start
 				resample = func() map[int]uint64 {
 					for _, pid := range sampler.windowEnded(budget.spent(), budget.perCycle(), processStart) {
 						coll.SetSampling(pid, 1, true)
 					}
+					budget.intervalEnded(time.Since(began))
+					began = time.Now()
 					budget.windowStarts()
 					return drawWindow(sampler, coll, g.logger())
 				}

@@ -48,6 +48,14 @@ func cpuTime() time.Duration {
 
 func (b *cpuBudget) windowStarts() { b.start = cpuTime() }
 
+// intervalEnded reports the CPU share of an interval of --continuous that
+// lasted d (there is no pause to lengthen).
+func (b *cpuBudget) intervalEnded(d time.Duration) {
+	if d > 0 {
+		b.cpuUsed.Set(b.spent().Seconds() / d.Seconds())
+	}
+}
+
 // spent is the agent's CPU time since the window began.
 func (b *cpuBudget) spent() time.Duration { return cpuTime() - b.start }
 
