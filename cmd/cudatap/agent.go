@@ -61,12 +61,14 @@ one link set per CUDA library file, and serves what it finds as Prometheus metri
 calls and launches, synchronization waits by kind, copy bytes by direction and host memory, NCCL
 bytes and operations, CUDA API time, per process (pid, comm, container), cumulative.
 
-It traces in windows (--window, once every --every) or without gaps (--continuous). After each
-window, each process's profile (pprof, labelled pid, comm, container, pod) is served at /profile,
-written to --profiles-dir (bounded by --profiles-max-bytes) and pushed to --push. Its own CPU
-time stays under --max-cpu: when tracing every process in every window would cost more, the
-busiest are traced in fewer windows, each with a probability p of its own (quiet processes keep
-p = 1) and its counts in the windows it is traced in weighted 1/p, so totals stay unbiased
+It traces in windows (--window, once every --every) or without gaps (--continuous). Launches are
+counted in BPF maps per process, API and stream (--launch-times also times them there). After
+each window (under --continuous, every --every), each process's profile (pprof, labelled pid,
+comm, container, pod) is served at /profile, written to --profiles-dir (bounded by
+--profiles-max-bytes) and pushed to --push. Its own CPU time stays under --max-cpu: when tracing
+every process in every window would cost more, the busiest are traced in fewer windows (under
+--continuous, intervals), each with a probability p of its own (quiet processes keep p = 1) and
+its counts in the windows it is traced in weighted 1/p, so totals stay unbiased
 (cudatap_process_sample_probability, cudatap_process_windows_total). It listens on
 127.0.0.1 by default; to listen beyond loopback it needs --token, which every request must then
 carry as "Authorization: Bearer TOKEN".`,
@@ -86,15 +88,15 @@ carry as "Authorization: Bearer TOKEN".`,
 	f.DurationVar(&o.every, "every", 60*time.Second, "how often a window starts (with --continuous: how often a profile is cut and exited processes are forgotten)")
 	f.BoolVar(&o.continuous, "continuous", false, "trace without gaps (--window is ignored; a profile every --every)")
 	f.IntVar(&o.ringBuffer, "ring-buffer-size", 16<<20, "BPF ring buffer bytes")
-	f.StringVar(&o.profilesDir, "profiles-dir", "", "write each window's profile of each process (pprof) into this directory")
+	f.StringVar(&o.profilesDir, "profiles-dir", "", "write each window's (interval's) profile of each process (pprof) into this directory")
 	f.Int64Var(&o.profilesMax, "profiles-max-bytes", 256<<20, "with --profiles-dir: keep at most this many bytes of profiles, removing the oldest")
 	f.BoolVar(&o.perLaunch, "record-launches", false, "record every launch through the ring buffer (for profiles with launches) instead of counting them in BPF maps")
 	f.BoolVar(&o.launchTimes, "launch-times", false, "also time every launch in BPF (log2 histograms per process and API, in cudatap_cuda_api_seconds): a return probe per launch, a second trap")
 	f.DurationVar(&o.nvml, "nvml-interval", time.Second, "GPU sampling period through NVML for the device series (0: off)")
-	f.Float64Var(&o.maxCPU, "max-cpu", 0.01, "in window mode, keep the agent's own CPU time under this share of one core: the busiest processes are traced in fewer windows (each with a probability p, its counts weighted 1/p), and the pause between windows lengthens when that is not enough (0: no budget)")
+	f.Float64Var(&o.maxCPU, "max-cpu", 0.01, "keep the agent's own CPU time under this share of one core: the busiest processes are traced in fewer windows (--continuous: intervals of --every), each with a probability p, its counts weighted 1/p; in window mode the pause between windows lengthens when that is not enough (0: no budget)")
 	f.BoolVar(&o.gpuTimes, "gpu-times", false, "let POST /capture measure GPU times with the target's CUPTI (record --gpu-times)")
 	f.StringVar(&o.kubelet, "kubelet-socket", kube.DefaultSocket, "the kubelet's pod-resources socket, for the pod, namespace and container labels (absent: labels from each process's own view; \"\": never asked)")
-	f.StringVar(&o.push, "push", "", "push each window's profile of each process to this Pyroscope-compatible server (http://HOST:PORT; POST /ingest)")
+	f.StringVar(&o.push, "push", "", "push each window's (interval's) profile of each process to this Pyroscope-compatible server (http://HOST:PORT; POST /ingest)")
 	return cmd
 }
 
