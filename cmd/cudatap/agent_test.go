@@ -326,9 +326,11 @@ func testAgentProfiles(t *testing.T, o *agentOptions) {
 	if code, _ := get("/profile"); code != http.StatusServiceUnavailable {
 		t.Errorf("/profile before any window ended: %d, want 503", code)
 	}
-	// A workload that runs for seconds, so that some window sees it whole
-	// files hooked: each window is a fresh session.
-	cmd := exec.Command(b.Workload, "--scenario", "launches", "--iters", "200000")
+	// A workload that runs until killed, so that some window sees it with
+	// its files hooked (each window is a fresh session), however slow the
+	// agent is to start (a 200,000-launch one was over before the first
+	// window on a loaded machine).
+	cmd := exec.Command(b.Workload, "--scenario", "launches", "--iters", "100000000")
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
