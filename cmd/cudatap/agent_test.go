@@ -392,7 +392,7 @@ func TestAgentProfileStores(t *testing.T) {
 	dir := t.TempDir()
 	startAgent(t, &agentOptions{listen: "127.0.0.1:0", window: time.Second, every: time.Second, ringBuffer: 16 << 20,
 		profilesDir: dir, profilesMax: 1 << 20, push: rcv.URL})
-	cmd := exec.Command(b.Workload, "--scenario", "launches", "--iters", "200000")
+	cmd := exec.Command(b.Workload, "--scenario", "launches", "--iters", "100000000") // runs until killed: see testAgentProfiles
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
