@@ -186,7 +186,9 @@ func (s *Session) prehookDriver(t *target, d *probe.Discovery, cgroupOnly bool) 
 			continue
 		}
 		if s.hookShared(t, lib, cgroupOnly) {
+			s.mu.Lock() // targets' fields are read under mu
 			t.driverReady = true
+			s.mu.Unlock()
 		}
 	}
 }
