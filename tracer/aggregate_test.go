@@ -209,11 +209,18 @@ type pidSink struct {
 	mu    sync.Mutex
 	seen  map[uint32]bool
 	first chan uint32
+	// layer, when set, makes only calls of that layer count as seen
+	// (traced NCCL calls need libnccl's file hooked, not just libcudart's).
+	layer *event.Layer
 }
 
 func (s *pidSink) Call(p *model.Process, c *model.Call) {
 	s.mu.Lock()
 	s.Collector.Call(p, c)
+	if sp := c.Spec(); s.layer != nil && (sp == nil || sp.Layer != *s.layer) {
+		s.mu.Unlock()
+		return
+	}
 	if !s.seen[p.PID] {
 		s.seen[p.PID] = true
 		s.first <- p.PID

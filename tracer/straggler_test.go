@@ -23,7 +23,8 @@ func TestStragglerNamed(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	st := straggler.NewCollector()
-	seen := &pidSink{Collector: model.NewCollector(), seen: map[uint32]bool{}, first: make(chan uint32, 64)}
+	nccl := event.NCCL
+	seen := &pidSink{Collector: model.NewCollector(), seen: map[uint32]bool{}, first: make(chan uint32, 64), layer: &nccl}
 	attached := make(chan struct{})
 	done := make(chan *Outcome, 1)
 	go func() {
@@ -36,7 +37,9 @@ func TestStragglerNamed(t *testing.T) {
 	}()
 	<-attached
 	// The first process to map the simulated NCCL may run before its file
-	// is hooked: run one (alone in its communicator) until one is traced.
+	// is hooked: run one (alone in its communicator) until one's NCCL calls
+	// are traced (its runtime's may be, through a file an earlier process
+	// had hooked).
 	for i := 0; ; i++ {
 		if i == 50 {
 			t.Fatal("50 workloads ran and none was traced")
