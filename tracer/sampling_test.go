@@ -18,23 +18,9 @@ import (
 // all counted.
 func TestSampledOut(t *testing.T) {
 	testutil.RequireRoot(t)
-	b := testutil.Sim(t)
-	out, err := startHeld(b, "--scenario", "basic", "--iters", "10")
-	if err != nil {
-		t.Fatal(err)
-	}
-	in, err := startHeld(b, "--scenario", "basic", "--iters", "10")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer out.cmd.Process.Kill()
-	defer in.cmd.Process.Kill()
-	st, err := procfs.Stat(out.pid())
-	if err != nil {
-		t.Fatal(err)
-	}
+	out, in, outStart := startOutAndIn(t)
 	stop := make(chan struct{})
-	done, attached := watch(t, Config{All: true, SampledOut: map[int]uint64{out.pid(): st.StartTicks}}, stop)
+	done, attached := watch(t, Config{All: true, SampledOut: map[int]uint64{out.pid(): outStart}}, stop)
 	s := <-attached
 	inRep, err := in.finish(s) // hooks the runtime's file for everyone
 	if err != nil {
@@ -83,24 +69,10 @@ func TestSampledOutNeedsSameProcess(t *testing.T) {
 // counted, through the same shared probes.
 func TestResampleIn(t *testing.T) {
 	testutil.RequireRoot(t)
-	b := testutil.Sim(t)
-	out, err := startHeld(b, "--scenario", "basic", "--iters", "10")
-	if err != nil {
-		t.Fatal(err)
-	}
-	in, err := startHeld(b, "--scenario", "basic", "--iters", "10")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer out.cmd.Process.Kill()
-	defer in.cmd.Process.Kill()
-	st, err := procfs.Stat(out.pid())
-	if err != nil {
-		t.Fatal(err)
-	}
+	out, in, outStart := startOutAndIn(t)
 	cuts := make(chan struct{}, 16)
 	stop := make(chan struct{})
-	done, attached := watch(t, Config{All: true, Stacks: probe.StacksNone, SampledOut: map[int]uint64{out.pid(): st.StartTicks},
+	done, attached := watch(t, Config{All: true, Stacks: probe.StacksNone, SampledOut: map[int]uint64{out.pid(): outStart},
 		Cut: time.Second, OnCut: func(*model.Result) { cuts <- struct{}{} }, Resample: func() map[int]uint64 { return nil }}, stop)
 	s := <-attached
 	if _, err := in.finish(s); err != nil { // hooks the runtime's file for everyone
@@ -125,4 +97,25 @@ func TestResampleIn(t *testing.T) {
 	if got, want := launches(countsBySymbol(res.Result, out.pid())), launches(rep.Calls); got != want || want == 0 {
 		t.Errorf("process sampled back in: %d launches traced, it made %d", got, want)
 	}
+}
+
+// startOutAndIn starts two held workloads: one to sample out (with its
+// start time) and one that hooks the files for both.
+func startOutAndIn(t *testing.T) (out, in *heldWorkload, outStart uint64) {
+	t.Helper()
+	b := testutil.Sim(t)
+	var err error
+	if out, err = startHeld(b, "--scenario", "basic", "--iters", "10"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { out.cmd.Process.Kill() })
+	if in, err = startHeld(b, "--scenario", "basic", "--iters", "10"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { in.cmd.Process.Kill() })
+	st, err := procfs.Stat(out.pid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out, in, st.StartTicks
 }
