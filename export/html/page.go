@@ -27,7 +27,7 @@ var (
 )
 
 var page = template.Must(template.New("page").Funcs(template.FuncMap{
-	"dur":   dur,
+	"dur":   units.Duration,
 	"bytes": units.Bytes,
 	"pct":   func(f float64) string { return fmt.Sprintf("%.0f%%", 100*f) },
 	"share": share,
@@ -43,7 +43,7 @@ var page = template.Must(template.New("page").Funcs(template.FuncMap{
 	"ovl": overlapCell,
 	"idle": func(d DeviceOverlap) string {
 		idle := d.SpanNs - min(d.SpanNs, d.AtMost.Any)
-		return dur(idle) + " (" + share(idle, d.SpanNs) + ")"
+		return units.Duration(idle) + " (" + share(idle, d.SpanNs) + ")"
 	},
 	"queue":    queueCell,
 	"measured": measuredCell,
@@ -92,8 +92,8 @@ func (rep *Report) WriteHTML(w io.Writer, memoryProfile string) error {
 		return err
 	}
 	tmpl.Funcs(template.FuncMap{
-		"at":     func(t uint64) string { return "+" + dur(t-min(t, t0)) },
-		"offset": func(t int64) string { return "+" + dur(uint64(max(t, 0))) },
+		"at":     func(t uint64) string { return "+" + units.Duration(t-min(t, t0)) },
+		"offset": func(t int64) string { return "+" + units.Duration(uint64(max(t, 0))) },
 		"rel":    rep.timeline.rel,
 	})
 	d := pageData{R: rep, CSS: template.CSS(pageCSS), JS: template.JS(pageJS), Data: template.JS(data),

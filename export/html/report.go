@@ -474,7 +474,7 @@ func (rep *Report) findings() {
 		if pr.Syncs > 0 && pr.ThreadWallNs > 0 {
 			f := Finding{Severity: SevInfo, Title: fmt.Sprintf("%s waited for the GPU %.0f%% of its wall time", pr.Label, 100*pr.BlockedShare),
 				Detail: fmt.Sprintf("thread %d blocked %s of its %s in synchronizations (all threads: %s in %d)",
-					pr.BlockedTID, dur(pr.ThreadNs), dur(pr.ThreadWallNs), dur(pr.BlockedNs), pr.Syncs)}
+					pr.BlockedTID, units.Duration(pr.ThreadNs), units.Duration(pr.ThreadWallNs), units.Duration(pr.BlockedNs), pr.Syncs)}
 			switch {
 			case pr.BlockedShare >= 0.2:
 				f.Severity = SevHigh
@@ -483,7 +483,7 @@ func (rep *Report) findings() {
 			}
 			if len(pr.Sites) > 0 {
 				s := pr.Sites[0]
-				f.Detail += fmt.Sprintf("; the top site: %s in %s, %d× for %s", s.Kind, s.API, s.Count, dur(s.BlockedNs))
+				f.Detail += fmt.Sprintf("; the top site: %s in %s, %d× for %s", s.Kind, s.API, s.Count, units.Duration(s.BlockedNs))
 				f.Where, f.Fix = s.Where(), s.Hint
 			}
 			out = append(out, f)
@@ -510,8 +510,8 @@ func (rep *Report) findings() {
 		idle := d.SpanNs - min(d.SpanNs, d.AtMost.Any)
 		if float64(idle) >= 0.3*float64(d.SpanNs) {
 			out = append(out, Finding{Severity: SevMedium,
-				Title:  fmt.Sprintf("%s had nothing queued at least %s of the %s it was in use", d.Label, share(idle, d.SpanNs), dur(d.SpanNs)),
-				Detail: fmt.Sprintf("%s with no op enqueued and not yet proven complete", dur(idle)),
+				Title:  fmt.Sprintf("%s had nothing queued at least %s of the %s it was in use", d.Label, share(idle, d.SpanNs), units.Duration(d.SpanNs)),
+				Detail: fmt.Sprintf("%s with no op enqueued and not yet proven complete", units.Duration(idle)),
 				Fix:    "the GPU waits for the host: enqueue work earlier (fewer synchronizations, CUDA graphs, a bigger batch)"})
 		}
 		f := Finding{Severity: SevInfo}
@@ -528,7 +528,7 @@ func (rep *Report) findings() {
 			f.Detail = fmt.Sprintf("communication overlapped compute %s of its time (%s; at most %s); ", share(d.Drawn.CommCompute, d.Drawn.Comm),
 				how, share(d.AtMost.CommCompute, d.AtMost.Comm))
 		}
-		f.Detail += fmt.Sprintf("in use %s, nothing queued at least %s of it", dur(d.SpanNs), share(idle, d.SpanNs))
+		f.Detail += fmt.Sprintf("in use %s, nothing queued at least %s of it", units.Duration(d.SpanNs), share(idle, d.SpanNs))
 		out = append(out, f)
 	}
 	for _, v := range rep.Verdicts {
@@ -551,7 +551,7 @@ func (rep *Report) findings() {
 func (rep *Report) bounds(c *Collector) {
 	var b []string
 	add := func(format string, args ...any) { b = append(b, fmt.Sprintf(format, args...)) }
-	add("time series: %d buckets of %s", c.opts.Buckets, dur(c.clock.width))
+	add("time series: %d buckets of %s", c.opts.Buckets, units.Duration(c.clock.width))
 	if c.detail.over || c.detail.to != 0 {
 		add("timeline: %d of %d slices in full detail, in the busiest window that holds at most %d (%s to %s); the rest drawn as occupancy per bucket",
 			c.detail.n, c.nSlices, c.opts.MaxSlices, rep.at(c.detail.from), rep.at(c.detail.to))
@@ -587,7 +587,7 @@ func (rep *Report) bounds(c *Collector) {
 		late += d.LateNs
 	}
 	if late > 0 {
-		add("overlap: %s of GPU op time came after its stretch was measured and is left out", dur(late))
+		add("overlap: %s of GPU op time came after its stretch was measured and is left out", units.Duration(late))
 	}
 	partial := 0
 	for _, pr := range rep.Processes {
@@ -606,17 +606,4 @@ func (rep *Report) bounds(c *Collector) {
 		add("idle gaps: for %d gaps the last %d calls kept per process did not reach back to the gap's start (or the process was past the first %d): what the host did is partial", partial, ringSize, ringProcs)
 	}
 	rep.Bounds = b
-}
-
-// dur formats ns in the largest unit that keeps the number at or above 1.
-func dur(ns uint64) string {
-	switch {
-	case ns < 1e3:
-		return fmt.Sprintf("%d ns", ns)
-	case ns < 1e6:
-		return fmt.Sprintf("%.1f µs", float64(ns)/1e3)
-	case ns < 1e9:
-		return fmt.Sprintf("%.1f ms", float64(ns)/1e6)
-	}
-	return fmt.Sprintf("%.2f s", float64(ns)/1e9)
 }

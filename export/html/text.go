@@ -45,9 +45,9 @@ func (g *Gap) HostSummary() string {
 // measured: "1.2 ms (≤ 3.0 ms)".
 func overlapCell(drawn, atMost uint64, measured bool) string {
 	if measured {
-		return dur(drawn)
+		return units.Duration(drawn)
 	}
-	return fmt.Sprintf("%s (≤ %s)", dur(drawn), dur(atMost))
+	return fmt.Sprintf("%s (≤ %s)", units.Duration(drawn), units.Duration(atMost))
 }
 
 // at is a time of the recording as an offset from the start of the
@@ -57,7 +57,7 @@ func (rep *Report) at(t uint64) string {
 	if t0 == 0 {
 		t0 = rep.Start
 	}
-	return "+" + dur(t-min(t, t0))
+	return "+" + units.Duration(t-min(t, t0))
 }
 
 // WriteText writes the report's analyses for a terminal: the verdicts,
@@ -66,7 +66,7 @@ func (rep *Report) at(t uint64) string {
 // (export/report) is in Summary.
 func (rep *Report) WriteText(w io.Writer) error {
 	var b bytes.Buffer
-	fmt.Fprintf(&b, "cudatap report: %s, %s recorded\n", rep.Title, dur(rep.End-min(rep.End, rep.Start)))
+	fmt.Fprintf(&b, "cudatap report: %s, %s recorded\n", rep.Title, units.Duration(rep.End-min(rep.End, rep.Start)))
 
 	fmt.Fprintf(&b, "\nverdicts\n")
 	for _, f := range rep.Findings {
@@ -89,10 +89,10 @@ func (rep *Report) WriteText(w io.Writer) error {
 		for _, d := range rep.Devices {
 			m := d.Measured == d.Ops
 			idle := d.SpanNs - min(d.SpanNs, d.AtMost.Any)
-			fmt.Fprintf(tw, "  %s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t≥ %s (%s)\n", d.Label, d.Ops, d.Measured, dur(d.SpanNs),
+			fmt.Fprintf(tw, "  %s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t≥ %s (%s)\n", d.Label, d.Ops, d.Measured, units.Duration(d.SpanNs),
 				overlapCell(d.Drawn.Compute, d.AtMost.Compute, m), overlapCell(d.Drawn.Copy, d.AtMost.Copy, m),
 				overlapCell(d.Drawn.Comm, d.AtMost.Comm, m), overlapCell(d.Drawn.CopyCompute, d.AtMost.CopyCompute, m),
-				overlapCell(d.Drawn.CommCompute, d.AtMost.CommCompute, m), dur(idle), share(idle, d.SpanNs))
+				overlapCell(d.Drawn.CommCompute, d.AtMost.CommCompute, m), units.Duration(idle), share(idle, d.SpanNs))
 		}
 		tw.Flush()
 	}
@@ -109,9 +109,9 @@ func (rep *Report) WriteText(w io.Writer) error {
 			for _, s := range pr.Streams {
 				longest := "-"
 				if len(s.TopGaps) > 0 {
-					longest = fmt.Sprintf("%s at %s", dur(s.TopGaps[0].Certain()), rep.at(s.TopGaps[0].CertainStart))
+					longest = fmt.Sprintf("%s at %s", units.Duration(s.TopGaps[0].Certain()), rep.at(s.TopGaps[0].CertainStart))
 				}
-				fmt.Fprintf(tw, "  %s\t%d\t%d\t%s\t%s\t%s\t%.1f\t%d\t%.0f\n", s.Label, s.Ops, s.Gaps, dur(s.CertainIdleNs), longest,
+				fmt.Fprintf(tw, "  %s\t%d\t%d\t%s\t%s\t%s\t%.1f\t%d\t%.0f\n", s.Label, s.Ops, s.Gaps, units.Duration(s.CertainIdleNs), longest,
 					queueCell(s), s.MeanQueue, s.Launches, s.LaunchPeakPerS)
 			}
 			tw.Flush()
@@ -120,7 +120,7 @@ func (rep *Report) WriteText(w io.Writer) error {
 					continue
 				}
 				g := s.TopGaps[0]
-				fmt.Fprintf(&b, "  %s, longest gap %s at %s: %s\n", s.Label, dur(g.Certain()), rep.at(g.CertainStart), g.HostSummary())
+				fmt.Fprintf(&b, "  %s, longest gap %s at %s: %s\n", s.Label, units.Duration(g.Certain()), rep.at(g.CertainStart), g.HostSummary())
 			}
 		}
 		if m := pr.Memory; m.Seen {
@@ -150,7 +150,7 @@ func (rep *Report) WriteText(w io.Writer) error {
 		tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "  TIME\tCOUNT\tMAX\tPID\tNAME")
 		for _, o := range rep.TopByTime[:min(10, len(rep.TopByTime))] {
-			fmt.Fprintf(tw, "  %s\t%d\t%s\t%d\t%s\n", dur(o.MeasuredNs), o.Count, dur(o.MaxNs), o.PID, o.Name)
+			fmt.Fprintf(tw, "  %s\t%d\t%s\t%d\t%s\n", units.Duration(o.MeasuredNs), o.Count, units.Duration(o.MaxNs), o.PID, o.Name)
 		}
 		tw.Flush()
 	}
@@ -178,9 +178,9 @@ func measuredCell(o OpRow) string {
 	case o.Measured == 0:
 		return "not measured"
 	case o.Measured < o.Count:
-		return fmt.Sprintf("%s (%d of %d measured)", dur(o.MeasuredNs), o.Measured, o.Count)
+		return fmt.Sprintf("%s (%d of %d measured)", units.Duration(o.MeasuredNs), o.Measured, o.Count)
 	}
-	return dur(o.MeasuredNs)
+	return units.Duration(o.MeasuredNs)
 }
 
 func bytesCell(n uint64) string {

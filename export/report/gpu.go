@@ -235,7 +235,7 @@ func gpus(buf *bytes.Buffer, g *model.GPUReport, start uint64, judged map[uint32
 			fmt.Fprintf(buf, "  event: %s\n", eventLine(e, start))
 		}
 	}
-	fmt.Fprintf(buf, "  clock: NVML samples placed on the trace clock within ±%s\n", duration(uint64(g.ClockErrorNs)))
+	fmt.Fprintf(buf, "  clock: NVML samples placed on the trace clock within ±%s\n", units.Duration(uint64(g.ClockErrorNs)))
 }
 
 // legacyGPUs prints a recording's worded lines as they were recorded.
@@ -278,7 +278,7 @@ func eventLine(e model.GPUEvent, start uint64) string {
 	}
 	line := fmt.Sprintf("GPU %d: %s", e.Device, what)
 	if e.TS >= start && start > 0 {
-		line += " at +" + duration(e.TS-start)
+		line += " at +" + units.Duration(e.TS-start)
 	}
 	return line
 }

@@ -7,6 +7,8 @@ import (
 
 	"github.com/cudatap/cudatap/export/syncs"
 	"github.com/cudatap/cudatap/tracer/model"
+
+	"github.com/cudatap/cudatap/internal/units"
 )
 
 // Host verdicts: judged from the trace (how the threads that launch work
@@ -126,8 +128,8 @@ func HostVerdicts(g *model.GPUReport, h *syncs.Host) []HostVerdict {
 				"the rest, %.0f%%, went to issuing work (the calls and the host code between them), and the GPU waited for it. "+
 				"Fix: launch less often: capture the step in a CUDA graph (torch.compile(mode=\"reduce-overhead\"), torch.cuda.CUDAGraph), "+
 				"fuse small kernels (torch.compile), or use larger batches so that each launch does more work",
-			h.Launches, duration(h.WallNs), every, 100*busy, source, 100*LaunchBoundGPUBusy,
-			workers(h.WorkThreads, "was", "were"), 100*blocked, workers(h.WorkThreads, "its", "their"), 100*LaunchBoundMaxBlocked, duration(syncs.LongGap), 100*away, 100*LaunchBoundMaxAway,
+			h.Launches, units.Duration(h.WallNs), every, 100*busy, source, 100*LaunchBoundGPUBusy,
+			workers(h.WorkThreads, "was", "were"), 100*blocked, workers(h.WorkThreads, "its", "their"), 100*LaunchBoundMaxBlocked, units.Duration(syncs.LongGap), 100*away, 100*LaunchBoundMaxAway,
 			100*max(0, 1-blocked-away))})
 	}
 
@@ -142,15 +144,15 @@ func HostVerdicts(g *model.GPUReport, h *syncs.Host) []HostVerdict {
 	if s := float64(stall) / float64(h.WallNs); s >= InputStallMinShare && gaps >= InputStallMinGaps {
 		longest := ""
 		if h.LongestStallNs > 0 {
-			longest = ", the longest " + duration(h.LongestStallNs)
+			longest = ", the longest " + units.Duration(h.LongestStallNs)
 		}
 		out = append(out, HostVerdict{Kind: VerdictInputStall, PID: h.PID, Detail: fmt.Sprintf(
 			"%s away from CUDA %s of %s (%.0f%%) in %d gaps ≥ %s, %s of it (%.0f%% of the time, threshold %.0f%%) %s in %d gaps%s: "+
 				"the GPU waited while the host did something else, typically waiting for the next batch. "+
 				"Fix: feed the GPU ahead of time: more DataLoader workers (num_workers), pin_memory=True with .to(device, non_blocking=True), "+
 				"prefetching (prefetch_factor, or copying the next batch on a side stream), or preprocessing on the GPU",
-			workers(h.WorkThreads, "was", "were"), duration(h.IdleNs), duration(h.WallNs), 100*away, h.IdleGaps, duration(syncs.LongGap),
-			duration(stall), 100*s, 100*InputStallMinShare, how, gaps, longest)})
+			workers(h.WorkThreads, "was", "were"), units.Duration(h.IdleNs), units.Duration(h.WallNs), 100*away, h.IdleGaps, units.Duration(syncs.LongGap),
+			units.Duration(stall), 100*s, 100*InputStallMinShare, how, gaps, longest)})
 	}
 	return out
 }
@@ -186,15 +188,15 @@ func hostLines(buf *bytes.Buffer, h *syncs.Host) {
 		}
 		fmt.Fprintf(buf, "  host: %s, %s: %s; blocked in syncs %s of %s %s wall time (%.0f%%), away from CUDA in gaps ≥ %s %s (%.0f%%)\n",
 			workers(h.WorkThreads, "", ""), strings.Join(names, ", "), plural(h.Launches, "launch", "launches"),
-			duration(h.BlockedNs), workers(h.WorkThreads, "its", "their"), duration(h.ThreadWallNs), 100*h.Blocked(), duration(syncs.LongGap), duration(h.IdleNs), 100*share(h.IdleNs, h.WallNs))
+			units.Duration(h.BlockedNs), workers(h.WorkThreads, "its", "their"), units.Duration(h.ThreadWallNs), 100*h.Blocked(), units.Duration(syncs.LongGap), units.Duration(h.IdleNs), 100*share(h.IdleNs, h.WallNs))
 	}
 	for _, t := range h.Background() {
-		what := fmt.Sprintf("%s in %d sync(s)", duration(t.BlockedNs), t.Syncs)
+		what := fmt.Sprintf("%s in %d sync(s)", units.Duration(t.BlockedNs), t.Syncs)
 		if t.Role == syncs.RolePoller {
-			what = fmt.Sprintf("%s polling in %d poll loop(s)", duration(t.BlockedNs), t.Polls)
+			what = fmt.Sprintf("%s polling in %d poll loop(s)", units.Duration(t.BlockedNs), t.Polls)
 		}
 		fmt.Fprintf(buf, "  host: %s: %s, did not hold up the threads that launch work (%s; %s of its %s)\n",
-			t.Label(), t.Role, t.Why, what, duration(t.WallNs))
+			t.Label(), t.Role, t.Why, what, units.Duration(t.WallNs))
 	}
 }
 

@@ -37,7 +37,7 @@ func Summary(w io.Writer, r *model.Result, sites *syncs.Collector, opts Options)
 	}
 	// Built in memory (it is small), so a failing w is reported once.
 	var buf bytes.Buffer
-	fmt.Fprintf(&buf, "cudatap summary: %s, %s recorded\n", plural(len(r.Processes), "process", "processes"), duration(span(r.Start, r.End)))
+	fmt.Fprintf(&buf, "cudatap summary: %s, %s recorded\n", plural(len(r.Processes), "process", "processes"), units.Duration(span(r.Start, r.End)))
 	judged := map[uint32]bool{} // processes with a host verdict
 	for _, p := range r.Processes {
 		buf.WriteByte('\n')
@@ -75,13 +75,13 @@ func process(buf *bytes.Buffer, r *model.Result, p *model.Process, collected *sy
 		timing = "timed by CUPTI"
 	}
 	fmt.Fprintf(buf, "  %s over %s, %s (%s), %s\n",
-		plural(p.NCalls, "call", "calls"), duration(span(p.FirstSeen, p.LastSeen)),
+		plural(p.NCalls, "call", "calls"), units.Duration(span(p.FirstSeen, p.LastSeen)),
 		plural(p.NGPUOps, "GPU op", "GPU ops"), timing, mem)
 	if p.PinnedRecovered > 0 {
 		fmt.Fprintf(buf, "  pinned host memory found at attach: %s (copies from it are not pageable)\n", units.Bytes(p.PinnedRecovered))
 	}
 	if p.HeldNs > 0 {
-		fmt.Fprintf(buf, "  held by cudatap while it hooked libraries: %s (not counted as CUDA time)\n", duration(p.HeldNs))
+		fmt.Fprintf(buf, "  held by cudatap while it hooked libraries: %s (not counted as CUDA time)\n", units.Duration(p.HeldNs))
 	}
 
 	// The syncs of the threads that launch work: background threads'
@@ -139,7 +139,7 @@ func process(buf *bytes.Buffer, r *model.Result, p *model.Process, collected *sy
 			share = 100 * float64(overlap) / float64(comm)
 		}
 		fmt.Fprintf(buf, "  NCCL: %d operations, %s; communication %s, %.0f%% of it overlapped compute on other streams (inferred)\n",
-			sum.Collectives, units.Bytes(sum.CommBytes), duration(comm), share)
+			sum.Collectives, units.Bytes(sum.CommBytes), units.Duration(comm), share)
 	}
 
 	host := syncs.HostOf(r, collected, p.PID)
@@ -160,7 +160,7 @@ func process(buf *bytes.Buffer, r *model.Result, p *model.Process, collected *sy
 			case !s.UserFrame:
 				site += " [no user frame]"
 			}
-			blocked, hint := duration(s.BlockedNs), s.Hint
+			blocked, hint := units.Duration(s.BlockedNs), s.Hint
 			if s.Background != "" {
 				blocked = "(" + blocked + ")"
 				hint = fmt.Sprintf("%s on %s: did not hold up the threads that launch work", s.Background, strings.Join(s.Threads, ", "))
@@ -197,11 +197,11 @@ func busyCell(st *model.StreamStats, traced uint64) string {
 	var s string
 	switch {
 	case st.BusyNs > 0 && st.BusyNs == st.BusyMaxNs:
-		s = duration(st.BusyNs)
+		s = units.Duration(st.BusyNs)
 	case st.BusyNs > 0:
-		s = duration(st.BusyNs) + "–" + duration(st.BusyMaxNs)
+		s = units.Duration(st.BusyNs) + "–" + units.Duration(st.BusyMaxNs)
 	default:
-		s = "≤ " + duration(st.BusyMaxNs)
+		s = "≤ " + units.Duration(st.BusyMaxNs)
 	}
 	if traced > 0 {
 		s += fmt.Sprintf(" (%.0f%%)", 100*float64(min(st.BusyMaxNs, traced))/float64(traced))
@@ -214,7 +214,7 @@ func syncCell(n int, ns uint64) string {
 	if n == 0 {
 		return "-"
 	}
-	return strconv.Itoa(n) + " / " + duration(ns)
+	return strconv.Itoa(n) + " / " + units.Duration(ns)
 }
 
 func plural[N int | int64](n N, one, many string) string {
@@ -229,18 +229,4 @@ func span(start, end uint64) uint64 {
 		return end - start
 	}
 	return 0
-}
-
-// duration formats ns in the largest unit that keeps the number at or
-// above 1: "850 ns", "12.3 ms", "4.20 s".
-func duration(ns uint64) string {
-	switch {
-	case ns < 1e3:
-		return fmt.Sprintf("%d ns", ns)
-	case ns < 1e6:
-		return fmt.Sprintf("%.1f µs", float64(ns)/1e3)
-	case ns < 1e9:
-		return fmt.Sprintf("%.1f ms", float64(ns)/1e6)
-	}
-	return fmt.Sprintf("%.2f s", float64(ns)/1e9)
 }

@@ -147,11 +147,3 @@ func TestWriteError(t *testing.T) {
 		t.Error("write error not returned")
 	}
 }
-
-func TestUnits(t *testing.T) {
-	for ns, want := range map[uint64]string{0: "0 ns", 999: "999 ns", 1500: "1.5 µs", 12_340_000: "12.3 ms", 4_200_000_000: "4.20 s"} {
-		if got := duration(ns); got != want {
-			t.Errorf("duration(%d) = %q, want %q", ns, got, want)
-		}
-	}
-}

@@ -10,3 +10,11 @@ func TestBytes(t *testing.T) {
 		}
 	}
 }
+
+func TestDuration(t *testing.T) {
+	for ns, want := range map[uint64]string{0: "0 ns", 999: "999 ns", 1500: "1.5 µs", 12_340_000: "12.3 ms", 4_200_000_000: "4.20 s"} {
+		if got := Duration(ns); got != want {
+			t.Errorf("Duration(%d) = %q, want %q", ns, got, want)
+		}
+	}
+}

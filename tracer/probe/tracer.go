@@ -7,7 +7,6 @@ import (
 	"encoding"
 	"errors"
 	"fmt"
-	"github.com/cudatap/cudatap/tracer/event"
 	"log/slog"
 	"os"
 	"strings"
@@ -17,6 +16,8 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/ringbuf"
 	"github.com/cilium/ebpf/rlimit"
+
+	"github.com/cudatap/cudatap/tracer/event"
 )
 
 // StackMode says on which calls the user stack is captured.
