@@ -4,6 +4,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/cudatap/cudatap/internal/testutil"
 	"github.com/cudatap/cudatap/tracer/event"
 	"github.com/cudatap/cudatap/tracer/model"
 )
@@ -28,7 +29,7 @@ func TestWritePprofRecordedMappings(t *testing.T) {
 	if err := WritePprof([]Output{{Path: path, Format: Pprof}}, r, agg); err != nil {
 		t.Fatal(err)
 	}
-	prof := readProfile(t, path)
+	prof := testutil.ReadProfile(t, path)
 	if len(prof.Mapping) != 1 {
 		t.Fatalf("mappings %v, want the one of libtorch_cuda.so", prof.Mapping)
 	}

@@ -12,9 +12,8 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/google/pprof/profile"
-
 	"github.com/cudatap/cudatap/export/internal/fixture"
+	"github.com/cudatap/cudatap/internal/testutil"
 	"github.com/cudatap/cudatap/tracer/model"
 )
 
@@ -139,20 +138,6 @@ func readTrace(t *testing.T, path string) map[string]any {
 	return tf
 }
 
-func readProfile(t *testing.T, path string) *profile.Profile {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	p, err := profile.Parse(f)
-	if err != nil {
-		t.Fatalf("%s: %v", path, err)
-	}
-	return p
-}
-
 func TestWriteOutputs(t *testing.T) {
 	dir := t.TempDir()
 	// An existing trace is replaced; one reached through a link is
@@ -179,7 +164,7 @@ func TestWriteOutputs(t *testing.T) {
 			t.Errorf("%s: no events", name)
 		}
 	}
-	if p := readProfile(t, link); len(p.Sample) == 0 {
+	if p := testutil.ReadProfile(t, link); len(p.Sample) == 0 {
 		t.Error("no samples")
 	}
 	if fi, err := os.Lstat(link); err != nil || fi.Mode()&os.ModeSymlink == 0 {
@@ -218,7 +203,7 @@ func TestFailingOutput(t *testing.T) {
 		}
 	}
 	readTrace(t, good[0])
-	readProfile(t, good[1])
+	testutil.ReadProfile(t, good[1])
 	for name := range files(t, dir) {
 		if strings.HasSuffix(name, ".tmp") {
 			t.Errorf("temporary file %s left", name)

@@ -3,8 +3,6 @@ package tracer
 import (
 	"context"
 	"math/bits"
-	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -64,7 +62,9 @@ func testAggregateLaunches(t *testing.T, times bool) {
 	if times {
 		env = []string{"SIM_LAUNCH_HOST_US=" + strconv.Itoa(launchHostUs)}
 	}
-	run := func() *sim.Report { return runSim(t, b, env, "--scenario", "basic", "--iters", strconv.Itoa(iters)) }
+	run := func() *sim.Report {
+		return testutil.RunWorkload(t, b, env, "--scenario", "basic", "--iters", strconv.Itoa(iters))
+	}
 	col.untilTraced(t, run)
 	rep := run()
 	if !times {
@@ -169,25 +169,6 @@ func testAggregateLaunches(t *testing.T, times bool) {
 	if launchCalls != 0 || calls == 0 {
 		t.Errorf("%d launch calls reached the model (want 0), %d calls in all (want the others)", launchCalls, calls)
 	}
-}
-
-// runSim runs the simulated workload with args (and env added to this
-// process's) and returns its report.
-func runSim(t *testing.T, b *sim.Build, env []string, args ...string) *sim.Report {
-	t.Helper()
-	cmd := exec.Command(b.Workload, args...)
-	if env != nil {
-		cmd.Env = append(os.Environ(), env...)
-	}
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	rep, err := sim.ParseReport(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return rep
 }
 
 // untilTraced runs workloads until one is traced: under shared probes,

@@ -49,7 +49,7 @@ func TestCutRetiresExited(t *testing.T) {
 		done <- out
 	}()
 	<-attached
-	run := func() *sim.Report { return runSim(t, b, nil, "--scenario", "basic", "--iters", "5") }
+	run := func() *sim.Report { return testutil.RunWorkload(t, b, nil, "--scenario", "basic", "--iters", "5") }
 	col.untilTraced(t, run)
 	pid := uint32(run().PID)
 	// In a cut, then retired: in none after.

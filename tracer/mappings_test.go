@@ -255,7 +255,7 @@ func TestMappings(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, file := range []string{recorded, exported} {
-		prof := readProfile(t, file)
+		prof := testutil.ReadProfile(t, file)
 		byFile := map[string]*profile.Mapping{}
 		for _, m := range prof.Mapping {
 			byFile[m.File] = m
@@ -296,23 +296,6 @@ func countRecords(t *testing.T, b []byte, typ byte) int {
 		off += 1 + k + int(size)
 	}
 	return n
-}
-
-func readProfile(t *testing.T, path string) *profile.Profile {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	p, err := profile.Parse(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.CheckValid(); err != nil {
-		t.Fatal(err)
-	}
-	return p
 }
 
 // pprofRaw runs go tool pprof -raw on file and fails on anything it

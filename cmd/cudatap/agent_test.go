@@ -136,17 +136,7 @@ func TestAgentMetrics(t *testing.T) {
 		t.Helper()
 		// Each launch spends 300 µs on the host: every launch time the
 		// agent keeps is above the 262.144 µs bound.
-		cmd := exec.Command(b.Workload, "--scenario", "basic", "--iters", "20")
-		cmd.Env = append(os.Environ(), "SIM_LAUNCH_HOST_US=300")
-		out, err := cmd.Output()
-		if err != nil {
-			t.Fatal(err)
-		}
-		rep, err := sim.ParseReport(out)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return rep
+		return testutil.RunWorkload(t, b, []string{"SIM_LAUNCH_HOST_US=300"}, "--scenario", "basic", "--iters", "20")
 	}
 	metricsOf := func(pid int) string {
 		_, body := get("/metrics")
