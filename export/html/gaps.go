@@ -2,7 +2,6 @@ package html
 
 import (
 	"cmp"
-	"container/heap"
 	"slices"
 
 	"github.com/cudatap/cudatap/tracer/event"
@@ -114,28 +113,54 @@ func (d *depthState) op(enq, done uint64, bound bool) {
 		return
 	}
 	for len(d.pending) > 0 && d.pending[0] <= enq {
-		heap.Pop(&d.pending)
+		d.pending.pop()
 	}
 	if len(d.pending) >= maxDepth {
 		d.saturated = true
 		d.pending = nil
 		return
 	}
-	heap.Push(&d.pending, done)
+	d.pending.push(done)
 	d.max = max(d.max, len(d.pending))
 }
 
+// doneHeap is a min-heap of completion times (typed: container/heap would
+// box each one, two allocations per op).
 type doneHeap []uint64
 
-func (h doneHeap) Len() int           { return len(h) }
-func (h doneHeap) Less(i, j int) bool { return h[i] < h[j] }
-func (h doneHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *doneHeap) Push(x any)        { *h = append(*h, x.(uint64)) }
-func (h *doneHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return x
+func (h *doneHeap) push(v uint64) {
+	*h = append(*h, v)
+	s := *h
+	for i := len(s) - 1; i > 0; {
+		p := (i - 1) / 2
+		if s[p] <= s[i] {
+			break
+		}
+		s[p], s[i] = s[i], s[p]
+		i = p
+	}
+}
+
+func (h *doneHeap) pop() {
+	s := *h
+	n := len(s) - 1
+	s[0] = s[n]
+	s = s[:n]
+	for i := 0; ; {
+		l, m := 2*i+1, i
+		if l < n && s[l] < s[m] {
+			m = l
+		}
+		if r := l + 1; r < n && s[r] < s[m] {
+			m = r
+		}
+		if m == i {
+			break
+		}
+		s[i], s[m] = s[m], s[i]
+		i = m
+	}
+	*h = s
 }
 
 // ring keeps a process's last ringSize calls, to tell what its threads
