@@ -78,12 +78,24 @@ func (c *concurrency) settle(cut uint64) {
 	}
 	edges := make([]edge, 0, 2*len(c.kept))
 	rest := c.kept[:0]
+	// What crosses the cut is kept from the cut on: one interval per
+	// category, to the latest end ([cut, a) ∪ [cut, b) = [cut, max)), so
+	// that a settle always frees about half, however many ops one late
+	// synchronization bounded.
+	var across [8]uint64
 	for _, iv := range c.kept {
 		if iv.start < cut {
 			edges = append(edges, edge{iv.start, iv.cat, +1}, edge{min(iv.end, cut), iv.cat, -1})
+			if iv.end > cut {
+				across[iv.cat] = max(across[iv.cat], iv.end)
+			}
+		} else {
+			rest = append(rest, iv)
 		}
-		if iv.end > cut {
-			rest = append(rest, interval{max(iv.start, cut), iv.end, iv.cat})
+	}
+	for cat, end := range across {
+		if end > 0 {
+			rest = append(rest, interval{cut, end, uint8(cat)})
 		}
 	}
 	c.kept = rest
