@@ -577,10 +577,10 @@ func (rep *Report) bounds(c *Collector) {
 		add("device memory: %d allocations (%s) past the limit of %d live allocations are counted in use but not attributed to a stack", untracked, units.Bytes(untrackedB), c.opts.MaxLive)
 	}
 	if c.opsOver > 0 {
-		add("top operations: %d past the limit of %d distinct operations are counted as \"other\"", c.opsOver, c.opts.MaxOps)
+		add("top operations: %d calls and operations of kernels or copies past the limit of %d distinct ones are counted as \"other\"", c.opsOver, c.opts.MaxOps)
 	}
 	if c.threadsOver > 0 {
-		add("%d synchronizations of threads past the limit of %d threads are in the process totals only", c.threadsOver, maxThreads)
+		add("%d calls, synchronizations and holds of threads past the limit of %d threads are in the process totals only", c.threadsOver, maxThreads)
 	}
 	var late uint64
 	for _, d := range rep.Devices {
