@@ -485,6 +485,8 @@ func TestStdoutOutputs(t *testing.T) {
 	testutil.RequireRoot(t)
 	b := testutil.Sim(t)
 	dir := t.TempDir()
+	spills := t.TempDir() // the spill file of a trace on stdout goes to $TMPDIR
+	t.Setenv("TMPDIR", spills)
 	rec := filepath.Join(dir, "r.cudatap")
 	workload := []string{"--", b.Workload, "--scenario", "basic", "--iters", "20"}
 	stdout, stderr, err := run(t, append([]string{"record", "--nvml-interval=-1s", "-o", "-", "--format", "chrome"}, workload...)...)
@@ -504,8 +506,8 @@ func TestStdoutOutputs(t *testing.T) {
 	if _, err := os.Stat("-"); err == nil {
 		t.Error("a file named - was written")
 	}
-	if ents, _ := filepath.Glob(filepath.Join(os.TempDir(), ".cudatap-spill-*")); len(ents) > 0 {
-		t.Logf("spill files left in %s: %v (another test's, or ours)", os.TempDir(), ents)
+	if ents, _ := os.ReadDir(spills); len(ents) > 0 {
+		t.Errorf("spill files left in $TMPDIR: %v", ents)
 	}
 
 	stdout, stderr, err = run(t, append([]string{"record", "--nvml-interval=-1s", "-o", "-", "--format", "pprof", "-o", rec}, workload...)...)

@@ -224,6 +224,7 @@ func TestReportRejectsBadInput(t *testing.T) {
 		{[]string{"report", rec, "-o", filepath.Join(dir, "out.json")}, "give the HTML report a .html name", exitUsage},
 		{[]string{"report", rec, "-o", filepath.Join(dir, "nodir", "out.html")}, "cannot write report", exitFailure},
 		{[]string{"report", rec}, "not a cudatap recording", exitFailure},
+		{[]string{"report", rec, "-o", filepath.Join(dir, "out.html")}, "not a cudatap recording", exitFailure},
 	} {
 		_, _, err := run(t, tc.args...)
 		if err == nil || !strings.Contains(err.Error(), tc.want) || exitCode(err) != tc.code {
