@@ -32,10 +32,11 @@ type summaryJSON struct {
 	// The summary's judgements of each process's host side (launch bound,
 	// input stall), with the numbers behind them and the fix.
 	HostVerdicts []report.HostVerdict `json:"host_verdicts"`
-	Lints        []lint.Finding       `json:"lints"`      // as `cudatap lint --json`'s findings
-	Stragglers   []straggler.Comm     `json:"stragglers"` // per NCCL communicator: meetings, arrival spread, per-rank waits
-	GPU          model.GPUReport      `json:"gpu"`        // NVML: per-device statistics and verdicts
-	Drops        model.Drops          `json:"drops"`      // as `cudatap syncs --json`
+	Lints        []lint.Finding       `json:"lints"`       // as `cudatap lint --json`'s findings
+	LintLimits   lint.Limits          `json:"lint_limits"` // what the lints' bounds left out (counted, not shown)
+	Stragglers   []straggler.Comm     `json:"stragglers"`  // per NCCL communicator: meetings, arrival spread, per-rank waits
+	GPU          model.GPUReport      `json:"gpu"`         // NVML: per-device statistics and verdicts
+	Drops        model.Drops          `json:"drops"`       // as `cudatap syncs --json`
 	Lost         uint64               `json:"lost_events"`
 	Outputs      []outputJSON         `json:"outputs"`
 	Command      *commandJSON         `json:"command,omitempty"` // record with a command after --
@@ -119,6 +120,9 @@ func writeSummaryJSON(w io.Writer, r *model.Result, agg *export.Aggregates, outs
 	}
 	if s.HostVerdicts == nil {
 		s.HostVerdicts = []report.HostVerdict{}
+	}
+	if agg.Lints != nil {
+		s.LintLimits = agg.Lints.Limits()
 	}
 	if s.Lints == nil {
 		s.Lints = []lint.Finding{}

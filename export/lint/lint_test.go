@@ -383,6 +383,14 @@ func TestTextAndJSON(t *testing.T) {
 	if none.Len() != 0 {
 		t.Errorf("empty section wrote %q", none.String())
 	}
+	// No lint fired, but a bound left something out: that still shows.
+	c.limits.Writes = 3
+	var limited bytes.Buffer
+	WriteText(&limited, res, c, nil, TextOptions{Section: true})
+	if s := limited.String(); !strings.Contains(s, "lints: none fired") || !strings.Contains(s, "lint limits (counted, not shown)") {
+		t.Errorf("section with limits and no finding:\n%s", s)
+	}
+	c.limits.Writes = 0
 
 	var js bytes.Buffer
 	if err := WriteJSON(&js, res, c, fs); err != nil {

@@ -328,7 +328,8 @@ type TextOptions struct {
 	// Examples shown per finding (0: all it has).
 	Examples int
 	// Section writes the short section of the record and export summary:
-	// nothing when no lint fired, no rules, no loss account.
+	// nothing when no lint fired and nothing was left out, no rules, no
+	// loss account.
 	Section bool
 	// Input names the recording in the hint to `cudatap lint`.
 	Input string
@@ -342,8 +343,10 @@ func WriteText(w io.Writer, r *model.Result, c *Collector, fs []Finding, opts Te
 		limits = c.limits
 	}
 	switch {
-	case opts.Section && len(fs) == 0:
+	case opts.Section && len(fs) == 0 && !limits.any():
 		return nil
+	case opts.Section && len(fs) == 0:
+		b.WriteString("\nlints: none fired\n") // what was left out still shows, below
 	case opts.Section:
 		in := "cudatap lint IN.cudatap (of a recording: -o run.cudatap)"
 		if opts.Input != "" {
