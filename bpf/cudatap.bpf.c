@@ -115,10 +115,6 @@ static __always_inline bool pairing_active(void)
  * runtime makes underneath come after that call's entry.
  */
 #define PROC_HAS_RUNTIME 1
-/* The agent's per-process sampling: this process sits the window out (none
- * of its calls count; user space sets it before the probes attach and
- * weighs the windows it does trace by 1/p). */
-#define PROC_SAMPLED_OUT 2
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -134,6 +130,18 @@ struct {
 	__type(key, __u64);
 	__type(value, __u8);
 } cgroups SEC(".maps");
+
+/* The agent's per-process sampling: the processes that sit the window (or
+ * interval) out: none of their calls count; user space weighs the windows
+ * they are traced in by 1/p. A map of its own, written by user space only:
+ * proc_flags is read, changed and written back by both sides, and a bit
+ * set in between would be lost. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u32);  /* tgid */
+	__type(value, __u8);
+} sampled_out SEC(".maps");
 
 /* Set by user space while some process is sampled out: only then does a
  * launch probe look its process up (a launch is the hot path; an array
@@ -160,12 +168,12 @@ static __always_inline bool admit(__u64 cookie, __u32 tgid)
 		if (!bpf_map_lookup_elem(&cgroups, &cg))
 			return false;
 	}
-	if (!(cookie & (COOKIE_RUNTIME | COOKIE_SHADOWED)) && !sampling_active())
+	if (sampling_active() && bpf_map_lookup_elem(&sampled_out, &tgid))
+		return false;
+	if (!(cookie & (COOKIE_RUNTIME | COOKIE_SHADOWED)))
 		return true;
 	__u8 *f = bpf_map_lookup_elem(&proc_flags, &tgid);
 	__u8 v = f ? *f : 0;
-	if (v & PROC_SAMPLED_OUT)
-		return false;
 	if (cookie & COOKIE_RUNTIME) {
 		if (!(v & PROC_HAS_RUNTIME)) {
 			v |= PROC_HAS_RUNTIME;
@@ -605,12 +613,14 @@ static __always_inline int on_return(struct pt_regs *ctx)
 	__u64 cookie = bpf_get_attach_cookie(ctx);
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u64 now = bpf_ktime_get_ns();
+	/* A timed launch has a start only if its entry was admitted: no need
+	 * to decide again. */
+	if (cookie & COOKIE_AGG)
+		return launch_ended(cookie, pid_tgid, now);
 	/* The same decision as at entry, so that a call skipped there is no
 	 * orphan here. */
 	if ((cookie & COOKIE_SHARED) && !admit(cookie, pid_tgid >> 32))
 		return 0;
-	if (cookie & COOKIE_AGG)
-		return launch_ended(cookie, pid_tgid, now);
 	struct inflight_key key = { .tid = (__u32)pid_tgid, .api = COOKIE_API(cookie) };
 
 	struct inflight *in = bpf_map_lookup_elem(&inflight, &key);

@@ -219,7 +219,8 @@ func run(ctx context.Context, cfg Config, inspect func(*Session)) (*Outcome, err
 		}
 	}
 	tr, err := probe.New(probe.Config{RingBufferBytes: cfg.RingBufferBytes, Stacks: cfg.Stacks, Logger: cfg.Logger,
-		PerSymbolUprobes: cfg.PerSymbolUprobes, PollInterval: cfg.PollInterval})
+		PerSymbolUprobes: cfg.PerSymbolUprobes, PollInterval: cfg.PollInterval,
+		Aggregate: cfg.AggregateLaunches, LaunchTimes: cfg.AggregateLaunches && cfg.LaunchTimes})
 	if err != nil {
 		return nil, err
 	}

@@ -168,6 +168,7 @@ const (
 	cudatapMapProcFlags        = "proc_flags"
 	cudatapMapPyCodeSeen       = "py_code_seen"
 	cudatapMapPyConfigs        = "py_configs"
+	cudatapMapSampledOut       = "sampled_out"
 	cudatapMapSampling         = "sampling"
 	cudatapMapScratch          = "scratch"
 	cudatapMapStats            = "stats"
@@ -250,6 +251,7 @@ type cudatapMapSpecs struct {
 	ProcFlags     *ebpf.MapSpec `ebpf:"proc_flags"`
 	PyCodeSeen    *ebpf.MapSpec `ebpf:"py_code_seen"`
 	PyConfigs     *ebpf.MapSpec `ebpf:"py_configs"`
+	SampledOut    *ebpf.MapSpec `ebpf:"sampled_out"`
 	Sampling      *ebpf.MapSpec `ebpf:"sampling"`
 	Scratch       *ebpf.MapSpec `ebpf:"scratch"`
 	Stats         *ebpf.MapSpec `ebpf:"stats"`
@@ -298,6 +300,7 @@ type cudatapMaps struct {
 	ProcFlags     *ebpf.Map `ebpf:"proc_flags"`
 	PyCodeSeen    *ebpf.Map `ebpf:"py_code_seen"`
 	PyConfigs     *ebpf.Map `ebpf:"py_configs"`
+	SampledOut    *ebpf.Map `ebpf:"sampled_out"`
 	Sampling      *ebpf.Map `ebpf:"sampling"`
 	Scratch       *ebpf.Map `ebpf:"scratch"`
 	Stats         *ebpf.Map `ebpf:"stats"`
@@ -318,6 +321,7 @@ func (m *cudatapMaps) Close() error {
 		m.ProcFlags,
 		m.PyCodeSeen,
 		m.PyConfigs,
+		m.SampledOut,
 		m.Sampling,
 		m.Scratch,
 		m.Stats,

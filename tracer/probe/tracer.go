@@ -42,6 +42,11 @@ type Config struct {
 	// early only when an eighth of the ring is pending; longer intervals
 	// cost fewer wakeups (the agent), shorter ones keep live views fresh.
 	PollInterval time.Duration
+	// Aggregate and LaunchTimes size the launch counters and the launch
+	// time tables (aggregate mode, event.CookieAggregate and
+	// event.CookieAggregateTime): without them the tables hold one entry,
+	// not 16,384 per CPU.
+	Aggregate, LaunchTimes bool
 }
 
 // Stats are the BPF side's counters, summed over CPUs.
@@ -127,6 +132,12 @@ func New(cfg Config) (*Tracer, error) {
 		return nil, fmt.Errorf("parse embedded BPF object: %w", err)
 	}
 	specs.Events.MaxEntries = uint32(cfg.RingBufferBytes)
+	if !cfg.Aggregate {
+		specs.LaunchCounts.MaxEntries = 1
+	}
+	if !cfg.LaunchTimes {
+		specs.LaunchTimes.MaxEntries, specs.LaunchStarted.MaxEntries = 1, 1
+	}
 	// Force a wakeup once an eighth of the ring is pending; otherwise the
 	// reader's poll timer picks records up.
 	if err := specs.WakeupBytes.Set(uint64(cfg.RingBufferBytes / 8)); err != nil {
@@ -264,40 +275,42 @@ func (t *Tracer) SetRuntime(pid int) error {
 // rest of what is known of it. While no process is out, probes do not look
 // their process up for it.
 func (t *Tracer) SampleOut(pid int) error {
-	if err := t.setProcFlag(pid, procSampledOut); err != nil {
-		return fmt.Errorf("sample process %d out: %w", pid, err)
-	}
 	t.sampleMu.Lock()
 	defer t.sampleMu.Unlock()
+	if err := t.maps.SampledOut.Put(uint32(pid), uint8(1)); err != nil {
+		return fmt.Errorf("sample process %d out: %w", pid, err)
+	}
 	if t.sampledOut == nil {
 		t.sampledOut = map[int]bool{}
 	}
 	t.sampledOut[pid] = true
-	return t.maps.Sampling.Put(uint32(0), uint32(1))
+	return t.setSampling()
 }
 
 // SampleIn counts process pid's calls again.
 func (t *Tracer) SampleIn(pid int) error {
-	var v uint8
-	if t.maps.ProcFlags.Lookup(uint32(pid), &v) == nil && v&procSampledOut != 0 {
-		if err := t.maps.ProcFlags.Put(uint32(pid), v&^procSampledOut); err != nil {
-			return fmt.Errorf("sample process %d in: %w", pid, err)
-		}
-	}
 	t.sampleMu.Lock()
 	defer t.sampleMu.Unlock()
+	t.maps.SampledOut.Delete(uint32(pid))
 	delete(t.sampledOut, pid)
-	if len(t.sampledOut) == 0 {
-		return t.maps.Sampling.Put(uint32(0), uint32(0))
+	return t.setSampling()
+}
+
+// setSampling tells the probes whether any process is sampled out
+// (sampleMu held).
+func (t *Tracer) setSampling() error {
+	on := uint32(0)
+	if len(t.sampledOut) > 0 {
+		on = 1
+	}
+	if err := t.maps.Sampling.Put(uint32(0), on); err != nil {
+		return fmt.Errorf("per-process sampling: %w", err)
 	}
 	return nil
 }
 
 // The bits of proc_flags (bpf/cudatap.bpf.c, PROC_*).
-const (
-	procHasRuntime = 1
-	procSampledOut = 2
-)
+const procHasRuntime = 1
 
 // setProcFlag adds a bit to a process's flags, keeping the others (the BPF
 // side may set PROC_HAS_RUNTIME at the same time: it too only adds).
@@ -310,6 +323,13 @@ func (t *Tracer) setProcFlag(pid int, bit uint8) error {
 // ForgetProcess drops what the shared probes know of an exited process.
 func (t *Tracer) ForgetProcess(pid int) {
 	t.maps.ProcFlags.Delete(uint32(pid))
+	t.sampleMu.Lock()
+	defer t.sampleMu.Unlock()
+	if t.sampledOut[pid] {
+		t.maps.SampledOut.Delete(uint32(pid))
+		delete(t.sampledOut, pid)
+		t.setSampling()
+	}
 }
 
 // PruneProcesses drops what the shared probes know of processes that are
@@ -317,7 +337,17 @@ func (t *Tracer) ForgetProcess(pid int) {
 // a reused PID must not inherit it.
 func (t *Tracer) PruneProcesses(alive func(pid int) bool) int {
 	n, _ := deleteKeys[uint32, uint8](t.maps.ProcFlags, func(pid *uint32) bool { return !alive(int(*pid)) })
-	return n
+	t.sampleMu.Lock()
+	defer t.sampleMu.Unlock()
+	m, _ := deleteKeys[uint32, uint8](t.maps.SampledOut, func(pid *uint32) bool {
+		if alive(int(*pid)) {
+			return false
+		}
+		delete(t.sampledOut, int(*pid))
+		return true
+	})
+	t.setSampling()
+	return n + m
 }
 
 // AllowCgroup makes shared probes attached with cgroupOnly count the
