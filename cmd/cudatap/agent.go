@@ -320,18 +320,39 @@ func runAgent(ctx context.Context, g *globalOptions, o *agentOptions, stderr io.
 		var cut time.Duration
 		var onCut func(*model.Result)
 		var resample func() map[int]uint64
+		from := start // what the next profile covers
+		var storing sync.Mutex
+		var stored sync.WaitGroup
 		if o.continuous {
 			cut = o.every
-			from := start
+			// On the reader goroutine, the model locked: build the
+			// profile there, and leave labels, files and pushes to a
+			// goroutine (one at a time: a cut that finds the last still
+			// storing serves its profile but does not store it, counted).
 			onCut = func(r *model.Result) {
-				if p, err := pprofout.Build(r, prof, pprofout.Options{}); err == nil {
-					profiles.set(p)
-					stores.window(ctx, p, r.Processes, pods.profile, from, time.Now(), g.logger())
-				}
+				p, err := pprofout.Build(r, prof, pprofout.Options{})
 				prof.Reset()
-				from = time.Now()
+				until := time.Now()
 				coll.CutAggregates() // the interval's launches, with its weights
-				coll.ForgetExited(procfs.Alive, from)
+				if err == nil {
+					profiles.set(p)
+					procs := make([]*model.Process, len(r.Processes))
+					for i, mp := range r.Processes {
+						procs[i] = &model.Process{PID: mp.PID, Info: mp.Info} // what labels need
+					}
+					if storing.TryLock() {
+						stored.Add(1)
+						go func(from time.Time) {
+							defer stored.Done()
+							defer storing.Unlock()
+							stores.window(ctx, p, procs, pods.profile, from, until, g.logger())
+							coll.ForgetExited(procfs.Alive, until)
+						}(from)
+					} else {
+						stores.skip(p)
+					}
+				}
+				from = until
 			}
 			if o.maxCPU > 0 {
 				began := start
@@ -364,9 +385,10 @@ func runAgent(ctx context.Context, g *globalOptions, o *agentOptions, stderr io.
 				coll.SetSampling(pid, 1, true)
 			}
 		}
+		stored.Wait()
 		if p, err := pprofout.Build(out.Result, prof, pprofout.Options{}); err == nil {
 			profiles.set(p)
-			stores.window(ctx, p, out.Result.Processes, pods.profile, start, time.Now(), g.logger())
+			stores.window(ctx, p, out.Result.Processes, pods.profile, from, time.Now(), g.logger())
 		}
 		stats.windowEnded(out.Result.Drops)
 		coll.ForgetExited(procfs.Alive, time.Now())

@@ -29,7 +29,7 @@ type profileStores struct {
 func newProfileStores(o *agentOptions, reg prometheus.Registerer) (*profileStores, error) {
 	s := &profileStores{
 		written: prometheus.NewCounter(prometheus.CounterOpts{Name: "cudatap_agent_profiles_written_total", Help: "Process profiles written to --profiles-dir."}),
-		skipped: prometheus.NewCounter(prometheus.CounterOpts{Name: "cudatap_agent_profiles_push_skipped_total", Help: "Process profiles not pushed: the previous window's push was still running."}),
+		skipped: prometheus.NewCounter(prometheus.CounterOpts{Name: "cudatap_agent_profiles_push_skipped_total", Help: "Process profiles not pushed (or, under --continuous, not stored): the previous window's were still being pushed (stored)."}),
 	}
 	reg.MustRegister(s.written, s.skipped)
 	var err error
@@ -85,6 +85,21 @@ func (s *profileStores) window(ctx context.Context, p *profile.Profile, procs []
 			}
 		}
 	}()
+}
+
+// skip counts the process profiles of p not stored (the last window's
+// were still being stored).
+func (s *profileStores) skip(p *profile.Profile) {
+	if s.dir == nil && s.pusher == nil {
+		return
+	}
+	pids := map[string]bool{}
+	for _, smp := range p.Sample {
+		if v := smp.Label["pid"]; len(v) > 0 {
+			pids[v[0]] = true
+		}
+	}
+	s.skipped.Add(float64(len(pids)))
 }
 
 // wait lets a push in flight finish (its retries are bounded).

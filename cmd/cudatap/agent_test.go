@@ -359,6 +359,14 @@ func testAgentProfiles(t *testing.T, o *agentOptions) {
 // as pprof and labelled with the workload's pid and comm.
 func TestAgentProfileStores(t *testing.T) {
 	testutil.RequireRoot(t)
+	t.Run("windows", func(t *testing.T) {
+		testAgentProfileStores(t, &agentOptions{window: time.Second, every: time.Second})
+	})
+	// --continuous: stored from a goroutine of its own at each cut.
+	t.Run("continuous", func(t *testing.T) { testAgentProfileStores(t, &agentOptions{continuous: true, every: time.Second}) })
+}
+
+func testAgentProfileStores(t *testing.T, o *agentOptions) {
 	b := testutil.Sim(t)
 	var mu sync.Mutex
 	pushed := map[string]*profile.Profile{}
@@ -380,8 +388,8 @@ func TestAgentProfileStores(t *testing.T) {
 	}))
 	defer rcv.Close()
 	dir := t.TempDir()
-	startAgent(t, &agentOptions{listen: "127.0.0.1:0", window: time.Second, every: time.Second, ringBuffer: 16 << 20,
-		profilesDir: dir, profilesMax: 1 << 20, push: rcv.URL})
+	o.listen, o.ringBuffer, o.profilesDir, o.profilesMax, o.push = "127.0.0.1:0", 16<<20, dir, 1<<20, rcv.URL
+	startAgent(t, o)
 	cmd := exec.Command(b.Workload, "--scenario", "launches", "--iters", "100000000") // runs until killed: see testAgentProfiles
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
