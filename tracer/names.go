@@ -149,7 +149,8 @@ func (r *resolver) event(ev *event.Event, fn uint64) {
 		}
 	}
 	for _, py := range ev.Py[:ev.NPy] {
-		k := model.PyNameKey{PID: ev.PID, PyKey: model.PyKey{Code: py[0], Instr: py[1]}}
+		// Named by site: the same line entered from C or not is one name.
+		k := model.PyNameKey{PID: ev.PID, PyKey: model.PyKey{Code: py[0], Instr: py[1]}.Site()}
 		if r.names.Py[k] != "" {
 			continue
 		}

@@ -384,3 +384,22 @@ func TestRetire(t *testing.T) {
 		t.Errorf("final processes %v", r.Processes)
 	}
 }
+
+// TestPyFrameBySite: a Python frame's name is kept once per site (code
+// object and instruction), whatever entry flags a stack carries; names a
+// recording kept by the whole key are still found.
+func TestPyFrameBySite(t *testing.T) {
+	n := NewNames()
+	site := PyKey{Code: 0x10, Instr: 42}
+	n.Py[PyNameKey{7, site}] = "train.py:3 step"
+	for _, k := range []PyKey{site, {0x10, 42 | PyInstrEntry | PyInstrEntryKnown}, {0x10, 42 | PyInstrEntryKnown}} {
+		if got := n.PyFrame(7, k); got != "train.py:3 step" {
+			t.Errorf("PyFrame(%#x) = %q", k.Instr, got)
+		}
+	}
+	old := PyKey{Code: 0x20, Instr: 5 | PyInstrEntryKnown}
+	n.Py[PyNameKey{7, old}] = "old.py:1 f"
+	if got := n.PyFrame(7, old); got != "old.py:1 f" {
+		t.Errorf("a name kept by the whole key: %q", got)
+	}
+}

@@ -59,7 +59,14 @@ func (n *Names) Kernel(pid uint32, addr uint64) string { return n.Kernels[NameKe
 func (n *Names) Frame(pid uint32, addr uint64) string { return n.Frames[NameKey{pid, addr}] }
 
 // PyFrame is the "file:line function" of a Python frame, "" when unknown.
-func (n *Names) PyFrame(pid uint32, k PyKey) string { return n.Py[PyNameKey{pid, k}] }
+// Names are kept by k.Site(); recordings made before that keep them by
+// the whole key.
+func (n *Names) PyFrame(pid uint32, k PyKey) string {
+	if s, ok := n.Py[PyNameKey{pid, k.Site()}]; ok {
+		return s
+	}
+	return n.Py[PyNameKey{pid, k}]
+}
 
 // MappingsOf lists the mappings known of pid, by start address.
 func (n *Names) MappingsOf(pid uint32) []Mapping {
@@ -80,6 +87,13 @@ const (
 	PyInstrEntry      = 1 << 63
 	PyInstrEntryKnown = 1 << 62
 )
+
+// Site is k without the walkers' flags: what names it (a frame entered
+// from C or not is at the same line).
+func (k PyKey) Site() PyKey {
+	k.Instr &^= PyInstrEntry | PyInstrEntryKnown
+	return k
+}
 
 // Entry reports whether the frame was entered from C: the first frame of
 // an activation of the interpreter's evaluation loop, which runs it and the
