@@ -511,18 +511,21 @@ func (c *Collector) fold(p *proc) {
 // maxStreamNames bounds the stream labels kept per process.
 const maxStreamNames = 1024
 
-// streamName is streamLabel, made once per stream of the process.
+// streamName is streamLabel, made once per stream of the process; past
+// maxStreamNames streams, "other" (a label per stream would grow the
+// series, and formatting one on every launch would allocate).
 func (p *proc) streamName(handle uint64) string {
 	if n, ok := p.streamNames[handle]; ok {
 		return n
+	}
+	if len(p.streamNames) >= maxStreamNames {
+		return "other"
 	}
 	n := streamLabel(handle)
 	if p.streamNames == nil {
 		p.streamNames = map[uint64]string{}
 	}
-	if len(p.streamNames) < maxStreamNames {
-		p.streamNames[handle] = n
-	}
+	p.streamNames[handle] = n
 	return n
 }
 

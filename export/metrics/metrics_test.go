@@ -365,3 +365,24 @@ func TestCutAggregates(t *testing.T) {
 		t.Errorf("in a new session: %v launches, want 25 + 3", got)
 	}
 }
+
+// TestStreamLabelsBounded: past maxStreamNames streams, a process's
+// launches go under stream="other".
+func TestStreamLabelsBounded(t *testing.T) {
+	c := NewCollector()
+	c.label = func(uint32, ...string) ProcLabels { return ProcLabels{Comm: "python3"} }
+	counts := map[event.LaunchKey]uint64{}
+	for i := range maxStreamNames + 10 {
+		counts[event.LaunchKey{API: event.CuLaunchKernel, Stream: 0x1000 + uint64(i)}] = 1
+	}
+	c.SetAggregates(event.Aggregates{Launches: map[uint32]map[event.LaunchKey]uint64{7: counts}})
+	series := 0
+	for _, f := range families(t, c) {
+		if f.GetName() == "cudatap_stream_launches_total" {
+			series = len(f.GetMetric())
+		}
+	}
+	if other := gather(t, c, "cudatap_stream_launches_total", map[string]string{"stream": "other"}); other != 10 || series != maxStreamNames+1 {
+		t.Errorf("%d stream series, %v launches on \"other\"; want %d and 10", series, other, maxStreamNames+1)
+	}
+}
