@@ -253,6 +253,12 @@ func TestExportGarbageAndTruncated(t *testing.T) {
 	if !marked {
 		t.Error("no 'recording truncated' instant event")
 	}
+	// Every command that reads a recording exits 6 on a cut one.
+	for _, args := range [][]string{{"syncs", cut}, {"lint", cut}, {"report", cut}} {
+		if _, stderr, err := run(t, args...); exitCode(err) != exitPartial || !strings.Contains(stderr, "truncated") {
+			t.Errorf("%v on a cut recording: %v (exit %d), stderr %q; want exit 6 and a warning", args, err, exitCode(err), stderr)
+		}
+	}
 	// A directory is named as one.
 	if _, _, err := run(t, "export", dir, "-o", filepath.Join(dir, "d.json")); err == nil || !strings.Contains(err.Error(), "is a directory") {
 		t.Errorf("export of a directory: %v", err)

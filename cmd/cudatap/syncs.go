@@ -46,9 +46,14 @@ launch no work) are shown apart: they did not hold up the threads that launch wo
 			}
 			sites, hosts := syncs.Sites(res, col), syncs.Hosts(res, col)
 			if o.json {
-				return syncs.WriteJSON(cmd.OutOrStdout(), res, sites, hosts)
+				err = syncs.WriteJSON(cmd.OutOrStdout(), res, sites, hosts)
+			} else {
+				err = syncs.WriteText(cmd.OutOrStdout(), res, sites, hosts, syncs.TextOptions{Top: o.top, FullStacks: o.full})
 			}
-			return syncs.WriteText(cmd.OutOrStdout(), res, sites, hosts, syncs.TextOptions{Top: o.top, FullStacks: o.full})
+			if err == nil && res.Truncated != "" {
+				return &exitError{code: exitPartial} // said when it was read
+			}
+			return err
 		},
 	}
 	f := cmd.Flags()
@@ -76,7 +81,7 @@ func syncsResult(cmd *cobra.Command, g *globalOptions, o *syncsOptions, args []s
 		res, _, err := recording.Load(f, func(*recording.Replay) model.Sink { return col }, nil)
 		if errors.Is(err, recording.ErrTruncated) && res != nil {
 			res.Truncated = err.Error()
-			fmt.Fprintf(cmd.ErrOrStderr(), "cudatap: warning: %s: %v\n", args[0], err)
+			fmt.Fprintf(cmd.ErrOrStderr(), "cudatap: warning: %s: %v; the sites of the records before the cut\n", args[0], err)
 			err = nil
 		}
 		return res, err
