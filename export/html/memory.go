@@ -4,10 +4,10 @@ import (
 	"fmt"
 	"io"
 	"strconv"
-	"strings"
 
 	"github.com/google/pprof/profile"
 
+	"github.com/cudatap/cudatap/export/internal/describe"
 	"github.com/cudatap/cudatap/tracer/event"
 	"github.com/cudatap/cudatap/tracer/model"
 )
@@ -227,7 +227,13 @@ func (rep *Report) WriteMemoryProfile(w io.Writer) error {
 		fk := [2]string{name, file}
 		f := funcs[fk]
 		if f == nil {
-			f = &profile.Function{ID: uint64(len(p.Function) + 1), Name: name, SystemName: name, Filename: file}
+			f = &profile.Function{ID: uint64(len(p.Function) + 1), Name: name, Filename: file}
+			if file == "" {
+				// Not a Python frame: pprof demangles a function whose
+				// system name equals its name, and its demangler cuts
+				// Python's "<module>" down to "".
+				f.SystemName = name
+			}
 			funcs[fk] = f
 			p.Function = append(p.Function, f)
 		}
@@ -249,8 +255,11 @@ func (rep *Report) WriteMemoryProfile(w io.Writer) error {
 				s.Location = append(s.Location, loc(f, "", 0))
 			}
 			for _, f := range h.Python {
-				file, line, fn := splitPyFrame(f)
-				s.Location = append(s.Location, loc(fn, file, line))
+				file, line, fn := describe.SplitPyFrame(f)
+				if fn == "" {
+					fn = f
+				}
+				s.Location = append(s.Location, loc(fn, file, int64(line)))
 			}
 			if h.OtherStacks {
 				s.Location = append(s.Location, loc("(other allocation sites)", "", 0))
@@ -263,21 +272,4 @@ func (rep *Report) WriteMemoryProfile(w io.Writer) error {
 		return fmt.Errorf("build the device memory profile: %w", err)
 	}
 	return p.Write(w)
-}
-
-// splitPyFrame splits "file:line function" (describe.PyFrame's form).
-func splitPyFrame(s string) (file string, line int64, fn string) {
-	loc, fn, ok := strings.Cut(s, " ")
-	if !ok {
-		return "", 0, s
-	}
-	i := strings.LastIndexByte(loc, ':')
-	if i < 0 {
-		return "", 0, s
-	}
-	n, err := strconv.ParseInt(loc[i+1:], 10, 64)
-	if err != nil {
-		return "", 0, s
-	}
-	return loc[:i], n, fn
 }

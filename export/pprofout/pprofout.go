@@ -282,7 +282,7 @@ func (b *builder) nativeLocation(pid uint32, raw uint64, i int, atReturn bool) *
 // pyLocation is the pprof location of a Python frame named "file:line
 // function" (unnamed frames keep their code object's address).
 func (b *builder) pyLocation(name string, k model.PyKey) *profile.Location {
-	file, line, fn := splitPyFrame(name)
+	file, line, fn := describe.SplitPyFrame(name)
 	if fn == "" {
 		fn = fmt.Sprintf("<python code 0x%x>", k.Code)
 	}
@@ -296,21 +296,6 @@ func (b *builder) pyLocation(name string, k model.PyKey) *profile.Location {
 	l := b.newLocation(&profile.Location{Line: []profile.Line{{Function: f, Line: int64(line)}}})
 	b.locs[key] = l
 	return l
-}
-
-// splitPyFrame takes "file:line function" apart.
-func splitPyFrame(s string) (file string, line int, fn string) {
-	sp := strings.LastIndexByte(s, ' ')
-	if sp < 0 {
-		return "", 0, ""
-	}
-	loc, fn := s[:sp], s[sp+1:]
-	colon := strings.LastIndexByte(loc, ':')
-	if colon < 0 {
-		return loc, 0, fn
-	}
-	line, _ = strconv.Atoi(loc[colon+1:])
-	return loc[:colon], line, fn
 }
 
 // proc is the process of pid: r's, else a bare one (a sink fed more than

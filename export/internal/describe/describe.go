@@ -166,3 +166,20 @@ func Account(r *model.Result) string {
 	}
 	return "recording truncated (" + r.Truncated + "): the drop counters of the whole run are unknown; " + Drops(r.Drops)
 }
+
+// SplitPyFrame takes PyFrame's "file:line function" apart. The function
+// is after the last space (a file path may hold spaces; a function name
+// does not).
+func SplitPyFrame(s string) (file string, line int, fn string) {
+	sp := strings.LastIndexByte(s, ' ')
+	if sp < 0 {
+		return "", 0, ""
+	}
+	loc, fn := s[:sp], s[sp+1:]
+	colon := strings.LastIndexByte(loc, ':')
+	if colon < 0 {
+		return loc, 0, fn
+	}
+	line, _ = strconv.Atoi(loc[colon+1:])
+	return loc[:colon], line, fn
+}

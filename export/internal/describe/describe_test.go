@@ -112,3 +112,20 @@ func TestDrops(t *testing.T) {
 		}
 	}
 }
+
+func TestSplitPyFrame(t *testing.T) {
+	for in, want := range map[string]struct {
+		file string
+		line int
+		fn   string
+	}{
+		"train.py:42 step":               {"train.py", 42, "step"},
+		"/My Drive/run v2.py:7 <module>": {"/My Drive/run v2.py", 7, "<module>"},
+		"no-line.py f":                   {"no-line.py", 0, "f"},
+		"nothing":                        {"", 0, ""},
+	} {
+		if file, line, fn := SplitPyFrame(in); file != want.file || line != want.line || fn != want.fn {
+			t.Errorf("SplitPyFrame(%q) = %q, %d, %q; want %+v", in, file, line, fn, want)
+		}
+	}
+}
