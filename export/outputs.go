@@ -121,7 +121,7 @@ func Plan(paths []string, override string, inputs ...string) ([]Output, error) {
 			outs = append(outs, Output{Path: p, Format: f})
 			continue
 		}
-		target, err := resolve(p)
+		target, err := checkPath(p, inputs...)
 		if err != nil {
 			return nil, err
 		}
@@ -129,18 +129,39 @@ func Plan(paths []string, override string, inputs ...string) ([]Output, error) {
 			return nil, fmt.Errorf("outputs %s and %s are the same file: give each output once", prev, p)
 		}
 		seen[target] = p
-		if err := writableDir(p, filepath.Dir(target)); err != nil {
-			return nil, err
-		}
-		for _, in := range inputs {
-			if same(p, in) {
-				return nil, fmt.Errorf("output %s is the input %s: writing it would destroy the recording; choose another output path", p, in)
-			}
-		}
 		outs = append(outs, Output{Path: p, Format: f})
 	}
 	return outs, nil
 }
+
+// CheckPath refuses, before any work, an output file path that cannot be
+// written (its directory missing or read-only, another user's link, not a
+// regular file) or that is one of the inputs.
+func CheckPath(path string, inputs ...string) error {
+	_, err := checkPath(path, inputs...)
+	return err
+}
+
+// checkPath is CheckPath, returning the file path names.
+func checkPath(path string, inputs ...string) (string, error) {
+	target, err := resolve(path)
+	if err != nil {
+		return "", err
+	}
+	if err := writableDir(path, filepath.Dir(target)); err != nil {
+		return "", err
+	}
+	for _, in := range inputs {
+		if same(path, in) {
+			return "", fmt.Errorf("output %s is the input %s: writing it would destroy the recording; choose another output path", path, in)
+		}
+	}
+	return target, nil
+}
+
+// WriteFile writes path through a temporary file beside it, renamed over it
+// once complete: a failed write leaves what was there.
+func WriteFile(path string, write func(io.Writer) error) error { return writeFile(path, write) }
 
 // resolve is the file an output path names: through a symbolic link of
 // this user's, so that the link stays and its target is replaced; another

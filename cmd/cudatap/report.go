@@ -60,27 +60,13 @@ func memoryProfilePath(report, flag string) string {
 	return flag
 }
 
-// checkReportPath refuses, before any work, a report path that cannot be
-// written or that is one of the inputs.
+// checkReportPath refuses, before any work, a report path that is not
+// an .html one, cannot be written, or is one of the inputs.
 func checkReportPath(path string, inputs ...string) error {
 	if !strings.HasSuffix(path, ".html") && !strings.HasSuffix(path, ".htm") {
 		return usageError(fmt.Errorf("report %s: give the HTML report a .html name", path))
 	}
-	fi, err := os.Stat(filepath.Dir(path))
-	if err != nil {
-		return fmt.Errorf("cannot write report %s: %w", path, err)
-	}
-	if !fi.IsDir() {
-		return fmt.Errorf("cannot write report %s: %s is not a directory", path, filepath.Dir(path))
-	}
-	for _, in := range inputs {
-		if a, err := os.Stat(in); err == nil {
-			if b, err := os.Stat(path); err == nil && os.SameFile(a, b) {
-				return fmt.Errorf("report %s is the input %s: choose another path", path, in)
-			}
-		}
-	}
-	return nil
+	return export.CheckPath(path, inputs...)
 }
 
 func runReport(cmd *cobra.Command, g *globalOptions, o *reportOptions, in string) error {
@@ -152,43 +138,19 @@ func writeReport(out, notes io.Writer, rep *htmlreport.Report, page, profile str
 func writePage(notes io.Writer, rep *htmlreport.Report, page, profile string) error {
 	var errs []error
 	if profile != "" {
-		if err := writeAtomically(profile, rep.WriteMemoryProfile); err != nil {
+		if err := export.WriteFile(profile, rep.WriteMemoryProfile); err != nil {
 			errs = append(errs, err)
 			profile = ""
 		} else {
 			fmt.Fprintf(notes, "wrote %s (device memory profile: go tool pprof -http=: %s)\n", profile, profile)
 		}
 	}
-	if err := writeAtomically(page, func(w io.Writer) error { return rep.WriteHTML(w, filepath.Base(profile)) }); err != nil {
+	if err := export.WriteFile(page, func(w io.Writer) error { return rep.WriteHTML(w, filepath.Base(profile)) }); err != nil {
 		errs = append(errs, err)
 	} else {
 		fmt.Fprintf(notes, "wrote %s (report: open it in a browser)\n", page)
 	}
 	return errors.Join(errs...)
-}
-
-// writeAtomically writes path through a temporary file beside it, renamed
-// over it once complete: a failed write leaves what was there.
-func writeAtomically(path string, write func(io.Writer) error) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	err = write(tmp)
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Chmod(tmp.Name(), 0o644)
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), path)
-	}
-	if err != nil {
-		os.Remove(tmp.Name())
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
 }
 
 // recordReport is record's --report: the recording it replays (the

@@ -222,7 +222,7 @@ func TestReportRejectsBadInput(t *testing.T) {
 		{[]string{"report", dir}, "is a directory", exitFailure},
 		{[]string{"report", filepath.Join(dir, "missing.cudatap")}, "no such file", exitNotFound},
 		{[]string{"report", rec, "-o", filepath.Join(dir, "out.json")}, "give the HTML report a .html name", exitUsage},
-		{[]string{"report", rec, "-o", filepath.Join(dir, "nodir", "out.html")}, "cannot write report", exitFailure},
+		{[]string{"report", rec, "-o", filepath.Join(dir, "nodir", "out.html")}, "cannot write output", exitFailure},
 		{[]string{"report", rec}, "not a cudatap recording", exitFailure},
 		{[]string{"report", rec, "-o", filepath.Join(dir, "out.html")}, "not a cudatap recording", exitFailure},
 	} {
