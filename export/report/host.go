@@ -189,6 +189,10 @@ func hostLines(buf *bytes.Buffer, h *syncs.Host) {
 		fmt.Fprintf(buf, "  host: %s, %s: %s; blocked in syncs %s of %s %s wall time (%.0f%%), away from CUDA in gaps ≥ %s %s (%.0f%%)\n",
 			workers(h.WorkThreads, "", ""), strings.Join(names, ", "), plural(h.Launches, "launch", "launches"),
 			units.Duration(h.BlockedNs), workers(h.WorkThreads, "its", "their"), units.Duration(h.ThreadWallNs), 100*h.Blocked(), units.Duration(syncs.LongGap), units.Duration(h.IdleNs), 100*share(h.IdleNs, h.WallNs))
+		if h.GapsNotKept > 0 {
+			fmt.Fprintf(buf, "  host: %d shorter gaps (%s) past the bound of gaps kept per thread are left out of the time away: it is understated\n",
+				h.GapsNotKept, units.Duration(h.GapsNotKeptNs))
+		}
 	}
 	for _, t := range h.Background() {
 		what := fmt.Sprintf("%s in %d sync(s)", units.Duration(t.BlockedNs), t.Syncs)

@@ -89,3 +89,36 @@ func TestWindow(t *testing.T) {
 		t.Errorf("in order: counted %d, want %d", sum, want)
 	}
 }
+
+// TestThreadGapsBounded: past maxGaps a thread keeps the longer half of its
+// long gaps and counts the rest, also when every gap is as long (the list
+// stays bounded), and kept plus counted is every gap.
+func TestThreadGapsBounded(t *testing.T) {
+	for name, length := range map[string]func(i int) uint64{
+		"equal":   func(int) uint64 { return 2 * LongGap },
+		"growing": func(i int) uint64 { return LongGap + uint64(i) },
+	} {
+		var th thread
+		const n = 3*maxGaps + 7
+		var want uint64
+		at := uint64(1)
+		for i := range n {
+			th.gap(at, at+length(i))
+			want += length(i)
+			at += length(i) + 1
+			if len(th.gaps) > maxGaps {
+				t.Fatalf("%s: %d gaps kept, bound %d", name, len(th.gaps), maxGaps)
+			}
+		}
+		var kept uint64
+		for i, g := range th.gaps {
+			kept += g.len()
+			if i > 0 && g.from < th.gaps[i-1].from {
+				t.Fatalf("%s: gaps out of time order", name)
+			}
+		}
+		if int64(len(th.gaps))+th.notKept != n || kept+th.notKeptNs != want {
+			t.Errorf("%s: %d kept + %d counted of %d gaps; %d + %d ns of %d", name, len(th.gaps), th.notKept, n, kept, th.notKeptNs, want)
+		}
+	}
+}

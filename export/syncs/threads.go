@@ -67,9 +67,12 @@ type Thread struct {
 	WallNs    uint64 `json:"wall_ns"`
 	BlockedNs uint64 `json:"blocked_ns"`
 	SyncNs    uint64 `json:"sync_ns"`
-	// Gaps ≥ LongGap between its calls (the longest maxGaps of them).
-	LongGaps  int    `json:"long_gaps"`
-	LongGapNs uint64 `json:"long_gap_ns"`
+	// Gaps ≥ LongGap between its calls (the longest maxGaps of them);
+	// those past the bound are counted, not kept (time away understated).
+	LongGaps      int    `json:"long_gaps"`
+	LongGapNs     uint64 `json:"long_gap_ns"`
+	GapsNotKept   int64  `json:"long_gaps_not_kept,omitempty"`
+	GapsNotKeptNs uint64 `json:"long_gap_ns_not_kept,omitempty"`
 
 	first, last uint64
 	gaps        []span
@@ -94,6 +97,8 @@ type thread struct {
 	window                window
 	gaps                  []span // ≥ gapMin, in time order
 	gapMin                uint64
+	notKept               int64 // long gaps shorter than gapMin, and their time
+	notKeptNs             uint64
 }
 
 // call adds c to the thread.
@@ -101,7 +106,7 @@ func (t *thread) call(c *model.Call) {
 	end := max(c.End, c.Start)
 	if t.calls == 0 {
 		t.first = c.Start
-	} else if c.Start > t.lastEnd && c.Start-t.lastEnd >= max(t.gapMin, LongGap) {
+	} else if c.Start > t.lastEnd && c.Start-t.lastEnd >= LongGap {
 		t.gap(t.lastEnd, c.Start)
 	}
 	t.lastEnd = max(t.lastEnd, end)
@@ -115,19 +120,29 @@ func (t *thread) call(c *model.Call) {
 }
 
 // gap keeps a long gap; past maxGaps it keeps the longer half, and from
-// then on only gaps as long.
+// then on only gaps as long. What it does not keep it counts.
 func (t *thread) gap(from, to uint64) {
+	if to-from < t.gapMin {
+		t.notKept++
+		t.notKeptNs += to - from
+		return
+	}
 	t.gaps = append(t.gaps, span{from, to})
 	if len(t.gaps) < maxGaps {
 		return
 	}
-	lens := make([]uint64, len(t.gaps))
-	for i, g := range t.gaps {
-		lens[i] = g.len()
+	// The longer half, ties by time: exactly half goes, however many
+	// gaps are equally long, so this runs once every maxGaps/2 gaps.
+	byLen := slices.Clone(t.gaps)
+	slices.SortStableFunc(byLen, func(a, b span) int { return cmp.Compare(b.len(), a.len()) })
+	keep, drop := byLen[:maxGaps/2], byLen[maxGaps/2:]
+	for _, g := range drop {
+		t.notKept++
+		t.notKeptNs += g.len()
 	}
-	slices.Sort(lens)
-	t.gapMin = lens[len(lens)/2]
-	t.gaps = slices.DeleteFunc(t.gaps, func(g span) bool { return g.len() < t.gapMin })
+	t.gapMin = keep[len(keep)-1].len()
+	slices.SortFunc(keep, func(a, b span) int { return cmp.Compare(a.from, b.from) })
+	t.gaps = append(t.gaps[:0], keep...)
 }
 
 // sync adds s's blocked time to the thread and returns the part of it not
@@ -199,6 +214,7 @@ func (c *Collector) threads(r *model.Result, pid uint32) []Thread {
 			th.LongGaps++
 			th.LongGapNs += g.len()
 		}
+		th.GapsNotKept, th.GapsNotKeptNs = t.notKept, t.notKeptNs
 		anyWork = anyWork || t.work > 0
 		out = append(out, th)
 	}
@@ -254,8 +270,12 @@ type Host struct {
 	// them); StallNs the part of it when no GPU work was queued or running
 	// either, proven by the syncs (StallGaps gaps, the longest
 	// LongestStallNs).
-	IdleNs         uint64
-	IdleGaps       int
+	IdleNs   uint64
+	IdleGaps int
+	// GapsNotKept: long gaps of those threads past the per-thread bound,
+	// counted but not kept: IdleNs and StallNs leave them out.
+	GapsNotKept    int64
+	GapsNotKeptNs  uint64
 	StallNs        uint64
 	StallGaps      int
 	LongestStallNs uint64
@@ -316,6 +336,8 @@ func HostOf(r *model.Result, c *Collector, pid uint32) *Host {
 		h.WorkCalls += t.WorkCalls
 		h.ThreadWallNs += t.WallNs
 		h.BlockedNs += t.BlockedNs
+		h.GapsNotKept += t.GapsNotKept
+		h.GapsNotKeptNs += t.GapsNotKeptNs
 	}
 	if h.WorkThreads == 0 {
 		return h
