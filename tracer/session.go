@@ -312,6 +312,7 @@ func (s *Session) reportAggregates(prune bool) {
 			s.log.Warn("launch counters full (16,384 process, API and stream keys): launches recorded one by one instead", "launches", st.AggregateFull)
 		}
 	}
+	agg.Final = dead
 	s.cfg.OnAggregates(agg)
 	s.aggPIDs = map[uint32]bool{}
 	for pid := range agg.Launches {

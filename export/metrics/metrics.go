@@ -449,6 +449,14 @@ func (c *Collector) SetAggregates(a event.Aggregates) {
 		}
 		p.aggLive, p.aggLiveStream = since(p.aggCum.calls, p.aggBase.calls), since(p.aggCum.streams, p.aggBase.streams)
 	}
+	// Their last counts: into the totals now, so that a new process under
+	// a reused PID counts from zero, not from the old one's baseline.
+	for _, pid := range a.Final {
+		if p := c.procs[pid]; p != nil {
+			c.fold(p)
+			p.aggCum, p.aggBase = aggregates{}, aggregates{}
+		}
+	}
 }
 
 // since is cum - base per key.

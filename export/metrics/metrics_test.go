@@ -386,3 +386,24 @@ func TestStreamLabelsBounded(t *testing.T) {
 		t.Errorf("%d stream series, %v launches on \"other\"; want %d and 10", series, other, maxStreamNames+1)
 	}
 }
+
+// TestFinalAggregates: a process's last counts (Final) go into its totals,
+// and a new process under the same PID counts from zero in the same
+// session, even after a cut set a baseline.
+func TestFinalAggregates(t *testing.T) {
+	c := NewCollector()
+	c.label = func(uint32, ...string) ProcLabels { return ProcLabels{Comm: "python3"} }
+	launches := func(n uint64, final ...uint32) event.Aggregates {
+		return event.Aggregates{Launches: map[uint32]map[event.LaunchKey]uint64{7: {{API: event.CuLaunchKernel}: n}}, Final: final}
+	}
+	c.SetAggregates(launches(100))
+	c.CutAggregates() // baseline 100
+	c.SetAggregates(launches(150, 7))
+	if got := gather(t, c, "cudatap_kernel_launches_total", nil); got != 150 {
+		t.Errorf("after the last counts: %v launches, want 150", got)
+	}
+	c.SetAggregates(launches(3)) // PID 7 again, a new process
+	if got := gather(t, c, "cudatap_kernel_launches_total", nil); got != 153 {
+		t.Errorf("a reused PID: %v launches, want 150 + 3", got)
+	}
+}

@@ -180,6 +180,10 @@ type Aggregates struct {
 	Launches  map[uint32]map[LaunchKey]uint64
 	Times     map[uint32]map[API]*TimeHistogram
 	TimesLost uint64
+	// Final lists the processes (exited) whose counts these are for the
+	// last time: BPF forgets them next, and their PIDs may come back as
+	// new processes counting from zero.
+	Final []uint32
 }
 
 // PairCookie is the cookie of runtime launch symbol sym when the driver
