@@ -203,8 +203,12 @@ func (c *Collector) Build(r *model.Result) *Report {
 	}
 	rep.Devices = c.overlaps()
 	rep.TopByCount, rep.TopByTime = c.topOps(r, byPID)
-	rep.Verdicts = report.Verdicts(&r.GPU)
 	rep.HostVerdicts = report.AllHostVerdicts(r, c.Syncs)
+	judged := map[uint32]bool{}
+	for _, v := range rep.HostVerdicts {
+		judged[v.PID] = true
+	}
+	rep.Verdicts = report.UnjudgedVerdicts(&r.GPU, judged) // as the summary shows them
 	var sum bytes.Buffer
 	report.Summary(&sum, r, c.Syncs, report.Options{})
 	rep.Summary = sum.String()

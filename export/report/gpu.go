@@ -221,7 +221,7 @@ func gpus(buf *bytes.Buffer, g *model.GPUReport, start uint64, judged map[uint32
 		for _, d := range byIndex(g.GPUs) {
 			fmt.Fprintf(buf, "  %s\n", deviceLine(d))
 		}
-		vs := slices.DeleteFunc(Verdicts(g), func(v Verdict) bool { return v.Kind == VerdictHostBound && judged[v.PID] })
+		vs := UnjudgedVerdicts(g, judged)
 		switch {
 		case len(vs) == 0 && len(judged) > 0:
 			buf.WriteString("  verdicts: none from NVML (no out-of-memory risk, no throttling, no idle holder); the host verdicts are in the process sections above\n")
@@ -315,4 +315,11 @@ func byIndex(ds []model.GPUStats) []*model.GPUStats {
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Index < out[j].Index })
 	return out
+}
+
+// UnjudgedVerdicts are NVML's verdicts less its host-bound ones for the
+// processes judged from the trace (those with a host verdict): the trace's
+// judgement is the finer one, and the same thing said twice is noise.
+func UnjudgedVerdicts(g *model.GPUReport, judged map[uint32]bool) []Verdict {
+	return slices.DeleteFunc(Verdicts(g), func(v Verdict) bool { return v.Kind == VerdictHostBound && judged[v.PID] })
 }
