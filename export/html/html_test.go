@@ -484,6 +484,25 @@ func TestBlockedShareLessHolds(t *testing.T) {
 	}
 }
 
+// The thread named in "waited for the GPU" is one that launches work: a
+// background thread blocked longer (it enqueues nothing: NCCL's watchdog,
+// a poller) does not hold up the work.
+func TestBlockedThreadLaunchesWork(t *testing.T) {
+	w := newWorld(Options{})
+	w.call(event.CudaLaunchKernel, 0, 10*us, func(c *model.Call) { c.GPUOp, c.Stream = 0, 0 })
+	w.syncCall(event.CudaStreamSynchronize, 10*us, 30*us, model.SyncStream, 0)
+	// The background thread: one long sync, no work.
+	c := w.call(event.CudaStreamSynchronize, 5*us, 95*us, func(c *model.Call) {
+		c.TID, c.Stream, c.Sync, c.BlockedNs = mainTID+1, 0, model.SyncStream, 90*us
+	})
+	w.sink.Sync(w.p, &model.Sync{Kind: model.SyncStream, Call: c.Seq, TID: c.TID, Stream: 0, Start: c.Start, BlockedNs: 90 * us, API: c.API, Stack: -1, PyStack: -1})
+	w.call(event.CudaLaunchKernel, 100*us, 100*us, func(c *model.Call) { c.GPUOp, c.Stream = 1, 0 })
+	rep := w.c.Build(w.result())
+	if pr := rep.Processes[0]; pr.BlockedTID != mainTID || pr.ThreadNs != 20*us {
+		t.Errorf("blocked thread %d for %d ns; want the launching thread %d, 20 µs", pr.BlockedTID, pr.ThreadNs, mainTID)
+	}
+}
+
 // NVML samples become a group of rows on the timeline's axis; a long
 // series is reduced to a mean per stretch.
 func TestNVMLSeries(t *testing.T) {

@@ -236,8 +236,22 @@ func (c *Collector) process(r *model.Result, p *model.Process) ProcessReport {
 		return pr
 	}
 	pr.BlockedNs, pr.Syncs = ps.blocked, ps.syncs
+	// The thread blocked longest among those that launch work, as the
+	// summary judges them: a background thread (NCCL's watchdog, a poller)
+	// waits without holding up the work.
+	work := map[uint32]bool{}
+	if h := syncs.HostOf(r, c.Syncs, p.PID); h != nil {
+		for _, t := range h.Threads {
+			if t.Role == syncs.RoleWork {
+				work[t.TID] = true
+			}
+		}
+	}
 	for k, t := range c.threads {
-		if k.pid == p.PID && (t.blockedNs > pr.ThreadNs || t.blockedNs == pr.ThreadNs && t.blockedNs > 0 && k.tid < pr.BlockedTID) {
+		if k.pid != p.PID || len(work) > 0 && !work[k.tid] {
+			continue
+		}
+		if t.blockedNs > pr.ThreadNs || t.blockedNs == pr.ThreadNs && t.blockedNs > 0 && k.tid < pr.BlockedTID {
 			pr.BlockedTID, pr.ThreadNs, pr.ThreadWallNs = k.tid, t.blockedNs, t.wall()
 		}
 	}
