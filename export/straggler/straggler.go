@@ -19,11 +19,11 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/cudatap/cudatap/export/internal/describe"
+	"github.com/cudatap/cudatap/export/syncs"
 	"github.com/cudatap/cudatap/tracer/event"
 	"github.com/cudatap/cudatap/tracer/model"
 )
@@ -476,23 +476,11 @@ func userLine(n *model.Names, p *model.Process, idx int32) string {
 		return ""
 	}
 	for _, f := range frames {
-		if !LibraryFrame(f) {
+		if !syncs.LibraryPyFrame(f) { // the rule the sync sites use: one line is named alike in both
 			return f
 		}
 	}
 	return frames[0]
-}
-
-// LibraryFrame reports whether a Python frame ("file:line function") is in
-// an installed package or the standard library rather than the program.
-func LibraryFrame(f string) bool {
-	for _, s := range []string{"/site-packages/", "/dist-packages/", "<frozen "} {
-		if strings.Contains(f, s) {
-			return true
-		}
-	}
-	// The standard library: .../lib/python3.12/x.py.
-	return strings.Contains(f, "/lib/python3")
 }
 
 // Naming says how a report names processes and lines.
