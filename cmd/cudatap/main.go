@@ -72,11 +72,18 @@ kernel and Python frame named; more than -v).
 // usageErrors makes every error cobra finds before a command runs (a flag
 // it cannot parse, an argument count) a usage error (exit status 2).
 func usageErrors(root *cobra.Command) {
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError(err) })
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return usageError(fmt.Errorf("%w (see %s --help)", err, c.CommandPath()))
+	})
 	var walk func(*cobra.Command)
 	walk = func(c *cobra.Command) {
 		if args := c.Args; args != nil && c != root {
-			c.Args = func(cmd *cobra.Command, a []string) error { return usageError(args(cmd, a)) }
+			c.Args = func(cmd *cobra.Command, a []string) error {
+				if err := args(cmd, a); err != nil {
+					return usageError(fmt.Errorf("%w (usage: %s; see %s --help)", err, cmd.UseLine(), cmd.CommandPath()))
+				}
+				return nil
+			}
 		}
 		for _, sub := range c.Commands() {
 			walk(sub)

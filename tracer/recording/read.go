@@ -139,7 +139,7 @@ func readPrelude(br *bufio.Reader, rp *Replay) (int64, error) {
 		return 0, fmt.Errorf("%w: file too short", ErrFormat)
 	}
 	if [8]byte(pre[:8]) != magic {
-		return 0, fmt.Errorf("%w: bad magic", ErrFormat)
+		return 0, fmt.Errorf("%w: bad magic (give a .cudatap file that cudatap record -o wrote)", ErrFormat)
 	}
 	if v := binary.LittleEndian.Uint32(pre[8:]); v != Version {
 		return 0, fmt.Errorf("%w: version %d, this cudatap reads version %d", ErrFormat, v, Version)
