@@ -36,8 +36,8 @@ func addCompletions(root *cobra.Command) {
 			})
 		}
 		switch c.Name() {
-		case "export", "syncs", "merge":
-			one := c.Name() == "export"
+		case "export", "lint", "report", "syncs", "merge":
+			one := c.Name() == "export" || c.Name() == "lint" || c.Name() == "report"
 			c.ValidArgsFunction = func(_ *cobra.Command, args []string, _ string) ([]string, cobra.ShellCompDirective) {
 				if one && len(args) > 0 {
 					return nil, cobra.ShellCompDirectiveNoFileComp

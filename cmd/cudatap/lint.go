@@ -35,12 +35,6 @@ memsets too), and the fix. The exit status is 0 whether or not a lint fired.`,
 		Example: `  cudatap lint run.cudatap
   cudatap lint --json run.cudatap`,
 		Args: cobra.ExactArgs(1),
-		ValidArgsFunction: func(_ *cobra.Command, args []string, _ string) ([]string, cobra.ShellCompDirective) {
-			if len(args) > 0 {
-				return nil, cobra.ShellCompDirectiveNoFileComp
-			}
-			return []string{"cudatap"}, cobra.ShellCompDirectiveFilterFileExt
-		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runLint(cmd, o, args[0])
 		},
