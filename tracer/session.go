@@ -265,6 +265,7 @@ func recordingHeader(cfg Config) recording.Header {
 	h := recording.NewHeader("cudatap", WallOffset())
 	h.Host, _ = os.Hostname()
 	h.Kernel, _ = procfs.OSRelease()
+	h.BootID, _ = procfs.BootID()
 	h.Command = cfg.Command
 	return h
 }

@@ -292,6 +292,10 @@ func Getenv(pid int, name string) string {
 // OSRelease is the running kernel's release (uname -r).
 func OSRelease() (string, error) { return readTrim("/proc/sys/kernel/osrelease") }
 
+// BootID identifies this boot of the host (/proc/sys/kernel/random/boot_id):
+// CLOCK_MONOTONIC readings with the same boot id are on one clock.
+func BootID() (string, error) { return readTrim("/proc/sys/kernel/random/boot_id") }
+
 // RSS is the resident set size of pid in bytes (VmRSS), 0 when unknown.
 func RSS(pid int) int64 {
 	v, err := statusField(path(pid, "status"), "VmRSS")

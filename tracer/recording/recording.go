@@ -61,10 +61,22 @@ type Header struct {
 	EventHeader  int       `json:"event_header_bytes"`
 	EventMax     int       `json:"event_max_bytes"`
 	APIs         []APIDesc `json:"apis"`
+	// BootID is the recording host's /proc/sys/kernel/random/boot_id: two
+	// recordings with the same one share their CLOCK_MONOTONIC (SameClock).
+	// Absent from recordings made before it was written, and from merged
+	// ones (their clock is shifted).
+	BootID string `json:"boot_id,omitempty"`
 	// Merge, in a recording `cudatap merge` wrote, says which recordings
 	// it joins and how their clocks were aligned (export/merge reads it).
 	// Its timestamps are then on the clock of one of them, the reference.
 	Merge json.RawMessage `json:"merge,omitempty"`
+}
+
+// SameClock reports whether h's and o's timestamps are on one clock: the
+// CLOCK_MONOTONIC of one boot of one host, as their boot ids say. False
+// when either does not know its boot id.
+func (h Header) SameClock(o Header) bool {
+	return h.BootID != "" && h.BootID == o.BootID && h.Clock == o.Clock && len(h.Merge) == 0 && len(o.Merge) == 0
 }
 
 // APIDesc names an API id, so a file stays readable when ids grow.
