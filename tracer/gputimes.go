@@ -6,6 +6,7 @@ package tracer
 // the notes, and are recorded, so a replay draws the same ops.
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -83,15 +84,12 @@ func (s *Session) gpuTimesForLaunch(env []string) (string, error) {
 				"and the driver loads only one; unset it or leave out --gpu-times", v)
 		}
 	}
-	dir, err := os.MkdirTemp("", "cudatap-gputimes-")
+	// The command shares cudatap's root and runs as its user.
+	l, err := gputime.Listen(gputime.Config{Root: "/", CUPTI: s.cfg.CUPTIPath, UID: -1, GID: -1}, s)
 	if err != nil {
-		return "", fmt.Errorf("--gpu-times: %w", err)
-	}
-	l, err := gputime.Listen(gputime.Config{HostDir: dir, TargetDir: dir, CUPTI: s.cfg.CUPTIPath, UID: -1, GID: -1}, s)
-	if err != nil {
-		os.RemoveAll(dir)
 		return "", err
 	}
+	s.guard.staged("/", l.Dir())
 	s.gputimes.mu.Lock()
 	s.gputimes.listeners = append(s.gputimes.listeners, l)
 	s.gputimes.mu.Unlock()
@@ -109,7 +107,7 @@ func (s *Session) stopGPUTimes() {
 	s.gputimes.listeners = nil
 	s.gputimes.mu.Unlock()
 	for _, l := range ls {
-		l.Stop(3 * time.Second)
+		s.stopListener(l, 3*time.Second)
 	}
 }
 
@@ -214,6 +212,13 @@ func (s *Session) applyGPUNotes(ns []gpuNote) {
 	}
 }
 
+// stopListener stops a collector's listener, which removes its directory,
+// and tells the guardian it need not.
+func (s *Session) stopListener(l *gputime.Listener, timeout time.Duration) {
+	l.Stop(timeout)
+	s.guard.unstaged(l.Root(), l.Dir())
+}
+
 // gpuTimesLost is what the session itself lost (the queue was full).
 func (s *Session) gpuTimesLost() uint64 {
 	s.gputimes.mu.Lock()
@@ -251,7 +256,8 @@ func (s *Session) gpuTimesAdopted(pid int) {
 	}
 	go func() {
 		defer s.gputimes.inflight.Done()
-		s.gpuTimesAttach(pid)
+		s.gpuTimesAttach(pid) // a refusal is logged and shown in the process's GPU-times status
+
 	}()
 }
 
@@ -265,7 +271,7 @@ func (s *Session) gpuTimesExited(pid int) {
 	}
 	s.gputimes.mu.Unlock()
 	if l != nil {
-		go l.Stop(time.Second) // its collector is gone with it: nothing to wait for
+		go s.stopListener(l, time.Second) // its collector is gone with it: nothing to wait for
 	}
 }
 
@@ -273,7 +279,10 @@ func (s *Session) gpuTimesExited(pid int) {
 // written where the process sees it (its own /tmp, through /proc/PID/root:
 // a container's), then the process is made to dlopen it with ptrace. It is
 // refused, the process untouched, where that cannot be done safely.
-func (s *Session) gpuTimesAttach(pid int) {
+//
+// A collector directory someone tampered with (gputime.ErrPlanted) is
+// returned as well: for -p, the session ends on it.
+func (s *Session) gpuTimesAttach(pid int) error {
 	refuse := func(why string) {
 		s.log.Warn("--gpu-times: not measuring this process: its GPU ops are drawn within bounds", "pid", pid, "reason", why)
 		s.setGPUStatus(uint32(pid), "not measured: "+why)
@@ -281,29 +290,32 @@ func (s *Session) gpuTimesAttach(pid int) {
 	if s.cfg.CUPTIPath == "" {
 		if _, err := findCUPTI(pid); err != nil {
 			refuse(err.Error())
-			return
+			return nil
 		}
 	}
 	uid, gid := procOwner(pid)
-	dir := fmt.Sprintf("/tmp/cudatap-gputimes-%d-%d", os.Getpid(), pid)
-	host := dir
+	root := "/"
 	if !sameRoot(pid) {
-		host = fmt.Sprintf("/proc/%d/root%s", pid, dir) // a container's /tmp
+		root = fmt.Sprintf("/proc/%d/root", pid) // a container's
 	}
-	l, err := gputime.Listen(gputime.Config{HostDir: host, TargetDir: dir, CUPTI: s.cfg.CUPTIPath, Attach: true, UID: uid, GID: gid}, s)
+	l, err := gputime.Listen(gputime.Config{Root: root, CUPTI: s.cfg.CUPTIPath, Attach: true, UID: uid, GID: gid}, s)
 	if err != nil {
 		refuse(err.Error())
-		return
+		if errors.Is(err, gputime.ErrPlanted) {
+			return err
+		}
+		return nil
 	}
+	s.guard.staged(root, l.Dir())
 	// The guardian borrows the process: were cudatap killed mid-call, it
 	// still gives the thread back.
 	s.gputimes.loading.Lock()
 	_, err = s.guard.inject(pid, l.LibraryPath())
 	s.gputimes.loading.Unlock()
 	if err != nil {
-		l.Stop(0)
+		s.stopListener(l, 0)
 		refuse(fmt.Sprintf("load the collector: %v", err))
-		return
+		return nil
 	}
 	s.gputimes.mu.Lock()
 	s.gputimes.listeners = append(s.gputimes.listeners, l)
@@ -319,6 +331,7 @@ func (s *Session) gpuTimesAttach(pid int) {
 	case <-time.After(collectorReadyTimeout):
 		s.log.Warn("--gpu-times: the collector has not reported yet; GPU ops are measured once it does", "pid", pid, "waited", collectorReadyTimeout)
 	}
+	return nil
 }
 
 // collectorReadyTimeout bounds the wait for a loaded collector's first

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cudatap/cudatap/internal/inject"
+	"github.com/cudatap/cudatap/tracer/gputime"
 )
 
 // Holds that cannot outlive cudatap. A target cudatap launched (or a
@@ -126,6 +127,25 @@ func (g *guardian) say(verb string, pid int) {
 	}
 }
 
+// staged tells the guardian of a GPU-time collector directory, name in the
+// /tmp under root: cudatap removes it when done; if cudatap dies first, the
+// guardian does.
+func (g *guardian) staged(root, name string) { g.say2("staged", root, name) }
+
+// unstaged: cudatap removed that directory itself.
+func (g *guardian) unstaged(root, name string) { g.say2("unstaged", root, name) }
+
+func (g *guardian) say2(verb, a, b string) {
+	if g == nil || strings.ContainsAny(a+b, " \n") {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.err == nil {
+		_, g.err = fmt.Fprintf(g.w, "%s %s %s\n", verb, a, b)
+	}
+}
+
 // hold tells the guardian that pid may be stopped at a library load.
 func (g *guardian) hold(pid int) { g.say("hold", pid) }
 
@@ -157,11 +177,19 @@ func guard(parent int, in io.Reader) {
 		pidfd = -1
 	}
 	held := map[int]bool{}
+	staged := map[[2]string]bool{} // root, name
 	sc := bufio.NewScanner(in)
 	for sc.Scan() {
 		verb, arg, _ := strings.Cut(sc.Text(), " ")
 		pid, _ := strconv.Atoi(arg)
 		switch verb {
+		case "staged", "unstaged":
+			root, name, _ := strings.Cut(arg, " ")
+			if verb == "unstaged" {
+				delete(staged, [2]string{root, name})
+			} else if len(staged) < maxStaged {
+				staged[[2]string{root, name}] = true
+			}
 		case "hold":
 			held[pid] = true
 		case "free":
@@ -198,4 +226,11 @@ func guard(parent int, in io.Reader) {
 	for pid := range held {
 		unix.Kill(pid, unix.SIGCONT)
 	}
+	for d := range staged {
+		gputime.RemoveStaging(d[0], d[1]) // a container that ended took its /tmp along
+	}
 }
+
+// maxStaged bounds the collector directories the guardian keeps track of
+// (one per process measured at once: the session allows 64).
+const maxStaged = 1 << 12

@@ -365,7 +365,10 @@ func (s *Session) run(ctx context.Context) (*Outcome, error) {
 			return nil, err
 		}
 		if s.cfg.GPUTimes {
-			s.gpuTimesAttach(pid)
+			if err := s.gpuTimesAttach(pid); err != nil {
+				s.closeAll()
+				return nil, err
+			}
 		}
 	}
 	if s.watching() {

@@ -3,8 +3,9 @@
 // each GPU record to the API call that enqueued it, so the model can draw
 // every op where the GPU really ran it (model.Measurement).
 //
-// A Listener owns a directory the target can see: the collector library,
-// its config and a SOCK_SEQPACKET socket. Each process that loads the
+// A Listener owns a directory the target can see, in its /tmp, made so
+// that the target's user cannot turn it against the node (stage.go): the
+// collector library, its config and a SOCK_SEQPACKET socket. Each process that loads the
 // collector connects once; its messages (wire.h) are read on a goroutine
 // of their own, joined by CUPTI correlation id, and handed to the Sink in
 // order. Every buffer is bounded; what does not fit is counted.
@@ -15,6 +16,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -88,12 +90,13 @@ var debug = os.Getenv("CUDATAP_GPUTIME_DEBUG") != ""
 // maxOpNs: a GPU record longer than this is not a real time.
 const maxOpNs = uint64(time.Hour)
 
-// Config says where the collector's files go.
+// Config says where the collector's files go and how it runs.
 type Config struct {
-	// HostDir is the directory as cudatap sees it (for a process in a
-	// container: under /proc/PID/root); TargetDir the same directory as
-	// the target sees it.
-	HostDir, TargetDir string
+	// Root is the target's root directory as cudatap reaches it: "/" for a
+	// process that shares cudatap's, /proc/PID/root for one in a
+	// container. The collector's directory is made in its /tmp (see
+	// stage.go: nothing is done by a path the target's user controls).
+	Root string
 	// CUPTI, if set, is the libcupti the collector must use (as the target
 	// sees it); else it finds the target's own.
 	CUPTI string
@@ -103,16 +106,20 @@ type Config struct {
 	// FlushEvery is how often the collector flushes CUPTI (default 200ms).
 	FlushEvery time.Duration
 	// UID, GID own the socket, so a target running as another user can
-	// connect (-1: leave as created).
+	// connect (-1: cudatap's).
 	UID, GID int
+
+	name       string // the directory's name; drawn at random unless a test sets it
+	afterMkdir func() // a test's attacker, between mkdir and open
 }
 
 // Listener serves the collectors of the processes that see one directory.
 type Listener struct {
-	cfg  Config
-	sink Sink
-	ln   *net.UnixListener
-	wg   sync.WaitGroup
+	cfg     Config
+	staging *staging
+	sink    Sink
+	ln      *net.UnixListener
+	wg      sync.WaitGroup
 
 	mu    sync.Mutex
 	conns map[*net.UnixConn]struct{}
@@ -139,21 +146,42 @@ func (l *Listener) Measure(pid uint32, m *model.Measurement) { l.sink.Measure(pi
 func (l *Listener) Mark(pid uint32, t uint64)                { l.sink.Mark(pid, t) }
 func (l *Listener) Stopped(pid uint32, lost Lost)            { l.sink.Stopped(pid, lost) }
 
-// Listen writes the collector and its config into cfg.HostDir (created,
-// mode 0755) and listens on its socket.
+// Listen makes the collector's directory in the target's /tmp, writes the
+// collector and its config into it and listens on its socket.
 func Listen(cfg Config, sink Sink) (*Listener, error) {
-	if err := os.MkdirAll(cfg.HostDir, 0o755); err != nil {
-		return nil, fmt.Errorf("GPU times: make %s: %w", cfg.HostDir, err)
+	name := cfg.name
+	if name == "" {
+		var err error
+		if name, err = newStagingName(); err != nil {
+			return nil, fmt.Errorf("GPU times: %w", err)
+		}
 	}
-	lib := filepath.Join(cfg.HostDir, collector.LibraryName)
-	if err := os.WriteFile(lib, collector.Library, 0o755); err != nil {
-		return nil, fmt.Errorf("GPU times: write the collector: %w", err)
+	st, err := makeStaging(cfg.Root, name, cfg.afterMkdir)
+	if err != nil {
+		return nil, err
+	}
+	ln, err := stageCollector(st, cfg)
+	if err != nil {
+		st.remove()
+		return nil, err
+	}
+	l := &Listener{cfg: cfg, staging: st, sink: sink, ln: ln, conns: map[*net.UnixConn]struct{}{}, ready: make(chan struct{})}
+	l.wg.Add(1)
+	go l.accept()
+	return l, nil
+}
+
+// stageCollector writes the collector and its config into st and listens
+// on its socket.
+func stageCollector(st *staging, cfg Config) (*net.UnixListener, error) {
+	if err := st.writeFile(libraryFile, collector.Library, 0o755); err != nil {
+		return nil, err
 	}
 	flush := cfg.FlushEvery
 	if flush <= 0 {
 		flush = 200 * time.Millisecond
 	}
-	conf := fmt.Sprintf("socket=%s\nflush_ms=%d\n", filepath.Join(cfg.TargetDir, "sock"), flush.Milliseconds())
+	conf := fmt.Sprintf("socket=%s\nflush_ms=%d\n", path.Join(st.target, socketFile), flush.Milliseconds())
 	if cfg.CUPTI != "" {
 		conf += "cupti=" + cfg.CUPTI + "\n"
 	}
@@ -163,31 +191,22 @@ func Listen(cfg Config, sink Sink) (*Listener, error) {
 	if os.Getenv("CUDATAP_CUPTI_CLOCK") == "cupti" {
 		conf += "clock=cupti\n" // a diagnosis: CUPTI's clock and an offset, not a timestamp callback
 	}
-	if err := os.WriteFile(filepath.Join(cfg.HostDir, "config"), []byte(conf), 0o644); err != nil {
-		return nil, fmt.Errorf("GPU times: write the collector's config: %w", err)
+	if err := st.writeFile(configFile, []byte(conf), 0o644); err != nil {
+		return nil, err
 	}
-	sock := filepath.Join(cfg.HostDir, "sock")
-	os.Remove(sock)
-	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: sock, Net: "unixpacket"})
-	if err != nil {
-		return nil, fmt.Errorf("GPU times: listen on %s: %w", sock, err)
-	}
-	ln.SetUnlinkOnClose(true)
-	os.Chmod(sock, 0o600)
-	if cfg.UID >= 0 && cfg.GID >= 0 && (cfg.UID != 0 || cfg.GID != 0) {
-		os.Chown(sock, cfg.UID, cfg.GID)
-		os.Chown(cfg.HostDir, cfg.UID, cfg.GID)
-	}
-	l := &Listener{cfg: cfg, sink: sink, ln: ln, conns: map[*net.UnixConn]struct{}{}, ready: make(chan struct{})}
-	l.wg.Add(1)
-	go l.accept()
-	return l, nil
+	return st.listen(socketFile, cfg.UID, cfg.GID)
 }
+
+// Dir is the collector's directory's name in the target's /tmp.
+func (l *Listener) Dir() string { return l.staging.name }
+
+// Root is the target's root the directory was made under (Config.Root).
+func (l *Listener) Root() string { return l.cfg.Root }
 
 // LibraryPath is the collector as the target sees it: what
 // CUDA_INJECTION64_PATH names, or what cudatap makes the process dlopen.
 func (l *Listener) LibraryPath() string {
-	return filepath.Join(l.cfg.TargetDir, collector.LibraryName)
+	return path.Join(l.staging.target, libraryFile)
 }
 
 func (l *Listener) accept() {
@@ -226,7 +245,7 @@ func (l *Listener) Stop(timeout time.Duration) {
 	l.mu.Unlock()
 	l.ln.Close()
 	l.wg.Wait()
-	os.RemoveAll(l.cfg.HostDir)
+	l.staging.remove()
 }
 
 // serve reads one collector's messages until it says bye or goes away.

@@ -102,8 +102,7 @@ func runInjected(t *testing.T, l *Listener, r *recorder, env ...string) (*sim.Re
 
 func listen(t *testing.T, r *recorder) *Listener {
 	t.Helper()
-	dir := t.TempDir()
-	l, err := Listen(Config{HostDir: dir, TargetDir: dir, UID: -1, GID: -1, FlushEvery: 20 * time.Millisecond}, r)
+	l, err := Listen(Config{Root: "/", UID: -1, GID: -1, FlushEvery: 20 * time.Millisecond}, r)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,8 +181,7 @@ func TestCollectorRefuses(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newRecorder()
-			dir := t.TempDir()
-			l, err := Listen(Config{HostDir: dir, TargetDir: dir, UID: -1, GID: -1, CUPTI: tc.cupti}, r)
+			l, err := Listen(Config{Root: "/", UID: -1, GID: -1, CUPTI: tc.cupti}, r)
 			if err != nil {
 				t.Fatal(err)
 			}
