@@ -73,11 +73,12 @@ generate:
 	@command -v $(BPF_CLANG) >/dev/null || { echo "make generate needs $(BPF_CLANG) and $(BPF_STRIP): apt-get install clang-19 llvm-19 libbpf-dev" >&2; exit 1; }
 	cd tracer/probe && BPF_CLANG=$(BPF_CLANG) BPF_STRIP=$(BPF_STRIP) $(GO) generate ./...
 	cd tracer/gputime/collector && $(GO) generate .
+	cd internal/inject && $(GO) generate .
 
 # CI: the committed BPF objects and collector library must be what the
 # sources produce.
 check-generate: generate
-	git diff --exit-code -- tracer/ bpf/ || (echo "generated BPF objects are stale: run make generate and commit" >&2; exit 1)
+	git diff --exit-code -- tracer/ bpf/ internal/inject/ || (echo "generated BPF objects, collector or injection stub are stale: run make generate and commit" >&2; exit 1)
 
 vet:
 	$(GO) vet ./...

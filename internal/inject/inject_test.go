@@ -38,6 +38,9 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	if v := os.Getenv(injectorEnv); v != "" {
+		os.Exit(runInjector(v)) // the test binary as the injector killed_test.go kills
+	}
 	code := m.Run()
 	if buildDir != "" {
 		os.RemoveAll(buildDir)
@@ -458,10 +461,10 @@ func TestOldGlibcEntryPoints(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if h2, err := dlopen(tg.pid, d, lib); err != nil || h2 != h {
+	if h2, err := dlopen(tg.pid, d, lib, nil); err != nil || h2 != h {
 		t.Errorf("dlopen through __libc_dlopen_mode = %#x, %v; want the handle %#x", h2, err, h)
 	}
-	if _, err := dlopen(tg.pid, d, "/nonexistent/lib.so"); err == nil || !strings.Contains(err.Error(), "does not say why") {
+	if _, err := dlopen(tg.pid, d, "/nonexistent/lib.so", nil); err == nil || !strings.Contains(err.Error(), "does not say why") {
 		t.Errorf("failed dlopen through __libc_dlopen_mode: %v", err)
 	}
 	tg.finish()

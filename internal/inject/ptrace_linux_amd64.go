@@ -22,41 +22,40 @@ import (
 // that never returns keeps it (and the borrowed thread) waiting. The
 // borrowed thread runs dlopen with all asynchronous signals blocked; those
 // that arrive meanwhile are delivered once it is put back. Threads the
-// constructors create inherit that mask.
+// constructors create inherit that mask. A constructor that sleeps
+// (nanosleep) resets the thread's restart block: a thread found in a timed
+// wait (restart_syscall) then sees that wait end with EINTR, which the
+// C library's waits retry.
 //
-// Do not inject into a child of this process that another goroutine is
-// waiting for (os/exec's Wait): wait(2) reports ptrace stops to every
-// thread of the tracer, and one taken by that goroutine would be lost. And
-// do not let this process be killed during a call: the kernel would let
-// the thread go with our registers, and it would crash as the call
-// returned (cudatap handles SIGINT and SIGTERM; SIGKILL it cannot).
+// The call needs no tracer to finish: were this process killed at any
+// instant, the thread completes it and returns to what it was doing
+// (call_linux_amd64.go). Do not inject into a child of this process that
+// another goroutine is waiting for (os/exec's Wait): wait(2) reports ptrace
+// stops to every thread of the tracer, and one taken by that goroutine
+// would be lost.
 func Dlopen(pid int, path string) (uint64, error) {
 	d, err := findDl(pid, dlEntries)
 	if err != nil {
 		return 0, err
 	}
-	return dlopen(pid, d, path)
+	return dlopen(pid, d, path, nil)
 }
 
-func dlopen(pid int, d dl, path string) (handle uint64, err error) {
+func dlopen(pid int, d dl, path string, hook func(string)) (handle uint64, err error) {
 	if strings.IndexByte(path, 0) >= 0 {
 		return 0, fmt.Errorf("dlopen %q: path contains a NUL byte", path)
 	}
-	err = borrow(pid, func(t *tracee) error {
+	err = borrow(pid, hook, func(t *tracee) error {
 		arg, err := t.push(append([]byte(path), 0))
 		if err != nil {
 			return err
 		}
-		if handle, err = t.call(d.open, arg, d.mode); err != nil || handle != 0 {
+		var msg uint64
+		if handle, msg, err = t.call(d.open, d.errmsg, arg, d.mode); err != nil || handle != 0 {
 			return err
 		}
 		if d.errmsg == 0 {
 			return fmt.Errorf("dlopen %s failed (this glibc's __libc_dlopen_mode does not say why)", path)
-		}
-		// dlerror's message is per thread: ask before we let it go.
-		msg, err := t.call(d.errmsg)
-		if err != nil {
-			return err
 		}
 		if msg == 0 {
 			return fmt.Errorf("dlopen %s failed, and dlerror has no message", path)
@@ -76,8 +75,8 @@ func Dlclose(pid int, handle uint64) error {
 	if err != nil {
 		return err
 	}
-	return borrow(pid, func(t *tracee) error {
-		rc, err := t.call(d.close, handle)
+	return borrow(pid, nil, func(t *tracee) error {
+		rc, _, err := t.call(d.close, 0, handle)
 		if err == nil && int32(rc) != 0 {
 			err = fmt.Errorf("dlclose(%#x) returned %d", handle, int32(rc))
 		}
@@ -90,15 +89,16 @@ func Dlclose(pid int, handle uint64) error {
 // what it returns in rax. The caveats of [Dlopen] apply.
 func Call(pid int, addr uint64, args ...uint64) (uint64, error) {
 	var rax uint64
-	err := borrow(pid, func(t *tracee) (err error) {
-		rax, err = t.call(addr, args...)
+	err := borrow(pid, nil, func(t *tracee) (err error) {
+		rax, _, err = t.call(addr, 0, args...)
 		return err
 	})
 	return rax, err
 }
 
 // borrow stops a thread of pid, lets fn make calls on it, and puts it back.
-func borrow(pid int, fn func(*tracee) error) error {
+// hook, if set, runs at each phase of a call (tests).
+func borrow(pid int, hook func(string), fn func(*tracee) error) error {
 	// ptrace accepts requests for a tracee only from the thread that
 	// attached to it.
 	runtime.LockOSThread()
@@ -107,6 +107,7 @@ func borrow(pid int, fn func(*tracee) error) error {
 	if err != nil {
 		return fmt.Errorf("inject into process %d: %w", pid, err)
 	}
+	t.hook = hook
 	err = fn(t)
 	if rerr := t.release(); err == nil {
 		err = rerr
@@ -128,6 +129,19 @@ type tracee struct {
 	stack   uint64          // the lowest stack address our data uses
 	changed bool            // registers and mask differ from what was found
 	exited  bool
+
+	code      uint64 // where the stub is (call_linux_amd64.go), 0 if not placed
+	codeOrig  []byte // the bytes it replaced
+	detachSig int    // a signal to deliver as we let go
+
+	hook func(phase string) // tests: runs at each phase of a call (at)
+}
+
+// at marks a phase of a call, for the tests that kill the injector there.
+func (t *tracee) at(phase string) {
+	if t.hook != nil {
+		t.hook(phase)
+	}
 }
 
 // redZone is the stack space below rsp the target may be using: the ABI's
@@ -148,11 +162,6 @@ func attach(pid int) (*tracee, error) {
 		tid, isParked, err := pickThread(pid)
 		if err != nil {
 			return nil, err
-		}
-		if ignores(tid, int(unix.SIGSEGV)) {
-			// Our calls end in a SIGSEGV, and the kernel would
-			// reset an ignored SIGSEGV to SIG_DFL (see syncSignals).
-			return nil, errors.New("the process ignores SIGSEGV, which ends our calls: not borrowing a thread")
 		}
 		t, err := seize(pid, tid)
 		if errors.Is(err, ErrNoProcess) && tid != pid && try < 3 {
@@ -295,95 +304,20 @@ func (t *tracee) push(b []byte) (uint64, error) {
 	return addr, nil
 }
 
-// call calls fn(args...) on the thread and returns rax.
-//
-// The thread "returns" from fn to address 0: the fetch faults, and the
-// SIGSEGV stops the thread for us (ptrace sees a signal before the
-// thread's handlers do) with fn's result in rax. We recognise our own
-// return by rip == 0 and rsp just above the return address we pushed.
-func (t *tracee) call(fn uint64, args ...uint64) (uint64, error) {
-	if len(args) > 6 {
-		return 0, fmt.Errorf("call %#x: %d arguments, at most 6 go in registers", fn, len(args))
-	}
-	sp := t.stack&^15 - 8 // at a function's entry, rsp+8 is 16-byte aligned
-	if err := t.write(sp, make([]byte, 8)); err != nil {
-		return 0, err
-	}
-	r := t.regs
-	r.Rip, r.Rsp = fn, sp
-	// The thread resumes from this stop through the kernel's syscall
-	// restart logic (see release), which must leave our registers alone:
-	// orig_rax -1 says "not in a system call", and rax, no restart code
-	// either, tells a variadic callee it has no vector arguments.
-	r.Orig_rax, r.Rax = ^uint64(0), 0
-	r.Eflags &^= 1 << 10 // DF: the ABI wants it clear at every call
-	for i, p := range []*uint64{&r.Rdi, &r.Rsi, &r.Rdx, &r.Rcx, &r.R8, &r.R9}[:len(args)] {
-		*p = args[i]
-	}
-	t.changed = true
-	// Block every signal but the faults for the call: a signal handler
-	// must not run in the middle of dlopen (it may call malloc, or
-	// longjmp out of our call). What arrives waits, and is delivered
-	// with the thread's own mask once we put it back.
-	mask := ^uint64(syncSignals)
-	if err := ptracePtr(unix.PTRACE_SETSIGMASK, t.tid, 8, unsafe.Pointer(&mask)); err != nil {
-		return 0, t.lost(err)
-	}
-	if err := unix.PtraceSetRegs(t.tid, &r); err != nil {
-		return 0, t.lost(err)
-	}
-	sig := 0
-	for {
-		if err := unix.PtraceCont(t.tid, sig); err != nil {
-			return 0, t.lost(err)
-		}
-		ws, err := t.wait()
-		if err != nil {
-			return 0, err
-		}
-		if event(ws) == unix.PTRACE_EVENT_STOP {
-			// A group-stop: the process got SIGSTOP. Finish the
-			// call; the thread joins the stop when we detach.
-			sig = 0
-			continue
-		}
-		sig = int(ws.StopSignal())
-		var info unix.Siginfo
-		if err := ptracePtr(unix.PTRACE_GETSIGINFO, t.tid, 0, unsafe.Pointer(&info)); err != nil {
-			return 0, t.lost(err)
-		}
-		if uint64(1)<<(sig-1)&syncSignals == 0 || info.Code <= 0 {
-			// Sent, not raised by the CPU (si_code <= 0 is kill,
-			// tgkill, sigqueue): deliver it.
-			continue
-		}
-		var now unix.PtraceRegs
-		if err := unix.PtraceGetRegs(t.tid, &now); err != nil {
-			return 0, t.lost(err)
-		}
-		if now.Rip == 0 && now.Rsp == sp+8 && sig == int(unix.SIGSEGV) {
-			return now.Rax, nil
-		}
-		// fn faulted. Delivering the signal would most likely kill the
-		// process, for a fault of ours; putting the thread back as it
-		// was lets the process live on. (release discards the signal.)
-		return 0, fmt.Errorf("%w: %s at %#x in call %#x", ErrCrashed, unix.SignalName(unix.Signal(sig)), now.Rip, fn)
-	}
-}
-
 // release puts the thread back as it was found and detaches.
 //
 // When the thread was stopped in a system call, the call had returned to
 // the kernel's exit path with rax = -ERESTARTSYS (or another restart code)
 // and orig_rax = its number, and stopped there, in get_signal(). Every stop
-// of ours is there too: the interrupt's, and the SIGSEGV that ends a call.
-// Once detached, the thread leaves get_signal() with no signal to deliver
-// (PTRACE_DETACH with signal 0 discards our SIGSEGV), and the kernel's
-// restart logic (arch_do_signal_or_restart) reads the registers we put
-// back: rax a restart code and orig_rax >= 0 make it back rip up over the
-// syscall instruction and reload rax with orig_rax, and the system call
-// starts again, in the state the thread left it; -ERESTART_RESTARTBLOCK
-// resumes through restart_syscall with the remaining timeout instead.
+// release is called in is there too: the interrupt's, the one that ends a
+// call (stopAfterSyscall), and a fault's. Once detached, the thread leaves
+// get_signal() with no signal to deliver (PTRACE_DETACH with signal 0
+// discards a fault of the callee's), and the kernel's restart logic
+// (arch_do_signal_or_restart) reads the registers we put back: rax a
+// restart code and orig_rax >= 0 make it back rip up over the syscall
+// instruction and reload rax with orig_rax, and the system call starts
+// again, in the state the thread left it; -ERESTART_RESTARTBLOCK resumes
+// through restart_syscall with the remaining timeout instead.
 func (t *tracee) release() error {
 	if t.exited {
 		return nil
@@ -395,7 +329,13 @@ func (t *tracee) release() error {
 			setFP(t.tid, t.fpSet, t.fp),
 			ptracePtr(unix.PTRACE_SETSIGMASK, t.tid, 8, unsafe.Pointer(&t.mask)))
 	}
-	if derr := unix.PtraceDetach(t.tid); derr != nil {
+	if err == nil {
+		t.at("restored")
+		// The thread cannot run the stub any more: its page back.
+		err = t.unplaceStub()
+	}
+	if _, _, errno := unix.Syscall6(unix.SYS_PTRACE, unix.PTRACE_DETACH, uintptr(t.tid), 0, uintptr(t.detachSig), 0, 0); errno != 0 {
+		derr := error(errno)
 		err = errors.Join(err, derr)
 	}
 	if err != nil {

@@ -198,13 +198,6 @@ func whyNotPermitted(tid int) string {
 		"or with CAP_SYS_PTRACE; 2: only with CAP_SYS_PTRACE; 3: nobody, until reboot)"
 }
 
-// ignores reports whether the process of thread tid ignores signal sig
-// (SIG_IGN).
-func ignores(tid, sig int) bool {
-	mask, err := strconv.ParseUint(statusField(tid, "SigIgn"), 16, 64)
-	return err == nil && mask&(1<<(sig-1)) != 0
-}
-
 func statusField(tid int, key string) string {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", tid))
 	if err != nil {

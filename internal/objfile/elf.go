@@ -35,6 +35,7 @@ type statKey struct {
 // segment is a PT_LOAD program header.
 type segment struct {
 	off, vaddr, filesz, memsz uint64
+	exec                      bool // PF_X
 }
 
 // section is the part of a section header we need after Open.
@@ -115,7 +116,7 @@ func newFile(fd *os.File, path string, key statKey) (f *File, err error) {
 	}
 	for _, p := range ef.Progs {
 		if p.Type == elf.PT_LOAD {
-			f.loads = append(f.loads, segment{off: p.Off, vaddr: p.Vaddr, filesz: p.Filesz, memsz: p.Memsz})
+			f.loads = append(f.loads, segment{off: p.Off, vaddr: p.Vaddr, filesz: p.Filesz, memsz: p.Memsz, exec: p.Flags&elf.PF_X != 0})
 		}
 	}
 	f.sections = make([]section, len(ef.Sections))
@@ -212,6 +213,19 @@ func (f *File) FileOffset(vaddr uint64) (uint64, bool) {
 		}
 	}
 	return 0, false
+}
+
+// ExecEnds lists where each executable PT_LOAD segment ends (ELF virtual
+// addresses): the rest of its last page is mapped with it, executable, and
+// holds nothing the program uses.
+func (f *File) ExecEnds() []uint64 {
+	var ends []uint64
+	for _, s := range f.loads {
+		if s.exec {
+			ends = append(ends, s.vaddr+s.memsz)
+		}
+	}
+	return ends
 }
 
 // VAddr converts a file offset to an ELF virtual address: the reverse of

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <unistd.h>
 
 static void dirty(void) {
@@ -36,7 +37,25 @@ static void mark(const char *what) {
 	dirty();
 }
 
-__attribute__((constructor)) static void load(void) { mark("load"); }
+// With $INJECT_TEST_HOLD set, the constructor says "holding" on stdout
+// and waits for that file to exist: dlopen is then under way for as long
+// as a test wants.
+static void hold(void) {
+	const char *path = getenv("INJECT_TEST_HOLD");
+	if (!path)
+		return;
+	if (write(1, "holding\n", 8) != 8)
+		abort();
+	// sched_yield, not nanosleep: a sleep would reset the thread's
+	// restart block, and a timed wait it was found in would end EINTR.
+	while (access(path, F_OK) != 0)
+		sched_yield();
+}
+
+__attribute__((constructor)) static void load(void) {
+	mark("load");
+	hold();
+}
 __attribute__((destructor)) static void unload(void) { mark("unload"); }
 
 // inject_test_add weighs each argument register differently.
