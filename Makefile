@@ -14,7 +14,7 @@ BPF_STRIP ?= llvm-strip-19
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 # What `cudatap version` says about the build (besides what Go records:
 # commit, its time, a modified tree): the release, and the BPF object.
-BPF_OBJECT := $(shell sha256sum tracer/probe/cudatap_x86_bpfel.o 2>/dev/null | cut -c1-16)
+BPF_OBJECT := $(shell sha256sum tracer/probe/cudatap_bpfel.o 2>/dev/null | cut -c1-16)
 LDFLAGS ?= -X main.version=$(VERSION) -X main.bpfObject=$(BPF_OBJECT)
 
 .PHONY: all build demo test test-deps test-short bench generate check-generate vet gpu-check clean
