@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -41,10 +42,54 @@ func init() {
 	if v := os.Getenv(guardianEnv); v != "" {
 		pid, err := strconv.Atoi(v)
 		if err == nil {
-			guard(pid, os.Stdin)
+			pgid, _ := strconv.Atoi(os.Getenv(anchorEnv))
+			guard(pid, pgid, os.Stdin)
 		}
 		os.Exit(0)
 	}
+	if os.Getenv(anchorEnv) == "anchor" {
+		anchor()
+		os.Exit(0)
+	}
+}
+
+// The process group anchor. A shell with job control runs cudatap in a
+// process group of its own, and the command cudatap launches is in it. If
+// cudatap dies while the command is held (stopped) at a library load, the
+// group loses its last member with a parent outside it, in the session:
+// the kernel then sends SIGHUP to the orphaned group because it has a
+// stopped member, and the command dies before the guardian can continue
+// it. So the guardian keeps a child of its own in cudatap's group (the
+// anchor: a parent outside the group, in the session) until it has
+// continued every held process. It does nothing else and ignores the
+// terminal's signals meant for the job.
+
+// anchorEnv: set to a process group id for a guardian that must anchor
+// it; "anchor" for the anchor itself.
+const anchorEnv = "CUDATAP_ANCHOR"
+
+func anchor() {
+	signal.Ignore(syscall.SIGINT, syscall.SIGQUIT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGPIPE,
+		syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU)
+	io.Copy(io.Discard, os.Stdin) // until the guardian closes it, or dies
+}
+
+// startAnchor starts the anchor of process group pgid; closing the
+// returned pipe ends it.
+func startAnchor(pgid int) (io.WriteCloser, *exec.Cmd) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, nil
+	}
+	cmd := exec.Command(exe)
+	cmd.Env = append(os.Environ(), anchorEnv+"=anchor")
+	cmd.Env = slices.DeleteFunc(cmd.Env, func(e string) bool { return strings.HasPrefix(e, guardianEnv+"=") })
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pgid: pgid}
+	w, err := cmd.StdinPipe()
+	if err != nil || cmd.Start() != nil {
+		return nil, nil // not anchored: a cudatap killed in a hold under job control loses its command, as before
+	}
+	return w, cmd
 }
 
 // guardian is cudatap's end: the targets that may be held are told to it
@@ -61,14 +106,18 @@ type guardian struct {
 	err error
 }
 
-// startGuardian starts the guardian process.
-func startGuardian() (*guardian, error) {
+// startGuardian starts the guardian process; with anchor, for the
+// commands cudatap launches into its own process group.
+func startGuardian(anchor bool) (*guardian, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("start the hold guardian: %w", err)
 	}
 	cmd := exec.Command(exe)
 	cmd.Env = append(os.Environ(), guardianEnv+"="+strconv.Itoa(os.Getpid()))
+	if anchor {
+		cmd.Env = append(cmd.Env, anchorEnv+"="+strconv.Itoa(syscall.Getpgrp()))
+	}
 	// Its own process group: a Ctrl-C meant for cudatap and its target
 	// must not end the guardian before it has done its work.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -168,8 +217,14 @@ func (g *guardian) close() {
 // guard is the guardian's loop: it follows the holds cudatap reports on in
 // and, if in ends without "done", waits until cudatap has exited (its
 // probes closed) and continues every process that may be held.
-func guard(parent int, in io.Reader) {
+func guard(parent, pgid int, in io.Reader) {
 	signal.Ignore(syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGPIPE)
+	if pgid > 0 {
+		if w, cmd := startAnchor(pgid); cmd != nil {
+			defer cmd.Wait()
+			defer w.Close() // after the holds are released
+		}
+	}
 	// pidfd first: if the parent is already gone, the pidfd of whatever
 	// now has its pid must not be waited on.
 	pidfd, err := unix.PidfdOpen(parent, 0)

@@ -249,7 +249,7 @@ func run(ctx context.Context, cfg Config, inspect func(*Session)) (*Outcome, err
 	if len(cfg.Command) > 0 || cfg.WaitForCUDA || (cfg.GPUTimes && (len(cfg.PIDs) > 0 || cfg.All || cfg.Container != "")) {
 		// These targets are held at library loads, or borrowed by ptrace to
 		// load the GPU-time collector: never without a guardian.
-		if s.guard, err = startGuardian(); err != nil {
+		if s.guard, err = startGuardian(len(cfg.Command) > 0); err != nil {
 			return nil, fmt.Errorf("%w; without it a cudatap killed while a target is held at a library load would leave it stopped: "+
 				"make sure the cudatap binary can be run again from where it is (not deleted, not on a noexec mount), or attach with -p instead", err)
 		}
