@@ -865,6 +865,19 @@ func (w *Writer) footer(r *model.Result) {
 	w.uint("gpu_times_unmatched", d.GPUTimesUnmatched)
 	w.uint("gpu_times_late", d.GPUTimesLate)
 	w.uint("gpu_ops_unmeasured", d.GPUTimesUnmeasured)
+	// What the model's bounds merged or did not follow (a recording from
+	// elsewhere can hold any number of processes, threads, streams...).
+	l := d.Limits
+	w.open("limits")
+	w.uint("processes_merged", l.Processes)
+	w.uint("threads_merged", l.Threads)
+	w.uint("streams_merged", l.Streams)
+	w.uint("events_not_followed", l.Events)
+	w.uint("graphs_not_followed", l.Graphs)
+	w.uint("kernel_names_not_kept", l.KernelNames)
+	w.uint("allocations_not_tracked", l.Allocations)
+	w.uint("polls_not_followed", l.Polls)
+	w.close()
 	w.close()
 	w.uint("lost_events", d.Lost())
 	if r.Truncated != "" {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"reflect"
 	"runtime"
@@ -191,6 +192,12 @@ func TestSchema(t *testing.T) {
 	if len(d) != reflect.TypeFor[model.Drops]().NumField() {
 		t.Errorf("drops block %v does not carry every Drops field", d)
 	}
+	limits, _ := d["limits"].(map[string]any)
+	if len(limits) != reflect.TypeFor[model.Limits]().NumField() {
+		t.Errorf("drops.limits %v does not carry every Limits field", limits)
+	}
+	delete(d, "limits")
+	maps.Copy(d, limits)
 	for k, v := range d {
 		if integer(t, v) != 0 {
 			t.Errorf("drops.%s = %v, want 0", k, v)

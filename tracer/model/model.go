@@ -49,6 +49,10 @@ type Model struct {
 	syncs  []Sync // the syncs it caused
 	keyBuf []byte
 	window int // max pending ops per process (maxWindow; smaller in tests)
+	// Threads and streams modeled apart, over all processes, and what
+	// the bounds merged (limits.go).
+	threads, streams int
+	merged           merged
 }
 
 type eventPos struct {
@@ -126,6 +130,7 @@ type procState struct {
 	byHandle   map[uint64]int
 	perThread  map[uint32]int
 	st         []*streamState
+	other      int // id of the stream the streams past the bounds share, 0 = none yet
 	events     map[uint64]eventPos
 	pinned     ranges
 	device     ranges
@@ -237,18 +242,16 @@ func (m *Model) Calls() int64 {
 	return n
 }
 
-// proc returns the process state, creating it on first sight.
-func (m *Model) proc(pid uint32) *procState {
-	if ps, ok := m.procs[pid]; ok {
-		return ps
-	}
+// newProc adds the state of process pid.
+func (m *Model) newProc(pid uint32) *procState {
 	p := &Process{PID: pid, Threads: map[uint32]struct{}{}, KernelNames: map[uint64]string{}, Stubs: map[uint64]uint64{}}
 	ps := &procState{p: p, byHandle: map[uint64]int{}, perThread: map[uint32]int{},
 		events: map[uint64]eventPos{}, polls: map[pollKey]pollState{},
 		capturing: map[int]int32{}, groups: map[uint32]*ncclGroup{}, deferred: map[int]bool{}, graphs: map[uint64]int32{}, execs: map[uint64]int32{},
 		ops: newOps(64), stacks: map[string]int32{}, pyIndex: map[string]int32{}, devices: map[uint32]int8{}}
 	// Stream 0 always exists: the legacy default stream.
-	ps.newStream(&Stream{Kind: StreamLegacy})
+	ps.addStream(&Stream{Kind: StreamLegacy})
+	m.streams++
 	m.procs[pid] = ps
 	return ps
 }
@@ -257,7 +260,7 @@ func (m *Model) proc(pid uint32) *procState {
 // attached process that makes no CUDA call still shows up.
 func (m *Model) AddProcess(pid uint32) { m.proc(pid) }
 
-func (ps *procState) newStream(s *Stream) int {
+func (ps *procState) addStream(s *Stream) int {
 	s.ID = len(ps.p.Streams)
 	ps.p.Streams = append(ps.p.Streams, s)
 	ps.st = append(ps.st, &streamState{lastOp: -1, waitAfter: -1})
@@ -265,13 +268,18 @@ func (ps *procState) newStream(s *Stream) int {
 }
 
 // streamID maps a handle as passed to a call to the process's stream id.
-func (ps *procState) streamID(handle uint64, perThreadDefault bool, tid uint32, now uint64) int {
+// A stream merged into the other-streams stream is not remembered: each
+// of its calls finds it so again.
+func (m *Model) streamID(ps *procState, handle uint64, perThreadDefault bool, tid uint32, now uint64) int {
 	if (handle == 0 && perThreadDefault) || handle == handlePerThread {
 		if id, ok := ps.perThread[tid]; ok {
 			return id
 		}
-		id := ps.newStream(&Stream{Kind: StreamPerThread, Handle: handlePerThread, OwnerTID: tid, CreatedAt: now})
-		ps.perThread[tid] = id
+		id := m.newStream(ps, &Stream{Kind: StreamPerThread, Handle: handlePerThread, OwnerTID: tid, CreatedAt: now},
+			streamKey{ps.p.PID, tid, handlePerThread})
+		if id != ps.other {
+			ps.perThread[tid] = id
+		}
 		return id
 	}
 	if handle == 0 || handle == handleLegacy {
@@ -280,8 +288,10 @@ func (ps *procState) streamID(handle uint64, perThreadDefault bool, tid uint32, 
 	if id, ok := ps.byHandle[handle]; ok {
 		return id
 	}
-	id := ps.newStream(&Stream{Kind: StreamPreExisting, Handle: handle, Device: DeviceUnknown})
-	ps.byHandle[handle] = id
+	id := m.newStream(ps, &Stream{Kind: StreamPreExisting, Handle: handle, Device: DeviceUnknown}, streamKey{ps.p.PID, 0, handle})
+	if id != ps.other {
+		ps.byHandle[handle] = id
+	}
 	return id
 }
 
@@ -305,14 +315,12 @@ func (m *Model) Handle(ev *event.Event) {
 		p.FirstSeen = ev.Start
 	}
 	p.LastSeen = max(p.LastSeen, end)
-	if _, ok := p.Threads[ev.TID]; !ok {
-		p.Threads[ev.TID] = struct{}{}
-	}
+	tid := m.thread(ps, ev.TID)
 
 	// The call is built in place: it is big, and this is the hot path.
 	call := &m.call
 	*call = Call{
-		Start: ev.Start, End: end, TID: ev.TID, API: spec.API, Symbol: uint8(ev.SymbolIndex()), Seq: ps.calls,
+		Start: ev.Start, End: end, TID: tid, API: spec.API, Symbol: uint8(ev.SymbolIndex()), Seq: ps.calls,
 		Stream: -1, Ret: ev.Ret, HasRet: ev.HasReturn(), GPUOp: -1, Stack: -1, PyStack: -1,
 		ReadFault:  ev.Flags&(event.FlagStackArgFault|event.FlagDerefFault|event.FlagOutFault) != 0,
 		ViaRuntime: ev.Flags&event.FlagViaRuntime != 0,
@@ -327,13 +335,13 @@ func (m *Model) Handle(ev *event.Event) {
 	}
 	m.syncs = m.syncs[:0]
 	if ps.holds != nil {
-		call.HoldNs = ps.heldDuring(ev.TID, call.Start, call.End)
+		call.HoldNs = ps.heldDuring(tid, call.Start, call.End)
 	}
 	a := &call.Args
 	ev.Decode(a)
 	ok := !call.HasRet || call.Ret == 0
 	if a.HasStream && spec.Class != event.ClassStreamCreate {
-		call.Stream = int32(ps.streamID(a.Stream, spec.PerThreadDefault(ev.SymbolIndex()), ev.TID, ev.Start))
+		call.Stream = int32(m.streamID(ps, a.Stream, spec.PerThreadDefault(ev.SymbolIndex()), tid, ev.Start))
 	}
 	if ev.NStack > 0 {
 		call.Stack = m.addStack(ps, ev)
@@ -346,9 +354,13 @@ func (m *Model) Handle(ev *event.Event) {
 	case event.ClassStreamCreate:
 		if ok && a.Stream != 0 {
 			// A handle reused after destroy is a new stream.
-			id := ps.newStream(&Stream{Kind: StreamCreated, Handle: a.Stream, NonBlocking: a.Flags&1 != 0,
-				Priority: a.Priority, CreatedAt: ev.Start, Device: ps.currentDevice(call.TID)})
-			ps.byHandle[a.Stream] = id
+			id := m.newStream(ps, &Stream{Kind: StreamCreated, Handle: a.Stream, NonBlocking: a.Flags&1 != 0,
+				Priority: a.Priority, CreatedAt: ev.Start, Device: ps.currentDevice(call.TID)}, streamKey{p.PID, 0, a.Stream})
+			if id != ps.other {
+				ps.byHandle[a.Stream] = id
+			} else {
+				delete(ps.byHandle, a.Stream)
+			}
 			call.Stream = int32(id)
 		}
 	case event.ClassSetDevice:
@@ -362,7 +374,7 @@ func (m *Model) Handle(ev *event.Event) {
 			p.Rank, p.WorldSize = a.Peer, int32(a.Size)
 		}
 	case event.ClassStreamDestroy:
-		if call.Stream > 0 {
+		if call.Stream > 0 && int(call.Stream) != ps.other {
 			p.Streams[call.Stream].DestroyedAt = ev.Start
 			delete(ps.byHandle, a.Stream)
 		}
@@ -372,7 +384,11 @@ func (m *Model) Handle(ev *event.Event) {
 			// host stub (see tracer.AttachRuntimeLaunches): its ELF symbol
 			// names the CUfunction.
 			if _, known := p.Stubs[a.Func]; !known {
-				p.Stubs[a.Func] = ev.Out
+				if len(p.Stubs) < maxKernelNames {
+					p.Stubs[a.Func] = ev.Out
+				} else {
+					m.drops.Limits.KernelNames++
+				}
 				ps.newStubAt, ps.launchesSinceStub = ev.Start, -1
 			}
 		}
@@ -390,7 +406,11 @@ func (m *Model) Handle(ev *event.Event) {
 		m.memset(ps, spec, ev)
 	case event.ClassEventRecord:
 		sid := int(call.Stream)
-		ps.events[a.Event] = eventPos{stream: sid, op: ps.st[sid].lastOp, call: call.Seq}
+		if _, known := ps.events[a.Event]; known || len(ps.events) < maxEvents {
+			ps.events[a.Event] = eventPos{stream: sid, op: ps.st[sid].lastOp, call: call.Seq}
+		} else {
+			m.drops.Limits.Events++
+		}
 		// A record enqueues a marker on the stream: it gets a correlation
 		// id of its own, as CUPTI gives it (Kineto traces, and HTA's
 		// critical path, match waits to records by it).
@@ -423,8 +443,7 @@ func (m *Model) Handle(ev *event.Event) {
 	case event.ClassEventQuery, event.ClassStreamQuery:
 		m.query(ps, spec.Class == event.ClassEventQuery)
 	case event.ClassMalloc:
-		if ok && a.Ptr != 0 {
-			ps.device.add(a.Ptr, a.Size)
+		if ok && a.Ptr != 0 && m.track(&ps.device, a.Ptr, a.Size) {
 			p.DeviceMemInUse += a.Size
 			p.DeviceMemPeak = max(p.DeviceMemPeak, p.DeviceMemInUse)
 		}
@@ -444,13 +463,11 @@ func (m *Model) Handle(ev *event.Event) {
 			m.boundAll(ps, boundTime(call))
 		}
 	case event.ClassHostAlloc:
-		if ok && a.Ptr != 0 {
-			ps.pinned.add(a.Ptr, a.Size)
+		if ok && a.Ptr != 0 && m.track(&ps.pinned, a.Ptr, a.Size) {
 			p.PinnedBytes += a.Size
 		}
 	case event.ClassHostRegister:
-		if ok {
-			ps.pinned.add(a.Ptr, a.Size)
+		if ok && m.track(&ps.pinned, a.Ptr, a.Size) {
 			p.PinnedBytes += a.Size
 		}
 	case event.ClassHostFree:
@@ -467,7 +484,9 @@ func (m *Model) Handle(ev *event.Event) {
 			if spec.API != event.CuKernelGetFunction {
 				name = ev.String()
 			}
-			if name != "" {
+			if _, known := p.KernelNames[a.Ptr]; name != "" && !known && len(p.KernelNames) >= maxKernelNames {
+				m.drops.Limits.KernelNames++
+			} else if name != "" {
 				p.KernelNames[a.Ptr] = name
 			}
 		}
@@ -477,19 +496,19 @@ func (m *Model) Handle(ev *event.Event) {
 		if n, ok := ps.capturing[int(call.Stream)]; ok {
 			delete(ps.capturing, int(call.Stream))
 			if ok && a.Graph != 0 {
-				ps.graphs[a.Graph] = n
+				m.keepGraph(ps.graphs, a.Graph, n)
 			}
 		}
 	case event.ClassGraphInstantiate:
 		if n, ok := ps.graphs[a.Graph]; ok && a.Ptr != 0 {
-			ps.execs[a.Ptr] = n
+			m.keepGraph(ps.execs, a.Ptr, n)
 		}
 	case event.ClassCollective:
 		st := &p.Streams[call.Stream].Stats
 		st.Collectives++
 		st.CommBytes += a.Bytes
 		id := m.enqueue(ps, GPUOp{Kind: OpCollective, Bytes: a.Bytes})
-		if g := ps.groups[call.TID]; g != nil && id >= 0 && len(g.ops) < maxGroupOps {
+		if g := ps.groups[call.TID]; g != nil && id >= 0 && len(ps.deferred) < maxGroupOps {
 			ps.deferred[id] = true
 			g.ops = append(g.ops, id)
 		}
@@ -512,8 +531,8 @@ type ncclGroup struct {
 	ops   []int // collectives called inside, deferred until the end
 }
 
-// maxGroupOps bounds the collectives deferred in one group: beyond, they
-// count as enqueued at their call (a "ready" answer before the group's end
+// maxGroupOps bounds the collectives deferred in a process's open groups:
+// beyond, they count as enqueued at their call (a "ready" answer before the group's end
 // may then prove them complete early).
 const maxGroupOps = 4096
 
@@ -734,7 +753,7 @@ func (m *Model) memcpy(ps *procState, spec *event.Spec, ev *event.Event) {
 	a := &call.Args
 	if call.Stream < 0 {
 		// Synchronous copies run on the default stream of the build.
-		call.Stream = int32(ps.streamID(0, spec.PerThreadDefault(ev.SymbolIndex()), call.TID, call.Start))
+		call.Stream = int32(m.streamID(ps, 0, spec.PerThreadDefault(ev.SymbolIndex()), call.TID, call.Start))
 	}
 	kind := a.Kind
 	if kind == event.DefaultKind {
@@ -793,7 +812,7 @@ func (m *Model) memset(ps *procState, spec *event.Spec, ev *event.Event) {
 	p := ps.p
 	call := &m.call
 	if call.Stream < 0 {
-		call.Stream = int32(ps.streamID(0, spec.PerThreadDefault(ev.SymbolIndex()), call.TID, call.Start))
+		call.Stream = int32(m.streamID(ps, 0, spec.PerThreadDefault(ev.SymbolIndex()), call.TID, call.Start))
 	}
 	sid := int(call.Stream)
 	p.Streams[sid].Stats.Memsets++
@@ -856,6 +875,10 @@ func (m *Model) query(ps *procState, isEvent bool) {
 	st := ps.polls[key]
 	if call.HasRet && call.Ret == errNotReady {
 		if st.n == 0 {
+			if len(ps.polls) >= maxPolls {
+				m.drops.Limits.Polls++
+				return
+			}
 			st.start = call.Start
 		}
 		st.n++

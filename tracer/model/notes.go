@@ -20,6 +20,7 @@ func (m *Model) AddHold(pid, tid uint32, start, end uint64) {
 		return
 	}
 	ps := m.proc(pid)
+	tid = m.thread(ps, tid)
 	h := Hold{TID: tid, Start: start, End: end}
 	if ps.holds == nil {
 		ps.holds = map[uint32][]Hold{}
@@ -64,9 +65,10 @@ func (ps *procState) heldDuring(tid uint32, start, end uint64) uint64 {
 // not taken for pageable ones.
 func (m *Model) AddPinned(pid uint32, start, size uint64) {
 	ps := m.proc(pid)
-	ps.pinned.add(start, size)
-	ps.p.PinnedBytes += size
-	ps.p.PinnedRecovered += size
+	if m.track(&ps.pinned, start, size) {
+		ps.p.PinnedBytes += size
+		ps.p.PinnedRecovered += size
+	}
 }
 
 // AttachedLate marks pid as a process that ran before cudatap attached:

@@ -1,6 +1,9 @@
 package model
 
-import "slices"
+import (
+	"math"
+	"slices"
+)
 
 // ranges is a set of disjoint [start, end) address ranges (pinned host
 // memory, device allocations), sorted by start.
@@ -9,32 +12,36 @@ type ranges struct {
 }
 
 // add inserts [start, start+size). Overlapping ranges are replaced: the
-// newest registration wins, as it does in the driver.
-func (r *ranges) add(start, size uint64) {
+// newest registration wins, as it does in the driver. It reports false,
+// adding nothing, when r holds maxRanges ranges already: a recording can
+// hold any number, and each insertion moves the ranges after it.
+func (r *ranges) add(start, size uint64) bool {
 	if size == 0 {
-		return
+		return true
 	}
-	r.remove(start, size)
-	i, _ := slices.BinarySearch(r.start, start)
-	r.start = append(r.start, 0)
-	r.end = append(r.end, 0)
-	copy(r.start[i+1:], r.start[i:])
-	copy(r.end[i+1:], r.end[i:])
-	r.start[i], r.end[i] = start, start+size
+	size = min(size, math.MaxUint64-start) // a range cannot wrap around
+	i := r.remove(start, size)
+	if len(r.start) >= maxRanges {
+		return false
+	}
+	r.start = slices.Insert(r.start, i, start)
+	r.end = slices.Insert(r.end, i, start+size)
+	return true
 }
 
-// remove deletes every range overlapping [start, start+size).
-func (r *ranges) remove(start, size uint64) {
+// remove deletes every range overlapping [start, start+size) and returns
+// where a range starting at start goes. The ranges are disjoint and sorted,
+// so those overlapping are consecutive: from the first that ends after
+// start to the last that begins before the end.
+func (r *ranges) remove(start, size uint64) int {
 	end := start + max(size, 1)
-	j := 0
-	for i := range r.start {
-		if r.start[i] < end && start < r.end[i] {
-			continue
-		}
-		r.start[j], r.end[j] = r.start[i], r.end[i]
-		j++
+	i, _ := slices.BinarySearch(r.end, start+1)
+	j, _ := slices.BinarySearch(r.start, end)
+	if i < j {
+		r.start = slices.Delete(r.start, i, j)
+		r.end = slices.Delete(r.end, i, j)
 	}
-	r.start, r.end = r.start[:j], r.end[:j]
+	return i
 }
 
 // removeAt deletes the range that starts at p and returns its size.
@@ -44,8 +51,8 @@ func (r *ranges) removeAt(p uint64) uint64 {
 		return 0
 	}
 	size := r.end[i] - r.start[i]
-	r.start = append(r.start[:i], r.start[i+1:]...)
-	r.end = append(r.end[:i], r.end[i+1:]...)
+	r.start = slices.Delete(r.start, i, i+1)
+	r.end = slices.Delete(r.end, i, i+1)
 	return size
 }
 

@@ -18,6 +18,7 @@ const (
 	StreamPerThread                     // cudaStreamPerThread or a _ptsz call with handle 0
 	StreamCreated                       // creation observed: flags and priority known
 	StreamPreExisting                   // first seen in use: flags unknown
+	StreamOther                         // the streams past the model's bounds, merged (limits.go)
 )
 
 // Stream is one CUDA stream of one process.
@@ -49,6 +50,8 @@ func (s *Stream) Label() string {
 		return fmt.Sprintf("stream %d (per-thread default, tid %d)", s.ID, s.OwnerTID)
 	case StreamPreExisting:
 		return fmt.Sprintf("stream %d (pre-existing)", s.ID)
+	case StreamOther:
+		return fmt.Sprintf("stream %d (the streams past %d, merged)", s.ID, maxStreams)
 	}
 	mode := "blocking"
 	if s.NonBlocking {
@@ -339,6 +342,9 @@ type Process struct {
 	HeldNs    uint64 // time its threads were held while cudatap hooked libraries
 	FirstSeen uint64
 	LastSeen  uint64
+	// Other: this is not one process but those past the model's bound,
+	// merged (pid OtherPID; Drops.Limits counts them).
+	Other bool
 }
 
 // symbolsPerAPI bounds the symbols of one API (cudaMemcpy, cudaMemcpy_ptds).
@@ -372,6 +378,9 @@ func (p *Process) KernelSymbol(f uint64) (name string, addr uint64) {
 
 // Label names the process as trace metadata shows it.
 func (p *Process) Label() string {
+	if p.Other {
+		return fmt.Sprintf("other processes (those past %d, merged)", maxProcesses)
+	}
 	name := p.Info.Comm
 	if name == "" {
 		name = "process"
@@ -419,6 +428,10 @@ type Drops struct {
 	GPUTimesUnmatched  uint64
 	GPUTimesLate       uint64
 	GPUTimesUnmeasured uint64
+	// What the model's bounds on processes, threads, streams and the
+	// like merged or did not follow (not losses; a recording can hold any
+	// number of them).
+	Limits Limits
 }
 
 // Lost is the number of calls that happened while traced but are missing
@@ -462,8 +475,16 @@ func (r *Result) Name(n *Names) {
 	}
 	r.Names = n
 	for _, p := range r.Processes {
-		if info, ok := n.Procs[p.PID]; ok {
+		if info, ok := n.Procs[p.PID]; ok && !p.Other {
 			p.Info = info
+		}
+		// The thread that stands for those past the bound is named for
+		// what it is, wherever threads are named.
+		if _, ok := p.Threads[OtherTID]; ok {
+			if n.Threads == nil {
+				n.Threads = map[NameKey]string{}
+			}
+			n.Threads[NameKey{PID: p.PID, Key: uint64(OtherTID)}] = "other threads"
 		}
 	}
 }

@@ -154,6 +154,11 @@ func Drops(d model.Drops) string {
 	if d.GPUTimesUnmeasured != 0 {
 		fmt.Fprintf(&b, "; %d GPU ops not measured (bounded instead)", d.GPUTimesUnmeasured)
 	}
+	// A recording from elsewhere can hold any number of processes,
+	// threads, streams...: what the model's bounds merged.
+	if d.Limits.Any() {
+		fmt.Fprintf(&b, "; limits: %s", d.Limits.Describe())
+	}
 	return b.String()
 }
 
