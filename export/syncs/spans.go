@@ -91,23 +91,6 @@ func clip(s []span, from, to uint64) []span {
 	return out
 }
 
-// intersect is the time both a and b cover; both sorted and disjoint.
-func intersect(a, b []span) []span {
-	var out []span
-	for i, j := 0, 0; i < len(a) && j < len(b); {
-		from, to := max(a[i].from, b[j].from), min(a[i].to, b[j].to)
-		if from < to {
-			out = append(out, span{from, to})
-		}
-		if a[i].to < b[j].to {
-			i++
-		} else {
-			j++
-		}
-	}
-	return out
-}
-
 // subtract is the time a covers and b does not; both sorted and disjoint.
 func subtract(a, b []span) []span {
 	var out []span

@@ -1,6 +1,7 @@
 package syncs
 
 import (
+	"math/rand/v2"
 	"slices"
 	"testing"
 )
@@ -119,6 +120,57 @@ func TestThreadGapsBounded(t *testing.T) {
 		}
 		if int64(len(th.gaps))+th.notKept != n || kept+th.notKeptNs != want {
 			t.Errorf("%s: %d kept + %d counted of %d gaps; %d + %d ns of %d", name, len(th.gaps), th.notKept, n, kept, th.notKeptNs, want)
+		}
+	}
+}
+
+// intersect is the time both a and b cover; both sorted and disjoint.
+// (idleSpans used it; the test keeps it as the reference.)
+func intersect(a, b []span) []span {
+	var out []span
+	for i, j := 0, 0; i < len(a) && j < len(b); {
+		from, to := max(a[i].from, b[j].from), min(a[i].to, b[j].to)
+		if from < to {
+			out = append(out, span{from, to})
+		}
+		if a[i].to < b[j].to {
+			i++
+		} else {
+			j++
+		}
+	}
+	return out
+}
+
+// TestIdleSpans: the time every thread was away, from one sort of their
+// busy spans, is what intersecting each thread's time away gives.
+func TestIdleSpans(t *testing.T) {
+	rnd := rand.New(rand.NewPCG(3, 4))
+	for trial := range 500 {
+		start, end := uint64(0), uint64(1000)
+		var work []*Thread
+		for range 1 + rnd.IntN(6) {
+			first := rnd.Uint64N(1000)
+			last := first + rnd.Uint64N(1000-first+1)
+			th := &Thread{first: first, last: last}
+			for at := first; ; {
+				from := at + rnd.Uint64N(200)
+				to := from + 1 + rnd.Uint64N(100)
+				if to > last {
+					break
+				}
+				th.gaps = append(th.gaps, span{from, to})
+				at = to
+			}
+			work = append(work, th)
+		}
+		want := []span{{start, end}}
+		for _, th := range work {
+			away := append([]span{{start, th.first}}, th.gaps...)
+			want = intersect(want, union(append(away, span{th.last, end}), nil))
+		}
+		if got := idleSpans(start, end, work); !slices.Equal(got, want) {
+			t.Fatalf("trial %d: idle %v, want %v", trial, got, want)
 		}
 	}
 }

@@ -80,12 +80,14 @@ type entry struct {
 // what each thread did around them: its memory is bounded by the distinct
 // (process, thread, kind, API, stream, stack) combinations and the
 // threads, never by the number of calls or syncs. It keeps the entries in
-// the order first seen.
+// the order first seen, each process's apart: what is asked per process
+// looks at that process's only.
 type Collector struct {
 	index   map[key]int
 	entries []entry
+	byPID   map[uint32][]int // the entries of each process
 
-	threadState map[threadKey]*thread
+	threadState map[uint32]map[uint32]*thread // by pid and tid
 	gpuState    map[uint32]*gpu
 	lastKey     threadKey
 	last        *thread
@@ -95,7 +97,7 @@ var _ model.Sink = (*Collector)(nil)
 
 // NewCollector returns an empty collector.
 func NewCollector() *Collector {
-	return &Collector{index: map[key]int{}, threadState: map[threadKey]*thread{}, gpuState: map[uint32]*gpu{}}
+	return &Collector{index: map[key]int{}, byPID: map[uint32][]int{}, threadState: map[uint32]map[uint32]*thread{}, gpuState: map[uint32]*gpu{}}
 }
 
 func (c *Collector) thread(pid, tid uint32) *thread {
@@ -103,10 +105,15 @@ func (c *Collector) thread(pid, tid uint32) *thread {
 	if c.last != nil && c.lastKey == k {
 		return c.last
 	}
-	t := c.threadState[k]
+	threads := c.threadState[pid]
+	if threads == nil {
+		threads = map[uint32]*thread{}
+		c.threadState[pid] = threads
+	}
+	t := threads[tid]
 	if t == nil {
 		t = &thread{}
-		c.threadState[k] = t
+		threads[tid] = t
 	}
 	c.lastKey, c.last = k, t
 	return t
@@ -120,6 +127,7 @@ func (c *Collector) Sync(p *model.Process, s *model.Sync) {
 		i = len(c.entries)
 		c.index[k] = i
 		c.entries = append(c.entries, entry{key: k})
+		c.byPID[p.PID] = append(c.byPID[p.PID], i)
 	}
 	e := &c.entries[i]
 	e.count++
@@ -173,9 +181,9 @@ func (c *Collector) WorkStreamTotals(r *model.Result, pid uint32) map[int]Totals
 
 func (c *Collector) streamTotals(pid uint32, keep func(tid uint32) bool) map[int]Totals {
 	out := map[int]Totals{}
-	for i := range c.entries {
+	for _, i := range c.byPID[pid] {
 		e := &c.entries[i]
-		if e.pid != pid || keep != nil && !keep(e.tid) {
+		if keep != nil && !keep(e.tid) {
 			continue
 		}
 		k := int(e.stream)
@@ -236,11 +244,8 @@ func processSites(r *model.Result, c *Collector, p *model.Process) []Site {
 	}
 	idx := map[siteKey]int{}
 	var out []Site
-	for i := range c.entries {
+	for _, i := range c.byPID[p.PID] {
 		e := &c.entries[i]
-		if e.pid != p.PID {
-			continue
-		}
 		py := describe.PyStack(r.Names, p, e.pyStack)
 		native := describe.NativeStack(r.Names, p, e.stack, e.api, e.symbol, allFrames)
 		site, via, user := UserSite(py, native)

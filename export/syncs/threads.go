@@ -198,17 +198,14 @@ func backgroundName(name string) bool {
 func (c *Collector) threads(r *model.Result, pid uint32) []Thread {
 	var out []Thread
 	anyWork := false
-	for k, t := range c.threadState {
-		if k.pid != pid {
-			continue
-		}
-		th := Thread{PID: pid, TID: k.tid, Calls: t.calls, WorkCalls: t.work, Launches: t.launches,
+	for tid, t := range c.threadState[pid] {
+		th := Thread{PID: pid, TID: tid, Calls: t.calls, WorkCalls: t.work, Launches: t.launches,
 			Syncs: t.syncs, Polls: t.polls, BlockedNs: t.blocked, SyncNs: t.raw, first: t.first, last: t.lastEnd, gaps: t.gaps}
 		if t.calls > 0 {
 			th.WallNs = t.lastEnd - t.first
 		}
 		if r != nil && r.Names != nil {
-			th.Name = r.Names.Thread(pid, k.tid)
+			th.Name = r.Names.Thread(pid, tid)
 		}
 		for _, g := range t.gaps {
 			th.LongGaps++
@@ -311,6 +308,25 @@ func share(part, whole uint64) float64 {
 	return float64(part) / float64(whole)
 }
 
+// idleSpans is the time within [start, end) every thread of work was away
+// from CUDA: in a long gap, or not yet or no longer calling. That is the
+// time none of them was busy, so it takes one sort of their busy spans
+// (intersecting each thread's time away in turn took time quadratic in
+// the threads).
+func idleSpans(start, end uint64, work []*Thread) []span {
+	var busy []span
+	for _, t := range work {
+		from := t.first
+		for _, g := range t.gaps {
+			busy = append(busy, span{from, g.from})
+			from = g.to
+		}
+		busy = append(busy, span{from, t.last})
+	}
+	slices.SortFunc(busy, func(a, b span) int { return cmp.Compare(a.from, b.from) })
+	return subtract([]span{{start, end}}, union(busy, nil))
+}
+
 // HostOf is the host side of process pid; nil when it made no call.
 func HostOf(r *model.Result, c *Collector, pid uint32) *Host {
 	if c == nil {
@@ -343,15 +359,7 @@ func HostOf(r *model.Result, c *Collector, pid uint32) *Host {
 		return h
 	}
 	h.WallNs = h.End - h.Start
-	// Away from CUDA: where each thread that launches work was in a long
-	// gap, or not yet or no longer calling.
-	idle := []span{{h.Start, h.End}}
-	for _, t := range work {
-		away := append([]span{{h.Start, t.first}}, t.gaps...)
-		away = append(away, span{t.last, h.End})
-		idle = intersect(idle, union(away, nil))
-	}
-	idle = slices.DeleteFunc(idle, func(s span) bool { return s.len() < LongGap })
+	idle := slices.DeleteFunc(idleSpans(h.Start, h.End, work), func(s span) bool { return s.len() < LongGap })
 	h.IdleNs, h.IdleGaps = total(idle), len(idle)
 
 	var queued []span
