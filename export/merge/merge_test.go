@@ -182,8 +182,12 @@ func TestMergeThreeHosts(t *testing.T) {
 	if len(comms) != 1 || comms[0].Meetings != job.Meetings || comms[0].Incomplete != 0 || comms[0].Straggler() != 1 {
 		t.Fatalf("communicators %+v", comms)
 	}
-	if st := comms[0].Stats[0]; st.Collectives != job.Meetings || st.WaitShare() < 0.5 {
-		t.Errorf("rank 0 waited %v of %v in collectives", st.WaitedNs, st.CollectiveNs)
+	// Rank 0 blocks in a sync after each all-reduce until rank 1, 20 ms
+	// late, arrives: about 20 ms a meeting, never more than it was
+	// recorded.
+	if st := comms[0].Stats[0]; st.Collectives != job.Meetings || st.WaitedNs < uint64(job.Meetings)*18*uint64(ms) || st.WaitedNs > st.RecordedNs ||
+		st.InFlightNs > st.RecordedNs {
+		t.Errorf("rank 0 waited %v, %v in flight, of %v recorded", time.Duration(st.WaitedNs), time.Duration(st.InFlightNs), time.Duration(st.RecordedNs))
 	}
 	info := p.Info()
 	var out strings.Builder
@@ -390,7 +394,7 @@ func TestMergedRecording(t *testing.T) {
 		t.Errorf("merged recording: wall offset %d vs %d, %d processes, %d counters", res2.WallOffsetNs, res.WallOffsetNs, len(res2.Processes), len(res2.Counters))
 	}
 	c1, c2 := st.Comms(), st2.Comms()
-	if len(c2) != 1 || c2[0].Straggler() != 1 || c2[0].Stats[1].HeldNs != c1[0].Stats[1].HeldNs {
+	if len(c2) != 1 || c2[0].Straggler() != 1 || c2[0].Stats[1].CausedNs != c1[0].Stats[1].CausedNs {
 		t.Errorf("stragglers differ: %+v vs %+v", c2, c1)
 	}
 }

@@ -12,10 +12,22 @@
 // a rank's collectives on it are numbered in call order. Point-to-point
 // calls (ncclSend, ncclRecv) are not meetings of every rank and are not
 // numbered.
+//
+// The straggler is named by arrival order; what it cost the others is
+// counted from what they really blocked. A collective call is
+// asynchronous: a rank that arrives early loses nothing until a thread of
+// it blocks on the result (a synchronization, or the collective call
+// itself when NCCL's queue is full). So a rank waited at a meeting while a
+// blocking call of its process that returned only after the last rank's
+// arrival was blocked, from its own arrival on; with measured GPU times,
+// its GPU waited while its collective kernel ran before the last rank's
+// had started. Each rank's waits are a union of intervals, so they never
+// exceed the time its process was recorded.
 package straggler
 
 import (
 	"cmp"
+	"encoding/json"
 	"fmt"
 	"io"
 	"slices"
@@ -112,9 +124,65 @@ type group struct {
 	id     uint64
 	nranks int
 	stats  []RankStats
+	ranks  []*rankState // by rank, made as its meetings complete
 	done   int
-	spread time.Duration // summed over complete meetings
+	spread time.Duration // summed over complete meetings (for the mean)
 	worst  []Worst       // widest spreads, widest first
+	// gpu gathers the measured GPU times of each meeting's collectives
+	// until every rank's are in (--gpu-times); bounded by maxPending,
+	// the oldest given up beyond (gpuLost).
+	gpu     map[int]*gpuMeeting
+	gpuLost int
+}
+
+// rankState is what a rank's waits are counted from: the meetings it
+// waited at, recently, and the unions of what was counted.
+type rankState struct {
+	proc *procState
+	// windows: its recent waits for a later rank, from its arrival to
+	// the last rank's: a ring of maxWindows.
+	windows []window
+	next    int
+	// lost: windows that left the ring while a blocking call could still
+	// have covered their end (none of its process had returned after it).
+	lost                              int
+	waited, gpuWaited, late, inFlight spans
+}
+
+// window is a wait of one rank at one meeting: from its arrival to the
+// last rank's (culprit).
+type window struct {
+	from, to uint64
+	culprit  int
+	site     *site // the culprit's, nil when not placed
+}
+
+// maxWindows bounds the meetings of a rank a blocking call is matched
+// with: a call that blocked across more meetings than that counts the
+// last maxWindows (the others are counted, rankState.lost).
+const maxWindows = 256
+
+// procState is a process's span and, for a process holding ranks, its
+// recent blocked intervals.
+type procState struct {
+	first, last uint64
+	members     []membership
+	blocked     [][2]uint64 // ring of maxWindows, for a process holding ranks
+	next        int
+	blockedEnd  uint64 // the latest end of a blocked interval
+}
+
+type membership struct {
+	g    *group
+	rank int
+}
+
+// maxProcs bounds the processes whose span is followed.
+const maxProcs = 1 << 16
+
+type gpuMeeting struct {
+	start, end []uint64 // by rank, 0 = not yet
+	n          int
 }
 
 // arrival is what a rank did as it arrived: the Matcher keeps the latest
@@ -128,41 +196,57 @@ type arrival struct {
 	hasPrev      bool
 }
 
-// RankStats is one rank's record over a communicator's meetings.
+// RankStats is one rank's record over a communicator's meetings. Every
+// time in it is a union of intervals, never a sum of overlapping ones: a
+// rank's waits never exceed the time its process was recorded.
 type RankStats struct {
-	PID  uint32
-	Rank int
-	// Last: meetings it arrived at last (held everyone up). WaitedNs: time
-	// it waited at meetings for the last rank; HeldNs: time the others
-	// waited for it (sum over meetings it was last at of its lateness
-	// behind the first arrival); CausedNs: the waits it caused (sum over
-	// those meetings of every other rank's wait for it).
-	Last             int
-	WaitedNs, HeldNs uint64
-	CausedNs         uint64
-	// CollectiveNs is its time in collectives: from arriving to the moment
-	// its host learnt the collective complete (the measured end with
-	// --gpu-times), over the collectives where that is known (Collectives).
-	CollectiveNs uint64
-	Collectives  int
-}
-
-// WaitShare is the share of its time in collectives the rank spent waiting
-// for others (NaN-free: 0 when unknown, at most 1).
-func (s *RankStats) WaitShare() float64 {
-	if s.CollectiveNs == 0 {
-		return 0
-	}
-	return min(1, float64(s.WaitedNs)/float64(s.CollectiveNs))
+	PID  uint32 `json:"pid"`
+	Rank int    `json:"rank"`
+	// Last: meetings it arrived at last. LateNs: the time it arrived
+	// behind the first rank at those (by arrival order: not a wait
+	// anyone blocked in).
+	Last   int    `json:"last"`
+	LateNs uint64 `json:"late_ns"`
+	// WaitedNs: the time its threads were blocked waiting for a later
+	// rank: in a synchronization (or the collective call itself) that
+	// returned only after the last rank arrived, from its own arrival to
+	// the last rank's. A collective is asynchronous: arriving early costs
+	// the host nothing until it blocks on the result.
+	WaitedNs uint64 `json:"waited_ns"`
+	// GPUWaitedNs: with measured GPU times (--gpu-times), the time its
+	// collectives' kernels ran before the last rank's had started: its
+	// GPU waiting for the others. 0 without them.
+	GPUWaitedNs uint64 `json:"gpu_waited_ns"`
+	// CausedNs and GPUCausedNs: the other ranks' WaitedNs and GPUWaitedNs
+	// at meetings it arrived at last (summed over those ranks).
+	CausedNs    uint64 `json:"caused_ns"`
+	GPUCausedNs uint64 `json:"gpu_caused_ns"`
+	// InFlightNs is the time some collective of its was in flight: from
+	// arriving to the moment its host learnt it complete (the measured
+	// end with --gpu-times), over the Collectives where that is known.
+	InFlightNs  uint64 `json:"in_flight_ns"`
+	Collectives int    `json:"collectives"`
+	// RecordedNs is the time its process was recorded: its first call to
+	// its last.
+	RecordedNs uint64 `json:"recorded_ns"`
 }
 
 // Worst is one meeting with a wide arrival spread.
 type Worst struct {
-	Seq      int
-	API      event.API
-	Spread   time.Duration
-	LastRank int
-	At       uint64 // when the last rank arrived, ns on the trace clock
+	Seq      int           `json:"seq"`
+	API      event.API     `json:"-"`
+	Spread   time.Duration `json:"spread_ns"`
+	LastRank int           `json:"last_rank"`
+	At       uint64        `json:"at_ns"` // when the last rank arrived, ns on the trace clock
+}
+
+// MarshalJSON names the collective.
+func (w Worst) MarshalJSON() ([]byte, error) {
+	type plain Worst
+	return json.Marshal(struct {
+		plain
+		API string `json:"api"`
+	}{plain(w), w.API.String()})
 }
 
 // site is a place a straggler was at: its process, what it called before
@@ -177,8 +261,8 @@ type siteKey struct {
 
 type site struct {
 	count    int
-	held     uint64 // lateness behind the first arrival, summed
-	caused   uint64
+	late     spans  // behind the first arrival
+	caused   uint64 // the others' waits for it
 	gap      uint64 // host time from the previous call's end to the collective, summed
 	withPrev int
 }
@@ -192,6 +276,7 @@ type lastCall struct {
 type opRef struct {
 	g     *group
 	rank  int
+	seq   int
 	start uint64
 }
 
@@ -200,6 +285,7 @@ type Collector struct {
 	match     *Matcher[arrival]
 	groups    map[uint64]*group
 	threads   map[[2]uint32]lastCall
+	procs     map[uint32]*procState
 	ops       map[opKey]opRef
 	opsLost   int
 	sites     map[siteKey]*site
@@ -207,12 +293,13 @@ type Collector struct {
 	// threadsLost: calls of threads past the bound, whose last call is
 	// not remembered (a straggler among them shows no call before).
 	threadsLost int
+	procsLost   int
 }
 
 // NewCollector returns an empty collector.
 func NewCollector() *Collector {
 	return &Collector{match: NewMatcher[arrival](), groups: map[uint64]*group{}, threads: map[[2]uint32]lastCall{},
-		ops: map[opKey]opRef{}, sites: map[siteKey]*site{}}
+		procs: map[uint32]*procState{}, ops: map[opKey]opRef{}, sites: map[siteKey]*site{}}
 }
 
 func (c *Collector) Call(p *model.Process, x *model.Call) {
@@ -223,13 +310,36 @@ func (c *Collector) Call(p *model.Process, x *model.Call) {
 	} else {
 		c.threadsLost++
 	}
-	if spec := x.Spec(); spec == nil || spec.Layer != event.NCCL {
-		return
+	ps := c.procs[p.PID]
+	if ps == nil && len(c.procs) < maxProcs {
+		ps = &procState{first: x.Start}
+		c.procs[p.PID] = ps
+	} else if ps == nil {
+		c.procsLost++
 	}
-	a := arrival{pid: p.PID, tid: x.TID, api: x.API, py: x.PyStack, prevPy: -1, start: x.Start}
-	if hasPrev {
-		a.prevAPI, a.prevPy, a.prevEnd, a.hasPrev = prev.api, prev.py, prev.end, true
+	if ps != nil {
+		ps.first, ps.last = min(ps.first, x.Start), max(ps.last, x.Start, x.End)
 	}
+	if spec := x.Spec(); spec != nil && spec.Layer == event.NCCL {
+		a := arrival{pid: p.PID, tid: x.TID, api: x.API, py: x.PyStack, prevPy: -1, start: x.Start}
+		if hasPrev {
+			a.prevAPI, a.prevPy, a.prevEnd, a.hasPrev = prev.api, prev.py, prev.end, true
+		}
+		c.collective(p, x, ps, a)
+	}
+	// What the call blocked counts as waiting at the meetings whose last
+	// rank arrived while it blocked.
+	if ps != nil && len(ps.members) > 0 {
+		switch {
+		case x.BlockedNs > 0 && x.End >= x.BlockedNs:
+			c.blocked(ps, x.End-x.BlockedNs, x.End)
+		case Meeting(x.API) && x.End > x.Start:
+			c.blocked(ps, x.Start, x.End) // NCCL blocks in the call when its queue is full
+		}
+	}
+}
+
+func (c *Collector) collective(p *model.Process, x *model.Call, ps *procState, a arrival) {
 	at, ok, met := c.match.Call(p, x, a)
 	if !ok {
 		return
@@ -237,11 +347,15 @@ func (c *Collector) Call(p *model.Process, x *model.Call) {
 	g := c.groups[at.Comm]
 	if at.Seq < 0 {
 		if g == nil {
-			g = &group{id: at.Comm, nranks: at.Ranks, stats: make([]RankStats, at.Ranks)}
+			g = &group{id: at.Comm, nranks: at.Ranks, stats: make([]RankStats, at.Ranks), ranks: make([]*rankState, at.Ranks),
+				gpu: map[int]*gpuMeeting{}}
 			c.groups[at.Comm] = g
 		}
 		if at.Rank < g.nranks {
 			g.stats[at.Rank].PID, g.stats[at.Rank].Rank = p.PID, at.Rank
+			if ps != nil && !slices.Contains(ps.members, membership{g, at.Rank}) {
+				ps.members = append(ps.members, membership{g, at.Rank})
+			}
 		}
 		return
 	}
@@ -250,7 +364,7 @@ func (c *Collector) Call(p *model.Process, x *model.Call) {
 	}
 	if x.GPUOp >= 0 {
 		if len(c.ops) < maxOps {
-			c.ops[opKey{p.PID, x.GPUOp}] = opRef{g: g, rank: at.Rank, start: x.Start}
+			c.ops[opKey{p.PID, x.GPUOp}] = opRef{g: g, rank: at.Rank, seq: at.Seq, start: x.Start}
 		} else {
 			c.opsLost++
 		}
@@ -260,23 +374,98 @@ func (c *Collector) Call(p *model.Process, x *model.Call) {
 	}
 }
 
-// meet counts a complete meeting.
+// rank is rank r's state, made on first use; nil for a rank whose
+// process is not followed.
+func (c *Collector) rank(g *group, r int) *rankState {
+	if rs := g.ranks[r]; rs != nil {
+		return rs
+	}
+	ps := c.procs[g.stats[r].PID]
+	if ps == nil {
+		return nil
+	}
+	g.ranks[r] = &rankState{proc: ps}
+	return g.ranks[r]
+}
+
+// meet counts a complete meeting: the last rank's lateness, and for
+// every earlier rank a window to match with what its process blocked.
 func (c *Collector) meet(g *group, mt *Met[arrival]) {
 	first, last := mt.First, mt.Last
-	var caused uint64
-	for r, t := range mt.Arrivals {
-		g.stats[r].WaitedNs += last - t
-		caused += last - t
-	}
 	st := &g.stats[mt.LastRank]
 	st.Last++
-	st.HeldNs += last - first
-	st.CausedNs += caused
+	if rs := c.rank(g, mt.LastRank); rs != nil {
+		st.LateNs += rs.late.add(first, last)
+	}
 	g.done++
 	g.spread += time.Duration(last - first)
 	g.keepWorst(Worst{Seq: mt.Seq, API: mt.API, Spread: time.Duration(last - first), LastRank: mt.LastRank, At: last})
+	var s *site
 	if last > first {
-		c.site(g, mt.LastRank, &mt.LastInfo, last-first, caused)
+		s = c.site(g, mt.LastRank, &mt.LastInfo, first, last)
+	}
+	for r, t := range mt.Arrivals {
+		rs := c.rank(g, r)
+		if r == mt.LastRank || t >= last || rs == nil {
+			continue
+		}
+		w := window{from: t, to: last, culprit: mt.LastRank, site: s}
+		for _, b := range rs.proc.blocked {
+			c.wait(g, r, rs, &w, b[0], b[1])
+		}
+		rs.push(w)
+	}
+}
+
+// push keeps w among the rank's recent windows.
+func (rs *rankState) push(w window) {
+	if len(rs.windows) < maxWindows {
+		rs.windows = append(rs.windows, w)
+		return
+	}
+	if old := rs.windows[rs.next]; old.to > rs.proc.blockedEnd {
+		rs.lost++
+	}
+	rs.windows[rs.next] = w
+	rs.next = (rs.next + 1) % maxWindows
+}
+
+// blocked: a thread of process ps blocked from a to b. It waited at every
+// meeting of its ranks whose last rank arrived in between, from its own
+// arrival (or a) on.
+func (c *Collector) blocked(ps *procState, a, b uint64) {
+	for _, m := range ps.members {
+		rs := m.g.ranks[m.rank]
+		if rs == nil {
+			continue
+		}
+		for i := range rs.windows {
+			c.wait(m.g, m.rank, rs, &rs.windows[i], a, b)
+		}
+	}
+	ps.blockedEnd = max(ps.blockedEnd, b)
+	if len(ps.blocked) < maxWindows {
+		ps.blocked = append(ps.blocked, [2]uint64{a, b})
+		return
+	}
+	ps.blocked[ps.next] = [2]uint64{a, b}
+	ps.next = (ps.next + 1) % maxWindows
+}
+
+// wait counts what blocking from a to b waited at w: from w's start (or
+// a) to the last arrival, when the blocking outlasted that arrival.
+func (c *Collector) wait(g *group, r int, rs *rankState, w *window, a, b uint64) {
+	if a >= w.to || b < w.to {
+		return
+	}
+	n := rs.waited.add(max(a, w.from), w.to)
+	if n == 0 {
+		return
+	}
+	g.stats[r].WaitedNs += n
+	g.stats[w.culprit].CausedNs += n
+	if w.site != nil {
+		w.site.caused += n
 	}
 }
 
@@ -291,7 +480,9 @@ func (g *group) keepWorst(w Worst) {
 	}
 }
 
-func (c *Collector) site(g *group, rank int, a *arrival, held, caused uint64) {
+// site counts a meeting the last rank arrived at from a; nil when past
+// the bound.
+func (c *Collector) site(g *group, rank int, a *arrival, first, last uint64) *site {
 	k := siteKey{pid: a.pid, api: a.api, py: a.py, prevPy: -1, rank: rank, comm: g.id}
 	if a.hasPrev {
 		k.prevAPI, k.prevPy = a.prevAPI, a.prevPy
@@ -300,24 +491,25 @@ func (c *Collector) site(g *group, rank int, a *arrival, held, caused uint64) {
 	if s == nil {
 		if len(c.sites) >= maxSites {
 			c.sitesLost++
-			return
+			return nil
 		}
 		s = &site{}
 		c.sites[k] = s
 	}
 	s.count++
-	s.held += held
-	s.caused += caused
+	s.late.add(first, last)
 	if a.hasPrev && a.start > a.prevEnd {
 		s.gap += a.start - a.prevEnd
 		s.withPrev++
 	} else if a.hasPrev {
 		s.withPrev++
 	}
+	return s
 }
 
-// GPUOp completes a collective's time: from its arrival to the moment its
-// host learnt it complete (its measured end when CUPTI timed it).
+// GPUOp completes a collective's time in flight: from its arrival to the
+// moment its host learnt it complete (its measured end when CUPTI timed
+// it); measured, it also counts the GPU's wait for the other ranks.
 func (c *Collector) GPUOp(p *model.Process, op *model.GPUOp) {
 	if len(c.ops) == 0 || op.Kind != model.OpCollective {
 		return
@@ -335,10 +527,51 @@ func (c *Collector) GPUOp(p *model.Process, op *model.GPUOp) {
 	case op.Bounded:
 		end = op.ProvenBy()
 	}
-	if end > ref.start {
+	if rs := c.rank(ref.g, ref.rank); rs != nil && end > ref.start {
 		st := &ref.g.stats[ref.rank]
-		st.CollectiveNs += end - ref.start
+		st.InFlightNs += rs.inFlight.add(ref.start, end)
 		st.Collectives++
+	}
+	if op.Measured && op.End > op.Start && op.Start > 0 {
+		c.gpuMeet(ref.g, ref.seq, ref.rank, op.Start, op.End)
+	}
+}
+
+// gpuMeet gathers the measured GPU times of meeting seq; once every
+// rank's are in, each rank's kernel waited from its start to the last
+// rank's kernel's start (no rank's can finish before every rank's began).
+func (c *Collector) gpuMeet(g *group, seq, rank int, start, end uint64) {
+	gm := g.gpu[seq]
+	if gm == nil {
+		if len(g.gpu) >= maxPending {
+			oldest := seq
+			for k := range g.gpu {
+				oldest = min(oldest, k)
+			}
+			delete(g.gpu, oldest)
+			g.gpuLost++
+		}
+		gm = &gpuMeeting{start: make([]uint64, g.nranks), end: make([]uint64, g.nranks)}
+		g.gpu[seq] = gm
+	}
+	if gm.start[rank] != 0 {
+		return
+	}
+	gm.start[rank], gm.end[rank] = start, end
+	if gm.n++; gm.n < g.nranks {
+		return
+	}
+	delete(g.gpu, seq)
+	lastStart := slices.Max(gm.start)
+	culprit := slices.Index(gm.start, lastStart)
+	for r, s := range gm.start {
+		rs := c.rank(g, r)
+		if s >= lastStart || rs == nil {
+			continue
+		}
+		n := rs.gpuWaited.add(s, min(gm.end[r], lastStart))
+		g.stats[r].GPUWaitedNs += n
+		g.stats[culprit].GPUCausedNs += n
 	}
 }
 
@@ -356,6 +589,40 @@ type Comm struct {
 	Stats      []RankStats   // by rank
 	Worst      []Worst       // the meetings with the widest arrival spread, widest first
 	Pending    int           // meetings some rank never arrived at (the recording ended first)
+	// WindowsLost: meetings whose wait left a rank's recent ones before
+	// a blocking call could cover it (rankState.lost), summed over ranks.
+	WindowsLost int
+	// GPUMeetingsLost: meetings whose GPU times were given up, waiting
+	// for a rank's (more than maxPending waited).
+	GPUMeetingsLost int
+}
+
+// MarshalJSON writes the communicator in the summary's schema
+// (docs/merge.md, "stragglers").
+func (c Comm) MarshalJSON() ([]byte, error) {
+	stats, worst := c.Stats, c.Worst
+	if stats == nil {
+		stats = []RankStats{}
+	}
+	if worst == nil {
+		worst = []Worst{}
+	}
+	return json.Marshal(struct {
+		CommID          string      `json:"comm_id"`
+		Ranks           int         `json:"ranks"`
+		Meetings        int         `json:"meetings"`
+		MeanSpreadNs    int64       `json:"mean_arrival_spread_ns"`
+		Straggler       int         `json:"straggler"`
+		WaitedNs        uint64      `json:"waited_ns"`
+		GPUWaitedNs     uint64      `json:"gpu_waited_ns"`
+		RankStats       []RankStats `json:"rank_stats"`
+		Widest          []Worst     `json:"widest_meetings"`
+		Pending         int         `json:"pending"`
+		GivenUp         int         `json:"given_up"`
+		WindowsLost     int         `json:"waits_not_matched"`
+		GPUMeetingsLost int         `json:"gpu_meetings_given_up"`
+	}{fmt.Sprintf("%016x", c.ID), c.Ranks, c.Meetings, int64(c.MeanSpread), c.Straggler(), c.WaitedNs(), c.GPUWaitedNs(),
+		stats, worst, c.Pending, c.Incomplete, c.WindowsLost, c.GPUMeetingsLost})
 }
 
 // Straggler is the rank that arrived last most often (-1 for none).
@@ -369,11 +636,22 @@ func (c *Comm) Straggler() int {
 	return best
 }
 
-// WaitedNs is the time all ranks waited at the meetings.
+// WaitedNs is the time the ranks' threads were blocked waiting for later
+// ranks, summed over the ranks.
 func (c *Comm) WaitedNs() uint64 {
 	var n uint64
 	for _, s := range c.Stats {
 		n += s.WaitedNs
+	}
+	return n
+}
+
+// GPUWaitedNs is the time the ranks' GPUs waited for later ranks, summed
+// over the ranks (0 without measured GPU times).
+func (c *Comm) GPUWaitedNs() uint64 {
+	var n uint64
+	for _, s := range c.Stats {
+		n += s.GPUWaitedNs
 	}
 	return n
 }
@@ -387,7 +665,15 @@ func (c *Collector) Comms() []Comm {
 		}
 		lost, pending := c.match.Waiting(g.id)
 		cm := Comm{ID: g.id, Ranks: g.nranks, Meetings: g.done, MeanSpread: g.spread / time.Duration(g.done),
-			Incomplete: lost, Stats: slices.Clone(g.stats), Worst: slices.Clone(g.worst), Pending: pending}
+			Incomplete: lost, Stats: slices.Clone(g.stats), Worst: slices.Clone(g.worst), Pending: pending, GPUMeetingsLost: g.gpuLost}
+		for r := range cm.Stats {
+			if ps := c.procs[cm.Stats[r].PID]; ps != nil && cm.Stats[r].PID != 0 {
+				cm.Stats[r].RecordedNs = ps.last - ps.first
+			}
+			if rs := g.ranks[r]; rs != nil {
+				cm.WindowsLost += rs.lost
+			}
+		}
 		out = append(out, cm)
 	}
 	slices.SortFunc(out, func(a, b Comm) int { return cmp.Or(b.Meetings-a.Meetings, cmp.Compare(a.ID, b.ID)) })
@@ -402,8 +688,8 @@ type Site struct {
 	Rank     int
 	PID      uint32
 	Meetings int    // meetings it arrived at last from here
-	HeldNs   uint64 // its lateness behind the first arrival, summed
-	CausedNs uint64 // the others' waits for it, summed
+	LateNs   uint64 // the time it arrived behind the first rank at those
+	CausedNs uint64 // the other ranks' blocked waits for it (RankStats.WaitedNs), summed over them
 	// Before: the call before the collective ("" when the thread made
 	// none); GapNs the mean host time from its return to the collective.
 	Before, BeforeLine string
@@ -444,7 +730,7 @@ func (c *Collector) Sites(r *model.Result) []Site {
 			order = append(order, m)
 		}
 		m.Meetings += s.count
-		m.HeldNs += s.held
+		m.LateNs += s.late.total
 		m.CausedNs += s.caused
 		m.gap += s.gap
 		m.withPrev += s.withPrev
@@ -518,6 +804,8 @@ func (c *Collector) ReportNamed(w io.Writer, n Naming) {
 		return
 	}
 	fmt.Fprintln(w, "\nNCCL ranks (the k-th collective of a communicator is one meeting; the last rank to arrive holds the others up)")
+	fmt.Fprintln(w, "  (a rank waited while its threads blocked, in a synchronization or collective call that returned only after the last rank arrived;")
+	fmt.Fprintln(w, "  collectives are asynchronous: arriving early costs a rank nothing until it blocks on the result)")
 	for _, cm := range comms {
 		fmt.Fprintf(w, "  communicator %016x: %d ranks, %d meetings, mean arrival spread %v", cm.ID, cm.Ranks, cm.Meetings, cm.MeanSpread.Round(time.Microsecond))
 		if cm.Incomplete > 0 {
@@ -527,24 +815,42 @@ func (c *Collector) ReportNamed(w io.Writer, n Naming) {
 			fmt.Fprintf(w, ", %d not met by every rank (a rank's recording began late or ended early)", cm.Pending)
 		}
 		fmt.Fprintln(w)
+		if cm.WindowsLost > 0 {
+			fmt.Fprintf(w, "  %d wait(s) at meetings not matched: more than %d meetings of a rank passed before it blocked on them (its waits are undercounted)\n", cm.WindowsLost, maxWindows)
+		}
+		if cm.GPUMeetingsLost > 0 {
+			fmt.Fprintf(w, "  %d meeting(s) left out of the GPU waits: more than %d waited for a rank's GPU times\n", cm.GPUMeetingsLost, maxPending)
+		}
 		if s := cm.Straggler(); s >= 0 {
 			st := cm.Stats[s]
-			fmt.Fprintf(w, "  straggler: rank %d (%s), last at %d of %d meetings, the others waited %v for it\n",
-				s, n.pid(st.PID), st.Last, cm.Meetings, time.Duration(st.HeldNs).Round(time.Microsecond))
+			fmt.Fprintf(w, "  straggler: rank %d (%s), last at %d of %d meetings, %s behind the first arrival in all; the others were blocked %s waiting for it",
+				s, n.pid(st.PID), st.Last, cm.Meetings, dur(st.LateNs), dur(st.CausedNs))
+			if st.GPUCausedNs > 0 {
+				fmt.Fprintf(w, ", their GPUs %s", dur(st.GPUCausedNs))
+			}
+			fmt.Fprintln(w)
 		}
-		total := cm.WaitedNs()
+		total, gpu := cm.WaitedNs(), cm.GPUWaitedNs()
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "  RANK\tPROCESS\tLAST\tWAITED FOR OTHERS\tOTHERS WAITED FOR IT\tWAITING CAUSED")
+		head := "  RANK\tPROCESS\tLAST\tLATE\tBLOCKED WAITING FOR OTHERS\tWAITING IT CAUSED"
+		if gpu > 0 {
+			head += "\tGPU WAITED"
+		}
+		fmt.Fprintln(tw, head)
 		for _, st := range cm.Stats {
 			waited := dur(st.WaitedNs)
-			if st.Collectives > 0 {
-				waited += fmt.Sprintf(" (%.0f%% of %s in collectives)", 100*st.WaitShare(), dur(st.CollectiveNs))
+			if st.RecordedNs > 0 {
+				waited += fmt.Sprintf(" (%.0f%% of its %s recorded)", 100*float64(st.WaitedNs)/float64(st.RecordedNs), dur(st.RecordedNs))
 			}
-			caused := "0%"
+			caused := dur(st.CausedNs)
 			if total > 0 {
-				caused = fmt.Sprintf("%.0f%%", 100*float64(st.CausedNs)/float64(total))
+				caused += fmt.Sprintf(" (%.0f%%)", 100*float64(st.CausedNs)/float64(total))
 			}
-			fmt.Fprintf(tw, "  %d\t%s\t%d\t%s\t%s\t%s\n", st.Rank, n.pid(st.PID), st.Last, waited, dur(st.HeldNs), caused)
+			fmt.Fprintf(tw, "  %d\t%s\t%d\t%s\t%s\t%s", st.Rank, n.pid(st.PID), st.Last, dur(st.LateNs), waited, caused)
+			if gpu > 0 {
+				fmt.Fprintf(tw, "\t%s", dur(st.GPUWaitedNs))
+			}
+			fmt.Fprintln(tw)
 		}
 		tw.Flush()
 		if len(cm.Worst) > 0 && cm.Worst[0].Spread > 0 {
@@ -565,8 +871,8 @@ func (c *Collector) ReportNamed(w io.Writer, n Naming) {
 			fmt.Fprintf(w, "  ... %d more\n", len(sites)-topSites)
 			break
 		}
-		fmt.Fprintf(w, "#%d rank %d (%s) of communicator %016x arrived last at %d meeting(s) from here, %s behind the first arrival in all (%s of the other ranks' time)\n",
-			i+1, s.Rank, n.pid(s.PID), s.Comm, s.Meetings, dur(s.HeldNs), dur(s.CausedNs))
+		fmt.Fprintf(w, "#%d rank %d (%s) of communicator %016x arrived last at %d meeting(s) from here, %s behind the first arrival in all (the others blocked %s waiting)\n",
+			i+1, s.Rank, n.pid(s.PID), s.Comm, s.Meetings, dur(s.LateNs), dur(s.CausedNs))
 		if s.Before != "" {
 			fmt.Fprintf(w, "    before: %s at %s, then %s on the host before the collective (mean)\n", s.Before, orNoStack(s.BeforeLine), dur(s.GapNs))
 		} else {
@@ -581,7 +887,10 @@ func (c *Collector) ReportNamed(w io.Writer, n Naming) {
 		fmt.Fprintf(w, "  %d calls of threads past the first %d not followed: a straggler among them shows no call before its collective\n", c.threadsLost, maxThreads)
 	}
 	if c.opsLost > 0 {
-		fmt.Fprintf(w, "  %d collectives not followed to their completion (more than %d pending): left out of the ranks' time in collectives\n", c.opsLost, maxOps)
+		fmt.Fprintf(w, "  %d collectives not followed to their completion (more than %d pending): left out of the ranks' time in flight and GPU waits\n", c.opsLost, maxOps)
+	}
+	if c.procsLost > 0 {
+		fmt.Fprintf(w, "  %d calls of processes past the first %d not followed: their ranks' waits and recorded time are not counted\n", c.procsLost, maxProcs)
 	}
 }
 
