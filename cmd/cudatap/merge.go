@@ -31,10 +31,12 @@ func newMergeCmd(g *globalOptions) *cobra.Command {
 		Short: "Put the recordings of a multi-host job on one timeline, clocks aligned by its NCCL collectives",
 		Long: `merge puts several .cudatap recordings (one per host of a distributed job, or
 several of one host) on one timeline: one process group per NCCL rank, the slow rank
-named. Each recording is placed by its host's wall clock, then its NCCL collectives
-refine that: no rank can finish a collective before the last rank arrives, so each
-collective bounds the offset between two hosts from both sides. The offset applied
-to each recording and how sure it is are printed and written into the outputs.`,
+named by arrival order. Recordings of one boot of one host (the same boot id) share
+its clock and are merged on it unshifted. Those of other hosts are placed by their
+NCCL collectives: no rank can finish a collective before the last rank arrives, so
+each collective bounds the offset between two hosts from both sides; of that range,
+the offset nearest the hosts' wall clocks is applied. The offset, the range and the
+method are printed and written into the outputs (docs/merge.md).`,
 		Example: "  cudatap merge node0.cudatap node1.cudatap -o job.json.gz\n  cudatap merge node*.cudatap -o job.cudatap -o job.json",
 		Args:    cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {

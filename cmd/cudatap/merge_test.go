@@ -36,7 +36,7 @@ func TestMergeCLI(t *testing.T) {
 	if err != nil {
 		t.Fatalf("merge: %v\n%s", err, stderr)
 	}
-	for _, want := range []string{"merging 3 recording(s) on the clock of " + ins[0], "(host nodeB, pid 100 as 4194304, rank 1): shifted -3.7",
+	for _, want := range []string{"merging 3 recording(s) on the clock of " + ins[0], "(host nodeB, pid 100 as 4194304, rank 1): shifted -3.69",
 		"NCCL meeting(s)", "wrote " + js, "wrote " + rec} {
 		if !strings.Contains(stderr, want) {
 			t.Errorf("stderr lacks %q:\n%s", want, stderr)

@@ -1,21 +1,25 @@
 // Package merge puts the recordings of a multi-host job on one timeline:
 // `cudatap merge`. Each recording's timestamps are CLOCK_MONOTONIC of its
-// own host; the pair recorded at its start (CLOCK_REALTIME −
-// CLOCK_MONOTONIC, Header.WallOffsetNs) places it as well as the hosts'
-// wall clocks agree (NTP: milliseconds). NCCL collectives then refine it:
-// the k-th collective of a communicator is one meeting of its ranks
-// (export/straggler numbers them), and no rank can finish it before the
-// last rank arrives. So for ranks i and j at each meeting, arrival_j + θ_j
-// ≤ completion_i + θ_i, where completion_i is the earliest moment rank i's
-// host knew the collective's GPU work complete (the return of the
+// own host. Recordings of one boot of one host (the same boot id in their
+// headers) share that clock: they are put on it as they are, never
+// shifted. Across hosts, the pair recorded at each start (CLOCK_REALTIME
+// − CLOCK_MONOTONIC, Header.WallOffsetNs) places a recording as well as
+// the hosts' wall clocks agree (NTP: milliseconds), and NCCL collectives
+// bound that: the k-th collective of a communicator is one meeting of its
+// ranks (export/straggler numbers them), and no rank can finish it before
+// the last rank arrives. So for ranks i and j at each meeting, arrival_j +
+// θ_j ≤ completion_i + θ_i, where completion_i is the earliest moment rank
+// i's host knew the collective's GPU work complete (the return of the
 // synchronization that proved it, model.GPUOp.ProvenBy) and θ the offset
 // that puts a recording on the timeline. Each meeting bounds θ_i − θ_j
-// from both sides; their intersection is the range the offset can be in:
-// its midpoint is taken, its half-width is the residual uncertainty. With
-// GPU times measured (--gpu-times), a collective's kernels end within
-// microseconds on every rank: the median of the differences of their end
-// times is taken instead, their spread the uncertainty. A recording that
-// shares no meeting with the others stays where its wall clock puts it.
+// from both sides; their intersection is the range the offset can be in.
+// With GPU times measured (--gpu-times), a collective's kernels end within
+// microseconds on every rank: the differences of their end times narrow
+// the range to their spread. Of the range, the offset closest to the wall
+// clocks' is taken (the wall clocks' own when they lie in it), and the
+// range is stated: the true offset is in it, if the meetings are numbered
+// alike on every rank. A recording that shares no meeting with the others
+// stays where its wall clock puts it.
 //
 // Two passes over the recordings: Scan reads each once, keeping only what
 // alignment needs (the first and the last meetings of each rank, bounded);
@@ -64,8 +68,9 @@ const implausibleSkew = int64(100 * time.Millisecond)
 // Methods of alignment.
 const (
 	MethodReference = "reference"   // the timeline's clock
-	MethodGPU       = "gpu_times"   // median difference of measured collective end times
-	MethodHost      = "host_bounds" // midpoint of the range host-side meetings allow
+	MethodSameBoot  = "same_boot"   // the reference's clock: the same boot of its host, not shifted
+	MethodGPU       = "gpu_times"   // nearest the wall clocks within the spread of measured collective end times
+	MethodHost      = "host_bounds" // nearest the wall clocks within the range host-side meetings allow
 	MethodWall      = "wall_clock"  // the hosts' wall clocks only
 )
 
@@ -103,13 +108,22 @@ type Alignment struct {
 	// Theta is added to its timestamps to put them on the reference's
 	// clock; Wall is what the wall clocks alone give.
 	Theta, Wall int64
-	// Uncertainty: how far the true offset can be from Theta (ns); -1
-	// when unknown (wall clock only).
+	// Lo and Hi bound the true offset, as the meetings allow it (Theta is
+	// the offset nearest Wall between them); NoLo, NoHi: no bound on that
+	// side. Both 0 on the reference's clock; unbounded for an input
+	// placed by the wall clocks only.
+	Lo, Hi     int64
+	NoLo, NoHi bool
+	// Uncertainty: how far the true offset can be from Theta (ns): 0 on
+	// the reference's clock, -1 when unknown (a side unbounded).
 	Uncertainty int64
 	Method      string
 	Meetings    int // meetings the estimate rests on
 	Via         int // the input it was aligned to, -1 for none
-	Note        string
+	// Clock is the first input whose clock it shares (the same boot id),
+	// itself when none before it does.
+	Clock int
+	Note  string
 }
 
 // Plan is how the inputs go on one timeline.
@@ -291,10 +305,11 @@ func bounding(api event.API) bool {
 	return api == event.NcclAllReduce || api == event.NcclAllGather || api == event.NcclReduceScatter
 }
 
-// sides gathers, per communicator and meeting, an input's side.
-func sides(in Input) map[uint64]map[int]*sideAt {
+// sides gathers, per communicator and meeting, the side of the ranks of
+// one clock (the inputs of one boot, or one input).
+func sides(ranks []straggler.RankSeries) map[uint64]map[int]*sideAt {
 	out := map[uint64]map[int]*sideAt{}
-	for _, rs := range in.Ranks {
+	for _, rs := range ranks {
 		byseq := out[rs.Comm]
 		if byseq == nil {
 			byseq = map[int]*sideAt{}
@@ -369,19 +384,44 @@ func compare(a, b map[uint64]map[int]*sideAt) *pair {
 	return pr
 }
 
-// edge is an estimate of θ_i − θ_j.
+// span is a range of offsets; an unbounded side is math.MinInt64 or
+// math.MaxInt64.
+type span struct{ lo, hi int64 }
+
+func (s span) width() int64 {
+	if s.lo == math.MinInt64 || s.hi == math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return s.hi - s.lo
+}
+
+// nearest is the offset of s nearest w.
+func (s span) nearest(w int64) int64 { return min(max(w, s.lo), s.hi) }
+
+// satAdd adds, an unbounded side staying unbounded.
+func satAdd(a, b int64) int64 {
+	switch {
+	case a == math.MaxInt64 || b == math.MaxInt64:
+		return math.MaxInt64
+	case a == math.MinInt64 || b == math.MinInt64:
+		return math.MinInt64
+	}
+	return a + b
+}
+
+// edge is what the meetings of two clocks allow for θ_i − θ_j.
 type edge struct {
-	d, u     int64
+	span
 	method   string
 	meetings int
 	note     string
 }
 
-// estimate turns what two inputs' meetings say into an estimate, or nil
-// with the reason.
+// estimate turns what two clocks' meetings say into the range they
+// allow, or nil with the reason.
 func (pr *pair) estimate() (*edge, string) {
-	host := pr.hasLo && pr.hasHi
-	if host && pr.lo > pr.hi {
+	host := span{pr.lo, pr.hi} // unbounded where !hasLo, !hasHi
+	if pr.hasLo && pr.hasHi && pr.lo > pr.hi {
 		msg := fmt.Sprintf("their meetings contradict each other by %v (no offset lets every rank finish each collective after the last arrival)", time.Duration(pr.lo-pr.hi))
 		if pr.mismatched > 0 {
 			msg += fmt.Sprintf("; %d meetings were different collectives on different ranks", pr.mismatched)
@@ -389,26 +429,18 @@ func (pr *pair) estimate() (*edge, string) {
 		return nil, msg + ": misnumbered meetings, as when a recording began after its job's first collectives?"
 	}
 	if len(pr.gpu) > 0 {
-		g := slices.Clone(pr.gpu)
-		slices.Sort(g)
-		med := g[len(g)/2]
-		if len(g)%2 == 0 {
-			med = g[len(g)/2-1] + (g[len(g)/2]-g[len(g)/2-1])/2
+		gpu := span{slices.Min(pr.gpu), slices.Max(pr.gpu)}
+		if gpu.hi >= host.lo && gpu.lo <= host.hi {
+			return &edge{span: span{max(gpu.lo, host.lo), min(gpu.hi, host.hi)}, method: MethodGPU, meetings: len(pr.gpu)}, ""
 		}
-		u := max(med-g[0], g[len(g)-1]-med)
-		e := &edge{d: med, u: u, method: MethodGPU, meetings: len(g)}
-		if !host || (med+u >= pr.lo && med-u <= pr.hi) {
-			return e, ""
+		if pr.bounds > 0 {
+			note := fmt.Sprintf("the measured GPU end times (%v to %v apart) fall outside what the host-side meetings allow [%v, %v]: the host-side range is used",
+				time.Duration(gpu.lo), time.Duration(gpu.hi), bound(host.lo), bound(host.hi))
+			return &edge{span: host, method: MethodHost, meetings: pr.bounds, note: note}, ""
 		}
-		note := fmt.Sprintf("the measured GPU end times (%v) fall outside what the host-side meetings allow [%v, %v]: the host-side range is used",
-			time.Duration(med), time.Duration(pr.lo), time.Duration(pr.hi))
-		return &edge{d: pr.lo + (pr.hi-pr.lo)/2, u: (pr.hi - pr.lo + 1) / 2, method: MethodHost, meetings: pr.bounds, note: note}, ""
-	}
-	if host {
-		return &edge{d: pr.lo + (pr.hi-pr.lo)/2, u: (pr.hi - pr.lo + 1) / 2, method: MethodHost, meetings: pr.bounds}, ""
 	}
 	if pr.bounds > 0 {
-		return nil, "their meetings bound the offset from one side only (a rank's collectives were never proven complete: no synchronization after them was traced)"
+		return &edge{span: host, method: MethodHost, meetings: pr.bounds}, ""
 	}
 	if pr.mismatched > 0 {
 		return nil, fmt.Sprintf("%d shared meetings were different collectives on different ranks: misnumbered meetings, as when a recording began after its job's first collectives?", pr.mismatched)
@@ -416,8 +448,21 @@ func (pr *pair) estimate() (*edge, string) {
 	return nil, "they share meetings, but none an all-reduce, all-gather or reduce-scatter proven complete"
 }
 
-// align picks the reference and chains every input to it through the
-// meetings, the most certain path first.
+// bound writes an end of a range, ∞ when unbounded.
+func bound(v int64) string {
+	switch v {
+	case math.MinInt64:
+		return "-∞"
+	case math.MaxInt64:
+		return "+∞"
+	}
+	return signed(v)
+}
+
+// align picks the reference, puts every input of its boot on its clock,
+// and chains the other clocks to it through the meetings, the narrowest
+// ranges first; each takes the offset nearest the wall clocks' that its
+// range allows.
 func (p *Plan) align() {
 	n := len(p.Inputs)
 	p.Reference = 0
@@ -427,25 +472,49 @@ func (p *Plan) align() {
 			break
 		}
 	}
-	ref := p.Inputs[p.Reference].Header.WallOffsetNs
+	// Clocks: the inputs of one boot are one clock, named by its first.
+	clock := make([]int, n)
+	for i, in := range p.Inputs {
+		clock[i] = i
+		for j := range i {
+			if in.Header.SameClock(p.Inputs[j].Header) {
+				clock[i] = clock[j]
+				break
+			}
+		}
+	}
+	ref, refClock := p.Inputs[p.Reference].Header.WallOffsetNs, clock[p.Reference]
 	p.Align = make([]Alignment, n)
 	for i, in := range p.Inputs {
 		// unix = t + wall: on the reference's clock, t + wall_i − wall_ref.
-		p.Align[i] = Alignment{Theta: in.Header.WallOffsetNs - ref, Wall: in.Header.WallOffsetNs - ref, Uncertainty: -1, Method: MethodWall, Via: -1}
+		w := in.Header.WallOffsetNs - ref
+		p.Align[i] = Alignment{Theta: w, Wall: w, Lo: math.MinInt64, Hi: math.MaxInt64, NoLo: true, NoHi: true,
+			Uncertainty: -1, Method: MethodWall, Via: -1, Clock: clock[i]}
 	}
-	p.Align[p.Reference] = Alignment{Uncertainty: 0, Method: MethodReference, Via: -1}
 
-	sd := make([]map[uint64]map[int]*sideAt, n)
+	// What each clock's ranks did at the meetings.
+	ranks := make([][]straggler.RankSeries, n)
 	for i, in := range p.Inputs {
-		sd[i] = sides(in)
+		ranks[clock[i]] = append(ranks[clock[i]], in.Ranks...)
 	}
+	sd := make([]map[uint64]map[int]*sideAt, n)
+	for c := range n {
+		if clock[c] == c {
+			sd[c] = sides(ranks[c])
+		}
+	}
+	p.checkShared(clock)
+
 	edges := make([][]*edge, n)
-	why := make([]string, n) // why an input has no estimate
+	why := make([]string, n) // why a clock has no range
 	for i := range n {
 		edges[i] = make([]*edge, n)
 	}
 	for i := range n {
 		for j := i + 1; j < n; j++ {
+			if clock[i] != i || clock[j] != j {
+				continue
+			}
 			pr := compare(sd[i], sd[j])
 			if pr == nil {
 				continue
@@ -459,20 +528,29 @@ func (p *Plan) align() {
 				continue
 			}
 			edges[i][j] = e
-			edges[j][i] = &edge{d: -e.d, u: e.u, method: e.method, meetings: e.meetings, note: e.note}
+			edges[j][i] = &edge{span: span{-e.hi, -e.lo}, method: e.method, meetings: e.meetings, note: e.note}
+			if e.lo == math.MinInt64 {
+				edges[j][i].hi = math.MaxInt64
+			}
+			if e.hi == math.MaxInt64 {
+				edges[j][i].lo = math.MinInt64
+			}
 		}
 	}
-	// Dijkstra from the reference, by accumulated uncertainty.
+	// Dijkstra from the reference's clock, by the width of the range.
+	rng := make([]span, n) // θ of each clock, as far as the meetings allow
 	done := make([]bool, n)
 	dist := make([]int64, n)
+	via := make([]*edge, n)
+	from := make([]int, n)
 	for i := range dist {
-		dist[i] = math.MaxInt64
+		dist[i] = -1 // unreached
 	}
-	dist[p.Reference] = 0
+	rng[refClock], dist[refClock] = span{0, 0}, 0
 	for {
 		cur := -1
 		for i := range n {
-			if !done[i] && dist[i] != math.MaxInt64 && (cur < 0 || dist[i] < dist[cur]) {
+			if !done[i] && dist[i] >= 0 && (cur < 0 || dist[i] < dist[cur]) {
 				cur = i
 			}
 		}
@@ -482,32 +560,69 @@ func (p *Plan) align() {
 		done[cur] = true
 		for j := range n {
 			e := edges[cur][j]
-			if e == nil || done[j] || dist[cur]+e.u >= dist[j] {
+			if e == nil || done[j] {
 				continue
 			}
-			dist[j] = dist[cur] + e.u
-			// θ_cur − θ_j = d.
-			p.Align[j] = Alignment{Theta: p.Align[cur].Theta - e.d, Wall: p.Align[j].Wall, Uncertainty: dist[j],
-				Method: e.method, Meetings: e.meetings, Via: cur, Note: e.note}
-		}
-	}
-	for i, in := range p.Inputs {
-		a := &p.Align[i]
-		if a.Method == MethodHost || a.Method == MethodGPU {
-			if skew := a.Theta - a.Wall; skew > implausibleSkew || -skew > implausibleSkew {
-				a.Note = strings.TrimPrefix(a.Note+"; ", "; ") + fmt.Sprintf("the meetings put it %v from where the wall clocks did: unless the hosts' clocks are far apart, its meetings may be misnumbered (a recording that began after the job's first collectives)", signed(skew))
+			if d := satAdd(dist[cur], e.width()); dist[j] < 0 || d < dist[j] {
+				// θ_cur − θ_j ∈ [e.lo, e.hi].
+				dist[j], via[j], from[j] = d, e, cur
+				rng[j] = span{satAdd(rng[cur].lo, -e.hi), satAdd(rng[cur].hi, -e.lo)}
+				if e.hi == math.MaxInt64 || rng[cur].lo == math.MinInt64 {
+					rng[j].lo = math.MinInt64
+				}
+				if e.lo == math.MinInt64 || rng[cur].hi == math.MaxInt64 {
+					rng[j].hi = math.MaxInt64
+				}
 			}
 		}
-		if a.Method != MethodWall {
+	}
+	for i := range p.Inputs {
+		a := &p.Align[i]
+		c := clock[i]
+		switch {
+		case i == p.Reference:
+			a.Theta, a.Lo, a.Hi, a.NoLo, a.NoHi, a.Uncertainty, a.Method = 0, 0, 0, false, false, 0, MethodReference
+			continue
+		case c == refClock:
+			a.Theta, a.Lo, a.Hi, a.NoLo, a.NoHi, a.Uncertainty, a.Method, a.Via = 0, 0, 0, false, false, 0, MethodSameBoot, p.Reference
+			continue
+		case via[c] != nil:
+			// The clock's wall offset is its first input's.
+			wall := p.Align[c].Wall
+			r := rng[c]
+			a.Theta = r.nearest(wall)
+			a.Lo, a.Hi, a.NoLo, a.NoHi = r.lo, r.hi, r.lo == math.MinInt64, r.hi == math.MaxInt64
+			a.Method, a.Meetings, a.Via, a.Note = via[c].method, via[c].meetings, from[c], appendNote(a.Note, via[c].note)
+			if a.NoLo || a.NoHi {
+				a.Uncertainty = -1
+				if a.Theta == wall {
+					a.Method = MethodWall
+				}
+				a.Note = appendNote(a.Note, fmt.Sprintf("the meetings bound the offset from one side only, [%s, %s] (a rank's collectives were never proven complete: no synchronization after them was traced)",
+					bound(r.lo), bound(r.hi)))
+			} else {
+				a.Uncertainty = max(a.Theta-r.lo, r.hi-a.Theta)
+			}
+			if c != i {
+				a.Note = appendNote(a.Note, fmt.Sprintf("on the clock of %s (the same boot of its host), shifted alike", p.Inputs[c].Path))
+			}
+			if skew := a.Theta - a.Wall; skew > implausibleSkew || -skew > implausibleSkew {
+				a.Note = appendNote(a.Note, fmt.Sprintf("the meetings put it %v from where the wall clocks did: unless the hosts' clocks are far apart, its meetings may be misnumbered (a recording that began after the job's first collectives)", signed(skew)))
+			}
 			continue
 		}
+		// Placed by the wall clocks: its clock's first input's, alike.
+		a.Theta = p.Align[c].Wall
 		switch {
-		case why[i] != "":
-			a.Note = "no usable meeting point: " + why[i] + "; kept where the wall clocks put it"
-		case len(in.Ranks) == 0:
-			a.Note = "no meeting point: no NCCL communicator was seen in it (ncclCommInitRank not traced); placed by the wall clocks only, so the uncertainty is how well the hosts' clocks were synchronized (NTP: typically milliseconds)"
+		case why[c] != "":
+			a.Note = appendNote(a.Note, "no usable meeting point: "+why[c]+"; kept where the wall clocks put it")
+		case len(ranks[c]) == 0:
+			a.Note = appendNote(a.Note, "no meeting point: no NCCL communicator was seen in it (ncclCommInitRank not traced); placed by the wall clocks only, so the uncertainty is how well the hosts' clocks were synchronized (NTP: typically milliseconds)")
 		default:
-			a.Note = "no meeting point: its NCCL communicators have no rank in the other recordings; placed by the wall clocks only, so the uncertainty is how well the hosts' clocks were synchronized (NTP: typically milliseconds)"
+			a.Note = appendNote(a.Note, "no meeting point: its NCCL communicators have no rank in the other recordings; placed by the wall clocks only, so the uncertainty is how well the hosts' clocks were synchronized (NTP: typically milliseconds)")
+		}
+		if c != i {
+			a.Note = appendNote(a.Note, fmt.Sprintf("on the clock of %s (the same boot of its host), shifted alike", p.Inputs[c].Path))
 		}
 	}
 	// No event before minStart.
@@ -520,6 +635,45 @@ func (p *Plan) align() {
 	if first < minStart {
 		p.Base = minStart - first
 	}
+}
+
+// checkShared notes, on an input that shares another's clock, meetings
+// that contradict that: no offset but 0 is possible, so they are
+// misnumbered.
+func (p *Plan) checkShared(clock []int) {
+	for j := range p.Inputs {
+		for i := range j {
+			if clock[i] != clock[j] {
+				continue
+			}
+			pr := compare(sides(p.Inputs[i].Ranks), sides(p.Inputs[j].Ranks))
+			if pr == nil {
+				continue
+			}
+			off := int64(0)
+			switch {
+			case pr.hasLo && pr.lo > 0:
+				off = pr.lo
+			case pr.hasHi && pr.hi < 0:
+				off = pr.hi
+			default:
+				continue
+			}
+			a := &p.Align[j]
+			a.Note = appendNote(a.Note, fmt.Sprintf("its NCCL meetings with %s would need it shifted %v, but the two share one clock (the same boot id): misnumbered meetings, as when a recording began after its job's first collectives?",
+				p.Inputs[i].Path, signed(-off)))
+		}
+	}
+}
+
+func appendNote(note, more string) string {
+	switch {
+	case more == "":
+		return note
+	case note == "":
+		return more
+	}
+	return note + "; " + more
 }
 
 // PID is a process of a merged trace: its pid there and on its host.
@@ -538,15 +692,25 @@ type InputInfo struct {
 	// OffsetNs was added to its timestamps; WallClockOffsetNs is what the
 	// hosts' wall clocks alone would have added; SkewNs the difference:
 	// how far its wall clock was off the reference's, as measured.
-	OffsetNs          int64  `json:"offset_ns"`
-	WallClockOffsetNs int64  `json:"wall_clock_offset_ns"`
-	SkewNs            int64  `json:"skew_ns"`
-	UncertaintyNs     *int64 `json:"uncertainty_ns"` // null: unknown (wall clocks only)
-	Method            string `json:"method"`
-	Meetings          int    `json:"meetings,omitempty"`
-	AlignedTo         string `json:"aligned_to,omitempty"`
-	Note              string `json:"note,omitempty"`
-	Truncated         string `json:"truncated,omitempty"`
+	OffsetNs          int64 `json:"offset_ns"`
+	WallClockOffsetNs int64 `json:"wall_clock_offset_ns"`
+	SkewNs            int64 `json:"skew_ns"`
+	// OffsetMinNs and OffsetMaxNs bound the true offset as the NCCL
+	// meetings allow it (null: unbounded on that side); OffsetNs is the
+	// one between them nearest WallClockOffsetNs. UncertaintyNs: how far
+	// the truth can be from OffsetNs (null: unknown).
+	OffsetMinNs   *int64 `json:"offset_min_ns"`
+	OffsetMaxNs   *int64 `json:"offset_max_ns"`
+	UncertaintyNs *int64 `json:"uncertainty_ns"`
+	Method        string `json:"method"`
+	Meetings      int    `json:"meetings,omitempty"`
+	AlignedTo     string `json:"aligned_to,omitempty"`
+	// BootID is its host's boot id; SharesClockWith the input whose clock
+	// it is on (the same boot id), shifted alike.
+	BootID          string `json:"boot_id,omitempty"`
+	SharesClockWith string `json:"shares_clock_with,omitempty"`
+	Note            string `json:"note,omitempty"`
+	Truncated       string `json:"truncated,omitempty"`
 }
 
 // Info is what a merged trace says about its making: in a Chrome trace's
@@ -574,8 +738,20 @@ func (p *Plan) Info() *Info {
 			u := a.Uncertainty
 			ii.UncertaintyNs = &u
 		}
+		if !a.NoLo {
+			lo := a.Lo + p.Base
+			ii.OffsetMinNs = &lo
+		}
+		if !a.NoHi {
+			hi := a.Hi + p.Base
+			ii.OffsetMaxNs = &hi
+		}
 		if a.Via >= 0 {
 			ii.AlignedTo = p.Inputs[a.Via].Path
+		}
+		ii.BootID = in.Header.BootID
+		if a.Clock != i {
+			ii.SharesClockWith = p.Inputs[a.Clock].Path
 		}
 		for _, pr := range in.Procs {
 			ii.PIDs = append(ii.PIDs, PID{PID: p.TracePID(i, pr.PID), HostPID: pr.PID})
@@ -683,18 +859,28 @@ func (p *Plan) Report(w io.Writer) {
 			fmt.Fprintf(w, ", rank %s", strings.Trim(fmt.Sprint(r), "[]"))
 		}
 		fmt.Fprint(w, "): ")
-		switch a.Method {
-		case MethodReference:
+		switch {
+		case a.Method == MethodReference:
 			fmt.Fprint(w, "the reference")
-		case MethodWall:
+		case a.Method == MethodSameBoot:
+			fmt.Fprintf(w, "not shifted: recorded in the same boot of the same host as %s (boot id %s), so on the same clock", p.Inputs[a.Via].Path, in.Header.BootID)
+		case a.Method == MethodWall && a.NoLo && a.NoHi:
 			fmt.Fprintf(w, "shifted %v by the wall clocks only, uncertainty unknown", signed(a.Theta))
 		default:
 			how := "host-side bounds: a rank finishes a collective only after the last rank arrives"
 			if a.Method == MethodGPU {
 				how = "measured GPU end times of the collectives"
 			}
-			fmt.Fprintf(w, "shifted %v ±%v from %d NCCL meeting(s) with %s (%s); the wall clocks alone were %v off",
-				signed(a.Theta), time.Duration(a.Uncertainty).Round(time.Microsecond/10), a.Meetings, p.Inputs[a.Via].Path, how, signed(a.Wall-a.Theta))
+			fmt.Fprintf(w, "shifted %v, ", signed(a.Theta))
+			if a.Theta == a.Wall {
+				fmt.Fprint(w, "the wall clocks' offset, ")
+			} else {
+				fmt.Fprintf(w, "the nearest to the wall clocks' offset (%v, %v off) ", signed(a.Wall), signed(a.Wall-a.Theta))
+			}
+			fmt.Fprintf(w, "within [%s, %s], the range %d NCCL meeting(s) with %s allow (%s)", bound(a.Lo), bound(a.Hi), a.Meetings, p.Inputs[a.Via].Path, how)
+			if a.Uncertainty >= 0 {
+				fmt.Fprintf(w, ": the true offset is within ±%v of it", time.Duration(a.Uncertainty).Round(time.Microsecond/10))
+			}
 		}
 		fmt.Fprintln(w)
 		if a.Note != "" {

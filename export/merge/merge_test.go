@@ -34,7 +34,13 @@ func checkAligned(t *testing.T, p *Plan, job *mergetest.Job, method string, most
 			}
 			continue
 		}
-		if a.Method != method || a.Uncertainty < 0 || a.Meetings == 0 {
+		if a.Clock != i { // on another input's clock: that input's offset
+			if a.Theta != p.Align[a.Clock].Theta {
+				t.Errorf("%s: %+v, not its clock's offset %v", h.Name, a, time.Duration(p.Align[a.Clock].Theta))
+			}
+			continue
+		}
+		if (method != "" && a.Method != method) || a.Uncertainty < 0 || a.Meetings == 0 {
 			t.Errorf("%s: %+v, want method %s", h.Name, a, method)
 			continue
 		}
@@ -199,7 +205,8 @@ func TestMergeThreeHosts(t *testing.T) {
 	}
 	var rep strings.Builder
 	p.Report(&rep)
-	for _, s := range []string{"on the clock of " + paths[0], "nodeB, pid 100 as 4194304, rank 1): shifted -3.7", "NCCL meeting(s)"} {
+	for _, s := range []string{"on the clock of " + paths[0], "nodeB, pid 100 as 4194304, rank 1): shifted -3.69", "the nearest to the wall clocks' offset (-3.675s",
+		"NCCL meeting(s)", "the true offset is within ±"} {
 		if !strings.Contains(rep.String(), s) {
 			t.Errorf("plan report lacks %q:\n%s", s, rep.String())
 		}
@@ -210,19 +217,41 @@ func TestMergeThreeHosts(t *testing.T) {
 // host-side meetings bound its host's offset tightly from one side only
 // (nobody can finish before it arrives) and only by its lateness from the
 // other (as far as the host can tell, it might as well arrive with the
-// others on a clock 20 ms off): the truth is within the range, the
-// uncertainty about half the lateness, under the wall clocks' 25 ms.
+// others on a clock 20 ms off): the range is about the lateness wide and
+// holds the truth. Of it, the offset nearest the wall clocks' is taken:
+// the wall clocks' own when they lie in it (5 ms off the truth, where the
+// range's middle would be 10 ms off), else its nearest end (the wall
+// clocks 25 ms off: outside, on the side the range ends just past the
+// truth).
 func TestMergeAlwaysLate(t *testing.T) {
-	job := mergetest.ThreeHosts()
-	job.Hosts = job.Hosts[:2]
-	job.Jitter = false
-	p, err := Scan(job.Write(t, t.TempDir()), Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	checkAligned(t, p, job, MethodHost, 12*ms)
-	if u := p.Align[1].Uncertainty; u < 9*ms {
-		t.Errorf("uncertainty %v: the meetings cannot tell 20 ms lateness from clock offset better than half of it", time.Duration(u))
+	for _, wallErr := range []int64{25 * ms, -5 * ms} {
+		job := mergetest.ThreeHosts()
+		job.Hosts = job.Hosts[:2]
+		job.Jitter = false
+		job.Hosts[1].WallErr = wallErr
+		p, err := Scan(job.Write(t, t.TempDir()), Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkAligned(t, p, job, MethodHost, 22*ms)
+		a, truth := p.Align[1], job.Hosts[1].Theta()
+		if w := a.Hi - a.Lo; a.NoLo || a.NoHi || w < 19*ms || w > 22*ms {
+			t.Errorf("wall clock %v off: range [%v, %v]: the meetings cannot tell 20 ms lateness from clock offset", time.Duration(wallErr),
+				time.Duration(a.Lo), time.Duration(a.Hi))
+		}
+		inside := a.Wall >= a.Lo && a.Wall <= a.Hi
+		switch {
+		case inside && a.Theta != a.Wall:
+			t.Errorf("wall clock %v off, inside the range: offset %v, want the wall clocks' %v", time.Duration(wallErr), time.Duration(a.Theta), time.Duration(a.Wall))
+		case !inside && a.Theta != a.Lo && a.Theta != a.Hi:
+			t.Errorf("wall clock %v off, outside the range [%v, %v]: offset %v, want its nearest end", time.Duration(wallErr),
+				time.Duration(a.Lo), time.Duration(a.Hi), time.Duration(a.Theta))
+		case a.Uncertainty != max(a.Theta-a.Lo, a.Hi-a.Theta):
+			t.Errorf("uncertainty %v of offset %v in [%v, %v]", time.Duration(a.Uncertainty), time.Duration(a.Theta), time.Duration(a.Lo), time.Duration(a.Hi))
+		}
+		if wallErr == 25*ms && inside || wallErr != 25*ms && (!inside || (a.Theta-truth) != wallErr) {
+			t.Errorf("wall clock %v off: range [%v, %v], truth %v", time.Duration(wallErr), time.Duration(a.Lo), time.Duration(a.Hi), time.Duration(truth))
+		}
 	}
 }
 
@@ -414,5 +443,156 @@ func TestMergeLongRun(t *testing.T) {
 	_, _, st := replay(t, p, nil)
 	if cs := st.Comms(); len(cs) != 1 || cs[0].Meetings != 5000 || cs[0].Incomplete != 0 || cs[0].Pending != 0 {
 		t.Errorf("communicators %+v", cs)
+	}
+}
+
+// TestMergeSameBoot: two ranks recorded apart on one host (one boot id),
+// rank 1 30 ms late at every meeting: on their shared clock, not shifted
+// (the meetings alone would allow anything within the 30 ms, and the wall
+// clocks read at each start differ by a slew), so rank 1 arrives 30 ms
+// after rank 0 on the timeline and is the straggler; rank 0's waits are
+// no more than it was recorded.
+func TestMergeSameBoot(t *testing.T) {
+	job := mergetest.OneHost(30*ms, 3*ms)
+	paths := job.Write(t, t.TempDir())
+	p, err := Scan(paths, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := p.Align[1]
+	if a.Method != MethodSameBoot || a.Theta != 0 || a.Uncertainty != 0 || a.Lo != 0 || a.Hi != 0 || a.Via != 0 || a.Wall != 3*ms {
+		t.Fatalf("same boot: %+v", a)
+	}
+	var rep strings.Builder
+	p.Report(&rep)
+	if !strings.Contains(rep.String(), "rank 1): not shifted: recorded in the same boot of the same host as "+paths[0]+" (boot id boot-1)") {
+		t.Errorf("plan report:\n%s", rep.String())
+	}
+	in := p.Info().Inputs[1]
+	if in.OffsetNs != p.Base || in.Method != MethodSameBoot || *in.UncertaintyNs != 0 || in.BootID != "boot-1" {
+		t.Errorf("info %+v", in)
+	}
+	_, tr, st := replay(t, p, nil)
+	var r0, r1 []float64
+	for _, e := range tr.TraceEvents {
+		if e.Ph == "X" && e.Name == "ncclAllReduce" {
+			switch e.PID {
+			case 100:
+				r0 = append(r0, e.TS)
+			case 101:
+				r1 = append(r1, e.TS)
+			}
+		}
+	}
+	for k := range r0 {
+		if d := (r1[k] - r0[k]) * 1000; int64(d+0.5) != 30*ms {
+			t.Errorf("meeting %d: rank 1 %v after rank 0, want 30 ms", k, time.Duration(d))
+		}
+	}
+	cs := st.Comms()
+	if len(cs) != 1 || cs[0].Straggler() != 1 || cs[0].Stats[1].Last != 10 {
+		t.Fatalf("communicators %+v", cs)
+	}
+	// Rank 0 syncs 50 µs after each all-reduce, until rank 1 comes.
+	if r0 := cs[0].Stats[0]; r0.WaitedNs != uint64(10*(30*ms-50_000)) || r0.WaitedNs > r0.RecordedNs || cs[0].Stats[1].CausedNs != r0.WaitedNs {
+		t.Errorf("rank 0 waited %v of %v recorded; rank 1 caused %v", time.Duration(r0.WaitedNs), time.Duration(r0.RecordedNs),
+			time.Duration(cs[0].Stats[1].CausedNs))
+	}
+}
+
+// TestMergeSameHostNoBootID: the same recordings without boot ids (made
+// before headers had one), the wall clocks right: of what the meetings
+// allow, the wall clocks' offset, 0.
+func TestMergeSameHostNoBootID(t *testing.T) {
+	job := mergetest.OneHost(30*ms, 0)
+	for i := range job.Hosts {
+		job.Hosts[i].BootID = ""
+	}
+	p, err := Scan(job.Write(t, t.TempDir()), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := p.Align[1]; a.Method != MethodHost || a.Theta != 0 || a.Lo > 0 || a.Hi < 0 || a.Hi-a.Lo < 30*ms {
+		t.Errorf("no boot id: %+v", a)
+	}
+	if _, _, st := replay(t, p, nil); st.Comms()[0].Straggler() != 1 {
+		t.Errorf("communicators %+v", st.Comms())
+	}
+}
+
+// TestMergeBootGroups: two hosts, two ranks recorded apart on each. Each
+// host's second recording is on its first's clock; host B's two are
+// placed by the meetings of all four ranks, shifted alike.
+func TestMergeBootGroups(t *testing.T) {
+	job := mergetest.ThreeHosts()
+	a, b := job.Hosts[0], job.Hosts[1]
+	a2, b2 := a, b
+	a2.Rank, a2.PID, a2.WallErr = 2, 200, 2*ms
+	b2.Rank, b2.PID, b2.WallErr = 3, 300, b.WallErr+ms
+	job.Hosts = []mergetest.Host{a, b, a2, b2}
+	paths := job.Write(t, t.TempDir())
+	p, err := Scan(paths, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkAligned(t, p, job, "", 2*ms)
+	if al := p.Align[2]; al.Method != MethodSameBoot || al.Theta != 0 {
+		t.Errorf("host A's second recording: %+v", al)
+	}
+	if b, b2 := p.Align[1], p.Align[3]; b.Method != MethodHost || b2.Theta != b.Theta || b2.Clock != 1 || !strings.Contains(b2.Note, "on the clock of "+paths[1]) {
+		t.Errorf("host B's recordings: %+v and %+v", b, b2)
+	}
+	if in := p.Info().Inputs[3]; in.SharesClockWith != paths[1] || in.OffsetMinNs == nil || in.OffsetMaxNs == nil {
+		t.Errorf("info %+v", in)
+	}
+	if _, _, st := replay(t, p, nil); st.Comms()[0].Straggler() != 1 {
+		t.Errorf("communicators %+v", st.Comms())
+	}
+}
+
+// TestMergeSameBootMisnumbered: a recording of the same boot whose
+// meetings are numbered three behind (it began after the job's first
+// three collectives) stays on the shared clock, and the plan says its
+// meetings contradict that.
+func TestMergeSameBootMisnumbered(t *testing.T) {
+	job := mergetest.OneHost(30*ms, 0)
+	job.Meetings = 20
+	job.Hosts[1].SkipFirst = 3
+	p, err := Scan(job.Write(t, t.TempDir()), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := p.Align[1]; a.Theta != 0 || a.Method != MethodSameBoot || !strings.Contains(a.Note, "share one clock") || !strings.Contains(a.Note, "misnumbered") {
+		t.Errorf("misnumbered, same boot: %+v", a)
+	}
+}
+
+// TestMergeOneSided: host B never synchronizes after its collectives, so
+// the meetings bound its offset from one side only (nobody can have
+// finished before B arrived). Wall clocks within that bound are kept;
+// wall clocks past it are moved to it; either way the uncertainty is
+// unknown and the plan says why.
+func TestMergeOneSided(t *testing.T) {
+	for _, wallErr := range []int64{-25 * ms, 25 * ms} {
+		job := mergetest.ThreeHosts()
+		job.Hosts = job.Hosts[:2]
+		job.Hosts[1].NoSync, job.Hosts[1].WallErr = true, wallErr
+		p, err := Scan(job.Write(t, t.TempDir()), Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, truth := p.Align[1], job.Hosts[1].Theta()
+		if a.Uncertainty != -1 || !a.NoLo || a.NoHi || a.Hi < truth || a.Hi > truth+ms || !strings.Contains(a.Note, "from one side only") {
+			t.Fatalf("wall clock %v off: %+v (truth %v)", time.Duration(wallErr), a, time.Duration(truth))
+		}
+		switch {
+		case wallErr < 0 && (a.Theta != a.Wall || a.Method != MethodWall):
+			t.Errorf("wall clock %v off, within the bound: %+v", time.Duration(wallErr), a)
+		case wallErr > 0 && (a.Theta != a.Hi || a.Method != MethodHost):
+			t.Errorf("wall clock %v off, past the bound: %+v", time.Duration(wallErr), a)
+		}
+		if in := p.Info().Inputs[1]; in.OffsetMinNs != nil || in.OffsetMaxNs == nil || in.UncertaintyNs != nil {
+			t.Errorf("info %+v", in)
+		}
 	}
 }

@@ -6,6 +6,8 @@ package mergetest
 
 import (
 	"bytes"
+	"cmp"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -44,6 +46,14 @@ type Host struct {
 	// SkipFirst: its recording begins after the job's first SkipFirst
 	// collectives (it numbers the next one 0).
 	SkipFirst int
+	// BootID is written in its header ("": a recording made before
+	// headers had one). Hosts with the same one must have the same Clock.
+	BootID string
+	// PID of its process (PID when 0).
+	PID uint32
+	// NoSync: it never synchronizes after its collectives, so none is
+	// proven complete on its host.
+	NoSync bool
 }
 
 // Theta is the offset that puts h's timestamps on true time.
@@ -102,13 +112,13 @@ func (j *Job) record(t testing.TB, dir string, h Host) string {
 	t.Helper()
 	var buf bytes.Buffer
 	hdr := recording.NewHeader("cudatap-test", trueWall-h.Clock+h.WallErr)
-	hdr.Host = h.Name
+	hdr.Host, hdr.BootID = h.Name, h.BootID
 	w, err := recording.NewWriter(&buf, hdr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	local := func(tt int64) uint64 { return uint64(tt + h.Clock) }
-	pid := uint32(PID)
+	pid := cmp.Or(h.PID, PID)
 	w.Process(pid, model.ProcessInfo{Comm: "python3"})
 	w.Thread(pid, pid, "python3")
 	w.PyFrame(pid, pyLoad, 0, "train.py:42 load_batch")
@@ -155,7 +165,9 @@ func (j *Job) record(t testing.TB, dir string, h Host) string {
 		coll := call(event.NcclAllReduce, a, a, 0x7f10_0000_0000, 0x7f10_0000_0000, 1<<20, 7, 0, commH, commStr)
 		ev(python(coll, pyLibrary, pyStep))
 		done := j.done(k, h.Rank)
-		ev(call(event.CudaStreamSynchronize, a+50*us, done+300*us, commStr))
+		if !h.NoSync {
+			ev(call(event.CudaStreamSynchronize, a+50*us, done+300*us, commStr))
+		}
 		if j.GPUTimes {
 			w.GPUTimes(recording.GPUTimesMeasure, pid, 0, &model.Measurement{TID: pid, APIStart: local(a), APIEnd: local(a),
 				Start: local(a + 100*us), End: local(done), Kind: model.OpKernel, Device: 0})
@@ -170,7 +182,7 @@ func (j *Job) record(t testing.TB, dir string, h Host) string {
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(dir, h.Name+".cudatap")
+	path := filepath.Join(dir, fmt.Sprintf("%s-rank%d.cudatap", h.Name, h.Rank))
 	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -202,10 +214,24 @@ func (j *Job) Write(t testing.TB, dir string) []string {
 func ThreeHosts() *Job {
 	return &Job{
 		Hosts: []Host{
-			{Name: "nodeA", Rank: 0},
-			{Name: "nodeB", Rank: 1, Clock: 3_700 * ms, WallErr: 25 * ms},
-			{Name: "nodeC", Rank: 2, Clock: -1_200 * ms, WallErr: -40 * ms},
+			{Name: "nodeA", Rank: 0, BootID: "boot-a"},
+			{Name: "nodeB", Rank: 1, Clock: 3_700 * ms, WallErr: 25 * ms, BootID: "boot-b"},
+			{Name: "nodeC", Rank: 2, Clock: -1_200 * ms, WallErr: -40 * ms, BootID: "boot-c"},
 		},
 		Meetings: 200, LateRank: 1, Late: 20 * ms, Jitter: true,
+	}
+}
+
+// OneHost: two ranks recorded apart on one host, one boot (one clock),
+// rank 1 late by late at each of 10 all-reduces; rank 1's wall-clock
+// offset, read at its recording's start, wallErr off rank 0's (NTP slews
+// the wall clock between the two readings).
+func OneHost(late, wallErr int64) *Job {
+	return &Job{
+		Hosts: []Host{
+			{Name: "node", Rank: 0, BootID: "boot-1", PID: 100},
+			{Name: "node", Rank: 1, BootID: "boot-1", PID: 101, WallErr: wallErr},
+		},
+		Meetings: 10, LateRank: 1, Late: late,
 	}
 }
