@@ -17,7 +17,7 @@ export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 BPF_OBJECT := $(shell sha256sum tracer/probe/cudatap_bpfel.o 2>/dev/null | cut -c1-16)
 LDFLAGS ?= -X main.version=$(VERSION) -X main.bpfObject=$(BPF_OBJECT)
 
-.PHONY: all build demo test test-deps test-short bench generate check-generate vet gpu-check clean
+.PHONY: all build demo test test-deps test-short bench generate check-generate vet gpu-check clean release release-deps release-check
 
 all: build
 
@@ -42,18 +42,9 @@ test: test-deps
 # (cmd/cudatap/report_test.go). Installed when missing.
 HTA_DEPS = python3-pandas python3-numpy python3-networkx python3-plotly python3-yaml python3-psutil python3-pydot
 test-deps:
-	@command -v prometheus >/dev/null || { \
-		command -v apt-get >/dev/null || { echo "the tests need Debian's prometheus package (a Prometheus server) on PATH" >&2; exit 1; }; \
-		echo "installing prometheus"; \
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null; }; }
-	@/usr/bin/python3 -c 'import pandas, numpy, networkx, plotly, yaml, psutil, pydot' 2>/dev/null || { \
-		command -v apt-get >/dev/null || { echo "the tests need $(HTA_DEPS) (Debian package names) for /usr/bin/python3" >&2; exit 1; }; \
-		echo "installing $(HTA_DEPS)"; \
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(HTA_DEPS) >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(HTA_DEPS) >/dev/null; }; }
-	@command -v chromium >/dev/null || { \
-		command -v apt-get >/dev/null || { echo "the tests need Debian's chromium (a headless browser for the HTML report) on PATH" >&2; exit 1; }; \
-		echo "installing chromium"; \
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }; }
+	$(call debian-install,command -v prometheus,prometheus)
+	$(call debian-install,/usr/bin/python3 -c 'import pandas; import numpy; import networkx; import plotly; import yaml; import psutil; import pydot',$(HTA_DEPS))
+	$(call debian-install,command -v chromium,chromium)
 
 # Without root: unit tests only (root tests skip with a message).
 test-short:
@@ -89,3 +80,39 @@ gpu-check: build
 
 clean:
 	rm -rf bin
+
+# Release: cudatap for linux/amd64 and linux/arm64, each starting on glibc
+# 2.17 and later (packaging/build.sh says how), a wheel of each that puts
+# cudatap on PATH (pip install), and SHA256SUMS, into $(DIST).
+DIST ?= dist
+RELEASE_ARCHES = amd64 arm64
+release: release-deps
+	mkdir -p $(DIST)
+	rm -f $(DIST)/cudatap-linux-* $(DIST)/cudatap-*.whl $(DIST)/SHA256SUMS
+	for arch in $(RELEASE_ARCHES); do \
+		VERSION=$(VERSION) BPF_OBJECT=$(BPF_OBJECT) GO=$(GO) packaging/build.sh $$arch $(DIST)/cudatap-linux-$$arch || exit 1; \
+		$(GO) run ./packaging/wheel -binary $(DIST)/cudatap-linux-$$arch -arch $$arch -version $(VERSION) -license LICENSE -o $(DIST) || exit 1; \
+	done
+	cd $(DIST) && sha256sum cudatap-linux-* cudatap-*.whl >SHA256SUMS
+	@ls -l $(DIST)
+
+# CI: the release as a user meets it (packaging/check-release.sh): glibc
+# 2.17, arm64 under qemu-user, the wheels installed with pip, the image.
+release-check: release
+	GO=$(GO) packaging/check-release.sh $(DIST) $(VERSION)
+
+# What the release and its check need beyond Go and gcc, installed when
+# missing: Debian's arm64 cross compiler, qemu-user to run what it builds,
+# file, and python3-venv for the wheel's venv.
+release-deps:
+	$(call debian-install,command -v aarch64-linux-gnu-gcc,gcc-aarch64-linux-gnu)
+	$(call debian-install,command -v qemu-aarch64,qemu-user)
+	$(call debian-install,command -v file,file)
+	$(call debian-install,python3 -c 'import ensurepip',python3-venv)
+
+# $(call debian-install,TEST,PACKAGE): installs Debian's PACKAGE unless the
+# shell command TEST succeeds.
+debian-install = @$(1) >/dev/null 2>&1 || { \
+	command -v apt-get >/dev/null || { echo "make $@ needs Debian's $(2) (package names), or their equivalents" >&2; exit 1; }; \
+	echo "installing $(2)"; \
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(2) >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(2) >/dev/null; }; }
