@@ -16,47 +16,6 @@ import (
 // direction says. Kernels read and write memory too, but their arguments
 // are not traced: the lint sees copies and memsets only.
 
-// spans is a set of disjoint [start, end) ranges sorted by start.
-type spans struct{ start, end []uint64 }
-
-func (r *spans) find(p uint64) int {
-	i, found := slices.BinarySearch(r.start, p)
-	if !found {
-		i--
-	}
-	if i >= 0 && p < r.end[i] {
-		return i
-	}
-	return -1
-}
-
-func (r *spans) add(start, size uint64) {
-	end := start + size
-	j := 0
-	for i := range r.start { // overlapping ranges are replaced
-		if r.start[i] < end && start < r.end[i] {
-			continue
-		}
-		r.start[j], r.end[j] = r.start[i], r.end[i]
-		j++
-	}
-	r.start, r.end = r.start[:j], r.end[:j]
-	i, _ := slices.BinarySearch(r.start, start)
-	r.start = slices.Insert(r.start, i, start)
-	r.end = slices.Insert(r.end, i, end)
-}
-
-func (r *spans) removeAt(p uint64) (start, end uint64, ok bool) {
-	i, found := slices.BinarySearch(r.start, p)
-	if !found {
-		return 0, 0, false
-	}
-	start, end = r.start[i], r.end[i]
-	r.start = slices.Delete(r.start, i, i+1)
-	r.end = slices.Delete(r.end, i, i+1)
-	return start, end, true
-}
-
 // write is a range of device memory an op wrote, until it is known
 // complete.
 type write struct {
@@ -110,24 +69,19 @@ func (s *writes) put(w write) {
 
 // memory is what the race lint knows of a process's device memory.
 type memory struct {
-	allocs spans
+	allocs model.Ranges
 	writes writes
 }
 
 func (m *memory) alloc(p, size uint64, limits *Limits) {
-	if size == 0 {
-		return
-	}
-	if len(m.allocs.start) >= maxAllocs {
+	if !m.allocs.Add(p, size, maxAllocs) {
 		limits.Allocs++
-		return
 	}
-	m.allocs.add(p, size)
 }
 
 // free drops an allocation and the writes inside it.
 func (m *memory) free(p uint64) {
-	start, end, ok := m.allocs.removeAt(p)
+	start, end, ok := m.allocs.RemoveAt(p)
 	if !ok {
 		return
 	}
@@ -140,7 +94,8 @@ func (m *memory) free(p uint64) {
 
 // direction infers a cudaMemcpyDefault copy's direction, as the model does.
 func (m *memory) direction(dst, src uint64) event.MemcpyKind {
-	d, s := m.allocs.find(dst) >= 0, m.allocs.find(src) >= 0
+	_, _, d := m.allocs.Find(dst)
+	_, _, s := m.allocs.Find(src)
 	switch {
 	case d && s:
 		return event.DeviceToDevice
@@ -155,11 +110,10 @@ func (m *memory) direction(dst, src uint64) event.MemcpyKind {
 // device clips [p, p+n) to the device allocation p lies in; ok is false
 // when p lies in none.
 func (m *memory) device(p, n uint64) (start, end, allocStart, allocEnd uint64, ok bool) {
-	i := m.allocs.find(p)
-	if i < 0 || n == 0 {
+	allocStart, allocEnd, ok = m.allocs.Find(p)
+	if !ok || n == 0 {
 		return 0, 0, 0, 0, false
 	}
-	allocStart, allocEnd = m.allocs.start[i], m.allocs.end[i]
 	return p, min(p+n, allocEnd), allocStart, allocEnd, true
 }
 

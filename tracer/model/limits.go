@@ -54,6 +54,11 @@ type Limits struct {
 	KernelNames uint64
 	Allocations uint64
 	Polls       uint64
+	// Set by a replay (tracer/recording): names not kept and NVML
+	// samples thinned out, past the bounds on what it keeps of a
+	// recording besides its events.
+	Names   uint64
+	Samples uint64
 }
 
 // Any reports whether a bound acted.
@@ -88,6 +93,8 @@ func (l Limits) Describe() string {
 	add(l.KernelNames, false, "kernel names not kept")
 	add(l.Allocations, false, "allocations not tracked")
 	add(l.Polls, false, "query polls not followed")
+	add(l.Names, false, "names not kept")
+	add(l.Samples, false, "NVML samples thinned out")
 	return string(b)
 }
 
@@ -180,12 +187,19 @@ func (m *Model) newStream(ps *procState, s *Stream, k streamKey) int {
 }
 
 // track adds [ptr, ptr+size) to r and reports whether it is followed.
-func (m *Model) track(r *ranges, ptr, size uint64) bool {
-	if !r.add(ptr, size) {
+func (m *Model) track(r *Ranges, ptr, size uint64) bool {
+	if !r.Add(ptr, size, maxRanges) {
 		m.drops.Limits.Allocations++
 		return false
 	}
 	return true
+}
+
+// removed removes the range at p from r and returns its size (0 when none
+// starts there).
+func removed(r *Ranges, p uint64) uint64 {
+	start, end, _ := r.RemoveAt(p)
+	return end - start
 }
 
 // keepGraph remembers that graph g holds n operations, while there is room.

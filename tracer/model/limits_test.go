@@ -169,21 +169,20 @@ func TestTablesBounded(t *testing.T) {
 // under random adds and removes, overlapping ones included.
 func TestRangesRandom(t *testing.T) {
 	type rg struct{ start, end uint64 }
-	var r ranges
+	var r Ranges
 	var ref []rg
 	rnd := rand.New(rand.NewPCG(1, 2))
 	for i := range 20000 {
 		start, size := rnd.Uint64N(1<<16), 1+rnd.Uint64N(64)
 		if rnd.IntN(3) == 0 && len(ref) > 0 {
 			x := ref[rnd.IntN(len(ref))]
-			want := x.end - x.start
-			if got := r.removeAt(x.start); got != want {
-				t.Fatalf("step %d: removeAt(%d) = %d, want %d", i, x.start, got, want)
+			if start, end, ok := r.RemoveAt(x.start); !ok || start != x.start || end != x.end {
+				t.Fatalf("step %d: RemoveAt(%d) = [%d, %d) %v, want [%d, %d)", i, x.start, start, end, ok, x.start, x.end)
 			}
 			ref = slices.DeleteFunc(ref, func(y rg) bool { return y == x })
 			continue
 		}
-		r.add(start, size)
+		r.Add(start, size, maxRanges)
 		ref = slices.DeleteFunc(ref, func(y rg) bool { return y.start < start+size && start < y.end })
 		ref = append(ref, rg{start, start + size})
 		slices.SortFunc(ref, func(a, b rg) int { return int(a.start) - int(b.start) })

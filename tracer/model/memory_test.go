@@ -163,11 +163,11 @@ func TestDeviceMemory(t *testing.T) {
 }
 
 func TestRanges(t *testing.T) {
-	var r ranges
-	r.add(100, 50)  // [100,150)
-	r.add(300, 100) // [300,400)
-	r.add(200, 10)  // [200,210)
-	r.add(500, 0)   // empty: ignored
+	var r Ranges
+	r.Add(100, 50, maxRanges)  // [100,150)
+	r.Add(300, 100, maxRanges) // [300,400)
+	r.Add(200, 10, maxRanges)  // [200,210)
+	r.Add(500, 0, maxRanges)   // empty: ignored
 	if len(r.start) != 3 || r.start[0] != 100 || r.start[1] != 200 || r.start[2] != 300 {
 		t.Fatalf("ranges %v %v", r.start, r.end)
 	}
@@ -178,22 +178,22 @@ func TestRanges(t *testing.T) {
 		{100, 50, true}, {100, 51, false}, {149, 1, true}, {150, 1, false}, {99, 1, false},
 		{205, 5, true}, {205, 6, false}, {399, 1, true}, {0, 1, false}, {500, 1, false},
 	} {
-		if got := r.contains(c.p, c.n); got != c.want {
+		if got := r.Contains(c.p, c.n); got != c.want {
 			t.Errorf("contains(%d, %d) = %v, want %v", c.p, c.n, got, c.want)
 		}
 	}
 	// A new range replaces the ones it overlaps.
-	r.add(140, 70) // [140,210) overlaps [100,150) and [200,210)
+	r.Add(140, 70, maxRanges) // [140,210) overlaps [100,150) and [200,210)
 	if len(r.start) != 2 || r.start[0] != 140 || r.end[0] != 210 || r.start[1] != 300 {
 		t.Errorf("after overlapping add: %v %v", r.start, r.end)
 	}
-	if got := r.removeAt(141); got != 0 {
-		t.Errorf("removeAt inside a range = %d", got)
+	if _, _, ok := r.RemoveAt(141); ok {
+		t.Errorf("RemoveAt inside a range removed one")
 	}
-	if got := r.removeAt(140); got != 70 || len(r.start) != 1 {
-		t.Errorf("removeAt(140) = %d, %d left", got, len(r.start))
+	if start, end, ok := r.RemoveAt(140); !ok || end-start != 70 || len(r.start) != 1 {
+		t.Errorf("RemoveAt(140) = [%d, %d) %v, %d left", start, end, ok, len(r.start))
 	}
-	r.remove(350, 1)
+	r.Remove(350, 1)
 	if len(r.start) != 0 {
 		t.Errorf("remove did not drop the overlapping range: %v", r.start)
 	}

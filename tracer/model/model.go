@@ -132,8 +132,8 @@ type procState struct {
 	st         []*streamState
 	other      int // id of the stream the streams past the bounds share, 0 = none yet
 	events     map[uint64]eventPos
-	pinned     ranges
-	device     ranges
+	pinned     Ranges
+	device     Ranges
 	polls      map[pollKey]pollState
 	lastLegacy uint64
 	calls      int
@@ -454,7 +454,7 @@ func (m *Model) Handle(ev *event.Event) {
 		}
 	case event.ClassFree:
 		if a.Ptr != 0 {
-			p.DeviceMemInUse -= min(p.DeviceMemInUse, ps.device.removeAt(a.Ptr))
+			p.DeviceMemInUse -= min(p.DeviceMemInUse, removed(&ps.device, a.Ptr))
 		}
 		// cudaFree synchronizes the device; cudaFree(NULL) only initializes
 		// the context and cudaFreeAsync is stream-ordered.
@@ -471,13 +471,13 @@ func (m *Model) Handle(ev *event.Event) {
 			p.PinnedBytes += a.Size
 		}
 	case event.ClassHostFree:
-		p.PinnedBytes -= min(p.PinnedBytes, ps.pinned.removeAt(a.Ptr))
+		p.PinnedBytes -= min(p.PinnedBytes, removed(&ps.pinned, a.Ptr))
 		if a.Ptr != 0 {
 			m.addSync(ps, SyncFree, -1, m.queuedAll(ps))
 			m.boundAll(ps, boundTime(call))
 		}
 	case event.ClassHostUnregister:
-		p.PinnedBytes -= min(p.PinnedBytes, ps.pinned.removeAt(a.Ptr))
+		p.PinnedBytes -= min(p.PinnedBytes, removed(&ps.pinned, a.Ptr))
 	case event.ClassFuncName:
 		if ok && a.Ptr != 0 {
 			name := p.KernelNames[a.Func] // cuKernelGetFunction: the kernel's name
@@ -766,7 +766,7 @@ func (m *Model) memcpy(ps *procState, spec *event.Spec, ev *event.Event) {
 	case event.DeviceToHost:
 		host = a.Dst
 	}
-	pageable := host != 0 && !ps.pinned.contains(host, max(a.Bytes, 1))
+	pageable := host != 0 && !ps.pinned.Contains(host, max(a.Bytes, 1))
 	call.Pageable = pageable
 	s := &p.Streams[call.Stream].Stats
 	s.Memcpys++
@@ -830,7 +830,7 @@ func (m *Model) memset(ps *procState, spec *event.Spec, ev *event.Event) {
 // direction infers a cudaMemcpyDefault copy's direction from the device
 // allocations seen.
 func (ps *procState) direction(dst, src uint64) event.MemcpyKind {
-	d, s := ps.device.contains(dst, 1), ps.device.contains(src, 1)
+	d, s := ps.device.Contains(dst, 1), ps.device.Contains(src, 1)
 	switch {
 	case d && s:
 		return event.DeviceToDevice

@@ -5,23 +5,24 @@ import (
 	"slices"
 )
 
-// ranges is a set of disjoint [start, end) address ranges (pinned host
-// memory, device allocations), sorted by start.
-type ranges struct {
+// Ranges is a set of disjoint [start, end) address ranges (pinned host
+// memory, device allocations), sorted by start. The model and the lints
+// keep their allocations in it.
+type Ranges struct {
 	start, end []uint64
 }
 
-// add inserts [start, start+size). Overlapping ranges are replaced: the
+// Add inserts [start, start+size). Overlapping ranges are replaced: the
 // newest registration wins, as it does in the driver. It reports false,
-// adding nothing, when r holds maxRanges ranges already: a recording can
+// adding nothing, when r would hold more than limit ranges: a recording can
 // hold any number, and each insertion moves the ranges after it.
-func (r *ranges) add(start, size uint64) bool {
+func (r *Ranges) Add(start, size uint64, limit int) bool {
 	if size == 0 {
 		return true
 	}
 	size = min(size, math.MaxUint64-start) // a range cannot wrap around
-	i := r.remove(start, size)
-	if len(r.start) >= maxRanges {
+	i := r.Remove(start, size)
+	if len(r.start) >= limit {
 		return false
 	}
 	r.start = slices.Insert(r.start, i, start)
@@ -29,11 +30,11 @@ func (r *ranges) add(start, size uint64) bool {
 	return true
 }
 
-// remove deletes every range overlapping [start, start+size) and returns
+// Remove deletes every range overlapping [start, start+size) and returns
 // where a range starting at start goes. The ranges are disjoint and sorted,
 // so those overlapping are consecutive: from the first that ends after
 // start to the last that begins before the end.
-func (r *ranges) remove(start, size uint64) int {
+func (r *Ranges) Remove(start, size uint64) int {
 	end := start + max(size, 1)
 	i, _ := slices.BinarySearch(r.end, start+1)
 	j, _ := slices.BinarySearch(r.start, end)
@@ -44,23 +45,36 @@ func (r *ranges) remove(start, size uint64) int {
 	return i
 }
 
-// removeAt deletes the range that starts at p and returns its size.
-func (r *ranges) removeAt(p uint64) uint64 {
+// RemoveAt deletes the range that starts at p and returns it; ok is false
+// when none does.
+func (r *Ranges) RemoveAt(p uint64) (start, end uint64, ok bool) {
 	i, found := slices.BinarySearch(r.start, p)
 	if !found {
-		return 0
+		return 0, 0, false
 	}
-	size := r.end[i] - r.start[i]
+	start, end = r.start[i], r.end[i]
 	r.start = slices.Delete(r.start, i, i+1)
 	r.end = slices.Delete(r.end, i, i+1)
-	return size
+	return start, end, true
 }
 
-// contains reports whether [p, p+n) lies inside one range.
-func (r *ranges) contains(p, n uint64) bool {
+// Find returns the range p lies in; ok is false when it lies in none.
+func (r *Ranges) Find(p uint64) (start, end uint64, ok bool) {
 	i, found := slices.BinarySearch(r.start, p)
 	if !found {
 		i--
 	}
-	return i >= 0 && p+n <= r.end[i]
+	if i >= 0 && p < r.end[i] {
+		return r.start[i], r.end[i], true
+	}
+	return 0, 0, false
 }
+
+// Contains reports whether [p, p+n) lies inside one range.
+func (r *Ranges) Contains(p, n uint64) bool {
+	_, end, ok := r.Find(p)
+	return ok && p+n <= end
+}
+
+// Len is the number of ranges.
+func (r *Ranges) Len() int { return len(r.start) }
