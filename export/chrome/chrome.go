@@ -287,10 +287,16 @@ func (w *Writer) kernel(p *model.Process, f uint64) describe.Kernel {
 	// time its GPU op is: CUPTI's name comes with the op's measurement.
 	if !ok || (k.Mangled == k.Full && strings.HasPrefix(k.Full, "kernel@0x") && p.MeasuredNames[f] != "") {
 		k = describe.KernelOf(w.names, p, f)
+		if len(w.kernels) >= maxKernelCache {
+			clear(w.kernels) // a recording can name any number of kernels
+		}
 		w.kernels[key] = k
 	}
 	return k
 }
+
+// maxKernelCache bounds the kernels whose names the writer keeps made.
+const maxKernelCache = 1 << 14
 
 // byRank orders processes for the trace: the ranks of NCCL jobs first, by
 // rank (a job's process groups in rank order), then the others by pid.
@@ -877,6 +883,8 @@ func (w *Writer) footer(r *model.Result) {
 	w.uint("kernel_names_not_kept", l.KernelNames)
 	w.uint("allocations_not_tracked", l.Allocations)
 	w.uint("polls_not_followed", l.Polls)
+	w.uint("names_not_kept", l.Names)
+	w.uint("nvml_samples_thinned", l.Samples)
 	w.close()
 	w.close()
 	w.uint("lost_events", d.Lost())

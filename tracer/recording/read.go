@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 
@@ -27,11 +28,18 @@ var ErrTruncated = errors.New("recording is truncated")
 type Replay struct {
 	Header    Header
 	Names     *model.Names
-	Processes []uint32 // every process the recorder named, in file order
-	Counters  []Counter
+	Processes []uint32  // every process the recorder named, in file order
+	Counters  []Counter // in time order
 	GPU       *model.GPUReport
 	Drops     *model.Drops // nil when the recording ends before its drop record
 	Records   uint64
+	// What the bounds on the tables left out (bounds.go): names past
+	// them, and NVML samples thinned out.
+	NamesNotKept, CountersThinned uint64
+
+	names     int   // entries of the name tables
+	nameBytes int64 // and their bytes
+	counters  counterSet
 }
 
 // Transform puts a recording on another timeline as it is read: every
@@ -128,6 +136,7 @@ func ReadNames(r io.Reader) (*Replay, error) { return ReadNamesWith(r, Transform
 func ReadNamesWith(r io.Reader, t Transform) (*Replay, error) {
 	rp := &Replay{Names: model.NewNames()}
 	err := scanNames(r, rp, &t)
+	rp.Counters, rp.CountersThinned = rp.counters.sorted(), rp.counters.thinned
 	return rp, err
 }
 
@@ -218,6 +227,9 @@ func (rp *Replay) name(typ byte, buf []byte, t *Transform) error {
 			// A process may be named twice (again at its first call, once
 			// it had exec'd): the last name stands.
 			_, seen := n.Procs[pid]
+			if !rp.keepName(seen, len(name)) {
+				break
+			}
 			var info model.ProcessInfo
 			if json.Unmarshal([]byte(name), &info) == nil {
 				n.Procs[pid] = info
@@ -226,18 +238,18 @@ func (rp *Replay) name(typ byte, buf []byte, t *Transform) error {
 				rp.Processes = append(rp.Processes, pid)
 			}
 		case recThread:
-			n.Threads[model.NameKey{PID: pid, Key: key}] = name
+			keepName(rp, n.Threads, model.NameKey{PID: pid, Key: key}, name, len(name))
 		case recKernel:
-			n.Kernels[model.NameKey{PID: pid, Key: key}] = name
+			keepName(rp, n.Kernels, model.NameKey{PID: pid, Key: key}, name, len(name))
 		case recFrame:
-			n.Frames[model.NameKey{PID: pid, Key: key}] = name
+			keepName(rp, n.Frames, model.NameKey{PID: pid, Key: key}, name, len(name))
 		}
 	case recPyFrame:
 		if len(buf) < 20 {
 			return fmt.Errorf("%w: short Python frame record", ErrFormat)
 		}
 		k := model.PyNameKey{PID: t.PID(binary.LittleEndian.Uint32(buf)), PyKey: model.PyKey{Code: binary.LittleEndian.Uint64(buf[4:]), Instr: binary.LittleEndian.Uint64(buf[12:])}}
-		rp.Names.Py[k] = string(buf[20:])
+		keepName(rp, rp.Names.Py, k, string(buf[20:]), len(buf)-20)
 	case recMapping:
 		if len(buf) < mappingSize {
 			return fmt.Errorf("%w: short mapping record", ErrFormat)
@@ -250,7 +262,7 @@ func (rp *Replay) name(typ byte, buf []byte, t *Transform) error {
 			return fmt.Errorf("%w: bad mapping record", ErrFormat)
 		}
 		m.BuildID, m.File = string(rest[:n]), string(rest[n:])
-		rp.Names.Mappings[model.NameKey{PID: t.PID(le.Uint32(buf)), Key: m.Start}] = m
+		keepName(rp, rp.Names.Mappings, model.NameKey{PID: t.PID(le.Uint32(buf)), Key: m.Start}, m, len(rest))
 	case recDrops:
 		var d model.Drops
 		if err := json.Unmarshal(buf, &d); err != nil {
@@ -263,7 +275,7 @@ func (rp *Replay) name(typ byte, buf []byte, t *Transform) error {
 			return fmt.Errorf("%w: counter record: %v", ErrFormat, err)
 		}
 		t.counter(&c)
-		rp.Counters = append(rp.Counters, c)
+		rp.counters.add(c)
 	case recGPU:
 		var g model.GPUReport
 		if err := json.Unmarshal(buf, &g); err != nil {
@@ -276,6 +288,13 @@ func (rp *Replay) name(typ byte, buf []byte, t *Transform) error {
 		return fmt.Errorf("%w: unknown record type %d", ErrFormat, typ)
 	}
 	return nil
+}
+
+// keepName puts v under k in table, within the name tables' bounds.
+func keepName[K comparable, V any](rp *Replay, table map[K]V, k K, v V, bytes int) {
+	if _, known := table[k]; rp.keepName(known, bytes) {
+		table[k] = v
+	}
 }
 
 // Records reads the events pass of a recording one record at a time:
@@ -647,6 +666,7 @@ func LoadInputs(ins []Input, newSink func(*Replay) model.Sink, opts LoadOptions)
 	res := m.Finish()
 	res.WallOffsetNs = all.Header.WallOffsetNs - ins[0].Transform.ShiftNs
 	res.Counters = all.Counters
+	res.Drops.Limits.Names, res.Drops.Limits.Samples = all.NamesNotKept, all.CountersThinned
 	if all.GPU != nil {
 		res.GPU = *all.GPU
 	} else {
@@ -668,6 +688,13 @@ func LoadInputs(ins []Input, newSink func(*Replay) model.Sink, opts LoadOptions)
 	return res, all, rps, errors.Join(errs...)
 }
 
+// union adds src's names to dst, all's table, within the bounds.
+func union[K comparable, V any](all *Replay, dst, src map[K]V, cmpK func(a, b K) int, size func(V) int) {
+	for _, k := range slices.SortedFunc(maps.Keys(src), cmpK) {
+		keepName(all, dst, k, src[k], size(src[k]))
+	}
+}
+
 // combine joins the replays of several inputs (the replay itself for one).
 func combine(rps []*Replay) *Replay {
 	if len(rps) == 1 {
@@ -677,26 +704,20 @@ func combine(rps []*Replay) *Replay {
 	var gpus []*model.GPUReport
 	for _, rp := range rps {
 		n := rp.Names
-		for k, v := range n.Procs {
-			all.Names.Procs[k] = v
-		}
-		for k, v := range n.Threads {
-			all.Names.Threads[k] = v
-		}
-		for k, v := range n.Kernels {
-			all.Names.Kernels[k] = v
-		}
-		for k, v := range n.Frames {
-			all.Names.Frames[k] = v
-		}
-		for k, v := range n.Py {
-			all.Names.Py[k] = v
-		}
-		for k, v := range n.Mappings {
-			all.Names.Mappings[k] = v
-		}
+		// The union within the bounds too, in a fixed order: which names
+		// do not fit must not change from one run to the next.
+		union(all, all.Names.Procs, n.Procs, cmp.Compare[uint32], func(v model.ProcessInfo) int { return len(v.Comm) + len(v.Cmdline) })
+		union(all, all.Names.Threads, n.Threads, cmpKey, func(v string) int { return len(v) })
+		union(all, all.Names.Kernels, n.Kernels, cmpKey, func(v string) int { return len(v) })
+		union(all, all.Names.Frames, n.Frames, cmpKey, func(v string) int { return len(v) })
+		union(all, all.Names.Py, n.Py, cmpPyKey, func(v string) int { return len(v) })
+		union(all, all.Names.Mappings, n.Mappings, cmpKey, func(v model.Mapping) int { return len(v.File) + len(v.BuildID) })
+		all.NamesNotKept += rp.NamesNotKept
+		all.CountersThinned += rp.CountersThinned
 		all.Processes = append(all.Processes, rp.Processes...)
-		all.Counters = append(all.Counters, rp.Counters...)
+		for _, c := range rp.Counters {
+			all.counters.add(c)
+		}
 		if rp.GPU != nil {
 			gpus = append(gpus, rp.GPU)
 		}
@@ -707,7 +728,8 @@ func combine(rps []*Replay) *Replay {
 			addDrops(all.Drops, d)
 		}
 	}
-	slices.SortStableFunc(all.Counters, func(a, b Counter) int { return cmp.Compare(a.TS, b.TS) })
+	all.Counters = all.counters.sorted()
+	all.CountersThinned += all.counters.thinned
 	all.GPU = joinGPU(gpus)
 	return all
 }

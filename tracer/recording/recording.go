@@ -283,7 +283,6 @@ func (w *Writer) Names(n *model.Names, procs bool) {
 			w.Process(pid, n.Procs[pid])
 		}
 	}
-	cmpKey := func(a, b model.NameKey) int { return cmp.Or(cmp.Compare(a.PID, b.PID), cmp.Compare(a.Key, b.Key)) }
 	for _, k := range slices.SortedFunc(maps.Keys(n.Threads), cmpKey) {
 		w.Thread(k.PID, uint32(k.Key), n.Threads[k])
 	}
@@ -293,14 +292,21 @@ func (w *Writer) Names(n *model.Names, procs bool) {
 	for _, k := range slices.SortedFunc(maps.Keys(n.Frames), cmpKey) {
 		w.Frame(k.PID, k.Key, n.Frames[k])
 	}
-	for _, k := range slices.SortedFunc(maps.Keys(n.Py), func(a, b model.PyNameKey) int {
-		return cmp.Or(cmp.Compare(a.PID, b.PID), cmp.Compare(a.Code, b.Code), cmp.Compare(a.Instr, b.Instr))
-	}) {
+	for _, k := range slices.SortedFunc(maps.Keys(n.Py), cmpPyKey) {
 		w.PyFrame(k.PID, k.Code, k.Instr, n.Py[k])
 	}
 	for _, k := range slices.SortedFunc(maps.Keys(n.Mappings), cmpKey) {
 		w.Mapping(k.PID, n.Mappings[k])
 	}
+}
+
+// The name tables' keys in a fixed order.
+func cmpKey(a, b model.NameKey) int {
+	return cmp.Or(cmp.Compare(a.PID, b.PID), cmp.Compare(a.Key, b.Key))
+}
+
+func cmpPyKey(a, b model.PyNameKey) int {
+	return cmp.Or(cmp.Compare(a.PID, b.PID), cmp.Compare(a.Code, b.Code), cmp.Compare(a.Instr, b.Instr))
 }
 
 // Drops records the final loss counters.
@@ -315,6 +321,14 @@ func (w *Writer) Err() error { return w.err }
 
 // Size is the number of bytes written so far.
 func (w *Writer) Size() int64 { return w.bytes }
+
+// Flush hands what is buffered to the file, so that a recorder killed
+// after it leaves a recording readable up to here.
+func (w *Writer) Flush() {
+	if w.err == nil {
+		w.err = w.w.Flush()
+	}
+}
 
 // Close writes the end record and flushes. It does not close the underlying writer.
 func (w *Writer) Close() error {

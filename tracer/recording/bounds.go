@@ -1,0 +1,111 @@
+package recording
+
+import (
+	"cmp"
+	"maps"
+	"slices"
+)
+
+// A recording is untrusted input: besides its events (the model bounds
+// what they make it keep), its name tables and NVML series are kept whole
+// by a replay, so they are bounded here. Past the bounds, names are not
+// kept and samples are thinned; both are counted (Replay.NamesNotKept,
+// Replay.CountersThinned) and shown with the model's limits. A real
+// recording holds far fewer: a few hundred thousand names at most, and the
+// sampler's polls (ten a second per device).
+const (
+	maxNames     = 1 << 20   // entries of all name tables together
+	maxNameBytes = 128 << 20 // their names' bytes
+	// maxCounters bounds the NVML samples kept; past it the series are
+	// thinned to half their resolution, as often as needed.
+	maxCounters = 1 << 18
+	// maxTracks bounds the counter tracks (device and name); maxValues
+	// the values one sample keeps.
+	maxTracks = 1024
+	maxValues = 64
+)
+
+// keepName reports whether a new name of n bytes fits the name tables'
+// bounds, counting it otherwise; a name replacing one already kept always
+// does (it grows nothing).
+func (rp *Replay) keepName(known bool, n int) bool {
+	if known {
+		return true
+	}
+	if rp.names >= maxNames || rp.nameBytes+int64(n) > maxNameBytes {
+		rp.NamesNotKept++
+		return false
+	}
+	rp.names++
+	rp.nameBytes += int64(n)
+	return true
+}
+
+// counterSet keeps NVML samples within maxCounters: each track keeps at
+// most one sample per quantum of time, and the quantum doubles (halving
+// what is kept) whenever the set is full. Samples come in time order per
+// track (the sampler's polls); ones that do not are kept the same way.
+type counterSet struct {
+	list    []Counter
+	quantum uint64 // ns; 0 keeps every sample
+	last    map[trackKey]uint64
+	thinned uint64 // samples left out
+}
+
+type trackKey struct {
+	device int
+	name   string
+}
+
+func (s *counterSet) add(c Counter) {
+	if s.last == nil {
+		s.last = map[trackKey]uint64{}
+	}
+	k := trackKey{c.Device, c.Name}
+	last, known := s.last[k]
+	if !known && len(s.last) >= maxTracks {
+		s.thinned++
+		return
+	}
+	if s.quantum > 0 && known && c.TS/s.quantum == last/s.quantum {
+		s.thinned++
+		return
+	}
+	if len(c.Values) > maxValues {
+		// Keep the first maxValues by name, the same ones in every sample.
+		for _, name := range slices.Sorted(maps.Keys(c.Values))[maxValues:] {
+			delete(c.Values, name)
+		}
+	}
+	s.last[k] = c.TS
+	s.list = append(s.list, c)
+	for len(s.list) >= maxCounters {
+		s.thin()
+	}
+}
+
+// thin doubles the quantum and keeps, of each track, the first sample of
+// every quantum.
+func (s *counterSet) thin() {
+	s.quantum = max(2*s.quantum, 1_000_000) // from 1 ms: the sampler's polls are ~100 ms apart
+	clear(s.last)
+	kept := s.list[:0]
+	for _, c := range s.list {
+		k := trackKey{c.Device, c.Name}
+		if last, known := s.last[k]; known && c.TS/s.quantum == last/s.quantum {
+			s.thinned++
+			continue
+		}
+		s.last[k] = c.TS
+		kept = append(kept, c)
+	}
+	clear(s.list[len(kept):]) // let the values of those left out go
+	s.list = kept
+}
+
+// sorted is the samples kept, in time order (stable: a track's samples at
+// the same time keep their order).
+func (s *counterSet) sorted() []Counter {
+	slices.SortStableFunc(s.list, func(a, b Counter) int { return cmp.Compare(a.TS, b.TS) })
+	return s.list
+}
