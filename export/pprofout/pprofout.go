@@ -72,7 +72,15 @@ type key struct {
 	// The stack was taken at the call's return: its first frame is the
 	// return address in the caller, not the probed function's entry.
 	atReturn bool
+	// other: the calls of this API past maxEntries, with nothing else
+	// told apart.
+	other bool
 }
+
+// maxEntries bounds the distinct samples a Collector keeps: a recording
+// can make every call one (a kernel, a thread, a stack of its own). Past
+// it, the calls of each API share one sample, under a frame that says so.
+const maxEntries = 1 << 16
 
 type entry struct {
 	key
@@ -80,11 +88,13 @@ type entry struct {
 }
 
 // Collector aggregates calls as the model hands them over: its memory is
-// bounded by the number of distinct samples, never by the number of calls.
-// It keeps them in the order first seen, so profiles are deterministic.
+// bounded by the number of distinct samples (maxEntries), never by the
+// number of calls. It keeps them in the order first seen, so profiles are
+// deterministic.
 type Collector struct {
 	index   map[key]int
 	entries []entry
+	other   int64 // calls past maxEntries
 }
 
 var _ model.Sink = (*Collector)(nil)
@@ -96,7 +106,7 @@ func NewCollector() *Collector { return &Collector{index: map[key]int{}} }
 // interval).
 func (c *Collector) Reset() {
 	clear(c.index)
-	c.entries = c.entries[:0]
+	c.entries, c.other = c.entries[:0], 0
 }
 
 // Call adds c to its sample.
@@ -111,6 +121,11 @@ func (c *Collector) Call(p *model.Process, x *model.Call) {
 		k.kernel = x.Args.Func
 	}
 	i, ok := c.index[k]
+	if !ok && len(c.entries) >= maxEntries {
+		c.other++
+		k = key{api: x.API, stream: -1, stack: -1, pyStack: -1, other: true}
+		i, ok = c.index[k]
+	}
 	if !ok {
 		i = len(c.entries)
 		c.index[k] = i
@@ -173,6 +188,9 @@ func Build(r *model.Result, c *Collector, opts Options) (*profile.Profile, error
 	}
 	if s := b.stacksComment(); s != "" {
 		p.Comments = append(p.Comments, s)
+	}
+	if c != nil && c.other > 0 {
+		p.Comments = append(p.Comments, fmt.Sprintf("cudatap: %d calls past the profile's bound of %d distinct samples are under %q, by API only", c.other, maxEntries, otherFrame))
 	}
 	if err := p.CheckValid(); err != nil {
 		return nil, fmt.Errorf("build pprof profile: %w", err)
@@ -309,10 +327,18 @@ func (b *builder) proc(pid uint32) *model.Process {
 	return p
 }
 
+// otherFrame is the root of the calls past maxEntries.
+const otherFrame = "calls past the profile's bound of distinct samples"
+
 // sample adds one collected entry: the kernel leaf for launches, the API,
 // the native frames, the Python frames above them (their callers), then
 // the thread and the process as roots.
 func (b *builder) sample(e *entry) {
+	if e.other {
+		b.stack = append(b.stack[:0], b.location(e.api.String(), ""), b.location(otherFrame, ""))
+		b.add(e.api.String(), "none", "", "other", &e.v)
+		return
+	}
 	p := b.proc(e.pid)
 	b.stack = b.stack[:0]
 	if spec := event.Lookup(e.api); spec != nil && spec.Class == event.ClassLaunch {
@@ -443,6 +469,9 @@ func (b *builder) prepare(entries []entry, procs []*model.Process) {
 	seenNative := map[nativeKey]bool{}
 	for i := range entries {
 		e := &entries[i]
+		if e.other {
+			continue
+		}
 		k := stackPair{e.pid, e.stack, e.pyStack}
 		if !seen[k] {
 			seen[k] = true

@@ -235,3 +235,40 @@ func TestCollectorBounded(t *testing.T) {
 		t.Errorf("%d entries, count %d", len(c.entries), c.entries[0].v[valCount])
 	}
 }
+
+// A recording can make every call a sample of its own (a kernel each):
+// past maxEntries the calls of each API share one sample, under a frame
+// that says so, and the profile's comment counts them; no call is lost.
+func TestCollectorEntriesBounded(t *testing.T) {
+	f := fixture.New()
+	p := f.Result.Processes[0]
+	launch := f.Traces[fixture.PIDA].Calls[1]
+	if launch.Spec().Class != event.ClassLaunch {
+		t.Fatalf("call 1 is %s, want a launch", launch.API)
+	}
+	const extra = 100
+	c := NewCollector()
+	for i := range maxEntries + extra {
+		launch.Args.Func = uint64(0x500000 + 16*i)
+		c.Call(p, &launch)
+	}
+	if len(c.entries) != maxEntries+1 || c.other != extra {
+		t.Fatalf("%d entries, %d calls past the bound; want %d and %d", len(c.entries), c.other, maxEntries+1, extra)
+	}
+	prof, err := Build(f.Result, c, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := total(t, prof, "cuda_api"); got != maxEntries+extra {
+		t.Errorf("%d calls in the profile, want %d", got, maxEntries+extra)
+	}
+	var under int64
+	for _, s := range prof.Sample {
+		if slices.Contains(names(s), otherFrame) {
+			under += s.Value[valCount]
+		}
+	}
+	if under != extra || !strings.Contains(strings.Join(prof.Comments, "\n"), "100 calls past the profile's bound") {
+		t.Errorf("%d calls under %q, comments %q; want %d", under, otherFrame, prof.Comments, extra)
+	}
+}
