@@ -14,8 +14,9 @@ import (
 var ErrArch = errors.New("cudatap's BPF programs read CUDA call arguments as on x86-64 only: tracing on " +
 	runtime.GOARCH + " is not supported yet (issue 27); run the linux/amd64 build on an x86-64 machine")
 
-// checkArch is nil where the BPF programs read arguments correctly.
-func checkArch() error {
+// CheckArch is nil where the BPF programs read arguments correctly, ErrArch
+// elsewhere (New fails with it; doctor can say so before).
+func CheckArch() error {
 	if runtime.GOARCH != "amd64" {
 		return ErrArch
 	}

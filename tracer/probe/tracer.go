@@ -112,7 +112,7 @@ func New(cfg Config) (*Tracer, error) {
 	if cfg.PollInterval <= 0 {
 		cfg.PollInterval = 20 * time.Millisecond
 	}
-	if err := checkArch(); err != nil {
+	if err := CheckArch(); err != nil {
 		return nil, err
 	}
 	if err := CheckPrivileges(); err != nil {
