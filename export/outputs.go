@@ -319,15 +319,50 @@ func WritePprof(outs []Output, r *model.Result, agg *Aggregates) error {
 // writeOutput writes o: to its W when it is Stdout, else to its file.
 func writeOutput(o Output, write func(io.Writer) error) error {
 	if o.Path != Stdout {
-		return writeFile(o.Path, write)
+		if err := writeFile(o.Path, write); err != nil {
+			return &OutputError{Path: o.Path, Err: err}
+		}
+		return nil
 	}
 	if o.W == nil {
-		return fmt.Errorf("write %s to the standard output: this command cannot write there; give a file", o.Format)
+		return &OutputError{Path: Stdout, Err: fmt.Errorf("write %s to the standard output: this command cannot write there; give a file", o.Format)}
 	}
 	if err := write(o.W); err != nil {
-		return fmt.Errorf("write %s to the standard output: %w", o.Format, err)
+		return &OutputError{Path: Stdout, Err: fmt.Errorf("write %s to the standard output: %w", o.Format, err)}
 	}
 	return nil
+}
+
+// OutputError is an output that was not written (its message names it):
+// what was there before stays, and no "wrote" line may claim it.
+type OutputError struct {
+	Path string // as given; Stdout for the standard output
+	Err  error
+}
+
+func (e *OutputError) Error() string { return e.Err.Error() }
+func (e *OutputError) Unwrap() error { return e.Err }
+
+// FailedOutputs lists the paths of the OutputErrors in err (joined errors
+// too).
+func FailedOutputs(err error) map[string]bool {
+	failed := map[string]bool{}
+	var walk func(error)
+	walk = func(err error) {
+		switch e := err.(type) {
+		case nil:
+		case *OutputError:
+			failed[e.Path] = true
+		case interface{ Unwrap() []error }:
+			for _, x := range e.Unwrap() {
+				walk(x)
+			}
+		case interface{ Unwrap() error }:
+			walk(e.Unwrap())
+		}
+	}
+	walk(err)
+	return failed
 }
 
 // writeFile writes path through a temporary file.
@@ -433,13 +468,13 @@ func (s *ChromeSet) Close(r *model.Result) error {
 	var errs []error
 	for _, c := range s.outs {
 		if c.err != nil {
-			errs = append(errs, fmt.Errorf("write chrome trace %s: %w", c.path, c.err))
+			errs = append(errs, &OutputError{Path: c.path, Err: fmt.Errorf("write chrome trace %s: %w", c.path, c.err)})
 			continue
 		}
 		if c.pipe {
 			c.pipe = false
 			if err := c.w.Close(r); err != nil {
-				errs = append(errs, fmt.Errorf("write chrome trace to the standard output: %w", err))
+				errs = append(errs, &OutputError{Path: Stdout, Err: fmt.Errorf("write chrome trace to the standard output: %w", err)})
 			}
 			continue
 		}
@@ -459,7 +494,7 @@ func (s *ChromeSet) Close(r *model.Result) error {
 		}
 		c.t = nil
 		if err != nil {
-			errs = append(errs, fmt.Errorf("write chrome trace %s: %w", c.path, err))
+			errs = append(errs, &OutputError{Path: c.path, Err: fmt.Errorf("write chrome trace %s: %w", c.path, err)})
 		}
 	}
 	return errors.Join(errs...)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -92,13 +93,20 @@ func startAnchor(pgid int) (io.WriteCloser, *exec.Cmd) {
 	return w, cmd
 }
 
-// guardian is cudatap's end: the targets that may be held are told to it
+// Guardian is cudatap's end: the targets that may be held are told to it
 // one line at a time ("hold PID", "free PID"; "done" when cudatap released
 // every hold itself). It also loads the GPU-time collector into running
 // processes ("inject PID PATH", answered "ok HANDLE" or "err WHY"): a
 // process borrowed by ptrace must be given back whatever happens to
-// cudatap, and the guardian outlives it.
-type guardian struct {
+// cudatap, and the guardian outlives it. And it finishes what cudatap
+// leaves when killed: collector directories removed, recordings being
+// written put in place under their names ("output TEMP FINAL").
+//
+// A session starts its own when it needs one; a command that writes
+// recordings starts one first (StartGuardian) and gives it to the session
+// (Config.Guardian), so that it also covers the outputs written after the
+// session, and closes it once they are in place.
+type Guardian struct {
 	mu  sync.Mutex
 	w   io.WriteCloser
 	r   *bufio.Reader
@@ -106,9 +114,9 @@ type guardian struct {
 	err error
 }
 
-// startGuardian starts the guardian process; with anchor, for the
+// StartGuardian starts the guardian process; with anchor, for the
 // commands cudatap launches into its own process group.
-func startGuardian(anchor bool) (*guardian, error) {
+func StartGuardian(anchor bool) (*Guardian, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("start the hold guardian: %w", err)
@@ -132,12 +140,12 @@ func startGuardian(anchor bool) (*guardian, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start the hold guardian: %w", err)
 	}
-	return &guardian{w: w, r: bufio.NewReader(r), cmd: cmd}, nil
+	return &Guardian{w: w, r: bufio.NewReader(r), cmd: cmd}, nil
 }
 
 // inject has the guardian load the library at path (as pid sees it) into
 // pid with ptrace, and returns its handle.
-func (g *guardian) inject(pid int, path string) (uint64, error) {
+func (g *Guardian) inject(pid int, path string) (uint64, error) {
 	if g == nil {
 		return 0, errors.New("no guardian to load it safely")
 	}
@@ -165,7 +173,7 @@ func (g *guardian) inject(pid int, path string) (uint64, error) {
 	return strconv.ParseUint(rest, 10, 64)
 }
 
-func (g *guardian) say(verb string, pid int) {
+func (g *Guardian) say(verb string, pid int) {
 	if g == nil {
 		return
 	}
@@ -179,31 +187,44 @@ func (g *guardian) say(verb string, pid int) {
 // staged tells the guardian of a GPU-time collector directory, name in the
 // /tmp under root: cudatap removes it when done; if cudatap dies first, the
 // guardian does.
-func (g *guardian) staged(root, name string) { g.say2("staged", root, name) }
+func (g *Guardian) staged(root, name string) { g.say2("staged", root, name) }
 
 // unstaged: cudatap removed that directory itself.
-func (g *guardian) unstaged(root, name string) { g.say2("unstaged", root, name) }
+func (g *Guardian) unstaged(root, name string) { g.say2("unstaged", root, name) }
 
-func (g *guardian) say2(verb, a, b string) {
-	if g == nil || strings.ContainsAny(a+b, " \n") {
+// say2 sends a verb with two strings, quoted: paths may hold spaces.
+func (g *Guardian) say2(verb, a, b string) {
+	if g == nil {
 		return
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.err == nil {
-		_, g.err = fmt.Fprintf(g.w, "%s %s %s\n", verb, a, b)
+		_, g.err = fmt.Fprintf(g.w, "%s %q %q\n", verb, a, b)
 	}
 }
 
+// args2 reads say2's two strings.
+func args2(arg string) (a, b string, ok bool) {
+	_, err := fmt.Sscanf(arg, "%q %q", &a, &b)
+	return a, b, err == nil
+}
+
+// Output tells the guardian of a recording being written to temp, to be
+// renamed to final once complete: if cudatap dies first, the guardian
+// renames it (cut where cudatap died, which readers say).
+func (g *Guardian) Output(temp, final string) { g.say2("output", temp, final) }
+
 // hold tells the guardian that pid may be stopped at a library load.
-func (g *guardian) hold(pid int) { g.say("hold", pid) }
+func (g *Guardian) hold(pid int) { g.say("hold", pid) }
 
 // free tells the guardian that pid is no longer held (it exited, or its
 // hook is gone).
-func (g *guardian) free(pid int) { g.say("free", pid) }
+func (g *Guardian) free(pid int) { g.say("free", pid) }
 
-// close ends the guardian: cudatap released every hold itself.
-func (g *guardian) close() {
+// Close ends the guardian: cudatap released every hold itself and put
+// every output in place.
+func (g *Guardian) Close() {
 	if g == nil {
 		return
 	}
@@ -233,17 +254,23 @@ func guard(parent, pgid int, in io.Reader) {
 	}
 	held := map[int]bool{}
 	staged := map[[2]string]bool{} // root, name
+	var outputs []partialOutput
 	sc := bufio.NewScanner(in)
 	for sc.Scan() {
 		verb, arg, _ := strings.Cut(sc.Text(), " ")
 		pid, _ := strconv.Atoi(arg)
 		switch verb {
 		case "staged", "unstaged":
-			root, name, _ := strings.Cut(arg, " ")
+			root, name, _ := args2(arg)
 			if verb == "unstaged" {
 				delete(staged, [2]string{root, name})
 			} else if len(staged) < maxStaged {
 				staged[[2]string{root, name}] = true
+			}
+		case "output":
+			temp, final, ok := args2(arg)
+			if o, opened := openPartial(temp, final); ok && opened && len(outputs) < maxStaged {
+				outputs = append(outputs, o)
 			}
 		case "hold":
 			held[pid] = true
@@ -284,6 +311,46 @@ func guard(parent, pgid int, in io.Reader) {
 	for d := range staged {
 		gputime.RemoveStaging(d[0], d[1]) // a container that ended took its /tmp along
 	}
+	for _, o := range outputs {
+		o.finish()
+	}
+}
+
+// partialOutput is a recording cudatap writes to a temporary file, to be
+// renamed to its final name: the directory is held open from the start,
+// so that a link planted in its path later is not followed.
+type partialOutput struct {
+	dir         int
+	temp, final string // names in dir
+}
+
+func openPartial(temp, final string) (partialOutput, bool) {
+	if filepath.Dir(temp) != filepath.Dir(final) {
+		return partialOutput{}, false
+	}
+	dir, err := unix.Open(filepath.Dir(temp), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return partialOutput{}, false
+	}
+	return partialOutput{dir: dir, temp: filepath.Base(temp), final: filepath.Base(final)}, true
+}
+
+// finish puts the temporary file in place under its final name, readable
+// as cudatap would have left it (0644), if it is still cudatap's: a
+// regular file of this user's. Readers say where it was cut.
+func (o partialOutput) finish() {
+	defer unix.Close(o.dir)
+	fd, err := unix.Openat(o.dir, o.temp, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return // cudatap renamed it itself, or removed it (the session failed)
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if unix.Fstat(fd, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || st.Uid != uint32(os.Geteuid()) {
+		return
+	}
+	unix.Fchmod(fd, 0o644)
+	unix.Renameat(o.dir, o.temp, o.dir, o.final)
 }
 
 // maxStaged bounds the collector directories the guardian keeps track of

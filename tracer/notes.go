@@ -24,7 +24,8 @@ const (
 	noteHold noteKind = iota + 1
 	notePinned
 	noteAttachedLate
-	noteCut // cut.go: retire the exited, hand the interval to Config.OnCut (start: now)
+	noteCut   // cut.go: retire the exited, hand the interval to Config.OnCut (start: now)
+	noteFlush // hand the recording's buffer to its file: a killed cudatap leaves it readable to here
 )
 
 // queueNote hands n to the reader.
@@ -49,8 +50,14 @@ func (s *Session) applyNotes() {
 		s.applyGPUNotes(gs)
 	}
 	for _, n := range ns {
-		if n.kind == noteCut {
+		switch n.kind {
+		case noteCut:
 			s.handCut(n.start)
+			continue
+		case noteFlush:
+			if s.rec != nil {
+				s.rec.Flush()
+			}
 			continue
 		}
 		s.modelMu.Lock()

@@ -84,6 +84,9 @@ type Config struct {
 	// it is read (probe.Config.PollInterval; 0: 20 ms).
 	PollInterval time.Duration
 	Recording    io.Writer // optional .cudatap stream
+	// Guardian, if set, is the guardian the session uses (the caller
+	// closes it); else the session starts its own when it needs one.
+	Guardian *Guardian
 	// Sink, if set, receives every call, sync and GPU op as the model
 	// concludes them (aggregates for profiles and summaries): the session
 	// keeps none of them.
@@ -154,7 +157,7 @@ type Session struct {
 	encBuf     []byte     // re-encoded records (reader goroutine only)
 	modelMu    sync.Mutex // the model is fed by the reader and read by OnLive snapshots
 	names      *resolver
-	guard      *guardian // continues held targets if cudatap dies (nil: nothing is held)
+	guard      *Guardian // continues held targets if cudatap dies (nil: nothing is held)
 	closer     *closer   // closes the probes of exited processes off the control loop
 	// Notes from the control loop for the reader (see notes.go).
 	notesMu     sync.Mutex
@@ -249,11 +252,13 @@ func run(ctx context.Context, cfg Config, inspect func(*Session)) (*Outcome, err
 	if len(cfg.Command) > 0 || cfg.WaitForCUDA || (cfg.GPUTimes && (len(cfg.PIDs) > 0 || cfg.All || cfg.Container != "")) {
 		// These targets are held at library loads, or borrowed by ptrace to
 		// load the GPU-time collector: never without a guardian.
-		if s.guard, err = startGuardian(len(cfg.Command) > 0); err != nil {
-			return nil, fmt.Errorf("%w; without it a cudatap killed while a target is held at a library load would leave it stopped: "+
-				"make sure the cudatap binary can be run again from where it is (not deleted, not on a noexec mount), or attach with -p instead", err)
+		if s.guard = cfg.Guardian; s.guard == nil {
+			if s.guard, err = StartGuardian(len(cfg.Command) > 0); err != nil {
+				return nil, fmt.Errorf("%w; without it a cudatap killed while a target is held at a library load would leave it stopped: "+
+					"make sure the cudatap binary can be run again from where it is (not deleted, not on a noexec mount), or attach with -p instead", err)
+			}
+			defer s.guard.Close()
 		}
-		defer s.guard.close()
 	}
 	if inspect != nil {
 		inspect(s)
@@ -457,6 +462,9 @@ loop:
 				break loop
 			}
 		case now := <-status.C:
+			if s.rec != nil {
+				s.queueNote(note{kind: noteFlush}) // at least every second
+			}
 			if s.rec != nil && s.rec.Err() != nil {
 				// Disk full, file gone: noticed now, not after the run.
 				// What was modeled so far still makes every other output.

@@ -93,8 +93,9 @@ func runExport(cmd *cobra.Command, g *globalOptions, o *exportOptions, in string
 		agg.Stragglers.ReportNamed(summary, straggler.Naming{Result: res, Origins: merged.Where()})
 		errs = append(errs, writeLints(summary, res, agg.Lints, in))
 	}
-	wroteTo(notes, outs)
-	if err := errors.Join(errs...); err != nil {
+	err = errors.Join(errs...)
+	wroteExcept(notes, outs, err)
+	if err != nil {
 		return partialError(err)
 	}
 	if res.Truncated != "" {

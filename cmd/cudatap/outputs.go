@@ -13,6 +13,7 @@ import (
 	"github.com/cudatap/cudatap/export/report"
 	"github.com/cudatap/cudatap/export/straggler"
 	"github.com/cudatap/cudatap/internal/units"
+	"github.com/cudatap/cudatap/tracer"
 	"github.com/cudatap/cudatap/tracer/model"
 	"github.com/cudatap/cudatap/tracer/recording"
 )
@@ -30,8 +31,11 @@ type traceOutputs struct {
 	// leaves an existing file of that name untouched.
 	recs   []*os.File
 	finals []string
-	spill  bool      // recs[0] is a spill file, removed at the end
+	spill  bool      // recs[0] is a spill file, unlinked from the start
 	pipe   io.Writer // the recording to stdout (-o - --format cudatap), or nil
+	// guardian puts the recordings in place should cudatap be killed
+	// before it does (guard).
+	guardian *tracer.Guardian
 
 	// Where the summary and the notes go (nil: stdout, stderr), the
 	// summary as JSON, and how a launched command ended (for the JSON).
@@ -71,9 +75,32 @@ func newTraceOutputs(outs []export.Output) (*traceOutputs, error) {
 		if err != nil {
 			return nil, fmt.Errorf("cannot write a spill file beside %s: %w", chrome, err)
 		}
+		// Read back through this descriptor: unlinked now, it is never
+		// left behind, however cudatap ends.
+		os.Remove(f.Name())
 		t.recs, t.spill = []*os.File{f}, true
 	}
 	return t, nil
+}
+
+// guard starts the guardian that puts the recordings in place under their
+// names should cudatap be killed before it does (cut where it died, which
+// readers say); the session uses it too. anchor: for a launched command
+// (tracer.StartGuardian). nil when there is no recording file.
+func (t *traceOutputs) guard(notes io.Writer, anchor bool) *tracer.Guardian {
+	if t.spill || len(t.recs) == 0 {
+		return nil
+	}
+	g, err := tracer.StartGuardian(anchor)
+	if err != nil {
+		fmt.Fprintf(notes, "cudatap: warning: %v: were cudatap killed, its recording would stay as %s\n", err, t.recs[0].Name())
+		return nil
+	}
+	for i, f := range t.recs {
+		g.Output(f.Name(), t.finals[i])
+	}
+	t.guardian = g
+	return g
 }
 
 // recording is the session's Config.Recording (nil: none needed).
@@ -100,6 +127,7 @@ func (t *traceOutputs) abort() {
 		f.Close()
 		os.Remove(f.Name())
 	}
+	t.guardian.Close()
 }
 
 // finish writes every output from the session's result: the recordings
@@ -121,14 +149,14 @@ func (t *traceOutputs) finish(cmd *cobra.Command, res *model.Result) error {
 		}
 		if err != nil {
 			os.Remove(f.Name())
-			errs = append(errs, fmt.Errorf("write %s: %w", t.finals[i], err))
+			errs = append(errs, &export.OutputError{Path: t.finals[i], Err: fmt.Errorf("write %s: %w", t.finals[i], err)})
 		}
 	}
+	t.guardian.Close() // the recordings are in place
 	errs = append(errs, export.WritePprof(t.outs, res, t.agg))
 	errs = append(errs, t.writeChrome(cmd, res))
 	if t.spill {
 		t.recs[0].Close()
-		os.Remove(t.recs[0].Name())
 	}
 	summary, notes := cmd.OutOrStdout(), cmd.ErrOrStderr()
 	if t.summary != nil {
@@ -144,8 +172,9 @@ func (t *traceOutputs) finish(cmd *cobra.Command, res *model.Result) error {
 		reportStalls(summary, t.agg.Progress, "at the end")
 		errs = append(errs, writeLints(summary, res, t.agg.Lints, t.lintInput()))
 	}
-	wroteTo(notes, t.outs)
-	return errors.Join(errs...)
+	err := errors.Join(errs...)
+	wroteExcept(notes, t.outs, err)
+	return err
 }
 
 // writeChrome replays the recording through a fresh model whose sink
@@ -155,16 +184,18 @@ func (t *traceOutputs) writeChrome(cmd *cobra.Command, res *model.Result) error 
 	if err != nil || set == nil {
 		return err
 	}
-	path := t.recs[0].Name()
+	f := t.recs[0] // the spill file, unlinked
 	if !t.spill {
-		path = t.finals[0]
-	}
-	f, err := os.Open(path)
-	if err != nil {
+		var err error
+		if f, err = os.Open(t.finals[0]); err != nil {
+			set.Abort()
+			return fmt.Errorf("read back the recording for the Chrome trace: %w", err)
+		}
+		defer f.Close()
+	} else if _, err := f.Seek(0, io.SeekStart); err != nil {
 		set.Abort()
 		return fmt.Errorf("read back the recording for the Chrome trace: %w", err)
 	}
-	defer f.Close()
 	notes := cmd.ErrOrStderr()
 	if t.notes != nil {
 		notes = t.notes
@@ -196,8 +227,16 @@ func progress(status *statusLine, what string, f *os.File) func(int64) {
 
 func wrote(cmd *cobra.Command, outs []export.Output) { wroteTo(cmd.ErrOrStderr(), outs) }
 
-func wroteTo(w io.Writer, outs []export.Output) {
+func wroteTo(w io.Writer, outs []export.Output) { wroteExcept(w, outs, nil) }
+
+// wroteExcept says which outputs were written: not those err says failed
+// (their file, if any, is what was there before).
+func wroteExcept(w io.Writer, outs []export.Output, err error) {
+	failed := export.FailedOutputs(err)
 	for _, out := range outs {
+		if failed[out.Path] {
+			continue
+		}
 		if out.Path == export.Stdout {
 			fmt.Fprintf(w, "wrote the %s output to stdout\n", out.Format)
 		} else if _, err := os.Stat(out.Path); err == nil {

@@ -142,6 +142,7 @@ func runRecord(cmd *cobra.Command, g *globalOptions, o *recordOptions, command [
 		}
 	}
 	cfg.Recording, cfg.Sink = rep.tee(to.recording()), to.agg.Sink()
+	cfg.Guardian = to.guard(stderr, len(command) > 0)
 	outcome, err := tracer.Run(cmd.Context(), cfg)
 	status.clear()
 	if outcome == nil || outcome.Result == nil {
