@@ -168,6 +168,9 @@ func WriteFile(path string, write func(io.Writer) error) error { return writeFil
 // user's link is refused. An existing output must
 // be a regular file: a rename over a device or a directory is never meant.
 func resolve(path string) (string, error) {
+	if err := foreignDirLinks(path); err != nil {
+		return "", err
+	}
 	fi, err := os.Lstat(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -193,6 +196,51 @@ func resolve(path string) (string, error) {
 		return "", fmt.Errorf("cannot write output %s: not a regular file (outputs are written aside and renamed over the target); choose a file path", path)
 	}
 	return filepath.Abs(path)
+}
+
+// foreignDirLinks refuses a path whose directories go through a symbolic
+// link of another user (neither this one nor root): planted in a shared
+// directory, it could send root's output over any file (review 4c: a root
+// 0600 file replaced, and made 0644). Links are followed as the kernel
+// would, each checked.
+func foreignDirLinks(path string) error {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return err
+	}
+	dir, rest := "/", strings.Split(strings.Trim(filepath.Dir(abs), "/"), "/")
+	for links := 0; len(rest) > 0; {
+		part := rest[0]
+		rest = rest[1:]
+		if part == "" || part == "." {
+			continue
+		}
+		next := filepath.Join(dir, part)
+		fi, err := os.Lstat(next)
+		if err != nil {
+			return nil // not there yet: writableDir says so
+		}
+		if fi.Mode()&fs.ModeSymlink == 0 {
+			dir = next
+			continue
+		}
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Uid != 0 && int(st.Uid) != os.Geteuid() {
+			return fmt.Errorf("cannot write output %s: %s is a symbolic link owned by uid %d, and cudatap does not write through another user's link; "+
+				"choose a path without it", path, next, st.Uid)
+		}
+		if links++; links > 40 {
+			return fmt.Errorf("cannot write output %s: too many levels of symbolic links", path)
+		}
+		target, err := os.Readlink(next)
+		if err != nil {
+			return fmt.Errorf("cannot write output %s: %w", path, err)
+		}
+		if filepath.IsAbs(target) {
+			dir = "/"
+		}
+		rest = append(strings.Split(strings.Trim(target, "/"), "/"), rest...)
+	}
+	return nil
 }
 
 // writableDir checks that dir exists and that a file can be created in it.

@@ -289,3 +289,49 @@ func TestPlanRefusesForeignLink(t *testing.T) {
 		t.Errorf("victim now %q", b)
 	}
 }
+
+// TestPlanRefusesForeignDirLink: a directory link another user planted in
+// an output's path (review 4c) is refused as the last component's is; a
+// link of root's or of this user's is followed.
+func TestPlanRefusesForeignDirLink(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to give a link to another user: go test -exec sudo ./export/")
+	}
+	dir := t.TempDir()
+	private := filepath.Join(dir, "private")
+	if err := os.Mkdir(private, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	victim := filepath.Join(private, "x.json")
+	if err := os.WriteFile(victim, []byte("keep"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	foreign := filepath.Join(dir, "nobodys")
+	if err := os.Symlink(private, foreign); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Lchown(foreign, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	// Through it, and through a link of root's that leads to it.
+	ours := filepath.Join(dir, "ours")
+	if err := os.Symlink("nobodys", ours); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{filepath.Join(foreign, "x.json"), filepath.Join(ours, "x.json"), filepath.Join(ours, "sub", "..", "x.json")} {
+		if _, err := Plan([]string{p}, ""); err == nil || !strings.Contains(err.Error(), "owned by uid 65534") {
+			t.Errorf("Plan(%s): %v, want a refusal naming the link's owner", p, err)
+		}
+	}
+	if b, _ := os.ReadFile(victim); string(b) != "keep" {
+		t.Errorf("victim now %q", b)
+	}
+	// Root's own link to the directory is fine.
+	rootLink := filepath.Join(dir, "rootlink")
+	if err := os.Symlink(private, rootLink); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Plan([]string{filepath.Join(rootLink, "y.json")}, ""); err != nil {
+		t.Errorf("Plan through root's link: %v", err)
+	}
+}
