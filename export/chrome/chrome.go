@@ -885,6 +885,7 @@ func (w *Writer) footer(r *model.Result) {
 	w.uint("polls_not_followed", l.Polls)
 	w.uint("names_not_kept", l.Names)
 	w.uint("nvml_samples_thinned", l.Samples)
+	w.uint("nvml_report_entries_not_kept", l.GPUReport)
 	w.close()
 	w.close()
 	w.uint("lost_events", d.Lost())

@@ -54,11 +54,12 @@ type Limits struct {
 	KernelNames uint64
 	Allocations uint64
 	Polls       uint64
-	// Set by a replay (tracer/recording): names not kept and NVML
-	// samples thinned out, past the bounds on what it keeps of a
-	// recording besides its events.
-	Names   uint64
-	Samples uint64
+	// Set by a replay (tracer/recording): names not kept, NVML samples
+	// thinned out and entries of the NVML report not kept, past the
+	// bounds on what it keeps of a recording besides its events.
+	Names     uint64
+	Samples   uint64
+	GPUReport uint64
 }
 
 // Any reports whether a bound acted.
@@ -95,6 +96,7 @@ func (l Limits) Describe() string {
 	add(l.Polls, false, "query polls not followed")
 	add(l.Names, false, "names not kept")
 	add(l.Samples, false, "NVML samples thinned out")
+	add(l.GPUReport, false, "NVML report entries not kept")
 	return string(b)
 }
 

@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"maps"
 	"slices"
+
+	"github.com/cudatap/cudatap/tracer/model"
 )
 
 // A recording is untrusted input: besides its events (the model bounds
@@ -23,6 +25,15 @@ const (
 	// the values one sample keeps.
 	maxTracks = 1024
 	maxValues = 64
+	// The NVML report is one record (up to 16 MiB of JSON); the summary
+	// judges every traced process against every device, so its lists
+	// are bounded: devices, processes NVML listed on each, traced
+	// processes, device events, and legacy worded lines.
+	maxGPUs      = 256
+	maxGPUProcs  = 1024
+	maxTraced    = 1024
+	maxGPUEvents = 1 << 16
+	maxGPULines  = 1024
 )
 
 // keepName reports whether a new name of n bytes fits the name tables'
@@ -71,12 +82,7 @@ func (s *counterSet) add(c Counter) {
 		s.thinned++
 		return
 	}
-	if len(c.Values) > maxValues {
-		// Keep the first maxValues by name, the same ones in every sample.
-		for _, name := range slices.Sorted(maps.Keys(c.Values))[maxValues:] {
-			delete(c.Values, name)
-		}
-	}
+	trimKeys(c.Values, maxValues)
 	s.last[k] = c.TS
 	s.list = append(s.list, c)
 	for len(s.list) >= maxCounters {
@@ -108,4 +114,43 @@ func (s *counterSet) thin() {
 func (s *counterSet) sorted() []Counter {
 	slices.SortStableFunc(s.list, func(a, b Counter) int { return cmp.Compare(a.TS, b.TS) })
 	return s.list
+}
+
+// trimKeys keeps the first n keys of m by name (the same ones in every
+// sample of a track) and returns how many it deleted.
+func trimKeys[V any](m map[string]V, n int) int {
+	if len(m) <= n {
+		return 0
+	}
+	extra := slices.Sorted(maps.Keys(m))[n:]
+	for _, k := range extra {
+		delete(m, k)
+	}
+	return len(extra)
+}
+
+// boundGPU cuts the lists of g to the bounds and returns how many entries
+// it left out.
+func boundGPU(g *model.GPUReport) uint64 {
+	var cut int
+	g.GPUs = keepFirst(g.GPUs, maxGPUs, &cut)
+	for i := range g.GPUs {
+		d := &g.GPUs[i]
+		d.Processes = keepFirst(d.Processes, maxGPUProcs, &cut)
+		cut += trimKeys(d.ThrottlePolls, maxValues)
+	}
+	g.Traced = keepFirst(g.Traced, maxTraced, &cut)
+	g.Events = keepFirst(g.Events, maxGPUEvents, &cut)
+	g.Devices = keepFirst(g.Devices, maxGPULines, &cut)
+	g.Verdicts = keepFirst(g.Verdicts, maxGPULines, &cut)
+	return uint64(cut)
+}
+
+// keepFirst is the first n of s, adding what it leaves out to cut.
+func keepFirst[T any](s []T, n int, cut *int) []T {
+	if len(s) <= n {
+		return s
+	}
+	*cut += len(s) - n
+	return s[:n]
 }

@@ -96,3 +96,35 @@ func TestCountersThinned(t *testing.T) {
 		t.Errorf("result limits %+v", res.Drops.Limits)
 	}
 }
+
+// TestGPUReportBounded: the NVML report's lists are cut to their bounds
+// (the summary judges every traced process against every device), and
+// what is cut is counted.
+func TestGPUReportBounded(t *testing.T) {
+	g := model.GPUReport{}
+	for i := range maxGPUs + 2 {
+		g.GPUs = append(g.GPUs, model.GPUStats{Index: i, Name: "x"})
+	}
+	for i := range maxGPUProcs + 1 {
+		g.GPUs[0].Processes = append(g.GPUs[0].Processes, model.GPUProcess{PID: uint32(i)})
+	}
+	for i := range maxTraced + 3 {
+		g.Traced = append(g.Traced, model.TracedHost{PID: uint32(i)})
+	}
+	var buf bytes.Buffer
+	w, _ := NewWriter(&buf, NewHeader("test", 0))
+	w.GPU(g)
+	w.Close()
+	res, rp, err := Load(bytes.NewReader(buf.Bytes()), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := res.GPU
+	if len(got.GPUs) != maxGPUs || len(got.GPUs[0].Processes) != maxGPUProcs || len(got.Traced) != maxTraced || rp.GPUNotKept != 2+1+3 {
+		t.Errorf("%d GPUs, %d processes on the first, %d traced, %d not kept; want %d, %d, %d, 6",
+			len(got.GPUs), len(got.GPUs[0].Processes), len(got.Traced), rp.GPUNotKept, maxGPUs, maxGPUProcs, maxTraced)
+	}
+	if res.Drops.Limits.GPUReport != 6 {
+		t.Errorf("result limits %+v", res.Drops.Limits)
+	}
+}

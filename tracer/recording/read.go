@@ -34,8 +34,8 @@ type Replay struct {
 	Drops     *model.Drops // nil when the recording ends before its drop record
 	Records   uint64
 	// What the bounds on the tables left out (bounds.go): names past
-	// them, and NVML samples thinned out.
-	NamesNotKept, CountersThinned uint64
+	// them, NVML samples thinned out, entries of the NVML report.
+	NamesNotKept, CountersThinned, GPUNotKept uint64
 
 	names     int   // entries of the name tables
 	nameBytes int64 // and their bytes
@@ -282,6 +282,7 @@ func (rp *Replay) name(typ byte, buf []byte, t *Transform) error {
 			return fmt.Errorf("%w: GPU record: %v", ErrFormat, err)
 		}
 		t.gpu(&g)
+		rp.GPUNotKept += boundGPU(&g)
 		rp.GPU = &g
 	case recEnd:
 	default:
@@ -666,7 +667,7 @@ func LoadInputs(ins []Input, newSink func(*Replay) model.Sink, opts LoadOptions)
 	res := m.Finish()
 	res.WallOffsetNs = all.Header.WallOffsetNs - ins[0].Transform.ShiftNs
 	res.Counters = all.Counters
-	res.Drops.Limits.Names, res.Drops.Limits.Samples = all.NamesNotKept, all.CountersThinned
+	res.Drops.Limits.Names, res.Drops.Limits.Samples, res.Drops.Limits.GPUReport = all.NamesNotKept, all.CountersThinned, all.GPUNotKept
 	if all.GPU != nil {
 		res.GPU = *all.GPU
 	} else {
@@ -714,6 +715,7 @@ func combine(rps []*Replay) *Replay {
 		union(all, all.Names.Mappings, n.Mappings, cmpKey, func(v model.Mapping) int { return len(v.File) + len(v.BuildID) })
 		all.NamesNotKept += rp.NamesNotKept
 		all.CountersThinned += rp.CountersThinned
+		all.GPUNotKept += rp.GPUNotKept
 		all.Processes = append(all.Processes, rp.Processes...)
 		for _, c := range rp.Counters {
 			all.counters.add(c)
@@ -730,7 +732,9 @@ func combine(rps []*Replay) *Replay {
 	}
 	all.Counters = all.counters.sorted()
 	all.CountersThinned += all.counters.thinned
-	all.GPU = joinGPU(gpus)
+	if all.GPU = joinGPU(gpus); all.GPU != nil {
+		all.GPUNotKept += boundGPU(all.GPU)
+	}
 	return all
 }
 
