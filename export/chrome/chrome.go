@@ -16,7 +16,6 @@ package chrome
 
 import (
 	"bufio"
-	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -44,10 +43,7 @@ type Options struct {
 }
 
 // Origin is where a process of a merged trace ran.
-type Origin struct {
-	Host string
-	PID  uint32
-}
+type Origin = describe.Origin
 
 // Counter is one sample of a counter track (ph "C"). Values are drawn as
 // stacked series named by their keys.
@@ -85,13 +81,6 @@ func DeviceTrackPID(pid uint32, d int8) int {
 // deviceTrackStride separates the device tracks of one process: above any
 // pid (Linux caps them at 2^22), 64 slots below devicePIDBase.
 const deviceTrackStride = 10_000_000
-
-func deviceName(d int8) string {
-	if d < 0 {
-		return "GPU ?"
-	}
-	return "GPU " + strconv.Itoa(int(d))
-}
 
 // SyncCategory is the category of host-blocking synchronization slices.
 const SyncCategory = "cuda_host_sync"
@@ -196,13 +185,13 @@ func (w *Writer) Close(r *model.Result) error {
 		return w.err
 	}
 	w.closed = true
-	for i, p := range byRank(r.Processes) {
+	for i, p := range describe.ByRank(r.Processes) {
 		w.process(i, p)
 	}
 	// The communicators' meetings tracks, after every process.
 	for _, id := range slices.SortedFunc(maps.Keys(w.commPIDs), func(a, b uint64) int { return w.commPIDs[a].pid - w.commPIDs[b].pid }) {
 		tr := w.commPIDs[id]
-		w.meta("process_name", tr.pid, 0, fmt.Sprintf("NCCL communicator %016x (%d ranks): meetings, first to last arrival", id, tr.ranks))
+		w.meta("process_name", tr.pid, 0, describe.CommTrack(id, tr.ranks))
 		w.metaSort("process_sort_index", tr.pid, 0, 2*len(r.Processes)+tr.pid-commPIDBase)
 	}
 	counters := w.opts.Counters
@@ -298,41 +287,12 @@ func (w *Writer) kernel(p *model.Process, f uint64) describe.Kernel {
 // maxKernelCache bounds the kernels whose names the writer keeps made.
 const maxKernelCache = 1 << 14
 
-// byRank orders processes for the trace: the ranks of NCCL jobs first, by
-// rank (a job's process groups in rank order), then the others by pid.
-func byRank(ps []*model.Process) []*model.Process {
-	out := slices.Clone(ps)
-	slices.SortStableFunc(out, func(a, b *model.Process) int {
-		ra, rb := a.WorldSize > 0, b.WorldSize > 0
-		switch {
-		case ra && !rb:
-			return -1
-		case rb && !ra:
-			return 1
-		case ra:
-			return cmp.Or(cmp.Compare(a.Rank, b.Rank), cmp.Compare(a.PID, b.PID))
-		}
-		return cmp.Compare(a.PID, b.PID)
-	})
-	return out
-}
-
-// label names p's process group: "rank 1 of 2 — python3 (pid 4124)" for a
-// rank of an NCCL job, with the host and its pid there in a merged trace.
+// label names p's process group, as describe.Label does.
 func (w *Writer) label(p *model.Process) string {
-	l := p.Label()
 	if o, ok := w.opts.Origins[p.PID]; ok {
-		where := "(pid " + strconv.FormatUint(uint64(o.PID), 10)
-		if o.Host != "" {
-			where += " on " + o.Host
-		}
-		l = strings.Replace(l, "(pid "+strconv.FormatUint(uint64(p.PID), 10), where, 1)
+		return describe.Label(p, &o)
 	}
-	if p.WorldSize > 0 {
-		rank := fmt.Sprintf("rank %d of %d", p.Rank, p.WorldSize)
-		l = rank + " — " + strings.Replace(l, ", "+rank, "", 1)
-	}
-	return l
+	return describe.Label(p, nil)
 }
 
 // process names the tracks of p: its threads, and its device track with
@@ -368,11 +328,7 @@ func (w *Writer) process(idx int, p *model.Process) {
 	}
 	for _, d := range devices {
 		gpid := DeviceTrackPID(p.PID, d)
-		timing := " (inferred)"
-		if p.Measured {
-			timing = " (CUPTI)"
-		}
-		w.meta("process_name", gpid, 0, deviceName(d)+" — "+label+timing)
+		w.meta("process_name", gpid, 0, describe.DeviceTrack(d, label, p))
 		w.metaSort("process_sort_index", gpid, 0, 2*idx+1)
 		for _, s := range p.Streams {
 			if s == nil || (s.Devices&model.DeviceBitsOf(d) == 0 && !(s.Devices == 0 && d == devices[0])) {
@@ -389,16 +345,13 @@ func (w *Writer) Call(p *model.Process, c *model.Call) {
 	if w.err != nil || w.closed {
 		return
 	}
-	cat, name, class := "cuda_runtime", "", event.ClassOther
-	spec := c.Spec()
+	// A driver launch the runtime made is counted where it reached the
+	// driver and named as the program called it; args.symbol keeps the
+	// driver's symbol.
+	spec, cat, name := describe.CallName(c)
+	class := event.ClassOther
 	if spec != nil {
-		cat, name, class = spec.Layer.Category(), spec.Name, spec.Class
-		if rt := event.Lookup(event.RuntimeLaunch(c.API)); c.ViaRuntime && rt != nil {
-			// Counted where it reached the driver, named as the program
-			// called it (as the PyTorch profiler does); args.symbol keeps
-			// the driver's symbol.
-			cat, name = rt.Layer.Category(), rt.Name
-		}
+		class = spec.Class
 	}
 	var wall uint64
 	if c.End > c.Start {
@@ -406,11 +359,7 @@ func (w *Writer) Call(p *model.Process, c *model.Call) {
 	}
 	w.begin("X", int(p.PID), int(c.TID), snapped(c.Start, wall))
 	w.str("cat", cat)
-	if spec != nil {
-		w.str("name", name)
-	} else {
-		w.str("name", c.API.String())
-	}
+	w.str("name", name)
 	// The slice spans the call on the wall clock; time cudatap held the
 	// thread inside it is its own slice, nested, and left out of the
 	// call's CUDA time (args.cuda_time_ns).
@@ -469,7 +418,7 @@ func (w *Writer) Call(p *model.Process, c *model.Call) {
 	case event.ClassCollective:
 		w.uint("bytes", a.Bytes)
 		w.uint("count", a.Size) // elements
-		w.str("datatype", ncclType(a.DataType))
+		w.str("datatype", describe.NCCLType(a.DataType))
 		w.uint("comm", a.Comm)
 		if a.Peer >= 0 {
 			w.int("peer", int64(a.Peer))
@@ -509,12 +458,8 @@ func (w *Writer) meeting(m *straggler.Met[struct{}]) {
 	w.str("cat", "nccl_meeting")
 	w.key("name")
 	w.b = append(w.b, '"')
-	w.b = append(w.b, m.API.String()...)
-	w.b = append(w.b, " #"...)
-	w.b = strconv.AppendInt(w.b, int64(m.Seq), 10)
-	w.b = append(w.b, ": rank "...)
-	w.b = strconv.AppendInt(w.b, int64(m.LastRank), 10)
-	w.b = append(w.b, ` last"`...)
+	w.b = describe.AppendMeeting(w.b, m.API, m.Seq, m.LastRank)
+	w.b = append(w.b, '"')
 	w.micros("dur", max(m.Last-m.First, minDur))
 	w.open("args")
 	w.str("comm_id", fmt.Sprintf("%016x", m.Comm))
@@ -638,56 +583,19 @@ func (w *Writer) GPUOp(p *model.Process, op *model.GPUOp) {
 	}
 	w.begin("X", gpid, op.Stream, start)
 	w.str("cat", op.Kind.Category())
-	switch op.Kind {
-	case model.OpKernel:
+	if op.Kind == model.OpKernel {
 		// The full demangled name, as Kineto writes it: a shortened one
 		// would merge distinct template instances.
 		w.str("name", k.Full)
-	case model.OpMemcpy:
+	} else {
 		w.key("name")
-		w.b = append(w.b, `"Memcpy `...)
-		w.b = append(w.b, op.CopyKind.String()...)
-		if op.CopyKind != event.DeviceToDevice { // host memory is involved
-			if op.Pageable {
-				w.b = append(w.b, " (Pageable)"...)
-			} else {
-				w.b = append(w.b, " (Pinned)"...)
-			}
-		}
 		w.b = append(w.b, '"')
-	case model.OpMemset:
-		w.str("name", "Memset")
-	case model.OpGraph:
-		w.key("name")
-		w.b = append(w.b, `"Graph launch`...)
-		if op.GraphOps > 0 {
-			w.b = append(w.b, " ("...)
-			w.b = strconv.AppendInt(w.b, int64(op.GraphOps), 10)
-			w.b = append(w.b, " ops)"...)
-		}
+		w.b = describe.AppendOpName(w.b, op)
 		w.b = append(w.b, '"')
-	case model.OpCollective:
-		name := "nccl"
-		if s := event.Lookup(op.API); s != nil {
-			name = s.Name
-		}
-		w.str("name", name)
-	default:
-		w.str("name", "Host function")
 	}
 	w.micros("dur", dur)
 	w.open("args")
-	// How the slice's times are known: measured by CUPTI; or only bounded
-	// (it ran within [earliest start, latest end], drawn as laid out
-	// there); or unbounded (no sync proved it done before the end).
-	switch {
-	case op.Measured:
-		w.str("timing", "measured")
-	case op.Bounded:
-		w.str("timing", "bounded")
-	default:
-		w.str("timing", "unbounded")
-	}
+	w.str("timing", describe.Timing(op))
 	w.bool("inferred", !op.Measured)
 	w.bool("bounded", op.Bounded)
 	if !op.Measured {
@@ -751,13 +659,6 @@ func (w *Writer) Hold(p *model.Process, h *model.Hold) {
 	w.bool("not_cuda_time", true)
 	w.close()
 	w.end()
-}
-
-func ncclType(t uint8) string {
-	if int(t) < len(event.NCCLTypeName) {
-		return event.NCCLTypeName[t]
-	}
-	return "type " + strconv.Itoa(int(t))
 }
 
 // flow writes one end of a flow arrow. Both ends bind to the slice that
