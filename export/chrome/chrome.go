@@ -22,7 +22,6 @@ import (
 	"maps"
 	"slices"
 	"strconv"
-	"strings"
 
 	"github.com/cudatap/cudatap/export/internal/describe"
 	"github.com/cudatap/cudatap/export/straggler"
@@ -108,13 +107,6 @@ func snapped(ts, dur uint64) uint64 {
 	return ts - ts%1000
 }
 
-// kernelKey identifies a kernel: the same function handle names different
-// code in another process.
-type kernelKey struct {
-	pid uint32
-	f   uint64
-}
-
 // Writer streams a Chrome trace to its output. It builds one event at a
 // time in b and hands it to out. Not safe for concurrent use.
 type Writer struct {
@@ -129,7 +121,7 @@ type Writer struct {
 	closed bool
 
 	// Kernel names, demangled once per function rather than per launch.
-	kernels map[kernelKey]describe.Kernel
+	kernels *describe.Kernels
 	// NCCL meetings: each collective's communicator and number (args
 	// comm_id and seq), and a track per communicator with a slice per
 	// meeting, from the first rank's arrival to the last's.
@@ -162,7 +154,7 @@ func NewWriter(out io.Writer, names *model.Names, opts Options) *Writer {
 		names = model.NewNames()
 	}
 	w := &Writer{out: bufio.NewWriterSize(out, 256<<10), names: names, opts: opts, b: make([]byte, 0, 1024),
-		kernels: map[kernelKey]describe.Kernel{}, meetings: straggler.NewMatcher[struct{}](), commPIDs: map[uint64]commTrack{}}
+		kernels: describe.NewKernels(names), meetings: straggler.NewMatcher[struct{}](), commPIDs: map[uint64]commTrack{}}
 	w.write([]byte(`{"schemaVersion":1,"displayTimeUnit":"ns","traceEvents":[` + "\n"))
 	return w
 }
@@ -268,24 +260,6 @@ func (w *Writer) metaSort(name string, pid, tid, index int) {
 	w.close()
 	w.end()
 }
-
-func (w *Writer) kernel(p *model.Process, f uint64) describe.Kernel {
-	key := kernelKey{p.PID, f}
-	k, ok := w.kernels[key]
-	// A kernel unnamed when its launch was written may be named by the
-	// time its GPU op is: CUPTI's name comes with the op's measurement.
-	if !ok || (k.Mangled == k.Full && strings.HasPrefix(k.Full, "kernel@0x") && p.MeasuredNames[f] != "") {
-		k = describe.KernelOf(w.names, p, f)
-		if len(w.kernels) >= maxKernelCache {
-			clear(w.kernels) // a recording can name any number of kernels
-		}
-		w.kernels[key] = k
-	}
-	return k
-}
-
-// maxKernelCache bounds the kernels whose names the writer keeps made.
-const maxKernelCache = 1 << 14
 
 // label names p's process group, as describe.Label does.
 func (w *Writer) label(p *model.Process) string {
@@ -414,7 +388,7 @@ func (w *Writer) Call(p *model.Process, c *model.Call) {
 		w.dim3("grid", a.Grid)
 		w.dim3("block", a.Block)
 		w.uint("shared_mem", a.SharedMem)
-		w.str("kernel", w.kernel(p, a.Func).Display)
+		w.str("kernel", w.kernels.Of(p, a.Func).Display)
 	case event.ClassCollective:
 		w.uint("bytes", a.Bytes)
 		w.uint("count", a.Size) // elements
@@ -574,7 +548,7 @@ func (w *Writer) GPUOp(p *model.Process, op *model.GPUOp) {
 	}
 	var k describe.Kernel
 	if op.Kind == model.OpKernel {
-		k = w.kernel(p, op.Func)
+		k = w.kernels.Of(p, op.Func)
 	}
 
 	start := op.Start

@@ -188,3 +188,42 @@ func SplitPyFrame(s string) (file string, line int, fn string) {
 	line, _ = strconv.Atoi(loc[colon+1:])
 	return loc[:colon], line, fn
 }
+
+// Kernels names kernels as KernelOf does, demangling each once per
+// function rather than per launch. Its memory is bounded: past maxKernels
+// names it starts afresh (a recording can name any number of kernels).
+type Kernels struct {
+	names *model.Names
+	made  map[kernelKey]Kernel
+}
+
+// kernelKey identifies a kernel: the same function handle names different
+// code in another process.
+type kernelKey struct {
+	pid uint32
+	f   uint64
+}
+
+// maxKernels bounds the kernels whose names a Kernels keeps made.
+const maxKernels = 1 << 14
+
+// NewKernels names kernels from n (nil: by address only).
+func NewKernels(n *model.Names) *Kernels {
+	return &Kernels{names: n, made: map[kernelKey]Kernel{}}
+}
+
+// Of names the kernel launched as f in p.
+func (c *Kernels) Of(p *model.Process, f uint64) Kernel {
+	key := kernelKey{p.PID, f}
+	k, ok := c.made[key]
+	// A kernel unnamed when its launch was written may be named by the
+	// time its GPU op is: CUPTI's name comes with the op's measurement.
+	if !ok || (k.Mangled == k.Full && strings.HasPrefix(k.Full, "kernel@0x") && p.MeasuredNames[f] != "") {
+		k = KernelOf(c.names, p, f)
+		if len(c.made) >= maxKernels {
+			clear(c.made)
+		}
+		c.made[key] = k
+	}
+	return k
+}
