@@ -90,10 +90,10 @@ func ncclLines(p *straggler.Progress, now uint64) []string {
 			}
 			ago, state := "-", "running"
 			if r.LastComplete > 0 && now > r.LastComplete {
-				ago = time.Duration(now-r.LastComplete).Truncate(100*time.Millisecond).String() + " ago"
+				ago = units.Duration(now-r.LastComplete) + " ago"
 			}
 			if r.Waiting() && now > r.LastArrival {
-				state = fmt.Sprintf("in collective #%d for %s", r.Arrived, time.Duration(now-r.LastArrival).Truncate(100*time.Millisecond))
+				state = fmt.Sprintf("in collective #%d for %s", r.Arrived, units.Duration(now-r.LastArrival))
 			}
 			lines = append(lines, fmt.Sprintf("%016x   %-8d %-8d %10d %10d %14s  %s", c.Comm, r.Rank, r.PID, r.Arrived, r.Complete, ago, state))
 		}

@@ -42,6 +42,7 @@ import (
 
 	"github.com/cudatap/cudatap/export/chrome"
 	"github.com/cudatap/cudatap/export/straggler"
+	"github.com/cudatap/cudatap/internal/units"
 	"github.com/cudatap/cudatap/tracer/event"
 	"github.com/cudatap/cudatap/tracer/model"
 	"github.com/cudatap/cudatap/tracer/recording"
@@ -422,7 +423,7 @@ type edge struct {
 func (pr *pair) estimate() (*edge, string) {
 	host := span{pr.lo, pr.hi} // unbounded where !hasLo, !hasHi
 	if pr.hasLo && pr.hasHi && pr.lo > pr.hi {
-		msg := fmt.Sprintf("their meetings contradict each other by %v (no offset lets every rank finish each collective after the last arrival)", time.Duration(pr.lo-pr.hi))
+		msg := fmt.Sprintf("their meetings contradict each other by %s (no offset lets every rank finish each collective after the last arrival)", units.Offset(uint64(pr.lo-pr.hi)))
 		if pr.mismatched > 0 {
 			msg += fmt.Sprintf("; %d meetings were different collectives on different ranks", pr.mismatched)
 		}
@@ -434,8 +435,8 @@ func (pr *pair) estimate() (*edge, string) {
 			return &edge{span: span{max(gpu.lo, host.lo), min(gpu.hi, host.hi)}, method: MethodGPU, meetings: len(pr.gpu)}, ""
 		}
 		if pr.bounds > 0 {
-			note := fmt.Sprintf("the measured GPU end times (%v to %v apart) fall outside what the host-side meetings allow [%v, %v]: the host-side range is used",
-				time.Duration(gpu.lo), time.Duration(gpu.hi), bound(host.lo), bound(host.hi))
+			note := fmt.Sprintf("the measured GPU end times (%s to %s apart) fall outside what the host-side meetings allow [%v, %v]: the host-side range is used",
+				signed(gpu.lo), signed(gpu.hi), bound(host.lo), bound(host.hi))
 			return &edge{span: host, method: MethodHost, meetings: pr.bounds, note: note}, ""
 		}
 	}
@@ -865,21 +866,21 @@ func (p *Plan) Report(w io.Writer) {
 		case a.Method == MethodSameBoot:
 			fmt.Fprintf(w, "not shifted: recorded in the same boot of the same host as %s (boot id %s), so on the same clock", p.Inputs[a.Via].Path, in.Header.BootID)
 		case a.Method == MethodWall && a.NoLo && a.NoHi:
-			fmt.Fprintf(w, "shifted %v by the wall clocks only, uncertainty unknown", signed(a.Theta))
+			fmt.Fprintf(w, "shifted %s by the wall clocks only, uncertainty unknown", signed(a.Theta))
 		default:
 			how := "host-side bounds: a rank finishes a collective only after the last rank arrives"
 			if a.Method == MethodGPU {
 				how = "measured GPU end times of the collectives"
 			}
-			fmt.Fprintf(w, "shifted %v, ", signed(a.Theta))
+			fmt.Fprintf(w, "shifted %s, ", signed(a.Theta))
 			if a.Theta == a.Wall {
 				fmt.Fprint(w, "the wall clocks' offset, ")
 			} else {
-				fmt.Fprintf(w, "the nearest to the wall clocks' offset (%v, %v off) ", signed(a.Wall), signed(a.Wall-a.Theta))
+				fmt.Fprintf(w, "the nearest to the wall clocks' offset (%s, %s off) ", signed(a.Wall), signed(a.Wall-a.Theta))
 			}
 			fmt.Fprintf(w, "within [%s, %s], the range %d NCCL meeting(s) with %s allow (%s)", bound(a.Lo), bound(a.Hi), a.Meetings, p.Inputs[a.Via].Path, how)
 			if a.Uncertainty >= 0 {
-				fmt.Fprintf(w, ": the true offset is within ±%v of it", time.Duration(a.Uncertainty).Round(time.Microsecond/10))
+				fmt.Fprintf(w, ": the true offset is within ±%s of it", units.Offset(uint64(a.Uncertainty)))
 			}
 		}
 		fmt.Fprintln(w)
@@ -894,15 +895,9 @@ func (p *Plan) Report(w io.Writer) {
 		}
 	}
 	if p.Base != 0 {
-		fmt.Fprintf(w, "  (every timestamp moved by a further %v: a recording began before the reference's clock did)\n", time.Duration(p.Base))
+		fmt.Fprintf(w, "  (every timestamp moved by a further %s: a recording began before the reference's clock did)\n", signed(p.Base))
 	}
 }
 
 // signed writes a shift to the µs, with its sign.
-func signed(ns int64) string {
-	d := time.Duration(ns).Round(time.Microsecond)
-	if d >= 0 {
-		return "+" + d.String()
-	}
-	return d.String()
-}
+func signed(ns int64) string { return units.SignedOffset(ns) }

@@ -205,7 +205,7 @@ func TestMergeThreeHosts(t *testing.T) {
 	}
 	var rep strings.Builder
 	p.Report(&rep)
-	for _, s := range []string{"on the clock of " + paths[0], "nodeB, pid 100 as 4194304, rank 1): shifted -3.69", "the nearest to the wall clocks' offset (-3.675s",
+	for _, s := range []string{"on the clock of " + paths[0], "nodeB, pid 100 as 4194304, rank 1): shifted -3.69", "the nearest to the wall clocks' offset (-3.675 s",
 		"NCCL meeting(s)", "the true offset is within ±"} {
 		if !strings.Contains(rep.String(), s) {
 			t.Errorf("plan report lacks %q:\n%s", s, rep.String())

@@ -240,6 +240,6 @@ func (s Stall) String(now uint64) string {
 	} else {
 		fmt.Fprintf(&b, " (%s)", api)
 	}
-	fmt.Fprintf(&b, " for %s", time.Duration(now-s.Since).Truncate(100*time.Millisecond))
+	fmt.Fprintf(&b, " for %s", dur(now-s.Since))
 	return b.String()
 }

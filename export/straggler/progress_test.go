@@ -58,7 +58,7 @@ func TestProgressStall(t *testing.T) {
 		t.Errorf("waiting: %+v in #%d since %d, want ranks 0 and 2 in #5 since the later arrival", st.Waiting, st.Seq, st.Since)
 	}
 	line := st.String(now)
-	for _, want := range []string{"rank 1 (pid 101) stopped arriving after collective #5", "ranks 0 (pid 100), 2 (pid 102) waiting for collective #6 (ncclAllReduce) for 5s"} {
+	for _, want := range []string{"rank 1 (pid 101) stopped arriving after collective #5", "ranks 0 (pid 100), 2 (pid 102) waiting for collective #6 (ncclAllReduce) for 5.00 s"} {
 		if !strings.Contains(line, want) {
 			t.Errorf("%q lacks %q", line, want)
 		}

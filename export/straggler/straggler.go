@@ -36,6 +36,7 @@ import (
 
 	"github.com/cudatap/cudatap/export/internal/describe"
 	"github.com/cudatap/cudatap/export/syncs"
+	"github.com/cudatap/cudatap/internal/units"
 	"github.com/cudatap/cudatap/tracer/event"
 	"github.com/cudatap/cudatap/tracer/model"
 )
@@ -807,7 +808,7 @@ func (c *Collector) ReportNamed(w io.Writer, n Naming) {
 	fmt.Fprintln(w, "  (a rank waited while its threads blocked, in a synchronization or collective call that returned only after the last rank arrived;")
 	fmt.Fprintln(w, "  collectives are asynchronous: arriving early costs a rank nothing until it blocks on the result)")
 	for _, cm := range comms {
-		fmt.Fprintf(w, "  communicator %016x: %d ranks, %d meetings, mean arrival spread %v", cm.ID, cm.Ranks, cm.Meetings, cm.MeanSpread.Round(time.Microsecond))
+		fmt.Fprintf(w, "  communicator %016x: %d ranks, %d meetings, mean arrival spread %s", cm.ID, cm.Ranks, cm.Meetings, dur(uint64(cm.MeanSpread)))
 		if cm.Incomplete > 0 {
 			fmt.Fprintf(w, ", %d given up waiting (more than %d meetings waited for a rank)", cm.Incomplete, maxPending)
 		}
@@ -856,7 +857,7 @@ func (c *Collector) ReportNamed(w io.Writer, n Naming) {
 		if len(cm.Worst) > 0 && cm.Worst[0].Spread > 0 {
 			fmt.Fprintf(w, "  widest meetings:")
 			for _, m := range cm.Worst {
-				fmt.Fprintf(w, " #%d %s %v (rank %d last);", m.Seq, m.API, m.Spread.Round(time.Microsecond), m.LastRank)
+				fmt.Fprintf(w, " #%d %s %s (rank %d last);", m.Seq, m.API, dur(uint64(m.Spread)), m.LastRank)
 			}
 			fmt.Fprintln(w)
 		}
@@ -901,4 +902,4 @@ func orNoStack(line string) string {
 	return line
 }
 
-func dur(ns uint64) string { return time.Duration(ns).Round(time.Microsecond).String() }
+func dur(ns uint64) string { return units.Duration(ns) }

@@ -139,7 +139,7 @@ func TestStragglerSites(t *testing.T) {
 	var out strings.Builder
 	c.ReportNamed(&out, Naming{Result: res, Origins: map[uint32]string{101: "pid 4124 on nodeB"}})
 	for _, want := range []string{"straggler: rank 1 (pid 4124 on nodeB)", "#1 rank 1 (pid 4124 on nodeB)",
-		"before: cudaMemcpyAsync at train.py:42 load_batch, then 20ms", "at:     ncclAllReduce at train.py:57 step", "210ms behind the first arrival"} {
+		"before: cudaMemcpyAsync at train.py:42 load_batch, then 20.0 ms", "at:     ncclAllReduce at train.py:57 step", "210.0 ms behind the first arrival"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("report lacks %q:\n%s", want, out.String())
 		}
@@ -256,8 +256,8 @@ func TestStragglerWaitsBlocked(t *testing.T) {
 		}
 		var out strings.Builder
 		c.Report(&out)
-		for _, want := range []string{"straggler: rank 1 (pid 101), last at 10 of 10 meetings, 300ms behind the first arrival in all; the others were blocked 299ms waiting for it",
-			"299ms (97% of its 309.5ms recorded)"} {
+		for _, want := range []string{"straggler: rank 1 (pid 101), last at 10 of 10 meetings, 300.0 ms behind the first arrival in all; the others were blocked 299.0 ms waiting for it",
+			"299.0 ms (97% of its 309.5 ms recorded)"} {
 			if !strings.Contains(out.String(), want) {
 				t.Errorf("report lacks %q:\n%s", want, out.String())
 			}
@@ -313,7 +313,7 @@ func TestStragglerGPUWaits(t *testing.T) {
 	}
 	var out strings.Builder
 	c.Report(&out)
-	if !strings.Contains(out.String(), "GPU WAITED") || !strings.Contains(out.String(), "their GPUs 20ms") {
+	if !strings.Contains(out.String(), "GPU WAITED") || !strings.Contains(out.String(), "their GPUs 20.0 ms") {
 		t.Errorf("report:\n%s", out.String())
 	}
 }

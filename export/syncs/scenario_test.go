@@ -130,8 +130,8 @@ func TestWatchdogIsBackground(t *testing.T) {
 	var txt bytes.Buffer
 	WriteText(&txt, r, sites, Hosts(r, c), TextOptions{})
 	out := txt.String()
-	for _, want := range []string{"2s blocked in total on the threads that launch work",
-		"the thread that launches work, python3 (tid 4123), blocked 2s of its",
+	for _, want := range []string{"2.00 s blocked in total on the threads that launch work",
+		"the thread that launches work, python3 (tid 4123), blocked 2.00 s of its",
 		"pt_nccl_watchdg (tid 4200): background poller (named pt_nccl_watchdg",
 		"background poller: did not hold up the threads that launch work",
 		"(no frame of the user's code: a library's own thread)"} {
@@ -139,7 +139,7 @@ func TestWatchdogIsBackground(t *testing.T) {
 			t.Errorf("text lacks %q:\n%s", want, out)
 		}
 	}
-	if i, j := strings.Index(out, "\n1  2s"), strings.Index(out, "\n2  ("); i < 0 || j < i {
+	if i, j := strings.Index(out, "\n1  2.00 s"), strings.Index(out, "\n2  ("); i < 0 || j < i {
 		t.Errorf("the main thread's site is not first, the watchdog's not shown in parentheses:\n%s", out)
 	}
 }

@@ -11,9 +11,9 @@ import (
 	"slices"
 	"strings"
 	"text/tabwriter"
-	"time"
 
 	"github.com/cudatap/cudatap/export/internal/describe"
+	"github.com/cudatap/cudatap/internal/units"
 	"github.com/cudatap/cudatap/tracer/event"
 	"github.com/cudatap/cudatap/tracer/model"
 )
@@ -458,6 +458,4 @@ func whereCell(s *Site) string {
 	return s.Site
 }
 
-func dur(ns uint64) string {
-	return time.Duration(ns).Round(time.Microsecond).String()
-}
+func dur(ns uint64) string { return units.Duration(ns) }
