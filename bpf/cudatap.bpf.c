@@ -160,9 +160,50 @@ static __always_inline bool sampling_active(void)
 	return on && *on;
 }
 
+/*
+ * record follows the processes its command starts (and -p --follow those
+ * a running process starts): the tree, every process descended from the
+ * roots user space puts here, kept up to date at each fork, in the kernel,
+ * so that a worker is traced from its first instruction, however short it
+ * lives. Exited processes are pruned from user space.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u32);   /* tgid */
+	__type(value, __u64); /* when it was added (CLOCK_MONOTONIC) */
+} tree SEC(".maps");
+
+/* FOLLOW_ON: the fork and exec tracepoints look at the tree;
+ * FOLLOW_HOLD_EXEC: a process of the tree that executes a program is
+ * stopped there until user space has hooked what it maps. */
+#define FOLLOW_ON 1
+#define FOLLOW_HOLD_EXEC 2
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} follow SEC(".maps");
+
+static __always_inline __u32 follow_flags(void)
+{
+	__u32 zero = 0;
+	__u32 *f = bpf_map_lookup_elem(&follow, &zero);
+	return f ? *f : 0;
+}
+
+static __always_inline bool in_tree(__u32 tgid)
+{
+	return bpf_map_lookup_elem(&tree, &tgid) != NULL;
+}
+
 /* Whether a shared probe's hit counts for the calling process. */
 static __always_inline bool admit(__u64 cookie, __u32 tgid)
 {
+	if ((cookie & COOKIE_TREE) && !in_tree(tgid))
+		return false;
 	if (cookie & COOKIE_CGROUP) {
 		__u64 cg = bpf_get_current_cgroup_id();
 		if (!bpf_map_lookup_elem(&cgroups, &cg))
@@ -648,6 +689,8 @@ static __always_inline int on_ldso(struct pt_regs *ctx)
 {
 	__u64 cookie = bpf_get_attach_cookie(ctx);
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	if ((cookie & COOKIE_TREE) && !in_tree(pid_tgid >> 32))
+		return 0;
 	struct event *e = bpf_ringbuf_reserve(&events, __builtin_offsetof(struct event, stack), 0);
 	if (!e) {
 		count(STAT_RINGBUF_FULL);
@@ -669,6 +712,71 @@ static __always_inline int on_ldso(struct pt_regs *ctx)
 
 SEC("uprobe.multi")
 int ldso_multi(struct pt_regs *ctx) { return on_ldso(ctx); }
+
+/* The kernel fields the tree programs read (CO-RE, matched by name). */
+struct task_struct___tree {
+	int pid;
+	int tgid;
+} __attribute__((preserve_access_index));
+
+/* A small record of the tree: who, whose child, its comm. */
+static __always_inline void emit_tree(__u64 cookie, __u32 tgid, __u32 tid, __u32 parent)
+{
+	struct event *e = bpf_ringbuf_reserve(&events, __builtin_offsetof(struct event, stack), 0);
+	if (!e) {
+		count(STAT_RINGBUF_FULL);
+		return;
+	}
+	__builtin_memset(e, 0, __builtin_offsetof(struct event, stack));
+	e->cookie = cookie;
+	e->pid = tgid;
+	e->tid = tid;
+	e->cpu = bpf_get_smp_processor_id();
+	e->start_ns = bpf_ktime_get_ns();
+	e->args[0] = parent;
+	bpf_get_current_comm(&e->args[1], 16);
+	bpf_ringbuf_submit(e, BPF_RB_FORCE_WAKEUP);
+	count(STAT_SUBMITTED);
+}
+
+/* A process of the tree started one: it joins the tree before it runs. */
+SEC("raw_tp/sched_process_fork")
+int tree_fork(struct bpf_raw_tracepoint_args *ctx)
+{
+	if (!(follow_flags() & FOLLOW_ON))
+		return 0;
+	struct task_struct___tree *parent = (void *)ctx->args[0], *child = (void *)ctx->args[1];
+	__u32 ptgid = BPF_CORE_READ(parent, tgid), ctgid = BPF_CORE_READ(child, tgid);
+	if (ptgid == ctgid || !in_tree(ptgid))
+		return 0; /* a thread, or not ours */
+	__u64 now = bpf_ktime_get_ns();
+	if (bpf_map_update_elem(&tree, &ctgid, &now, BPF_NOEXIST) < 0 && !in_tree(ctgid)) {
+		count(STAT_TREE_FULL);
+		return 0;
+	}
+	emit_tree(API_PROCESS_FORK, ctgid, BPF_CORE_READ(child, pid), ptgid);
+	return 0;
+}
+
+/* A process of the tree executed a program: say so, and stop it there
+ * until what it maps is hooked (its first instruction is still to come). */
+SEC("raw_tp/sched_process_exec")
+int tree_exec(struct bpf_raw_tracepoint_args *ctx)
+{
+	__u32 flags = follow_flags();
+	if (!(flags & FOLLOW_ON))
+		return 0;
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	if (!in_tree(pid_tgid >> 32))
+		return 0;
+	__u64 cookie = API_PROCESS_EXEC;
+	if (flags & FOLLOW_HOLD_EXEC)
+		cookie |= COOKIE_STOP;
+	emit_tree(cookie, pid_tgid >> 32, (__u32)pid_tgid, 0);
+	if (flags & FOLLOW_HOLD_EXEC)
+		bpf_send_signal(19 /* SIGSTOP */);
+	return 0;
+}
 
 SEC("uprobe")
 int ldso(struct pt_regs *ctx) { return on_ldso(ctx); }

@@ -31,6 +31,9 @@
  *                word k ([rsp+8k]), 8+w word w behind argument 0 (a config)
  *   bit  47      (with 42) time the launch: the entry keeps its time per
  *                thread, a return probe adds the call to `launch_times`
+ *   bit  48      (shared, and the library-load hook) only processes of the
+ *                followed tree (`tree`: record follows what its command
+ *                starts)
  */
 #define COOKIE_API(c) ((c) & 0xffff)
 #define COOKIE_NSTACK(c) (((c) >> 24) & 0x3)
@@ -49,6 +52,7 @@
 #define COOKIE_AGG (1ULL << 42)
 #define COOKIE_AGG_STREAM(c) (((c) >> 43) & 0xf)
 #define COOKIE_AGG_TIME (1ULL << 47)
+#define COOKIE_TREE (1ULL << 48)
 /* Records with a stack or a string are full size; others end at stack[]. */
 #define COOKIE_FULL(c) (((c) & COOKIE_STACK) || (COOKIE_STRARG(c) && !((c) & COOKIE_PAIR)))
 
@@ -102,6 +106,13 @@ struct event {
  * would from the live process.
  */
 #define API_PY_CODE 0xfff1
+
+/* Records of the followed tree (not CUDA calls): a process started by one
+ * of the tree (args[0]: its parent's tgid; args[1..2]: its comm), and a
+ * program executed by one (args[0..1]: the new comm; cookie bit 32 when
+ * the process is stopped there until user space hooks what it maps). */
+#define API_PROCESS_FORK 0xfff2
+#define API_PROCESS_EXEC 0xfff3
 #define PY_CODE_HEAD 256   /* bytes of the code object */
 #define PY_STR_COPY 512    /* bytes of a str object (header and characters) */
 #define PY_TABLE_COPY 8192 /* bytes of the line table's bytes object */
@@ -134,6 +145,7 @@ enum stat {
 	STAT_PY_CODE_LOST,   /* no room for a code object's copy: its frames are named from the live process */
 	STAT_AGG_FULL,       /* no room in the launch counters: the launch went to the ring buffer instead */
 	STAT_AGG_TIME_LOST,  /* no room for a launch's start or its histogram bucket: counted, its time not kept */
+	STAT_TREE_FULL,      /* a process of the followed tree found no room in `tree`: it is not traced */
 	STAT_MAX,
 };
 

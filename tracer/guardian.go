@@ -18,7 +18,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/cilium/ebpf"
+
 	"github.com/cudatap/cudatap/internal/inject"
+	"github.com/cudatap/cudatap/internal/procfs"
 	"github.com/cudatap/cudatap/tracer/gputime"
 )
 
@@ -215,6 +218,11 @@ func args2(arg string) (a, b string, ok bool) {
 // renames it (cut where cudatap died, which readers say).
 func (g *Guardian) Output(temp, final string) { g.say2("output", temp, final) }
 
+// followTree gives the guardian the followed tree's table (a BPF map, by
+// id): any process of it may be stopped at a program or library load, and
+// the guardian continues those that are, should cudatap die.
+func (g *Guardian) followTree(mapID uint32) { g.say("tree", int(mapID)) }
+
 // hold tells the guardian that pid may be stopped at a library load.
 func (g *Guardian) hold(pid int) { g.say("hold", pid) }
 
@@ -255,6 +263,7 @@ func guard(parent, pgid int, in io.Reader) {
 	held := map[int]bool{}
 	staged := map[[2]string]bool{} // root, name
 	var outputs []partialOutput
+	var tree *ebpf.Map // the followed tree, opened while cudatap holds it
 	sc := bufio.NewScanner(in)
 	for sc.Scan() {
 		verb, arg, _ := strings.Cut(sc.Text(), " ")
@@ -271,6 +280,10 @@ func guard(parent, pgid int, in io.Reader) {
 			temp, final, ok := args2(arg)
 			if o, opened := openPartial(temp, final); ok && opened && len(outputs) < maxStaged {
 				outputs = append(outputs, o)
+			}
+		case "tree":
+			if m, err := ebpf.NewMapFromID(ebpf.MapID(pid)); err == nil {
+				tree = m
 			}
 		case "hold":
 			held[pid] = true
@@ -308,11 +321,29 @@ func guard(parent, pgid int, in io.Reader) {
 	for pid := range held {
 		unix.Kill(pid, unix.SIGCONT)
 	}
+	continueTree(tree)
 	for d := range staged {
 		gputime.RemoveStaging(d[0], d[1]) // a container that ended took its /tmp along
 	}
 	for _, o := range outputs {
 		o.finish()
+	}
+}
+
+// continueTree continues the processes of the followed tree that are
+// stopped: cudatap's probes are gone with it, so none can be stopped again.
+func continueTree(tree *ebpf.Map) {
+	if tree == nil {
+		return
+	}
+	defer tree.Close()
+	var pid uint32
+	var added uint64
+	it := tree.Iterate()
+	for it.Next(&pid, &added) {
+		if st, err := procfs.Stat(int(pid)); err == nil && st.State == 'T' {
+			unix.Kill(int(pid), unix.SIGCONT)
+		}
 	}
 }
 

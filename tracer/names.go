@@ -50,6 +50,8 @@ type resolver struct {
 	kernels kernelDecoder
 	// Mappings recorded per process (names.Mappings holds them).
 	nmaps map[uint32]int
+	// The parent of each process of the followed tree (follow.go).
+	parents map[uint32]uint32
 }
 
 // maxComms bounds the remembered process names: library loads come from
@@ -65,7 +67,29 @@ const maxMappings = 4096
 func newResolver(s *Session) *resolver {
 	return &resolver{s: s, names: model.NewNames(), procs: map[uint32]bool{}, early: map[uint32]bool{},
 		pyFailed: map[model.PyNameKey]pyRetry{}, pyResolved: map[uint32]uint32{}, comms: map[uint32]string{},
-		callers: map[model.NameKey]bool{}, kernels: newKernelDecoder(), nmaps: map[uint32]int{}}
+		callers: map[model.NameKey]bool{}, kernels: newKernelDecoder(), nmaps: map[uint32]int{}, parents: map[uint32]uint32{}}
+}
+
+// forked names a process the followed tree started, with its parent, and
+// puts it in the model: every process of the tree shows, with or without
+// CUDA calls (a recording's replay shows it the same way).
+func (r *resolver) forked(ev *event.Event, parent uint32) {
+	if len(r.parents) < maxTree {
+		r.parents[ev.PID] = parent
+	}
+	r.commAt(ev.PID, ev.Args[1], ev.Args[2])
+	r.processEarly(ev.PID)
+	r.s.modelMu.Lock()
+	r.s.model.AddProcess(ev.PID)
+	r.s.modelMu.Unlock()
+}
+
+// executed names a process of the tree again: it runs another program now
+// (it is stopped there: /proc shows the new one).
+func (r *resolver) executed(ev *event.Event) {
+	r.commAt(ev.PID, ev.Args[0], ev.Args[1])
+	r.early[ev.PID] = true // named again, and again at its first call
+	r.process(ev.PID)
 }
 
 // viaRuntime reports whether driver launch ev was made by the CUDA runtime
@@ -106,17 +130,22 @@ func (r *resolver) comm(ev *event.Event) {
 	if r.procs[ev.PID] {
 		return
 	}
-	var b [16]byte
-	binary.LittleEndian.PutUint64(b[:], ev.Args[0])
-	binary.LittleEndian.PutUint64(b[8:], ev.Args[1])
-	name, _, _ := bytes.Cut(b[:], []byte{0})
+	r.commAt(ev.PID, ev.Args[0], ev.Args[1])
+}
+
+// commAt remembers the comm held in two argument words for pid.
+func (r *resolver) commAt(pid uint32, a, b uint64) {
+	var buf [16]byte
+	binary.LittleEndian.PutUint64(buf[:], a)
+	binary.LittleEndian.PutUint64(buf[8:], b)
+	name, _, _ := bytes.Cut(buf[:], []byte{0})
 	if len(name) == 0 {
 		return
 	}
 	if len(r.comms) >= maxComms {
 		clear(r.comms)
 	}
-	r.comms[ev.PID] = string(name)
+	r.comms[pid] = string(name)
 }
 
 // event names what ev refers to; fn is the function argument the model
@@ -197,6 +226,7 @@ func (r *resolver) process(pid uint32) {
 	if info.Comm == "" {
 		info.Comm = r.comms[pid] // gone already: the name it loaded libraries under
 	}
+	info.Parent = r.parents[pid]
 	if again {
 		old := r.names.Procs[pid]
 		if info.Comm == "" || (info.Comm == old.Comm && info.Cmdline == old.Cmdline) {

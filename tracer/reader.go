@@ -30,15 +30,19 @@ func (s *Session) handleRecord(raw []byte) {
 		s.lost.Add(1)
 		return
 	}
-	if ev.API() == event.LibraryLoad {
-		s.names.comm(ev)
+	if event.Auxiliary(ev.API()) {
 		s.modelMu.Lock()
 		s.model.Auxiliary()
 		s.modelMu.Unlock()
 		if s.rec != nil {
 			s.rec.Event(raw)
 		}
-		s.queueRescan(int(ev.PID), rescan{held: ev.Cookie&event.CookieStop != 0, tid: ev.TID, at: ev.Start})
+		if ev.API() == event.LibraryLoad {
+			s.names.comm(ev)
+			s.queueRescan(int(ev.PID), rescan{held: ev.Cookie&event.CookieStop != 0, tid: ev.TID, at: ev.Start})
+		} else {
+			s.treeRecord(ev)
+		}
 		return
 	}
 	if ev.Caller != 0 && s.names.viaRuntime(ev) {

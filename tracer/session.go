@@ -44,6 +44,9 @@ type Config struct {
 	RingBufferBytes  int
 	PerSymbolUprobes bool // never use uprobe_multi (what kernels before 6.6 get)
 	WaitForCUDA      bool // a target without CUDA yet is watched instead of refused
+	// Follow traces, besides the command (or the PIDs), every process it
+	// starts, at any depth, from its first call (follow.go).
+	Follow bool
 	// GPUTimes measures GPU ops with the target's own CUPTI through
 	// cudatap's collector (gputime.go); CUPTIPath overrides which CUPTI.
 	GPUTimes  bool
@@ -194,6 +197,12 @@ type Session struct {
 	cgroups map[uint64]bool
 	cgroup2 string // where the cgroup v2 hierarchy is mounted, "" if nowhere
 	live    bool
+	// The followed tree (follow.go), and the command cudatap launched
+	// (traced from its start: nothing to recover).
+	treeMu   sync.Mutex
+	tree     map[uint32]*treeProc
+	treeLost uint64
+	launched int
 }
 
 // Run records until ctx is done, the duration passes, or every target exits.
@@ -223,7 +232,8 @@ func run(ctx context.Context, cfg Config, inspect func(*Session)) (*Outcome, err
 	}
 	tr, err := probe.New(probe.Config{RingBufferBytes: cfg.RingBufferBytes, Stacks: cfg.Stacks, Logger: cfg.Logger,
 		PerSymbolUprobes: cfg.PerSymbolUprobes, PollInterval: cfg.PollInterval,
-		Aggregate: cfg.AggregateLaunches, LaunchTimes: cfg.AggregateLaunches && cfg.LaunchTimes})
+		Aggregate: cfg.AggregateLaunches, LaunchTimes: cfg.AggregateLaunches && cfg.LaunchTimes,
+		Follow: cfg.Follow && (len(cfg.Command) > 0 || len(cfg.PIDs) > 0)})
 	if err != nil {
 		return nil, err
 	}
@@ -233,7 +243,7 @@ func run(ctx context.Context, cfg Config, inspect func(*Session)) (*Outcome, err
 	}
 
 	s := &Session{cfg: cfg, log: cfg.Logger, tr: tr, cache: objfile.NewCache(512),
-		targets: map[int]*target{}, rescans: map[int]rescan{}, rescanWake: make(chan struct{}, 1), unwind: unwind.New(),
+		targets: map[int]*target{}, rescans: map[int]rescan{}, rescanWake: make(chan struct{}, 1), unwind: unwind.New(), tree: map[uint32]*treeProc{},
 		loaders: map[string]*probe.Attachment{}, seenMaps: map[int]uint64{}, plain: map[string]bool{},
 		shared: map[string]*probe.Attachment{}, cgroups: map[uint64]bool{}, cgroup2: procfs.Cgroup2Mount()}
 	if err := s.resample(cfg.SampledOut); err != nil {
@@ -249,7 +259,7 @@ func run(ctx context.Context, cfg Config, inspect func(*Session)) (*Outcome, err
 	s.names = newResolver(s)
 	s.closer = newCloser()
 	defer s.closer.stop() // before tr.Close: links go before the BPF objects
-	if len(cfg.Command) > 0 || cfg.WaitForCUDA || (cfg.GPUTimes && (len(cfg.PIDs) > 0 || cfg.All || cfg.Container != "")) {
+	if len(cfg.Command) > 0 || cfg.WaitForCUDA || (cfg.GPUTimes && (len(cfg.PIDs) > 0 || cfg.All || cfg.Container != "")) || s.following() {
 		// These targets are held at library loads, or borrowed by ptrace to
 		// load the GPU-time collector: never without a guardian.
 		if s.guard = cfg.Guardian; s.guard == nil {
@@ -356,6 +366,12 @@ func WallOffset() int64 {
 func (s *Session) run(ctx context.Context) (*Outcome, error) {
 	out := &Outcome{ExitCode: -1}
 	var child *launched
+	if s.following() {
+		if err := s.startFollowing(); err != nil {
+			s.closeAll()
+			return nil, err
+		}
+	}
 	if len(s.cfg.Command) > 0 {
 		var err error
 		child, err = s.launch()
@@ -365,6 +381,12 @@ func (s *Session) run(ctx context.Context) (*Outcome, error) {
 		}
 	}
 	for _, pid := range s.cfg.PIDs {
+		if s.following() {
+			if err := s.followRunning(pid); err != nil {
+				s.closeAll()
+				return nil, err
+			}
+		}
 		if err := s.attachProcess(pid, false, true); err != nil {
 			s.closeAll()
 			return nil, err
@@ -385,6 +407,10 @@ func (s *Session) run(ctx context.Context) (*Outcome, error) {
 		s.model.AddProcess(uint32(pid))
 		s.names.processEarly(uint32(pid))
 	}
+	for _, pid := range s.treeRoots() { // with or without CUDA yet
+		s.model.AddProcess(pid)
+		s.names.processEarly(pid)
+	}
 	s.gpu = startGPU(ctx, s.cfg.NVMLInterval)
 	if s.gpu.status != "" {
 		s.log.Info("GPU counters omitted", "reason", s.gpu.status) // the summary says it once
@@ -393,7 +419,11 @@ func (s *Session) run(ctx context.Context) (*Outcome, error) {
 		s.gpu.markCPU(uint32(pid))
 	}
 	if s.cfg.OnAttached != nil {
-		s.cfg.OnAttached(len(s.targets))
+		n := len(s.targets)
+		if s.following() {
+			n = len(s.treeRoots()) // the processes followed, CUDA or not
+		}
+		s.cfg.OnAttached(n)
 	}
 	if s.cfg.OnLive != nil {
 		s.cfg.OnLive(func() []model.StreamSnap {
@@ -483,6 +513,9 @@ loop:
 				}
 				if s.sharedProbes() {
 					s.tr.PruneProcesses(procfs.Alive)
+				}
+				if s.following() {
+					s.tr.PruneTree(procfs.Alive)
 				}
 				s.reportAggregates(true)
 			} else {

@@ -23,7 +23,7 @@ import (
 // apart in BPF (a cgroup v2 hierarchy, also on hybrid hosts; without one,
 // --container attaches per process).
 func (s *Session) sharedProbes() bool {
-	return s.cfg.All || (s.cfg.Container != "" && s.cgroup2 != "")
+	return s.cfg.All || (s.cfg.Container != "" && s.cgroup2 != "") || s.following()
 }
 
 // aggregateByStream: aggregated launches are counted per stream (one user
@@ -58,8 +58,7 @@ func (s *Session) adopt(pid int, d *probe.Discovery) error {
 		s.targets[pid] = t
 	}
 	s.mu.Unlock()
-	cgroupOnly := s.cfg.Container != ""
-	if cgroupOnly {
+	if s.cfg.Container != "" {
 		s.allowCgroupOf(pid)
 	}
 	for _, lib := range d.Libraries {
@@ -71,12 +70,12 @@ func (s *Session) adopt(pid int, d *probe.Discovery) error {
 		}
 	}
 	for i := range d.Libraries {
-		s.hookShared(t, &d.Libraries[i], cgroupOnly)
+		s.hookShared(t, &d.Libraries[i])
 	}
 	if t.layers&(1<<event.Driver) == 0 && t.layers&(1<<event.Runtime) != 0 {
-		s.prehookDriver(t, d, cgroupOnly)
+		s.prehookDriver(t, d)
 	}
-	if !s.live {
+	if !s.live && pid != s.launched {
 		// Running before cudatap came: kernels it loaded earlier are named
 		// through the runtime's launch stubs, and what it set up earlier
 		// is recovered where it can be.
@@ -90,7 +89,10 @@ func (s *Session) adopt(pid int, d *probe.Discovery) error {
 	s.detectPython(t)
 	t.mapsHash = mapsHash(pid)
 	s.symProcess(uint32(pid)) // its mappings while it lives (see attachProcess)
-	if s.cfg.GPUTimes && t.layers&(1<<event.Runtime|1<<event.Driver) != 0 {
+	// A launched tree has the collector from its environment (the CUDA
+	// driver loads it in every process); processes found running get it
+	// by ptrace.
+	if s.cfg.GPUTimes && t.layers&(1<<event.Runtime|1<<event.Driver) != 0 && len(s.cfg.Command) == 0 {
 		s.gpuTimesAdopted(pid)
 	}
 	return nil
@@ -98,7 +100,7 @@ func (s *Session) adopt(pid int, d *probe.Discovery) error {
 
 // hookShared makes sure lib's file carries the shared probes of its layer,
 // and notes them as t's.
-func (s *Session) hookShared(t *target, lib *probe.Library, cgroupOnly bool) bool {
+func (s *Session) hookShared(t *target, lib *probe.Library) bool {
 	lib = reachable(lib)
 	id, err := lib.FileID()
 	if err != nil {
@@ -126,7 +128,7 @@ func (s *Session) hookShared(t *target, lib *probe.Library, cgroupOnly bool) boo
 				return sharedBits(sp)
 			}
 		}
-		if a, err = s.tr.AttachShared(lib, sharedWant, bits, cgroupOnly); err != nil {
+		if a, err = s.tr.AttachShared(lib, sharedWant, bits, s.probeFilter()); err != nil {
 			s.attachFailed(err)
 			s.log.Warn("cannot hook library", "library", lib.Path, "pid", t.pid, "err", err)
 			return false
@@ -163,7 +165,7 @@ func reachable(lib *probe.Library) *probe.Library {
 // (the runtime's own directory, LD_LIBRARY_PATH, the usual library
 // directories, in the process's root); a file the process never loads
 // costs nothing.
-func (s *Session) prehookDriver(t *target, d *probe.Discovery, cgroupOnly bool) {
+func (s *Session) prehookDriver(t *target, d *probe.Discovery) {
 	var dirs []string
 	for _, lib := range d.Libraries {
 		if lib.Layer == event.Runtime {
@@ -185,7 +187,7 @@ func (s *Session) prehookDriver(t *target, d *probe.Discovery, cgroupOnly bool) 
 		if err != nil {
 			continue
 		}
-		if s.hookShared(t, lib, cgroupOnly) {
+		if s.hookShared(t, lib) {
 			s.mu.Lock() // targets' fields are read under mu
 			t.driverReady = true
 			s.mu.Unlock()

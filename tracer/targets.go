@@ -75,7 +75,7 @@ func (s *Session) attachProcess(pid int, stopOnLoad, required bool) error {
 		if t.stopOnLd {
 			s.guard.hold(pid) // before the hook can stop it
 		}
-		a, err := s.tr.AttachLoader(pid, d.LdSo, t.stopOnLd)
+		a, err := s.tr.AttachLoader(pid, d.LdSo, t.stopOnLd, probe.AllProcesses)
 		if err != nil {
 			s.attachFailed(err)
 			s.log.Warn("cannot watch library loads; new CUDA libraries are found by the once-a-second sweep", "pid", pid, "err", err)
@@ -282,6 +282,19 @@ func (s *Session) handleRescan(pid int, r rescan) {
 	s.mu.Lock()
 	t := s.targets[pid]
 	s.mu.Unlock()
+	if (t == nil || t.exited) && s.following() && s.inTree(pid) {
+		// A process of the tree that maps no CUDA yet (a program it just
+		// executed, a library it just loaded): hooked if it does now,
+		// before it goes on.
+		s.consider(pid)
+		if r.held {
+			syscall.Kill(pid, syscall.SIGCONT)
+			if r.at != 0 {
+				s.queueNote(note{kind: noteHold, pid: uint32(pid), tid: r.tid, start: r.at, end: monoNow()})
+			}
+		}
+		return
+	}
 	if t == nil || t.exited {
 		if r.held {
 			syscall.Kill(pid, syscall.SIGCONT)
@@ -370,7 +383,7 @@ func (s *Session) markExited(pid int) {
 }
 
 func (s *Session) allExited() bool {
-	return len(s.livePIDs()) == 0
+	return len(s.livePIDs()) == 0 && !(s.following() && s.treeLives())
 }
 
 // closeAll detaches every probe. A target held at a library load right

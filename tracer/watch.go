@@ -20,6 +20,9 @@ func (s *Session) matches(pid int) bool {
 	if pid == os.Getpid() {
 		return false
 	}
+	if s.following() {
+		return s.inTree(pid)
+	}
 	if s.cfg.Container == "" {
 		return true
 	}
@@ -151,7 +154,9 @@ func (s *Session) watchLoader(ldso *probe.Library) {
 	if _, ok := s.loaders[key]; ok {
 		return
 	}
-	a, err := s.tr.AttachLoader(0, ldso, false)
+	// A followed tree's processes stop at each load until it is hooked,
+	// as a launched command does; a watched host's are looked at after.
+	a, err := s.tr.AttachLoader(0, ldso, s.following(), s.probeFilter())
 	if err != nil {
 		s.attachFailed(err)
 		s.log.Warn("cannot watch library loads; relying on the /proc sweep", "loader", ldso.Path, "err", err)

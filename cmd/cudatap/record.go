@@ -33,6 +33,8 @@ type recordOptions struct {
 	cupti       string
 	json        bool
 	report      string
+	follow      bool // -p: also what the processes start from now on
+	noFollow    bool // a command: only the command's own process
 }
 
 func newRecordCmd(g *globalOptions) *cobra.Command {
@@ -64,7 +66,23 @@ func newRecordCmd(g *globalOptions) *cobra.Command {
 	f.StringVar(&o.cupti, "cupti", "", "with --gpu-times: the libcupti to use, as the target sees it (default: the one it loaded, the one next to its libcudart, or the toolkit's)")
 	f.BoolVar(&o.json, "json", false, "write the summary as JSON (schema in README.md, \"JSON output\"); also with --quiet")
 	f.StringVar(&o.report, "report", "", "also write the HTML report (see cudatap report) to this file, and the device memory profile beside it")
+	f.BoolVar(&o.follow, "follow", false, "with -p: also trace every process the traced processes start from now on, and those they started already (a launched command is followed by default)")
+	f.BoolVar(&o.noFollow, "no-follow", false, "trace only the launched command's own process, not the processes it starts")
 	return cmd
+}
+
+// following says whether record follows process trees: a command's by
+// default, running processes' with --follow.
+func (o *recordOptions) following(command []string) (bool, error) {
+	switch {
+	case o.follow && o.noFollow:
+		return false, usageError(errors.New("--follow and --no-follow contradict each other: give one"))
+	case o.follow && len(o.pids) == 0:
+		return false, usageError(errors.New("--follow goes with -p PID (a launched command is followed by default; --all and --container trace every matching process anyway)"))
+	case o.noFollow && len(command) == 0:
+		return false, usageError(errors.New("--no-follow goes with a command to launch (after --): -p traces only the given processes unless --follow"))
+	}
+	return o.follow || (len(command) > 0 && !o.noFollow), nil
 }
 
 // nameWindow maps the flag (0: never) to tracer.Config.NameWindow (0: default, negative: never).
@@ -98,6 +116,10 @@ func runRecord(cmd *cobra.Command, g *globalOptions, o *recordOptions, command [
 	if err != nil {
 		return usageError(err)
 	}
+	follow, err := o.following(command)
+	if err != nil {
+		return err
+	}
 	outs, piped, err := planOutputs(cmd, o.outputs, o.format)
 	if err != nil {
 		return err
@@ -124,9 +146,12 @@ func runRecord(cmd *cobra.Command, g *globalOptions, o *recordOptions, command [
 	cfg := tracer.Config{
 		PIDs: o.pids, Command: command, All: o.all, Container: o.container, Duration: o.duration, Stacks: stacks,
 		RingBufferBytes: o.ringBuffer, WaitForCUDA: o.waitForCUDA, NVMLInterval: o.nvml, NameWindow: nameWindow(o.nameWindow), PerSymbolUprobes: o.perSymbol,
-		GPUTimes: o.gpuTimes, CUPTIPath: o.cupti,
+		GPUTimes: o.gpuTimes, CUPTIPath: o.cupti, Follow: follow,
 		Stdin: os.Stdin, Stdout: commandOut, Stderr: os.Stderr, Logger: g.logger(),
 		OnAttached: printAttached(stderr),
+	}
+	if follow {
+		cfg.OnAttached = printFollowing(stderr)
 	}
 	hangs := &hangWatch{progress: to.agg.Progress, w: stderr, status: status}
 	cfg.OnStatus = func(st tracer.Status) {

@@ -62,3 +62,10 @@ func humanCount(v float64) string {
 func printAttached(w io.Writer) func(n int) {
 	return func(n int) { fmt.Fprintf(w, "attached to %d process(es)\n", n) }
 }
+
+// printFollowing is OnAttached for a session that follows process trees.
+func printFollowing(w io.Writer) func(n int) {
+	return func(n int) {
+		fmt.Fprintf(w, "following %d process(es) and every process they start (--no-follow: the command alone)\n", n)
+	}
+}

@@ -39,16 +39,35 @@ func Summary(w io.Writer, r *model.Result, sites *syncs.Collector, opts Options)
 	var buf bytes.Buffer
 	fmt.Fprintf(&buf, "cudatap summary: %s, %s recorded\n", plural(len(r.Processes), "process", "processes"), units.Duration(span(r.Start, r.End)))
 	judged := map[uint32]bool{} // processes with a host verdict
+	var calls int64
 	for _, p := range r.Processes {
 		buf.WriteByte('\n')
+		calls += p.NCalls
 		if process(&buf, r, p, sites, top) {
 			judged[p.PID] = true
 		}
+	}
+	if calls == 0 && r.Truncated == "" {
+		// Said plainly: an all-zero summary reads like a broken tracer.
+		who := "the traced process made no CUDA call"
+		if len(r.Processes) != 1 {
+			who = fmt.Sprintf("none of the %d traced processes made a CUDA call", len(r.Processes))
+		}
+		fmt.Fprintf(&buf, "\nno CUDA: %s. cudatap hooks the CUDA runtime (libcudart, found by its symbols in any file a process maps, static or vendored), the driver (libcuda.so.1) and NCCL; "+
+			"a process that never loaded one of them does not use the GPU through CUDA (check that the job runs on the GPU: nvidia-smi, torch.cuda.is_available())\n", who)
 	}
 	gpus(&buf, &r.GPU, r.Start, judged)
 	fmt.Fprintf(&buf, "\n%s\n", describe.Account(r))
 	_, err := w.Write(buf.Bytes())
 	return err
+}
+
+// clip shortens s to n bytes, marking the cut.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
 }
 
 // deviceWide keys the syncs that wait on no single stream.
@@ -65,6 +84,16 @@ func merge(t *syncs.Totals, o syncs.Totals) {
 // verdict was given on it.
 func process(buf *bytes.Buffer, r *model.Result, p *model.Process, collected *syncs.Collector, top int) bool {
 	fmt.Fprintf(buf, "%s\n", p.Label())
+	if p.Info.Cmdline != "" {
+		fmt.Fprintf(buf, "  command: %s\n", clip(p.Info.Cmdline, 200))
+	}
+	if p.NCalls == 0 && p.NGPUOps == 0 {
+		fmt.Fprintf(buf, "  no CUDA calls while traced\n")
+		if p.HeldNs > 0 {
+			fmt.Fprintf(buf, "  held by cudatap while it hooked libraries: %s\n", units.Duration(p.HeldNs))
+		}
+		return false
+	}
 	mem := "device memory peak " + units.Bytes(p.DeviceMemPeak)
 	if p.AttachedLate {
 		// Allocations made before the attach were not seen.

@@ -123,6 +123,10 @@ const (
 	// launch, through a return probe on the same symbol, into a log2
 	// histogram per process and API (probe.Tracer.LaunchTimes).
 	CookieAggregateTime = 1 << 47
+	// CookieTree: a shared probe (or the library-load hook) that counts
+	// only the processes of the followed tree (record follows what its
+	// command starts; probe.Tracer.AddToTree).
+	CookieTree = 1 << 48
 )
 
 // AggregateCookie is what a launch probe's cookie adds to count the launch
@@ -500,6 +504,22 @@ func (s *Spec) PerThreadDefault(i int) bool {
 // its records tell the tracer to rescan a process for new CUDA libraries and
 // never reach the model.
 const LibraryLoad API = 0xfff0
+
+// ProcessFork and ProcessExec are the pseudo-APIs of the followed tree's
+// records: a process of the tree started one (Args[0]: its parent's pid;
+// Args[1:3]: its comm), or executed a program (Args[0:2]: the new comm;
+// CookieStop when it is stopped there until the tracer hooked what it
+// maps). Like LibraryLoad, they never reach the model as calls.
+const (
+	ProcessFork API = 0xfff2
+	ProcessExec API = 0xfff3
+)
+
+// Auxiliary reports whether api is a pseudo-API (a library load, the
+// followed tree's records): records the tracer acts on, never CUDA calls.
+func Auxiliary(api API) bool {
+	return api == LibraryLoad || api == ProcessFork || api == ProcessExec
+}
 
 // RuntimeLaunch is the runtime API that makes driver launch api underneath
 // (cuLaunchKernelEx: cudaLaunchKernelExC), 0 when api is none.

@@ -292,6 +292,9 @@ type PyKey struct{ Code, Instr uint64 }
 type ProcessInfo struct {
 	Comm      string
 	Cmdline   string
+	// Parent is the process of the followed tree that started this one
+	// (record follows what its command starts); 0 for a root.
+	Parent    uint32 `json:",omitempty"`
 	NSPID     uint32 // pid inside its own PID namespace
 	Container string // container id when the cgroup path shows one
 	PodUID    string
@@ -388,6 +391,9 @@ func (p *Process) Label() string {
 	rank := ""
 	if p.WorldSize > 0 {
 		rank = fmt.Sprintf(", rank %d of %d", p.Rank, p.WorldSize)
+	}
+	if p.Info.Parent != 0 {
+		rank += fmt.Sprintf(", started by %d", p.Info.Parent)
 	}
 	if p.Info.Container != "" {
 		short := p.Info.Container

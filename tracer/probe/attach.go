@@ -71,18 +71,32 @@ func (t *Tracer) Attach(pid int, lib *Library, want func(*event.Spec) bool) (*At
 	return t.attach(pid, lib, want, nil)
 }
 
+// Filter says which processes a shared probe's hits count for.
+type Filter uint8
+
+const (
+	AllProcesses    Filter = iota
+	CgroupProcesses        // those in a cgroup given to AllowCgroup (--container)
+	TreeProcesses          // those of the followed tree (AddToTree, and what they start)
+)
+
+func (f Filter) cookie() uint64 {
+	switch f {
+	case CgroupProcesses:
+		return event.CookieCgroup
+	case TreeProcesses:
+		return event.CookieTree
+	}
+	return 0
+}
+
 // AttachShared puts probes on lib for every process that maps the file
 // (one link set per file, not per process): the APIs want selects, each
 // with the extra cookie bits of bits (event.CookieShadowed, ...), which
-// the BPF side applies per process. With cgroupOnly, only processes in a
-// cgroup given to AllowCgroup count.
-func (t *Tracer) AttachShared(lib *Library, want func(*event.Spec) bool, bits func(*event.Spec) uint64, cgroupOnly bool) (*Attachment, error) {
+// the BPF side applies per process, for the processes filter selects.
+func (t *Tracer) AttachShared(lib *Library, want func(*event.Spec) bool, bits func(*event.Spec) uint64, filter Filter) (*Attachment, error) {
 	return t.attach(0, lib, want, func(s *event.Spec) uint64 {
-		c := uint64(event.CookieShared) | bits(s)
-		if cgroupOnly {
-			c |= event.CookieCgroup
-		}
-		return c
+		return uint64(event.CookieShared) | bits(s) | filter.cookie()
 	})
 }
 
@@ -168,14 +182,15 @@ func (t *Tracer) AttachRuntimeLaunches(pid int, lib *Library) (*Attachment, erro
 }
 
 // AttachLoader hooks the dynamic linker's _dl_debug_state so that libraries
-// loaded later (dlopen, lazy CUDA init) are found at once. With stop, the
-// process stops at each load until Resume.
-func (t *Tracer) AttachLoader(pid int, ldso *Library, stop bool) (*Attachment, error) {
+// loaded later (dlopen, lazy CUDA init) are found at once: in pid, or with
+// pid 0 in every process using the file that filter selects. With stop,
+// the process stops at each load until it is continued (SIGCONT).
+func (t *Tracer) AttachLoader(pid int, ldso *Library, stop bool, filter Filter) (*Attachment, error) {
 	off, ok := ldso.symbolOffset("_dl_debug_state")
 	if !ok {
 		return nil, fmt.Errorf("%s exports no _dl_debug_state: library loads are found by the /proc sweep only", ldso.Path)
 	}
-	cookie := uint64(event.LibraryLoad)
+	cookie := uint64(event.LibraryLoad) | filter.cookie()
 	if stop {
 		cookie |= event.CookieStop
 	}

@@ -148,7 +148,8 @@ const (
 	cudatapStatSTAT_PY_CODE_LOST   cudatapStat = 7
 	cudatapStatSTAT_AGG_FULL       cudatapStat = 8
 	cudatapStatSTAT_AGG_TIME_LOST  cudatapStat = 9
-	cudatapStatSTAT_MAX            cudatapStat = 10
+	cudatapStatSTAT_TREE_FULL      cudatapStat = 10
+	cudatapStatSTAT_MAX            cudatapStat = 11
 )
 
 // Names of all BPF objects in the ELF.
@@ -158,6 +159,7 @@ const (
 	cudatapMapCgroups          = "cgroups"
 	cudatapMapDriverLive       = "driver_live"
 	cudatapMapEvents           = "events"
+	cudatapMapFollow           = "follow"
 	cudatapMapInflight         = "inflight"
 	cudatapMapLaunchCounts     = "launch_counts"
 	cudatapMapLaunchStarted    = "launch_started"
@@ -172,12 +174,15 @@ const (
 	cudatapMapSampling         = "sampling"
 	cudatapMapScratch          = "scratch"
 	cudatapMapStats            = "stats"
+	cudatapMapTree             = "tree"
 	cudatapProgCudaEntry       = "cuda_entry"
 	cudatapProgCudaEntryMulti  = "cuda_entry_multi"
 	cudatapProgCudaReturn      = "cuda_return"
 	cudatapProgCudaReturnMulti = "cuda_return_multi"
 	cudatapProgLdso            = "ldso"
 	cudatapProgLdsoMulti       = "ldso_multi"
+	cudatapProgTreeExec        = "tree_exec"
+	cudatapProgTreeFork        = "tree_fork"
 	cudatapVarUnusedEvent      = "unused_event"
 	cudatapVarUnusedPyCode     = "unused_py_code"
 	cudatapVarUnusedStat       = "unused_stat"
@@ -232,6 +237,8 @@ type cudatapProgramSpecs struct {
 	CudaReturnMulti *ebpf.ProgramSpec `ebpf:"cuda_return_multi"`
 	Ldso            *ebpf.ProgramSpec `ebpf:"ldso"`
 	LdsoMulti       *ebpf.ProgramSpec `ebpf:"ldso_multi"`
+	TreeExec        *ebpf.ProgramSpec `ebpf:"tree_exec"`
+	TreeFork        *ebpf.ProgramSpec `ebpf:"tree_fork"`
 }
 
 // cudatapMapSpecs contains maps before they are loaded into the kernel.
@@ -241,6 +248,7 @@ type cudatapMapSpecs struct {
 	Cgroups       *ebpf.MapSpec `ebpf:"cgroups"`
 	DriverLive    *ebpf.MapSpec `ebpf:"driver_live"`
 	Events        *ebpf.MapSpec `ebpf:"events"`
+	Follow        *ebpf.MapSpec `ebpf:"follow"`
 	Inflight      *ebpf.MapSpec `ebpf:"inflight"`
 	LaunchCounts  *ebpf.MapSpec `ebpf:"launch_counts"`
 	LaunchStarted *ebpf.MapSpec `ebpf:"launch_started"`
@@ -255,6 +263,7 @@ type cudatapMapSpecs struct {
 	Sampling      *ebpf.MapSpec `ebpf:"sampling"`
 	Scratch       *ebpf.MapSpec `ebpf:"scratch"`
 	Stats         *ebpf.MapSpec `ebpf:"stats"`
+	Tree          *ebpf.MapSpec `ebpf:"tree"`
 }
 
 // cudatapVariableSpecs contains global variables before they are loaded into the kernel.
@@ -290,6 +299,7 @@ type cudatapMaps struct {
 	Cgroups       *ebpf.Map `ebpf:"cgroups"`
 	DriverLive    *ebpf.Map `ebpf:"driver_live"`
 	Events        *ebpf.Map `ebpf:"events"`
+	Follow        *ebpf.Map `ebpf:"follow"`
 	Inflight      *ebpf.Map `ebpf:"inflight"`
 	LaunchCounts  *ebpf.Map `ebpf:"launch_counts"`
 	LaunchStarted *ebpf.Map `ebpf:"launch_started"`
@@ -304,6 +314,7 @@ type cudatapMaps struct {
 	Sampling      *ebpf.Map `ebpf:"sampling"`
 	Scratch       *ebpf.Map `ebpf:"scratch"`
 	Stats         *ebpf.Map `ebpf:"stats"`
+	Tree          *ebpf.Map `ebpf:"tree"`
 }
 
 func (m *cudatapMaps) Close() error {
@@ -311,6 +322,7 @@ func (m *cudatapMaps) Close() error {
 		m.Cgroups,
 		m.DriverLive,
 		m.Events,
+		m.Follow,
 		m.Inflight,
 		m.LaunchCounts,
 		m.LaunchStarted,
@@ -325,6 +337,7 @@ func (m *cudatapMaps) Close() error {
 		m.Sampling,
 		m.Scratch,
 		m.Stats,
+		m.Tree,
 	)
 }
 
@@ -348,6 +361,8 @@ type cudatapPrograms struct {
 	CudaReturnMulti *ebpf.Program `ebpf:"cuda_return_multi"`
 	Ldso            *ebpf.Program `ebpf:"ldso"`
 	LdsoMulti       *ebpf.Program `ebpf:"ldso_multi"`
+	TreeExec        *ebpf.Program `ebpf:"tree_exec"`
+	TreeFork        *ebpf.Program `ebpf:"tree_fork"`
 }
 
 func (p *cudatapPrograms) Close() error {
@@ -358,6 +373,8 @@ func (p *cudatapPrograms) Close() error {
 		p.CudaReturnMulti,
 		p.Ldso,
 		p.LdsoMulti,
+		p.TreeExec,
+		p.TreeFork,
 	)
 }
 

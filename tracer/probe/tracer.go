@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"
 	"github.com/cilium/ebpf/rlimit"
 
@@ -42,6 +43,10 @@ type Config struct {
 	// early only when an eighth of the ring is pending; longer intervals
 	// cost fewer wakeups (the agent), shorter ones keep live views fresh.
 	PollInterval time.Duration
+	// Follow loads the programs that keep the followed tree in the kernel
+	// (a process started by one of it joins it before it runs): see
+	// StartFollow and AddToTree.
+	Follow bool
 	// Aggregate and LaunchTimes size the launch counters and the launch
 	// time tables (aggregate mode, event.CookieAggregate and
 	// event.CookieAggregateTime): without them the tables hold one entry,
@@ -71,6 +76,9 @@ type Stats struct {
 	// LaunchTimesLost counts counted launches whose time found no room
 	// (a start per thread, or a histogram bucket).
 	LaunchTimesLost uint64
+	// TreeFull counts processes of the followed tree that found no room
+	// in its table: they are not traced.
+	TreeFull uint64
 }
 
 // programs is the set of programs one kernel variant uses. The object
@@ -78,10 +86,11 @@ type Stats struct {
 // symbol (kernels before 6.6). New loads only the one it attaches.
 type programs struct {
 	entry, ret, ldso *ebpf.Program
+	fork, exec       *ebpf.Program // the followed tree's (Config.Follow), else nil
 }
 
 func (p *programs) Close() error {
-	return errors.Join(p.entry.Close(), p.ret.Close(), p.ldso.Close())
+	return errors.Join(p.entry.Close(), p.ret.Close(), p.ldso.Close(), p.fork.Close(), p.exec.Close())
 }
 
 // Tracer owns the loaded BPF objects and the ring-buffer reader.
@@ -98,6 +107,8 @@ type Tracer struct {
 
 	sampleMu   sync.Mutex
 	sampledOut map[int]bool // processes SampleOut keeps out
+
+	treeLinks []link.Link // the fork and exec tracepoints (StartFollow)
 }
 
 // New loads the BPF programs. It fails with an explanation when the process
@@ -156,6 +167,10 @@ func New(cfg Config) (*Tracer, error) {
 	for _, p := range want {
 		spec.Programs[p.Name] = p
 	}
+	if cfg.Follow {
+		spec.Programs[specs.TreeFork.Name] = specs.TreeFork
+		spec.Programs[specs.TreeExec.Name] = specs.TreeExec
+	}
 	coll, err := ebpf.NewCollection(spec)
 	if err != nil {
 		var ve *ebpf.VerifierError
@@ -172,6 +187,10 @@ func New(cfg Config) (*Tracer, error) {
 		entry: coll.DetachProgram(want[0].Name),
 		ret:   coll.DetachProgram(want[1].Name),
 		ldso:  coll.DetachProgram(want[2].Name),
+	}
+	if cfg.Follow {
+		t.progs.fork = coll.DetachProgram(specs.TreeFork.Name)
+		t.progs.exec = coll.DetachProgram(specs.TreeExec.Name)
 	}
 
 	t.reader, err = ringbuf.NewReader(t.maps.Events)
@@ -353,7 +372,70 @@ func (t *Tracer) PruneProcesses(alive func(pid int) bool) int {
 	return n + m
 }
 
-// AllowCgroup makes shared probes attached with cgroupOnly count the
+// Follow flags (bpf/cudatap.bpf.c).
+const (
+	followOn       = 1
+	followHoldExec = 2
+)
+
+// StartFollow attaches the followed tree's tracepoints (Config.Follow): a
+// process the tree starts joins it; with holdExec, one of the tree that
+// executes a program is stopped there (a ProcessExec record with
+// CookieStop) until it is continued, so that what it maps is hooked before
+// it runs.
+func (t *Tracer) StartFollow(holdExec bool) error {
+	if t.progs.fork == nil {
+		return errors.New("the tracer was not loaded to follow processes (Config.Follow)")
+	}
+	for _, tp := range []struct {
+		name string
+		prog *ebpf.Program
+	}{{"sched_process_fork", t.progs.fork}, {"sched_process_exec", t.progs.exec}} {
+		l, err := link.AttachRawTracepoint(link.RawTracepointOptions{Name: tp.name, Program: tp.prog})
+		if err != nil {
+			return fmt.Errorf("follow the processes the command starts: attach to the %s tracepoint: %w", tp.name, err)
+		}
+		t.treeLinks = append(t.treeLinks, l)
+	}
+	flags := uint32(followOn)
+	if holdExec {
+		flags |= followHoldExec
+	}
+	return t.maps.Follow.Put(uint32(0), flags)
+}
+
+// AddToTree makes pid a root of the followed tree: it and every process it
+// starts from now on count for the probes that filter on the tree.
+func (t *Tracer) AddToTree(pid int) error {
+	if err := t.maps.Tree.Put(uint32(pid), uint64(0)); err != nil {
+		return fmt.Errorf("follow process %d: %w", pid, err)
+	}
+	return nil
+}
+
+// PruneTree removes the tree's processes that are gone (their PIDs may be
+// reused by processes that are not of the tree).
+func (t *Tracer) PruneTree(alive func(pid int) bool) int {
+	n, _ := deleteKeys[uint32, uint64](t.maps.Tree, func(pid *uint32) bool { return !alive(int(*pid)) })
+	return n
+}
+
+// TreeMapID is the kernel's id of the tree's table: the guardian opens it
+// too, to continue the tree's processes that are stopped should cudatap
+// die while holding them.
+func (t *Tracer) TreeMapID() (ebpf.MapID, error) {
+	info, err := t.maps.Tree.Info()
+	if err != nil {
+		return 0, err
+	}
+	id, ok := info.ID()
+	if !ok {
+		return 0, errors.New("this kernel gives BPF maps no id")
+	}
+	return id, nil
+}
+
+// AllowCgroup makes shared probes attached with CgroupProcesses count the
 // processes of cgroup id (the cgroup v2 directory's inode number).
 func (t *Tracer) AllowCgroup(id uint64) error {
 	if err := t.maps.Cgroups.Put(id, uint8(1)); err != nil {
@@ -381,6 +463,7 @@ func (s *Stats) counters() [cudatapStatSTAT_MAX]*uint64 {
 		cudatapStatSTAT_PY_CODE_LOST:   &s.PyCodeLost,
 		cudatapStatSTAT_AGG_FULL:       &s.AggregateFull,
 		cudatapStatSTAT_AGG_TIME_LOST:  &s.LaunchTimesLost,
+		cudatapStatSTAT_TREE_FULL:      &s.TreeFull,
 	}
 }
 
@@ -510,6 +593,9 @@ func (t *Tracer) Drain() error { return t.reader.Flush() }
 // Attachments).
 func (t *Tracer) Close() error {
 	var errs []error
+	for _, l := range t.treeLinks {
+		errs = append(errs, l.Close())
+	}
 	if t.reader != nil {
 		errs = append(errs, t.reader.Close())
 	}

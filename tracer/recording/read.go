@@ -457,7 +457,7 @@ func (rs *Records) Apply(m *model.Model) {
 	case recEvent:
 		if rs.evErr != nil {
 			m.DecodeError()
-		} else if rs.ev.API() == event.LibraryLoad {
+		} else if event.Auxiliary(rs.ev.API()) {
 			m.Auxiliary()
 		} else {
 			m.Handle(&rs.ev)
