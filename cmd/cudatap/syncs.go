@@ -38,6 +38,7 @@ launch no work) are shown apart: they did not hold up the threads that launch wo
   cudatap syncs --full-stacks run.cudatap
   sudo cudatap syncs -p 4123 -d 20s
   sudo cudatap syncs --json -- python3 train.py`,
+		Args: syncsArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			col := syncs.NewCollector()
 			res, err := syncsResult(cmd, g, o, args, col)
@@ -66,13 +67,27 @@ launch no work) are shown apart: they did not hold up the threads that launch wo
 	return cmd
 }
 
+// syncsArgs: one recording, or nothing but -p and a command after --.
+func syncsArgs(cmd *cobra.Command, args []string) error {
+	dash := cmd.ArgsLenAtDash()
+	pids := cmd.Flags().Changed("pid")
+	switch {
+	case dash > 0:
+		return fmt.Errorf("unexpected arguments %q: put the command to trace after --", args[:dash])
+	case dash == 0 && len(args) == 0:
+		return errors.New("nothing after --: give the command to trace")
+	case dash < 0 && pids && len(args) > 0:
+		return fmt.Errorf("unexpected arguments %q: -p traces running processes; give a recording without -p, or a command after --", args)
+	case dash < 0 && !pids && len(args) != 1:
+		return fmt.Errorf("give one .cudatap recording, -p PID, or a command after -- (%d arguments given)", len(args))
+	}
+	return nil
+}
+
 // syncsResult traces (or replays) with col as the model's sink.
 func syncsResult(cmd *cobra.Command, g *globalOptions, o *syncsOptions, args []string, col *syncs.Collector) (*model.Result, error) {
 	dash := cmd.ArgsLenAtDash()
 	if len(o.pids) == 0 && dash < 0 {
-		if len(args) != 1 {
-			return nil, errors.New("give a .cudatap recording, -p PID, or a command after --")
-		}
 		f, err := openRecording(args[0], "syncs")
 		if err != nil {
 			return nil, err
