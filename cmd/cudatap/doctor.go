@@ -4,10 +4,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
 
+	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/spf13/cobra"
 
 	"github.com/cudatap/cudatap/internal/objfile"
+	"github.com/cudatap/cudatap/tracer/nvml"
 	"github.com/cudatap/cudatap/tracer/probe"
 )
 
@@ -16,20 +23,23 @@ type doctorOptions struct {
 	json bool
 }
 
-func newDoctorCmd(g *globalOptions) *cobra.Command {
+// newDoctorCmd: lib is the NVML library (nil: the driver's, libnvidia-ml.so.1).
+func newDoctorCmd(g *globalOptions, lib gonvml.Interface) *cobra.Command {
 	o := &doctorOptions{}
 	cmd := &cobra.Command{
 		Use:   "doctor [-p PID]...",
-		Short: "Check privileges and kernel support; with -p, show the CUDA libraries found in a process",
-		Long: `doctor checks what tracing needs (privileges, BTF, uprobes, the BPF ring buffer,
-uprobe_multi links) and, with -p, which CUDA libraries each process maps.
+		Short: "Check privileges, kernel support, NVML and CUPTI; with -p, show the CUDA libraries found in a process",
+		Long: `doctor checks what tracing needs (the architecture, privileges, BTF, uprobes, the BPF
+ring buffer, uprobe_multi links), what the optional parts need (NVML for GPU counters,
+CUPTI for --gpu-times: warnings, as on a machine without a GPU) and, with -p, which
+CUDA libraries each process maps.
 
-It exits 0 when every check passed; else with the status of the first failure's
-class: 3 privileges, 4 a process that does not exist, 5 a process without CUDA,
-1 anything else (cudatap --help lists the exit statuses).`,
+It exits 0 when every check passed (warnings pass); else with the status of the first
+failure's class: 3 privileges, 4 a process that does not exist, 5 a process without
+CUDA, 1 anything else (cudatap --help lists the exit statuses).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			r := diagnose(o.pids)
+			r := diagnose(o.pids, lib, hostCUPTI)
 			if o.json {
 				if err := writeJSON(cmd.OutOrStdout(), r); err != nil {
 					return err
@@ -41,7 +51,7 @@ class: 3 privileges, 4 a process that does not exist, 5 a process without CUDA,
 		},
 	}
 	cmd.Flags().IntSliceVarP(&o.pids, "pid", "p", nil, "process to inspect (repeatable or comma-separated)")
-	cmd.Flags().BoolVar(&o.json, "json", false, "write JSON: kernel, checks (name, status ok/fail/info, detail), processes (pid, error, libraries), ok")
+	cmd.Flags().BoolVar(&o.json, "json", false, "write JSON: kernel, checks (name, status ok/fail/warn/info, detail), processes (pid, error, libraries), ok")
 	return cmd
 }
 
@@ -56,7 +66,7 @@ type doctorReport struct {
 
 type doctorCheck struct {
 	Name   string `json:"name"`
-	Status string `json:"status"` // "ok", "fail", or "info" (a fallback is used)
+	Status string `json:"status"` // "ok", "fail", "warn" (an optional part will be missing), or "info" (a fallback is used)
 	Detail string `json:"detail"`
 }
 
@@ -75,7 +85,9 @@ type doctorLibrary struct {
 	Static   bool   `json:"static"`    // statically linked: hooked through .symtab
 }
 
-func diagnose(pids []int) *doctorReport {
+// diagnose runs every check: lib is the NVML library (nil: the driver's),
+// cupti finds the CUPTI library --gpu-times would use.
+func diagnose(pids []int, lib gonvml.Interface, cupti func() (string, string)) *doctorReport {
 	r := &doctorReport{OK: true}
 	check := func(ok bool, name, detail string, err error) {
 		status := "ok"
@@ -89,6 +101,8 @@ func diagnose(pids []int) *doctorReport {
 		}
 		r.Checks = append(r.Checks, doctorCheck{Name: name, Status: status, Detail: detail})
 	}
+	arch := probe.CheckArch()
+	check(arch == nil, "architecture", detailOr(arch == nil, runtime.GOARCH+": the BPF programs read CUDA call arguments where this architecture passes them", fmt.Sprint(arch)), arch)
 	f := probe.Features()
 	r.Kernel = f.Kernel
 	check(len(f.MissingCapabilities) == 0, "privileges", privDetail(f.MissingCapabilities), probe.CheckPrivileges())
@@ -102,6 +116,7 @@ func diagnose(pids []int) *doctorReport {
 			r.Checks = append(r.Checks, doctorCheck{"uprobe_multi links", "info", "not available (Linux 6.6+): falling back to one uprobe per symbol, slower to detach"})
 		}
 	}
+	r.Checks = append(r.Checks, nvmlCheck(lib), cuptiCheck(cupti))
 
 	cache := objfile.NewCache(128)
 	for _, pid := range pids {
@@ -127,10 +142,79 @@ func diagnose(pids []int) *doctorReport {
 	return r
 }
 
+// nvmlCheck says whether NVML loads and which GPUs it sees: a warning
+// without it (no driver, no GPU), since only the GPU counters need it.
+func nvmlCheck(lib gonvml.Interface) doctorCheck {
+	c := doctorCheck{Name: "NVML (GPU counters)"}
+	s, err := nvml.New(nvml.Options{Lib: lib})
+	if err != nil {
+		c.Status, c.Detail = "warn", err.Error() // what is missing, and that the rest works
+		return c
+	}
+	defer s.Close()
+	var names []string
+	for _, d := range s.Devices() {
+		names = append(names, d.Name)
+	}
+	c.Status, c.Detail = "ok", fmt.Sprintf("%d GPU(s) (%s), driver %s", len(names), strings.Join(names, ", "), s.Driver())
+	return c
+}
+
+// cuptiCheck says whether --gpu-times will find a CUPTI library: a warning
+// without one, since only --gpu-times needs it.
+func cuptiCheck(cupti func() (string, string)) doctorCheck {
+	c := doctorCheck{Name: "CUPTI (--gpu-times)"}
+	path, searched := cupti()
+	if path == "" {
+		c.Status, c.Detail = "warn", "none found ("+searched+"): --gpu-times needs the CUDA toolkit's CUPTI or pip's nvidia-cuda-cupti in the job's environment, or --cupti PATH; without it GPU ops are drawn within proven bounds"
+		return c
+	}
+	c.Status, c.Detail = "ok", path+" (a traced process uses the CUPTI it loaded, or the one beside its libcudart, first)"
+	return c
+}
+
+// hostCUPTI is cuptiOn for this host and cudatap's environment.
+func hostCUPTI() (string, string) { return cuptiOn("/", os.Getenv) }
+
+// cuptiOn finds a CUPTI library under root where the collector of
+// --gpu-times looks (tracer/gputime/collector/csrc/collector.c, find_cupti):
+// the toolkit's, and pip's NVIDIA wheels, which it finds beside their
+// libcudart (nvidia/cu13/lib for CUDA 13, nvidia/cuda_cupti/lib for CUDA 12),
+// in the active virtualenv or conda environment, the system's Python and
+// the user's. It returns the path found, or "" and where it looked.
+func cuptiOn(root string, getenv func(string) string) (path, searched string) {
+	toolkit := []string{"/usr/local/cuda/extras/CUPTI/lib64/libcupti.so", "/usr/local/cuda/lib64/libcupti.so", "/usr/lib/x86_64-linux-gnu/libcupti.so"}
+	wheels := []string{"nvidia/cu13/lib/libcupti.so.13", "nvidia/cuda_cupti/lib/libcupti.so.12"}
+	var envs []string
+	for _, v := range []string{"VIRTUAL_ENV", "CONDA_PREFIX"} {
+		if d := getenv(v); d != "" {
+			envs = append(envs, d+"/lib/python3*")
+		}
+	}
+	envs = append(envs, "/usr/lib/python3*", "/usr/lib64/python3*", "/usr/local/lib/python3*", "/opt/conda/lib/python3*")
+	if home := getenv("HOME"); home != "" {
+		envs = append(envs, home+"/.local/lib/python3*")
+	}
+	patterns := slices.Clone(toolkit)
+	for _, env := range envs {
+		for _, wheel := range wheels {
+			patterns = append(patterns, env+"/*-packages/"+wheel)
+		}
+	}
+	for _, p := range patterns {
+		if m, _ := filepath.Glob(filepath.Join(root, p)); len(m) > 0 {
+			rel, _ := filepath.Rel(root, m[0])
+			return "/" + rel, ""
+		}
+	}
+	return "", fmt.Sprintf("looked for the toolkit's %s, and pip's %s in %s", strings.Join(toolkit, ", "), strings.Join(wheels, ", "),
+		strings.Join(envs, "/*-packages, ")+"/*-packages")
+}
+
 func (r *doctorReport) writeText(w io.Writer) {
 	fmt.Fprintf(w, "kernel %s\n", r.Kernel)
 	for _, c := range r.Checks {
-		mark := map[string]string{"ok": "ok  ", "fail": "FAIL", "info": "info"}[c.Status]
+		mark := map[string]string{"ok": "ok  ", "fail": "FAIL", "warn": "warn", "info": "info"}[c.Status]
 		fmt.Fprintf(w, "[%s] %-28s %s\n", mark, c.Name, c.Detail)
 	}
 	for _, p := range r.Processes {
