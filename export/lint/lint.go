@@ -13,6 +13,10 @@
 //     from the device again and again;
 //   - sync-every-launch: a thread that synchronizes after every launch.
 //
+// Each finding is priced (cost.go): the time it cost, measured where the
+// times exist and bounded otherwise; one that cost less than
+// Options.NoteBelow of its process's traced time is a note, not raised.
+//
 // The Collector is a model sink whose memory is bounded by the threads,
 // streams, distinct call sites and live device writes of the processes,
 // never by the number of calls; what does not fit is counted (Limits) and
@@ -50,14 +54,17 @@ type Options struct {
 	// SyncRun: at least this many launches in a row, each followed by a
 	// synchronize before the next, fire sync-every-launch.
 	SyncRun int
-	// Examples: how many examples of evidence a finding keeps (the most
-	// frequent sites first).
+	// Examples: how many examples of evidence a finding keeps (the
+	// costliest sites first, then the most frequent).
 	Examples int
+	// NoteBelow: a finding that cost less than this share of its
+	// process's traced time is a note, not raised.
+	NoteBelow float64
 }
 
 // DefaultOptions are the thresholds cudatap uses.
 func DefaultOptions() Options {
-	return Options{MaxBusyStreams: 8, PageableRepeats: 10, SyncRun: 10, Examples: 3}
+	return Options{MaxBusyStreams: 8, PageableRepeats: 10, SyncRun: 10, Examples: 3, NoteBelow: 0.01}
 }
 
 // Bounds on what the collector keeps per process.
@@ -78,13 +85,14 @@ const (
 // Limits counts what the bounds above left out. All zero in an ordinary
 // recording; every output shows the ones that are not.
 type Limits struct {
-	Threads int64 `json:"threads_not_followed,omitempty"`   // calls of threads past maxThreads
-	Sites   int64 `json:"occurrences_not_kept,omitempty"`   // occurrences at sites past maxGroups (counted, not shown)
-	Streams int64 `json:"stream_ops_not_ordered,omitempty"` // ops on streams past maxStreams (not checked for races)
-	Events  int64 `json:"events_not_kept,omitempty"`        // event records past maxEvents (later waits on them unknown)
-	Allocs  int64 `json:"allocations_not_kept,omitempty"`   // device allocations past maxAllocs (not checked for races)
-	Writes  int64 `json:"writes_forgotten,omitempty"`       // device writes dropped past maxWrites (races with them missed)
-	LateOps int64 `json:"late_gpu_ops,omitempty"`           // GPU ops laid out after the stream count passed their time (clipped)
+	Threads  int64 `json:"threads_not_followed,omitempty"`   // calls of threads past maxThreads
+	Sites    int64 `json:"occurrences_not_kept,omitempty"`   // occurrences at sites past maxGroups (counted, not shown)
+	Streams  int64 `json:"stream_ops_not_ordered,omitempty"` // ops on streams past maxStreams (not checked for races)
+	Events   int64 `json:"events_not_kept,omitempty"`        // event records past maxEvents (later waits on them unknown)
+	Allocs   int64 `json:"allocations_not_kept,omitempty"`   // device allocations past maxAllocs (not checked for races)
+	Writes   int64 `json:"writes_forgotten,omitempty"`       // device writes dropped past maxWrites (races with them missed)
+	LateOps  int64 `json:"late_gpu_ops,omitempty"`           // GPU ops laid out after the stream count passed their time (clipped)
+	Unpriced int64 `json:"copies_not_priced,omitempty"`      // legacy-stream copies past maxPriced being priced at once (their cost left out)
 }
 
 func (l Limits) any() bool { return l != Limits{} }
@@ -143,6 +151,11 @@ type group struct {
 	// races: the allocation the memory lies in.
 	allocStart, allocSize uint64
 	addr                  uint64
+	// The cost (cost.go): measured, and the union of the bounds of what
+	// was not (atMost: there is some).
+	costNs uint64
+	bound  union
+	atMost bool
 }
 
 // groups is one lint's groups in a process, in the order first seen.
@@ -197,6 +210,9 @@ func NewCollector(opts Options) *Collector {
 	if opts.Examples <= 0 {
 		opts.Examples = d.Examples
 	}
+	if opts.NoteBelow <= 0 {
+		opts.NoteBelow = d.NoteBelow
+	}
 	return &Collector{opts: opts, procs: map[uint32]*proc{}}
 }
 
@@ -213,6 +229,7 @@ type proc struct {
 	order   order  // lint 2: stream order and what the host knows complete
 	mem     memory // lint 2: device allocations and live writes
 	ops     opTracker
+	legacy  legacyPrices // lint 1's costs
 	groups  [nLints]groups
 }
 
@@ -234,15 +251,18 @@ var ids = [nLints]ID{LegacyNonBlocking, CrossStreamRace, ManyBusyStreams, Pageab
 // current run of launches each followed by a synchronize.
 type thread struct {
 	copy    ref
+	copyOp  int // its GPU op
 	copyKnd event.MemcpyKind
 	copyPgb bool
 	copyWtd bool
 	// The run: launches so far each followed by a synchronize; whether the
-	// last launch still waits for one; the run's first launch and sync.
+	// last launch still waits for one; the run's first launch and sync;
+	// the host time blocked in its synchronizes.
 	run     int
 	pending bool
 	last    ref
 	first   [2]ref
+	runNs   uint64
 }
 
 func (c *Collector) proc(pid uint32) *proc {
@@ -293,6 +313,8 @@ func (c *Collector) Call(p *model.Process, x *model.Call) {
 		// between decides nothing).
 		if !x.Sync.Explicit() {
 			c.legacyCopy(ps, th)
+		} else {
+			ps.legacy.book(th.copyOp, -1, &ps.groups[lLegacy])
 		}
 		th.copy.valid = false
 	}
@@ -305,6 +327,14 @@ func (c *Collector) Call(p *model.Process, x *model.Call) {
 		pos, ordered, serialized = ps.order.enqueue(p, sid, &c.limits)
 	}
 	a := &x.Args
+	kind := a.Kind
+	if spec.Class == event.ClassMemcpy && kind == event.DefaultKind {
+		kind = ps.mem.direction(a.Dst, a.Src)
+	}
+	legacy := enqueued && spec.Class == event.ClassMemcpy && th != nil && legacyCandidate(p, spec, sid, kind)
+	if enqueued && !legacy && (sid == 0 || sid < len(p.Streams) && p.Streams[sid] != nil && p.Streams[sid].Blocking()) {
+		ps.legacy.queued(x.Start) // it waits behind the legacy copies still running
+	}
 	ok := !x.HasRet || x.Ret == 0
 	switch spec.Class {
 	case event.ClassMalloc:
@@ -315,15 +345,11 @@ func (c *Collector) Call(p *model.Process, x *model.Call) {
 		if !enqueued {
 			break
 		}
-		kind := a.Kind
-		if spec.Class == event.ClassMemcpy && kind == event.DefaultKind {
-			kind = ps.mem.direction(a.Dst, a.Src)
-		}
 		if ordered {
 			c.accesses(ps, x, spec.Class, sid, pos)
 		}
 		if spec.Class == event.ClassMemcpy {
-			c.copyLints(p, ps, th, x, spec, sid, kind, serialized)
+			c.copyLints(ps, th, x, sid, kind, legacy, serialized)
 		}
 	case event.ClassEventRecord:
 		ps.order.record(p, a.Event, sid, &c.limits)
@@ -373,16 +399,27 @@ func (c *Collector) hostKnows(p *model.Process, ps *proc, x *model.Call, spec *e
 	}
 }
 
-// copyLints runs the lints of one copy: legacy-nonblocking-copy (decided
-// at the thread's next call) and pageable-copy-loop.
+// legacyCandidate reports whether a copy is an asynchronous host↔device
+// one on the legacy default stream: legacy-nonblocking-copy's, unless its
+// thread synchronizes right after (decided at the thread's next call).
+func legacyCandidate(p *model.Process, spec *event.Spec, sid int, kind event.MemcpyKind) bool {
+	return !spec.Sync && sid == 0 && hostSide(kind) && p.Streams[0].Kind == model.StreamLegacy
+}
+
+func hostSide(kind event.MemcpyKind) bool {
+	return kind == event.HostToDevice || kind == event.DeviceToHost
+}
+
+// copyLints runs the lints of one copy: legacy-nonblocking-copy (legacy:
+// a candidate, decided at the thread's next call) and pageable-copy-loop.
 // serialized says the copy waited for work of blocking streams.
-func (c *Collector) copyLints(p *model.Process, ps *proc, th *thread, x *model.Call, spec *event.Spec, sid int, kind event.MemcpyKind, serialized bool) {
-	hostSide := kind == event.HostToDevice || kind == event.DeviceToHost
-	if !spec.Sync && sid == 0 && hostSide && p.Streams[0].Kind == model.StreamLegacy && th != nil {
-		th.copy, th.copyKnd, th.copyPgb = refOf(x), kind, x.Pageable
+func (c *Collector) copyLints(ps *proc, th *thread, x *model.Call, sid int, kind event.MemcpyKind, legacy, serialized bool) {
+	if legacy {
+		th.copy, th.copyOp, th.copyKnd, th.copyPgb = refOf(x), x.GPUOp, kind, x.Pageable
 		th.copyWtd = serialized
+		ps.legacy.enqueued(x.GPUOp, x.Start, serialized, &c.limits)
 	}
-	if x.Pageable && hostSide {
+	if x.Pageable && hostSide(kind) {
 		k := groupKey{a: refOf(x).site(), kind: kind, sa: -1, sb: -1}
 		if k.a.unnamed() {
 			// No stack to tell sites apart: one thread and stream are
@@ -395,6 +432,7 @@ func (c *Collector) copyLints(p *model.Process, ps *proc, th *thread, x *model.C
 			}
 			g.count++
 			g.bytes += x.Args.Bytes
+			g.costNs += x.BlockedNs // the host waited for the staged copy
 		}
 	}
 }
@@ -407,8 +445,10 @@ func (c *Collector) legacyCopy(ps *proc, th *thread) {
 	}
 	g := ps.groups[lLegacy].get(k, &c.limits)
 	if g == nil {
+		ps.legacy.book(th.copyOp, -1, &ps.groups[lLegacy])
 		return
 	}
+	ps.legacy.book(th.copyOp, ps.groups[lLegacy].index[k], &ps.groups[lLegacy])
 	if g.count == 0 {
 		g.calls[0] = th.copy
 	}
@@ -443,6 +483,7 @@ func synced(th *thread, x *model.Call) {
 		th.first = [2]ref{th.last, refOf(x)}
 	}
 	th.run++
+	th.runNs += x.BlockedNs
 }
 
 // endRun books the thread's run when it is long enough, and starts anew.
@@ -459,15 +500,20 @@ func (c *Collector) endRun(ps *proc, th *thread) {
 			g.count += int64(th.run)
 			g.runs++
 			g.longest = max(g.longest, th.run)
+			g.costNs += th.runNs
 		}
 	}
-	th.run = 0
+	th.run, th.runNs = 0, 0
 }
 
-// GPUOp runs the stream count of many-busy-streams.
+// GPUOp runs the stream count of many-busy-streams and prices the
+// legacy-stream copies.
 func (c *Collector) GPUOp(p *model.Process, op *model.GPUOp) {
 	ps := c.proc(p.PID)
 	ps.ops.final(op, ps.now, c.opts.MaxBusyStreams, &c.limits)
+	if op.Stream == 0 {
+		ps.legacy.op(op, &ps.groups[lLegacy])
+	}
 }
 
 // Sync is not needed: every call carries the synchronization it caused.

@@ -2,7 +2,9 @@ package lint
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 
@@ -84,6 +86,27 @@ func run(t *testing.T, r *rec, opts Options) (*model.Result, *Collector, []Findi
 	t.Helper()
 	c := NewCollector(opts)
 	res := r.Run(c)
+	return res, c, Findings(res, c)
+}
+
+// measuredRun is run with GPU times for the calls in times, as
+// --gpu-times gives them: the op each enqueued ran [start, end].
+func measuredRun(t *testing.T, r *rec, times map[*event.Event][2]uint64, opts Options) (*model.Result, *Collector, []Finding) {
+	t.Helper()
+	evs := slices.Clone(r.Events)
+	slices.SortStableFunc(evs, func(a, b *event.Event) int { return cmp.Compare(a.Start, b.Start) })
+	c := NewCollector(opts)
+	m := model.New(c)
+	m.StartMeasuring(pid)
+	for _, e := range evs {
+		m.Handle(e)
+		if tm, ok := times[e]; ok {
+			m.Measure(pid, &model.Measurement{TID: e.TID, APIStart: e.Start, APIEnd: max(e.End, e.Start), Start: tm[0], End: tm[1]})
+		}
+	}
+	m.StopMeasuring(pid)
+	res := m.Finish()
+	res.Name(r.Names)
 	return res, c, Findings(res, c)
 }
 
@@ -354,7 +377,7 @@ func TestTextAndJSON(t *testing.T) {
 		r.sync(sB, frameStep)
 	}
 	res, c, fs := run(t, r, Options{})
-	want := []ID{LegacyNonBlocking, CrossStreamRace, PageableLoop, SyncEveryLaunch}
+	want := []ID{CrossStreamRace, SyncEveryLaunch, PageableLoop, LegacyNonBlocking} // ranked (TestFindingsRanked)
 	if len(fs) != len(want) {
 		t.Fatalf("findings %+v", fs)
 	}
@@ -367,15 +390,17 @@ func TestTextAndJSON(t *testing.T) {
 	if err := WriteText(&txt, res, c, fs, TextOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range []string{"cudatap lint: 4 findings", "[cross-stream-race] possible race", "write  cudaMemsetAsync", "at load_batch (train)",
-		"(no stack: record with --stacks all)", "fix: order the use after the write", "sees: copies and memsets only", "dropped events: 0"} {
+	for _, s := range []string{"cudatap lint: 4 findings: 1 error, 2 warnings, 1 note", "error: [cross-stream-race] possible race", "write  cudaMemsetAsync", "at load_batch (train)",
+		"(no stack: record with --stacks all)", "fix: order the use after the write", "sees: copies and memsets only", "dropped events: 0",
+		"cost: not priced in time", "cost: 1.0 ms blocked on the host", "notes: each cost less than 1%", "note: [legacy-nonblocking-copy]"} {
 		if !strings.Contains(txt.String(), s) {
 			t.Errorf("text lacks %q:\n%s", s, txt.String())
 		}
 	}
 	var sec bytes.Buffer
 	WriteText(&sec, res, c, fs, TextOptions{Section: true, Examples: 1, Input: "run.cudatap"})
-	if s := sec.String(); !strings.HasPrefix(s, "\nlints: 4 findings fired (cudatap lint run.cudatap") || strings.Contains(s, "dropped events") || strings.Contains(s, "sees:") {
+	if s := sec.String(); !strings.HasPrefix(s, "\nlints: 4 findings fired: 1 error, 2 warnings, 1 note (cudatap lint run.cudatap") || strings.Contains(s, "dropped events") ||
+		strings.Contains(s, "sees:") || strings.Count(s, "fix:") != 3 {
 		t.Errorf("section:\n%s", s)
 	}
 	var none bytes.Buffer
@@ -397,15 +422,17 @@ func TestTextAndJSON(t *testing.T) {
 		t.Fatal(err)
 	}
 	var doc struct {
-		Schema   int       `json:"schema"`
-		Findings []Finding `json:"findings"`
-		Rules    []Rule    `json:"rules"`
-		Lost     *uint64   `json:"lost_events"`
+		Schema    int       `json:"schema"`
+		Findings  []Finding `json:"findings"`
+		Rules     []Rule    `json:"rules"`
+		NoteBelow float64   `json:"note_below"`
+		Lost      *uint64   `json:"lost_events"`
 	}
 	if err := json.Unmarshal(js.Bytes(), &doc); err != nil {
 		t.Fatal(err)
 	}
-	if doc.Schema != Schema || len(doc.Findings) != 4 || len(doc.Rules) != 5 || doc.Lost == nil || doc.Findings[1].Examples[0].Calls[1].Role != "use" {
+	if doc.Schema != Schema || len(doc.Findings) != 4 || len(doc.Rules) != 5 || doc.Lost == nil || doc.Findings[0].Examples[0].Calls[1].Role != "use" ||
+		doc.NoteBelow != 0.01 || doc.Findings[0].Level != LevelError || doc.Findings[1].Cost != fs[1].Cost || doc.Rules[0].Cost == "" {
 		t.Errorf("JSON %s", js.String())
 	}
 	// Findings are final: asking again gives the same.
@@ -511,5 +538,199 @@ func BenchmarkCollector(b *testing.B) {
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(evs)), "ns/event")
 		})
+	}
+}
+
+// A copy on the legacy stream enqueued while a kernel of a blocking
+// stream runs waits for it: measured, its cost is that wait. A copy a
+// kernel of a blocking stream is enqueued behind holds the kernel up
+// while it runs: its cost is that time. Priced against the process's
+// traced time, the same copy is a warning in a short run and a note in
+// a long one.
+func TestLegacyCopyCostMeasured(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		waits     bool   // the copy waits for the kernel (else the kernel for the copy)
+		tail      uint64 // the run goes on this long after the copy
+		cost      uint64
+		level     Level
+		serialize bool
+	}{
+		{"copy waits for a kernel", true, 0, 495 * us, LevelWarning, true},
+		{"kernel waits for the copy", false, 0, 192 * us, LevelWarning, false},
+		{"kernel waits for the copy, long run", false, 1000 * ms, 192 * us, LevelNote, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRec()
+			r.stream(sA, true)
+			r.stream(sBlk, false)
+			times := map[*event.Event][2]uint64{}
+			var cp *event.Event
+			if tc.waits {
+				k := r.Launch(tid, r.tick(), sBlk, kernel)
+				times[k] = [2]uint64{k.Start + 5*us, k.Start + 505*us} // 500 µs, enqueued 10 µs before the copy
+				cp = r.copy(dev, pinned, 4096, event.HostToDevice, 0, frameLoad)
+				times[cp] = [2]uint64{k.Start + 505*us, k.Start + 525*us} // after the kernel: waited 495 µs
+				o := r.Launch(tid, r.tick(), sA, kernel)                  // a non-blocking stream: not held up
+				times[o] = [2]uint64{o.Start + 1*us, o.Start + 2*us}
+			} else {
+				cp = r.copy(dev, pinned, 4096, event.HostToDevice, 0, frameLoad)
+				times[cp] = [2]uint64{cp.Start + 2*us, cp.Start + 202*us}
+				k := r.Launch(tid, r.tick(), sBlk, kernel) // 10 µs after the copy: waits until it ends
+				times[k] = [2]uint64{cp.Start + 202*us, cp.Start + 702*us}
+			}
+			r.DeviceSync(tid, r.tick(), ms)
+			if tc.tail > 0 {
+				r.DeviceSync(tid, r.t+tc.tail, 10*us)
+			}
+			_, _, fs := measuredRun(t, r, times, Options{})
+			got := only(t, fs, LegacyNonBlocking)
+			if len(got) != 1 {
+				t.Fatalf("findings %+v", fs)
+			}
+			f := got[0]
+			if f.Cost.Kind != CostSerialized || f.Cost.AtMost || f.Cost.Ns != tc.cost || f.Level != tc.level || f.Examples[0].CostNs != tc.cost {
+				t.Errorf("cost %+v, level %s, example cost %d; want %d, %s", f.Cost, f.Level, f.Examples[0].CostNs, tc.cost, tc.level)
+			}
+			if want := float64(tc.cost) / float64(f.Cost.RunNs); f.Cost.Share != want || f.Cost.RunNs < tc.tail {
+				t.Errorf("share %v of %d, want %v", f.Cost.Share, f.Cost.RunNs, want)
+			}
+			if s := f.Summary; strings.Contains(s, "1 waited for work queued on blocking streams") != tc.serialize {
+				t.Errorf("summary %q", s)
+			}
+		})
+	}
+}
+
+// Without GPU times the same copy is priced by its bounds: from the
+// enqueue of the kernel held up behind it to the synchronize that proved
+// the copy complete, at most.
+func TestLegacyCopyCostBounded(t *testing.T) {
+	r := newRec()
+	r.stream(sBlk, false)
+	r.copy(dev, pinned, 4096, event.HostToDevice, 0, frameLoad)
+	k := r.Launch(tid, r.tick(), sBlk, kernel)
+	sync := r.StreamSync(tid, r.tick(), 100*us, 0)
+	res, c, fs := run(t, r, Options{})
+	got := only(t, fs, LegacyNonBlocking)
+	if len(got) != 1 {
+		t.Fatalf("findings %+v", fs)
+	}
+	f := got[0]
+	if want := sync.End - k.Start; f.Cost.Ns != want || !f.Cost.AtMost || !f.Examples[0].CostAtMost || f.Level != LevelWarning {
+		t.Errorf("cost %+v, level %s; want at most %d", f.Cost, f.Level, want)
+	}
+	var txt bytes.Buffer
+	WriteText(&txt, res, c, fs, TextOptions{})
+	if s := txt.String(); !strings.Contains(s, "warning: [legacy-nonblocking-copy]") || !strings.Contains(s, "cost: at most 110.0 µs of GPU work serialized") ||
+		!strings.Contains(s, "record with --gpu-times") {
+		t.Errorf("text:\n%s", s)
+	}
+}
+
+// A copy nothing waited behind, that waited for nothing, cost nothing:
+// a note, measured or not.
+func TestLegacyCopyFree(t *testing.T) {
+	r := newRec()
+	r.stream(sA, true)
+	for range 3 {
+		r.copy(dev, pinned, 4096, event.HostToDevice, 0, frameLoad)
+		r.launch(sA)
+		r.sync(sA)
+	}
+	res, c, fs := run(t, r, Options{})
+	got := only(t, fs, LegacyNonBlocking)
+	if len(got) != 1 || got[0].Cost.Ns != 0 || got[0].Cost.AtMost || got[0].Level != LevelNote || got[0].Count != 3 {
+		t.Fatalf("findings %+v", fs)
+	}
+	var sec bytes.Buffer
+	WriteText(&sec, res, c, fs, TextOptions{Section: true})
+	if s := sec.String(); !strings.Contains(s, "lints: 1 finding fired: 1 note") || !strings.Contains(s, "notes: each cost less than 1% of its process's traced time") ||
+		!strings.Contains(s, "  [legacy-nonblocking-copy] train (pid 4123): 3 asynchronous") || !strings.Contains(s, "cost: none (of ") || strings.Contains(s, "fix:") {
+		t.Errorf("section:\n%s", s)
+	}
+}
+
+// many-busy-streams costs the time more streams than the limit were busy:
+// measured, exactly; not measured, at most the time more may have been
+// (each op anywhere between its enqueue and its proof of completion).
+func TestManyBusyStreamsCost(t *testing.T) {
+	for _, measured := range []bool{false, true} {
+		r := newRec()
+		hs := make([]uint64, 10)
+		var launches []*event.Event
+		for i := range hs {
+			hs[i] = 0x60000 + uint64(i)*0x100
+			r.stream(hs[i], true)
+		}
+		for _, h := range hs {
+			launches = append(launches, r.Launch(tid, r.tick(), h, kernel))
+		}
+		sync := r.DeviceSync(tid, r.tick(), 5*ms)
+		times := map[*event.Event][2]uint64{}
+		for i, l := range launches {
+			// Each runs 1 ms, 10 µs after the one before: 9 or 10 at once
+			// from the ninth's start to the second's end.
+			times[l] = [2]uint64{sync.Start + uint64(i)*10*us, sync.Start + ms + uint64(i)*10*us}
+		}
+		for _, h := range hs { // then one stream after the other
+			for range 2 {
+				l := r.Launch(tid, r.tick(), h, kernel)
+				times[l] = [2]uint64{l.Start + us, l.Start + 2*us}
+			}
+			r.sync(h)
+		}
+		var fs []Finding
+		want := sync.End - launches[8].Start // the ninth enqueued to the sync's return
+		if measured {
+			_, _, fs = measuredRun(t, r, times, Options{})
+			want = ms + 10*us - 80*us
+		} else {
+			_, _, fs = run(t, r, Options{})
+		}
+		got := only(t, fs, ManyBusyStreams)
+		if len(got) != 1 {
+			t.Fatalf("measured %v: findings %+v", measured, fs)
+		}
+		if c := got[0].Cost; c.Kind != CostOversubscribed || c.Ns != want || c.AtMost == measured || got[0].Level != LevelWarning || got[0].Count != 10 {
+			t.Errorf("measured %v: cost %+v, level %s; want %d", measured, c, got[0].Level, want)
+		}
+	}
+}
+
+// Findings are ranked: errors, then warnings and notes, each costliest
+// first.
+func TestFindingsRanked(t *testing.T) {
+	r := newRec()
+	r.stream(sA, true)
+	r.stream(sB, true)
+	for range 10 {
+		r.copy(dev, hostBuf, 4096, event.HostToDevice, 0, frameLoad)
+		r.memset(dev, 4096, sA)
+		r.launch(sB)
+		r.sync(sB, frameStep)
+	}
+	_, _, fs := run(t, r, Options{})
+	var got []string
+	for _, f := range fs {
+		got = append(got, string(f.Level)+" "+string(f.ID))
+	}
+	want := []string{"error cross-stream-race", "warning sync-every-launch", "warning pageable-copy-loop", "note legacy-nonblocking-copy"}
+	if !slices.Equal(got, want) {
+		t.Errorf("ranked %v, want %v", got, want)
+	}
+	if fs[1].Cost.Ns != 10*100*us || fs[2].Cost.Ns != 10*5*us || fs[1].Cost.Kind != CostBlocked || fs[2].Cost.AtMost {
+		t.Errorf("blocked costs %+v, %+v", fs[1].Cost, fs[2].Cost)
+	}
+	for _, l := range Levels {
+		if !LevelError.AtLeast(l) || l != LevelNote && LevelNote.AtLeast(l) {
+			t.Errorf("AtLeast %s", l)
+		}
+	}
+	if l, err := ParseLevel("warning"); l != LevelWarning || err != nil {
+		t.Errorf("ParseLevel: %s, %v", l, err)
+	}
+	if _, err := ParseLevel("fatal"); err == nil || !strings.Contains(err.Error(), "give error, warning or note") {
+		t.Errorf("ParseLevel(fatal): %v", err)
 	}
 }

@@ -18,16 +18,19 @@ import (
 )
 
 // Finding is one lint that fired in one process (and device, for
-// many-busy-streams).
+// many-busy-streams), with what it cost and whether that raises it.
 type Finding struct {
 	ID      ID     `json:"id"`
+	Level   Level  `json:"level"`
+	Cost    Cost   `json:"cost"`
 	Title   string `json:"title"`
 	PID     uint32 `json:"pid"`
 	Process string `json:"process"`
 	Device  *int   `json:"device,omitempty"` // many-busy-streams: the device (-1: unknown)
 	// Count is what fired, in Unit: copies, uses, streams (the most busy
 	// at once) or launches. Sites is how many distinct sites (or pairs of
-	// sites) it came from; Examples shows the most frequent.
+	// sites) it came from; Examples shows the costliest, then the most
+	// frequent.
 	Count    int64     `json:"count"`
 	Unit     string    `json:"unit"`
 	Summary  string    `json:"summary"`
@@ -39,11 +42,14 @@ type Finding struct {
 }
 
 // Example is one site (or pair of sites) of a finding: how often it
-// fired there, and the calls of its first occurrence.
+// fired there, what that cost (in the finding's kind of cost; at most
+// when CostAtMost), and the calls of its first occurrence.
 type Example struct {
-	Count int64      `json:"count"`
-	Note  string     `json:"note,omitempty"`
-	Calls []Evidence `json:"calls"`
+	Count      int64      `json:"count"`
+	CostNs     uint64     `json:"cost_ns"`
+	CostAtMost bool       `json:"cost_at_most,omitempty"`
+	Note       string     `json:"note,omitempty"`
+	Calls      []Evidence `json:"calls"`
 }
 
 // Evidence is one call: what it was, when (since the recording began),
@@ -64,13 +70,14 @@ type Evidence struct {
 	Bytes       uint64 `json:"bytes,omitempty"`
 }
 
-// Rule describes one lint: what fires it and the fix.
+// Rule describes one lint: what fires it, how it is priced and the fix.
 type Rule struct {
 	ID    ID     `json:"id"`
 	Title string `json:"title"`
 	Rule  string `json:"rule"`
 	Fix   string `json:"fix"`
 	Scope string `json:"scope,omitempty"`
+	Cost  string `json:"cost"`
 }
 
 // Rules describes the lints with opts' thresholds, in report order.
@@ -79,24 +86,47 @@ func Rules(opts Options) []Rule {
 		{LegacyNonBlocking, "non_blocking copy on the legacy default stream",
 			"an asynchronous host↔device copy (cudaMemcpyAsync and the like) on the legacy default stream (stream 0 / cudaStreamLegacy) that its thread does not synchronize right after (a blocking copy such as .item() or .cpu() does)",
 			"put the copy on a non-default stream (with torch.cuda.stream(torch.cuda.Stream()): ..., or a stream made with cudaStreamNonBlocking), or build with per-thread default streams (nvcc --default-stream per-thread): on the legacy default stream it waits for, and holds up, the work of every blocking stream",
-			""},
+			"",
+			pricing(LegacyNonBlocking, opts)},
 		{CrossStreamRace, "possible race: device memory written on one stream, used on another without a wait",
 			"a copy or memset reads or writes device memory that a copy or memset wrote on another stream, with no event wait, legacy-stream rule or host synchronization known to order them",
 			"order the use after the write: cudaEventRecord(e, writing stream) then cudaStreamWaitEvent(using stream, e) (PyTorch: using_stream.wait_stream(writing_stream), and tensor.record_stream(using_stream) when the memory is freed while still in use there)",
-			"copies and memsets only: kernel arguments are not traced, so what kernels read and write is not seen; only memory allocated while traced (cudaMalloc and the like) is followed"},
+			"copies and memsets only: kernel arguments are not traced, so what kernels read and write is not seen; only memory allocated while traced (cudaMalloc and the like) is followed",
+			pricing(CrossStreamRace, opts)},
 		{ManyBusyStreams, fmt.Sprintf("more than %d streams busy at once on one device", opts.MaxBusyStreams),
 			fmt.Sprintf("more than %d streams of a process with GPU work at the same instant on one device", opts.MaxBusyStreams),
 			fmt.Sprintf("use fewer streams (one for compute, one for copies, one for communication) or a small pool reused round-robin: past CUDA_DEVICE_MAX_CONNECTIONS (%d by default) streams share hardware queues and wait behind each other's work", opts.MaxBusyStreams),
-			"from the ops' times as drawn: inferred between the synchronizations that bound them unless --gpu-times measured them; an op nothing bounded has no known duration and is not counted"},
+			"from the ops' times as drawn: inferred between the synchronizations that bound them unless --gpu-times measured them; an op nothing bounded has no known duration and is not counted",
+			pricing(ManyBusyStreams, opts)},
 		{PageableLoop, "pageable copies in a loop",
 			fmt.Sprintf("one call site copying pageable (not pinned) host memory to or from the device at least %d times", opts.PageableRepeats),
 			"pin the host buffer once and reuse it (tensor.pin_memory(), DataLoader(pin_memory=True), cudaHostAlloc or cudaHostRegister): each pageable copy is staged through a driver buffer and blocks the host",
-			""},
+			"",
+			pricing(PageableLoop, opts)},
 		{SyncEveryLaunch, "a synchronize after every launch",
 			fmt.Sprintf("a thread whose launches are each followed by a stream, device or event synchronize before its next launch, %d launches in a row or more", opts.SyncRun),
 			"synchronize once per step, or only where the host needs a result; to order or time work, record events (cudaEventRecord, torch.cuda.Event) and wait on them",
-			""},
+			"",
+			pricing(SyncEveryLaunch, opts)},
 	}
+}
+
+// pricing says how a lint's findings are priced.
+func pricing(id ID, opts Options) string {
+	note := fmt.Sprintf("; below %s of its process's traced time a finding is a note, not raised", percent(opts.NoteBelow))
+	switch id {
+	case LegacyNonBlocking:
+		return "serialized GPU time: per copy, the time it waited for work of blocking streams (when it did) and the time it ran while an op enqueued after it waited behind it (on the legacy stream or a blocking stream); " +
+			"measured with --gpu-times, else at most the stretch from its enqueue (or the waiting op's) to the call that proved it complete" + note
+	case CrossStreamRace:
+		return "not priced in time: a possible wrong result, always an error"
+	case ManyBusyStreams:
+		return fmt.Sprintf("the time more than %d streams had GPU work at once: measured with --gpu-times, else at most the time more than %d streams may have had some (each op anywhere between its enqueue and the call that proved it complete)",
+			opts.MaxBusyStreams, opts.MaxBusyStreams) + note
+	case PageableLoop, SyncEveryLaunch:
+		return "host time blocked in the calls that fired it, measured" + note
+	}
+	return ""
 }
 
 // namer names the calls of a result's processes.
@@ -146,8 +176,9 @@ func (n *namer) evidence(p *model.Process, r ref, role string) Evidence {
 }
 
 // Findings ends the collection (what was still open counts) and names
-// what fired, lint by lint, process by process. Call it once the model
-// has finished.
+// what fired, priced and ranked: errors, then warnings, then notes, each
+// the costliest first (ties in lint order, then process by process). Call
+// it once the model has finished.
 func Findings(r *model.Result, c *Collector) []Finding {
 	if c == nil || r == nil {
 		return nil
@@ -162,13 +193,20 @@ func Findings(r *model.Result, c *Collector) []Finding {
 			if ps == nil {
 				continue
 			}
+			from := len(out)
 			if l == lStreams {
 				out = append(out, c.streamFindings(n, p, ps, rules[l])...)
 			} else if f, ok := c.groupFinding(n, p, ps, l, rules[l]); ok {
 				out = append(out, f)
 			}
+			for i := from; i < len(out); i++ {
+				price(&out[i], runNs(r, p), c.opts.NoteBelow)
+			}
 		}
 	}
+	slices.SortStableFunc(out, func(a, b Finding) int {
+		return cmp.Or(cmp.Compare(a.Level.rank(), b.Level.rank()), cmp.Compare(b.Cost.Ns, a.Cost.Ns))
+	})
 	return out
 }
 
@@ -180,9 +218,13 @@ var roles = [nLints][2]string{lLegacy: {"copy"}, lRace: {"write", "use"}, lPagea
 // merged is the groups of one lint whose calls have the same named sites.
 type merged struct {
 	group
-	first int // seq of its first call
-	calls []Evidence
+	first   int    // seq of its first call
+	boundNs uint64 // its groups' bounds, added up
+	calls   []Evidence
 }
+
+// costNs is what the sites cost, measured plus bounded.
+func (m *merged) cost() uint64 { return m.costNs + m.boundNs }
 
 func (c *Collector) groupFinding(n *namer, p *model.Process, ps *proc, l int, rule Rule) (Finding, bool) {
 	var list []*merged
@@ -220,6 +262,9 @@ func (c *Collector) groupFinding(n *namer, p *model.Process, ps *proc, l int, ru
 		m.pageable += g.pageable
 		m.runs += g.runs
 		m.longest = max(m.longest, g.longest)
+		m.costNs += g.costNs
+		m.boundNs += g.bound.total()
+		m.atMost = m.atMost || g.atMost
 	}
 	if l == lPageable {
 		list = slices.DeleteFunc(list, func(m *merged) bool { return m.count < int64(c.opts.PageableRepeats) })
@@ -227,7 +272,9 @@ func (c *Collector) groupFinding(n *namer, p *model.Process, ps *proc, l int, ru
 	if len(list) == 0 {
 		return Finding{}, false
 	}
-	slices.SortStableFunc(list, func(a, b *merged) int { return cmp.Or(cmp.Compare(b.count, a.count), cmp.Compare(a.first, b.first)) })
+	slices.SortStableFunc(list, func(a, b *merged) int {
+		return cmp.Or(cmp.Compare(b.cost(), a.cost()), cmp.Compare(b.count, a.count), cmp.Compare(a.first, b.first))
+	})
 	f := Finding{ID: rule.ID, Title: rule.Title, PID: p.PID, Process: p.Label(), Sites: len(list), Fix: rule.Fix, Scope: rule.Scope}
 	var bytes uint64
 	var waited, pageable, runs int64
@@ -237,9 +284,20 @@ func (c *Collector) groupFinding(n *namer, p *model.Process, ps *proc, l int, ru
 		waited += m.waited
 		pageable += m.pageable
 		runs += m.runs
+		f.Cost.Ns += m.costNs
+		f.Cost.AtMost = f.Cost.AtMost || m.atMost
 	}
 	for _, m := range list[:min(len(list), c.opts.Examples)] {
-		f.Examples = append(f.Examples, Example{Count: m.count, Note: note(l, m), Calls: m.calls})
+		f.Examples = append(f.Examples, Example{Count: m.count, CostNs: m.cost(), CostAtMost: m.atMost, Note: note(l, m), Calls: m.calls})
+	}
+	switch l {
+	case lLegacy:
+		// The bounds of all its copies as one union: never more than the run.
+		f.Cost.Kind, f.Cost.Ns = CostSerialized, f.Cost.Ns+ps.legacy.bound.total()
+	case lRace:
+		f.Cost.Kind = CostCorrectness
+	case lPageable, lSync:
+		f.Cost.Kind = CostBlocked
 	}
 	switch l {
 	case lLegacy:
@@ -279,14 +337,15 @@ func note(l int, m *merged) string {
 
 func (c *Collector) streamFindings(n *namer, p *model.Process, ps *proc, rule Rule) []Finding {
 	var out []Finding
-	for _, d := range ps.ops.devices {
-		s := ps.ops.sweeps[d]
+	for _, ds := range ps.ops.devices {
+		s, d := ds.drawn, ds.device
 		if s.peak <= c.opts.MaxBusyStreams {
 			continue
 		}
 		dev := int(d)
 		f := Finding{ID: rule.ID, Title: rule.Title, PID: p.PID, Process: p.Label(), Device: &dev, Count: int64(s.peak), Unit: "streams",
-			Sites: len(s.shown), Fix: rule.Fix, Scope: rule.Scope}
+			Sites: len(s.shown), Fix: rule.Fix, Scope: rule.Scope, Cost: Cost{Kind: CostOversubscribed}}
+		f.Cost.Ns, f.Cost.AtMost = ds.over()
 		where := "device " + strconv.Itoa(dev)
 		if d == model.DeviceUnknown {
 			where = "an unknown device"
@@ -335,12 +394,13 @@ type TextOptions struct {
 	Input string
 }
 
-// WriteText writes the findings for a terminal.
+// WriteText writes the findings for a terminal: those raised in full,
+// then the notes (in the summary's section, a line each).
 func WriteText(w io.Writer, r *model.Result, c *Collector, fs []Finding, opts TextOptions) error {
 	var b strings.Builder
-	limits := Limits{}
+	limits, lopts := Limits{}, DefaultOptions()
 	if c != nil {
-		limits = c.limits
+		limits, lopts = c.limits, c.opts
 	}
 	switch {
 	case opts.Section && len(fs) == 0 && !limits.any():
@@ -352,15 +412,33 @@ func WriteText(w io.Writer, r *model.Result, c *Collector, fs []Finding, opts Te
 		if opts.Input != "" {
 			in = "cudatap lint " + opts.Input
 		}
-		fmt.Fprintf(&b, "\nlints: %s fired (%s shows every example and the rules)\n", plural(len(fs), "finding", "findings"), in)
+		fmt.Fprintf(&b, "\nlints: %s fired: %s (%s shows every example and the rules)\n", plural(len(fs), "finding", "findings"), LevelCounts(fs), in)
 	case len(fs) == 0:
 		fmt.Fprintf(&b, "cudatap lint: no lint fired (%s)\n", idList())
 	default:
-		fmt.Fprintf(&b, "cudatap lint: %s (%s)\n", plural(len(fs), "finding", "findings"), idList())
+		fmt.Fprintf(&b, "cudatap lint: %s: %s (%s)\n", plural(len(fs), "finding", "findings"), LevelCounts(fs), idList())
 	}
+	notes := 0
 	for _, f := range fs {
+		if f.Level == LevelNote {
+			notes++
+			continue
+		}
 		b.WriteString("\n")
 		writeFinding(&b, &f, opts)
+	}
+	if notes > 0 {
+		fmt.Fprintf(&b, "\nnotes: each cost less than %s of its process's traced time (listed, not raised)\n", percent(lopts.NoteBelow))
+	}
+	for _, f := range fs {
+		switch {
+		case f.Level != LevelNote:
+		case opts.Section:
+			fmt.Fprintf(&b, "  [%s] %s: %s; cost: %s\n", f.ID, f.Process, f.Summary, f.Cost)
+		default:
+			b.WriteString("\n")
+			writeFinding(&b, &f, opts)
+		}
 	}
 	if limits.any() {
 		fmt.Fprintf(&b, "\nlint limits (counted, not shown): %s\n", limitsLine(limits))
@@ -370,6 +448,27 @@ func WriteText(w io.Writer, r *model.Result, c *Collector, fs []Finding, opts Te
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// LevelCounts says how many findings fs has at each level: "1 error, 2
+// notes".
+func LevelCounts(fs []Finding) string {
+	var s []string
+	for _, l := range Levels {
+		n := 0
+		for _, f := range fs {
+			if f.Level == l {
+				n++
+			}
+		}
+		if n > 0 {
+			s = append(s, plural(n, string(l), string(l)+"s"))
+		}
+	}
+	if len(s) == 0 {
+		return "none"
+	}
+	return strings.Join(s, ", ")
 }
 
 func idList() string {
@@ -382,8 +481,9 @@ func idList() string {
 
 func writeFinding(b *strings.Builder, f *Finding, opts TextOptions) {
 	indent := "  "
-	fmt.Fprintf(b, "%s[%s] %s\n", indent, f.ID, f.Title)
+	fmt.Fprintf(b, "%s%s: [%s] %s\n", indent, f.Level, f.ID, f.Title)
 	fmt.Fprintf(b, "%s  %s: %s\n", indent, f.Process, f.Summary)
+	fmt.Fprintf(b, "%s  cost: %s\n", indent, f.Cost)
 	ex := f.Examples
 	if opts.Examples > 0 && len(ex) > opts.Examples {
 		ex = ex[:opts.Examples]
@@ -396,6 +496,13 @@ func writeFinding(b *strings.Builder, f *Finding, opts TextOptions) {
 				head = fmt.Sprintf("%s  the busy streams at the peak, by the call that enqueued their latest op:", indent)
 			} else if e.Note != "" {
 				head += ": " + e.Note
+			}
+			if e.CostNs > 0 {
+				at := ""
+				if e.CostAtMost {
+					at = "at most "
+				}
+				head += fmt.Sprintf(" (cost %s%s)", at, dur(e.CostNs))
 			}
 			tw.Flush()
 			fmt.Fprintln(b, head)
@@ -453,14 +560,16 @@ func limitsLine(l Limits) string {
 	add(l.Allocs, "device allocations not followed")
 	add(l.Writes, "device writes forgotten (races with them not seen)")
 	add(l.LateOps, "GPU ops laid out after the stream count passed their start (clipped)")
+	add(l.Unpriced, "legacy-stream copies not priced (past the limit priced at once: their cost is left out)")
 	return strings.Join(s, "; ")
 }
 
-// Schema is the version of WriteJSON's document.
+// Schema is the version of WriteJSON's document (docs/lints.md): fields
+// are only ever added; a removed or retyped field bumps it.
 const Schema = 1
 
-// WriteJSON writes the findings, the rules, the limits and the loss
-// account as one JSON document.
+// WriteJSON writes the findings, the rules, the threshold of notes, the
+// limits and the loss account as one JSON document.
 func WriteJSON(w io.Writer, r *model.Result, c *Collector, fs []Finding) error {
 	opts, limits := DefaultOptions(), Limits{}
 	if c != nil {
@@ -472,11 +581,12 @@ func WriteJSON(w io.Writer, r *model.Result, c *Collector, fs []Finding) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(struct {
-		Schema   int         `json:"schema"`
-		Findings []Finding   `json:"findings"`
-		Rules    []Rule      `json:"rules"`
-		Limits   Limits      `json:"limits"`
-		Drops    model.Drops `json:"drops"`
-		Lost     uint64      `json:"lost_events"`
-	}{Schema, fs, Rules(opts), limits, r.Drops, r.Drops.Lost()})
+		Schema    int         `json:"schema"`
+		Findings  []Finding   `json:"findings"`
+		Rules     []Rule      `json:"rules"`
+		NoteBelow float64     `json:"note_below"`
+		Limits    Limits      `json:"limits"`
+		Drops     model.Drops `json:"drops"`
+		Lost      uint64      `json:"lost_events"`
+	}{Schema, fs, Rules(opts), opts.NoteBelow, limits, r.Drops, r.Drops.Lost()})
 }

@@ -18,6 +18,13 @@ import (
 // (none starts before it was enqueued), else the latest call. Ops laid out
 // wait in a heap until the horizon passes them; memory is bounded by the
 // ops pending in the model (its window) and by maxArrived.
+//
+// The finding's cost is the time more than the limit of streams were busy:
+// measured when every op was; otherwise a second sweep counts, per device,
+// the streams that may have been busy (an op anywhere between its enqueue
+// and its proof of completion), whose time past the limit bounds the real
+// one from above. Neither sweep starts an op before the horizon: the
+// horizon is an enqueue time, and no op runs before it was enqueued.
 
 // span is one op's time on the GPU.
 type span struct {
@@ -79,31 +86,35 @@ func (h *spanHeap) pop() span {
 	return top
 }
 
-// busyStream is a stream with work at the sweep's instant.
+// busyStream is a stream as the sweep sees it: busy until a time, by
+// its latest op. One entry per busy stream waits in the active heap, so
+// the heap holds at most as many as there are streams: when it comes up,
+// a stream whose later ops reach further goes back in until then.
 type busyStream struct {
-	n   int  // its ops active
-	op  span // the latest of them
-	sid int32
+	busy  bool
+	until uint64
+	op    span
 }
 
 // sweep counts one device's busy streams.
 type sweep struct {
 	device    int8
 	arrived   spanHeap
-	active    spanHeap
-	busy      map[int32]*busyStream // every stream seen, busy or not
-	nbusy     int                   // the streams busy now
-	watermark uint64                // the sweep's instant: ops starting before it come late
-	limit     int                   // more busy streams than this fire the lint
+	active    spanHeap     // when busy streams may fall idle
+	busy      []busyStream // by stream id: every stream seen, busy or not
+	nbusy     int          // the streams busy now
+	watermark uint64       // the sweep's instant: ops starting before it come late
+	limit     int          // more busy streams than this fire the lint
 	peak      int
 	peakAt    uint64
 	shown     []span // the busy streams' latest ops at the peak, by stream
 	over      uint64 // when the count last rose past limit
 	overNs    uint64 // time spent past it
+	costOnly  bool   // the bounds' sweep: overNs is all it is for
 }
 
 func newSweep(device int8, limit int) *sweep {
-	return &sweep{device: device, active: spanHeap{byEnd: true}, busy: map[int32]*busyStream{}, limit: limit}
+	return &sweep{device: device, active: spanHeap{byEnd: true}, limit: limit}
 }
 
 // add takes a laid-out op; one starting before the sweep's instant is
@@ -132,14 +143,16 @@ func (s *sweep) run(h uint64) {
 	}
 }
 
-// retire ends the ops that ended by t.
+// retire makes idle the streams whose work ended by t.
 func (s *sweep) retire(t uint64) {
 	for s.active.Len() > 0 && s.active.s[0].end <= t {
 		y := s.active.pop()
-		b := s.busy[y.stream]
-		if b.n--; b.n > 0 {
+		b := &s.busy[y.stream]
+		if b.until > y.end {
+			s.active.push(span{end: b.until, stream: y.stream})
 			continue
 		}
+		b.busy = false
 		if s.nbusy == s.limit+1 {
 			s.overNs += y.end - s.over
 		}
@@ -148,30 +161,27 @@ func (s *sweep) retire(t uint64) {
 }
 
 func (s *sweep) activate(x span) {
-	s.active.push(x)
-	b := s.busy[x.stream]
-	if b == nil {
-		b = &busyStream{sid: x.stream}
-		s.busy[x.stream] = b
+	for int(x.stream) >= len(s.busy) {
+		s.busy = append(s.busy, busyStream{})
 	}
-	if b.n == 0 {
+	b := &s.busy[x.stream]
+	b.op = x
+	if b.busy {
+		b.until = max(b.until, x.end)
+	} else {
+		b.busy, b.until = true, x.end
+		s.active.push(span{end: x.end, stream: x.stream})
 		if s.nbusy++; s.nbusy == s.limit+1 {
 			s.over = x.start
 		}
 	}
-	b.n++
-	b.op = x
-	if s.nbusy > s.peak {
+	if s.nbusy > s.peak && !s.costOnly {
 		s.peak, s.peakAt = s.nbusy, x.start
 		s.shown = s.shown[:0]
-		for _, b := range s.busy {
-			if b.n > 0 {
-				s.shown = append(s.shown, b.op)
+		for i := range s.busy {
+			if s.busy[i].busy && len(s.shown) < maxShown {
+				s.shown = append(s.shown, s.busy[i].op)
 			}
-		}
-		slices.SortFunc(s.shown, func(a, b span) int { return int(a.stream - b.stream) })
-		if len(s.shown) > maxShown {
-			s.shown = s.shown[:maxShown]
 		}
 	}
 }
@@ -194,10 +204,19 @@ type opTracker struct {
 	oldest int
 	next   int
 	early  []int // laid out within their own call, before it was handed over
-	sweeps map[int8]*sweep
-	// devices is sorted; swept is the horizon last swept to.
-	devices []int8
+	// devices, sorted (a few: looked up by a scan); swept is the horizon
+	// last swept to.
+	devices []*deviceSweeps
 	swept   uint64
+}
+
+// deviceSweeps are one device's sweeps: of the ops as drawn, and of their
+// bounds; unmeasured says an op was not measured (the cost is then the
+// bounds').
+type deviceSweeps struct {
+	device       int8
+	drawn, bound *sweep
+	unmeasured   bool
 }
 
 type pendingOp struct {
@@ -207,7 +226,7 @@ type pendingOp struct {
 }
 
 func (t *opTracker) init() {
-	t.ring, t.sweeps = make([]pendingOp, 64), map[int8]*sweep{}
+	t.ring = make([]pendingOp, 64)
 }
 
 // enqueued notes the op call x enqueued.
@@ -273,22 +292,54 @@ func (t *opTracker) final(op *model.GPUOp, now uint64, limit int, limits *Limits
 		}
 		call = ref{start: op.Enqueued, seq: op.Call, tid: op.TID, stream: int32(op.Stream), stack: -1, py: -1, api: op.API, valid: true}
 	}
-	if op.End > op.Start {
-		s := t.sweeps[op.Device]
-		if s == nil {
-			s = newSweep(op.Device, limit)
-			t.sweeps[op.Device] = s
-			i, _ := slices.BinarySearch(t.devices, op.Device)
-			t.devices = slices.Insert(t.devices, i, op.Device)
+	drawn := span{start: op.Start, end: op.End, stream: int32(op.Stream), call: call}
+	bound := drawn
+	if !op.Measured {
+		bound.start, bound.end = op.Enqueued, max(op.ProvenBy(), op.End)
+	}
+	if bound.end > bound.start {
+		d := t.device(op.Device, limit)
+		if drawn.end > drawn.start {
+			d.drawn.add(drawn, limits)
 		}
-		s.add(span{start: op.Start, end: op.End, stream: int32(op.Stream), call: call}, limits)
+		if op.Measured {
+			var counted Limits // a clip here is the drawn sweep's, counted there
+			d.bound.add(bound, &counted)
+		} else {
+			d.unmeasured = true
+			d.bound.add(bound, limits)
+		}
 	}
 	if h := t.horizon(now); h > t.swept {
 		t.swept = h
 		for _, d := range t.devices {
-			t.sweeps[d].run(h)
+			d.drawn.run(h)
+			d.bound.run(h)
 		}
 	}
+}
+
+// device returns the sweeps of device d, made when new.
+func (t *opTracker) device(d int8, limit int) *deviceSweeps {
+	i := 0
+	for ; i < len(t.devices) && t.devices[i].device <= d; i++ {
+		if t.devices[i].device == d {
+			return t.devices[i]
+		}
+	}
+	ds := &deviceSweeps{device: d, drawn: newSweep(d, limit), bound: newSweep(d, limit)}
+	ds.bound.costOnly = true
+	t.devices = slices.Insert(t.devices, i, ds)
+	return ds
+}
+
+// over is the time past the limit on the device, and whether it is a
+// bound.
+func (d *deviceSweeps) over() (ns uint64, atMost bool) {
+	if d.unmeasured {
+		return d.bound.overNs, true
+	}
+	return d.drawn.overNs, false
 }
 
 // horizon is the time before which no op can start any more.
@@ -303,6 +354,7 @@ func (t *opTracker) horizon(now uint64) uint64 {
 // finish sweeps every device to the end.
 func (t *opTracker) finish() {
 	for _, d := range t.devices {
-		t.sweeps[d].finish()
+		d.drawn.finish()
+		d.bound.finish()
 	}
 }
