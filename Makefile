@@ -8,6 +8,9 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 # and check-generate would fail for no fault of the sources.
 BPF_CLANG ?= clang-19
 BPF_STRIP ?= llvm-strip-19
+# The Perfetto protobuf code is generated with Debian 12's protoc (its
+# version is written into the file) and protoc-gen-go at go.mod's version.
+PROTOC_VERSION = 3.21.12
 # go-nvml's nvml.h marks the NVML 13 deprecations: the cgo stubs of its
 # bindings draw a page of -Wdeprecated-declarations warnings from the C
 # compiler on every cold build, none of them about cudatap's code.
@@ -65,11 +68,14 @@ generate:
 	cd tracer/probe && BPF_CLANG=$(BPF_CLANG) BPF_STRIP=$(BPF_STRIP) $(GO) generate ./...
 	cd tracer/gputime/collector && $(GO) generate .
 	cd internal/inject && $(GO) generate .
+	$(call debian-install,command -v protoc,protobuf-compiler)
+	@protoc --version | grep -qx 'libprotoc $(PROTOC_VERSION)' || { echo "make generate needs protoc $(PROTOC_VERSION), Debian 12's protobuf-compiler: another version writes another header into export/perfetto/pb" >&2; exit 1; }
+	cd export/perfetto/pb && $(GO) generate .
 
 # CI: the committed BPF objects and collector library must be what the
 # sources produce.
 check-generate: generate
-	git diff --exit-code -- tracer/ bpf/ internal/inject/ || (echo "generated BPF objects, collector or injection stub are stale: run make generate and commit" >&2; exit 1)
+	git diff --exit-code -- tracer/ bpf/ internal/inject/ export/perfetto/pb/ || (echo "generated BPF objects, collector, injection stub or Perfetto protobuf code are stale: run make generate and commit" >&2; exit 1)
 
 vet:
 	$(GO) vet ./...
