@@ -16,7 +16,13 @@ import (
 type Matcher[T any] struct {
 	comms  comms
 	groups map[uint64]*matchGroup[T]
+	slots  int // arrivals kept by the meetings pending, over all communicators (maxSlots)
 }
+
+// maxSlots bounds the arrivals the pending meetings keep, one per rank of
+// each: many meetings of a large communicator waiting for ranks a
+// recording does not hold (one host's of a large job) would keep millions.
+const maxSlots = 1 << 22
 
 type matchGroup[T any] struct {
 	id      uint64
@@ -58,7 +64,7 @@ type Met[T any] struct {
 
 // NewMatcher returns an empty matcher.
 func NewMatcher[T any]() *Matcher[T] {
-	return &Matcher[T]{comms: comms{}, groups: map[uint64]*matchGroup[T]{}}
+	return &Matcher[T]{comms: newComms(), groups: map[uint64]*matchGroup[T]{}}
 }
 
 // Call follows call x of p: for a communicator made or a collective it
@@ -83,30 +89,38 @@ func (m *Matcher[T]) Call(p *model.Process, x *model.Call, info T) (a Arrival, o
 	if g == nil || mb.rank >= g.nranks {
 		return a, true, nil
 	}
-	return a, true, g.arrive(mb.rank, seq, x.API, x.Start, info)
+	return a, true, g.arrive(mb.rank, seq, x.API, x.Start, info, &m.slots)
 }
 
-func (g *matchGroup[T]) arrive(rank, k int, api event.API, at uint64, info T) *Met[T] {
+// arrive adds rank's arrival at meeting k; slots counts the arrivals the
+// matcher's pending meetings keep.
+func (g *matchGroup[T]) arrive(rank, k int, api event.API, at uint64, info T, slots *int) *Met[T] {
 	if k < g.oldest {
 		return nil // a meeting given up already
 	}
 	mt := g.pending[k]
 	if mt == nil {
-		if len(g.pending) >= maxPending {
+		for len(g.pending) > 0 && (len(g.pending) >= maxPending || *slots+g.nranks > maxSlots) {
 			// Give up the oldest meeting still waiting for a rank.
 			oldest := k
 			for seq := range g.pending {
 				oldest = min(oldest, seq)
 			}
 			delete(g.pending, oldest)
+			*slots -= g.nranks
 			g.oldest = oldest + 1
 			g.lost++
-			if k < g.oldest {
-				return nil
-			}
+		}
+		if k < g.oldest {
+			return nil
+		}
+		if *slots+g.nranks > maxSlots {
+			g.lost++ // the other communicators' pending meetings hold the room
+			return nil
 		}
 		mt = &pendingMeeting[T]{arrivals: make([]uint64, g.nranks), api: api}
 		g.pending[k] = mt
+		*slots += g.nranks
 	}
 	if mt.arrivals[rank] != 0 {
 		return nil
@@ -120,6 +134,7 @@ func (g *matchGroup[T]) arrive(rank, k int, api event.API, at uint64, info T) *M
 		return nil
 	}
 	delete(g.pending, k)
+	*slots -= g.nranks
 	first, last := slices.Min(mt.arrivals), slices.Max(mt.arrivals)
 	g.met = Met[T]{Comm: g.id, Seq: k, API: mt.api, Arrivals: mt.arrivals, PIDs: g.pids, First: first, Last: last,
 		LastRank: slices.Index(mt.arrivals, last), LastInfo: mt.last}

@@ -52,7 +52,7 @@ const maxCommsFollowed = 1024
 
 // NewProgress returns an empty Progress.
 func NewProgress() *Progress {
-	return &Progress{comms: comms{}, ranks: map[uint64][]*RankProgress{}, pending: map[opKey]pendingOp{}}
+	return &Progress{comms: newComms(), ranks: map[uint64][]*RankProgress{}, pending: map[opKey]pendingOp{}}
 }
 
 func (p *Progress) Call(mp *model.Process, x *model.Call) {

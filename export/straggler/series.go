@@ -88,7 +88,7 @@ type Series struct {
 
 // NewSeries keeps the first and the last keep meetings of each rank.
 func NewSeries(keep int) *Series {
-	return &Series{comms: comms{}, keep: max(keep, 1), ranks: map[seriesKey]*series{}, ops: map[opKey]pointRef{}}
+	return &Series{comms: newComms(), keep: max(keep, 1), ranks: map[seriesKey]*series{}, ops: map[opKey]pointRef{}}
 }
 
 func (s *Series) Call(p *model.Process, x *model.Call) {

@@ -81,14 +81,35 @@ type member struct {
 	next   int // sequence number of its next collective
 }
 
+// Bounds on the communicators followed. Whoever follows them keeps state
+// per rank of each (its arrival at each meeting waiting for the others),
+// and a recording can make up any number of communicators of up to
+// 65,536 ranks: past maxComms communicators, maxRanks ranks of them all
+// or maxMembers ranks made in the recorded processes, a communicator is
+// not followed (counted: comms.ignored).
+const (
+	maxComms   = 1024
+	maxRanks   = 1 << 18
+	maxMembers = 4096
+)
+
 // comms numbers each rank's collectives per communicator.
-type comms map[commKey]*member
+type comms struct {
+	members map[commKey]*member
+	sizes   map[uint64]int // the communicators followed, by id: their ranks
+	ranks   int            // their sum
+	ignored int            // communicators made past the bounds
+}
+
+func newComms() comms {
+	return comms{members: map[commKey]*member{}, sizes: map[uint64]int{}}
+}
 
 // call follows ncclCommInitRank and the collectives: it returns the
 // member that made communicator or collective x, for a collective the
 // number of its meeting (-1 for a communicator made), nil for any other
 // call.
-func (cs comms) call(p *model.Process, x *model.Call) (*member, int) {
+func (cs *comms) call(p *model.Process, x *model.Call) (*member, int) {
 	spec := x.Spec()
 	if spec == nil || spec.Layer != event.NCCL {
 		return nil, 0
@@ -99,12 +120,25 @@ func (cs comms) call(p *model.Process, x *model.Call) (*member, int) {
 		if !x.HasRet || x.Ret != 0 || a.CommID == 0 || a.Size < 2 || a.Peer < 0 || a.Size > 1<<16 || uint64(a.Peer) >= a.Size {
 			return nil, 0
 		}
+		k := commKey{p.PID, a.Comm}
+		size, known := cs.sizes[a.CommID]
+		switch {
+		case known && size != int(a.Size):
+			return nil, 0 // the same communicator cannot have two sizes
+		case !known && (len(cs.sizes) >= maxComms || cs.ranks+int(a.Size) > maxRanks),
+			cs.members[k] == nil && len(cs.members) >= maxMembers:
+			cs.ignored++
+			return nil, 0
+		case !known:
+			cs.sizes[a.CommID] = int(a.Size)
+			cs.ranks += int(a.Size)
+		}
 		m := &member{id: a.CommID, nranks: int(a.Size), rank: int(a.Peer)}
-		cs[commKey{p.PID, a.Comm}] = m
+		cs.members[k] = m
 		return m, -1
 	case event.ClassCollective:
 		if Meeting(spec.API) {
-			if m := cs[commKey{p.PID, a.Comm}]; m != nil {
+			if m := cs.members[commKey{p.PID, a.Comm}]; m != nil {
 				m.next++
 				return m, m.next - 1
 			}
@@ -289,6 +323,7 @@ type Collector struct {
 	procs     map[uint32]*procState
 	ops       map[opKey]opRef
 	opsLost   int
+	gpuSlots  int // rank times kept by the GPU meetings waiting, over all communicators (maxSlots)
 	sites     map[siteKey]*site
 	sitesLost int
 	// threadsLost: calls of threads past the bound, whose last call is
@@ -544,16 +579,24 @@ func (c *Collector) GPUOp(p *model.Process, op *model.GPUOp) {
 func (c *Collector) gpuMeet(g *group, seq, rank int, start, end uint64) {
 	gm := g.gpu[seq]
 	if gm == nil {
-		if len(g.gpu) >= maxPending {
+		// Each waits with two times per rank: within maxPending of the
+		// communicator's and maxSlots of all.
+		for len(g.gpu) > 0 && (len(g.gpu) >= maxPending || c.gpuSlots+g.nranks > maxSlots) {
 			oldest := seq
 			for k := range g.gpu {
 				oldest = min(oldest, k)
 			}
 			delete(g.gpu, oldest)
+			c.gpuSlots -= g.nranks
 			g.gpuLost++
+		}
+		if c.gpuSlots+g.nranks > maxSlots {
+			g.gpuLost++
+			return
 		}
 		gm = &gpuMeeting{start: make([]uint64, g.nranks), end: make([]uint64, g.nranks)}
 		g.gpu[seq] = gm
+		c.gpuSlots += g.nranks
 	}
 	if gm.start[rank] != 0 {
 		return
@@ -563,6 +606,7 @@ func (c *Collector) gpuMeet(g *group, seq, rank int, start, end uint64) {
 		return
 	}
 	delete(g.gpu, seq)
+	c.gpuSlots -= g.nranks
 	lastStart := slices.Max(gm.start)
 	culprit := slices.Index(gm.start, lastStart)
 	for r, s := range gm.start {
@@ -892,6 +936,9 @@ func (c *Collector) ReportNamed(w io.Writer, n Naming) {
 	}
 	if c.procsLost > 0 {
 		fmt.Fprintf(w, "  %d calls of processes past the first %d not followed: their ranks' waits and recorded time are not counted\n", c.procsLost, maxProcs)
+	}
+	if n := c.match.comms.ignored; n > 0 {
+		fmt.Fprintf(w, "  %d communicator(s) made past the bounds (%d communicators, %d ranks in all, %d ranks in the recorded processes) not followed\n", n, maxComms, maxRanks, maxMembers)
 	}
 }
 

@@ -372,3 +372,37 @@ func TestCommJSON(t *testing.T) {
 		t.Errorf("widest meeting %v", w)
 	}
 }
+
+// TestCommsBounded: a recording can make up any number of communicators,
+// of up to 65,536 ranks each, and every rank of every one is state: past
+// the bounds they are not followed, and the report says how many. A
+// communicator of many ranks whose others never arrive (one host of a
+// large job) keeps its pending meetings within maxSlots arrivals.
+func TestCommsBounded(t *testing.T) {
+	c := NewCollector()
+	for i := range maxComms + 3 {
+		commInit(c, 100, uint64(0x1000+i), uint64(0x9000+i), 0, 2)
+	}
+	commInit(c, 101, 0xc0, 0xfeed, 0, 1<<16) // the first 1,024 are followed: no room
+	if got := c.match.comms.ignored; got != 4 {
+		t.Errorf("%d communicators not followed, want 4", got)
+	}
+	var out strings.Builder
+	allReduce(c, 100, 0x1000, 1)
+	allReduce(c, 100, 0x1000, 2) // so that the report has a communicator to show
+	commInit(c, 102, 0x1000, 0x9000, 1, 2)
+	allReduce(c, 102, 0x1000, 3)
+	c.Report(&out)
+	if !strings.Contains(out.String(), "4 communicator(s) made past the bounds") {
+		t.Errorf("report:\n%s", out.String())
+	}
+
+	big := NewCollector()
+	commInit(big, 200, 0xc0, 0xbeef, 0, 1<<16)
+	for k := range uint64(maxPending) {
+		allReduce(big, 200, 0xc0, k)
+	}
+	if g := big.match.groups[0xbeef]; big.match.slots > maxSlots || len(g.pending)*g.nranks != big.match.slots || g.lost == 0 {
+		t.Errorf("%d meetings pending of %d ranks, %d arrivals kept (bound %d), %d given up", len(g.pending), g.nranks, big.match.slots, maxSlots, g.lost)
+	}
+}
