@@ -254,7 +254,7 @@ func TestExportGarbageAndTruncated(t *testing.T) {
 		t.Error("no 'recording truncated' instant event")
 	}
 	// Every command that reads a recording exits 6 on a cut one.
-	for _, args := range [][]string{{"syncs", cut}, {"lint", cut}, {"report", cut}} {
+	for _, args := range [][]string{{"syncs", cut}, {"lint", cut}, {"report", cut}, {"merge", cut, "-o", filepath.Join(dir, "merged.json")}} {
 		if _, stderr, err := run(t, args...); exitCode(err) != exitPartial || !strings.Contains(stderr, "truncated") {
 			t.Errorf("%v on a cut recording: %v (exit %d), stderr %q; want exit 6 and a warning", args, err, exitCode(err), stderr)
 		}

@@ -121,7 +121,13 @@ func runMerge(cmd *cobra.Command, o *mergeOptions, ins []string) error {
 	}
 	agg.Stragglers.ReportNamed(cmd.OutOrStdout(), straggler.Naming{Result: res, Origins: info.Where()})
 	wrote(cmd, outs)
-	return errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	if res.Truncated != "" {
+		return &exitError{code: exitPartial} // the alignment report said which input was cut
+	}
+	return nil
 }
 
 // mergedRecordings are the .cudatap outputs being written: temporary

@@ -128,10 +128,11 @@ func TestMergeCLIBadInput(t *testing.T) {
 		}
 	}
 
-	// Truncated, and a host without NCCL: merged, with the reasons.
+	// Truncated, and a host without NCCL: merged, with the reasons, and
+	// exit status 6 (partial: an input was cut), as export's.
 	stdout, stderr, err := run(t, "merge", ins[0], cut, ins[2], "-o", out)
-	if err != nil {
-		t.Fatalf("merge: %v\n%s", err, stderr)
+	if exitCode(err) != exitPartial {
+		t.Fatalf("merge with a cut input: %v (exit %d), want exit %d\n%s", err, exitCode(err), exitPartial, stderr)
 	}
 	for _, want := range []string{"truncated: recording is truncated", "records read); merged up to the cut",
 		"no NCCL communicator was seen in it", "how well the hosts' clocks were synchronized", "wrote " + out} {
