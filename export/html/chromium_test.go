@@ -53,12 +53,47 @@ func TestPageRendersEverything(t *testing.T) {
 	}
 	// Then a user: hover every row, click, zoom, pan, keys, buttons,
 	// checkboxes, a gap's link. Errors land in #console-errors.
-	html := strings.Replace(buf.String(), "</body>", "<script>"+interact+"</script></body>", 1)
+	dom := render(t, browser, strings.Replace(buf.String(), "</body>", "<script>"+interact+"</script></body>", 1))
+	if !strings.Contains(dom, `data-interacted="ok"`) {
+		t.Errorf("the interactions did not finish")
+	}
+	if m := regexp.MustCompile(`data-tips="(\d+)"`).FindStringSubmatch(dom); m == nil || m[1] == "0" {
+		t.Errorf("hovering showed no details: %v", m)
+	}
+	drawn := map[string]int{}
+	for _, m := range regexp.MustCompile(`<div class="row [a-z]+"[^>]*data-first="(\d+)"[^>]*>([^<]*)</div>`).FindAllStringSubmatch(dom, -1) {
+		drawn[m[2]], _ = strconv.Atoi(m[1])
+	}
+	for _, row := range []string{"train (tid 700)", "stream 1 (blocking, prio 0)", "stream 2 (non-blocking, prio 0)", "utilization (%)", "memory used (1.0 GiB total)", "SM clock (MHz)", "launches per second"} {
+		if drawn[row] == 0 {
+			t.Errorf("row %q not drawn: %v", row, drawn)
+		}
+	}
+}
+
+// TestLintsRenderInChromium: the page of a recording whose lints fire
+// renders them with no error.
+func TestLintsRenderInChromium(t *testing.T) {
+	browser := testutil.Chromium(t)
+	var buf strings.Builder
+	if err := lintsReport().WriteHTML(&buf, ""); err != nil {
+		t.Fatal(err)
+	}
+	dom := render(t, browser, buf.String())
+	if n := strings.Count(dom, `<li class="error" data-lint=`) + strings.Count(dom, `<li class="warning" data-lint=`); n != 3 {
+		t.Errorf("%d lints raised in the DOM, want 3", n)
+	}
+}
+
+// render opens the page in headless Chromium (the whole recording: #fit)
+// and returns its DOM once its script ran, failing on any error it
+// reported or logged.
+func render(t *testing.T, browser, html string) string {
+	t.Helper()
 	page := filepath.Join(t.TempDir(), "report.html")
 	if err := os.WriteFile(page, []byte(html), 0o644); err != nil {
 		t.Fatal(err)
 	}
-
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
@@ -71,11 +106,8 @@ func TestPageRendersEverything(t *testing.T) {
 		t.Fatalf("chromium: %v\n%s", err, stderr.String())
 	}
 	dom := string(out)
-	if !strings.Contains(dom, `data-render="ok"`) || !strings.Contains(dom, `data-interacted="ok"`) {
-		t.Errorf("not rendered, or the interactions did not finish")
-	}
-	if m := regexp.MustCompile(`data-tips="(\d+)"`).FindStringSubmatch(dom); m == nil || m[1] == "0" {
-		t.Errorf("hovering showed no details: %v", m)
+	if !strings.Contains(dom, `data-render="ok"`) {
+		t.Errorf("not rendered")
 	}
 	if m := regexp.MustCompile(`(?s)<ol id="console-errors"[^>]*>(.*?)</ol>`).FindStringSubmatch(dom); m == nil || strings.TrimSpace(m[1]) != "" {
 		t.Errorf("errors: %v", m)
@@ -85,15 +117,7 @@ func TestPageRendersEverything(t *testing.T) {
 			t.Errorf("console: %s", line)
 		}
 	}
-	drawn := map[string]int{}
-	for _, m := range regexp.MustCompile(`<div class="row [a-z]+"[^>]*data-first="(\d+)"[^>]*>([^<]*)</div>`).FindAllStringSubmatch(dom, -1) {
-		drawn[m[2]], _ = strconv.Atoi(m[1])
-	}
-	for _, row := range []string{"train (tid 700)", "stream 1 (blocking, prio 0)", "stream 2 (non-blocking, prio 0)", "utilization (%)", "memory used (1.0 GiB total)", "SM clock (MHz)", "launches per second"} {
-		if drawn[row] == 0 {
-			t.Errorf("row %q not drawn: %v", row, drawn)
-		}
-	}
+	return dom
 }
 
 // interact plays a user on the page's timeline.

@@ -25,6 +25,7 @@
 package html
 
 import (
+	"github.com/cudatap/cudatap/export/lint"
 	"github.com/cudatap/cudatap/export/syncs"
 	"github.com/cudatap/cudatap/tracer/event"
 	"github.com/cudatap/cudatap/tracer/model"
@@ -188,11 +189,13 @@ type procState struct {
 
 // Collector is the report's model.Sink: feed it a replay of a recording
 // (or a live session), then Build the report. Syncs collects the
-// synchronization sites for the summary and the report alike.
+// synchronization sites for the summary and the report alike; Lints runs
+// the lints (as `cudatap lint` does).
 type Collector struct {
 	opts  Options
 	clock *clock
 	Syncs *syncs.Collector
+	Lints *lint.Collector
 
 	procs  map[uint32]*procState
 	order  []*procState
@@ -229,7 +232,7 @@ var _ model.Sink = (*Collector)(nil)
 func NewCollector(opts Options) *Collector {
 	opts = opts.withDefaults()
 	c := &Collector{
-		opts: opts, clock: newClock(opts.Buckets), Syncs: syncs.NewCollector(),
+		opts: opts, clock: newClock(opts.Buckets), Syncs: syncs.NewCollector(), Lints: lint.NewCollector(lint.DefaultOptions()),
 		procs: map[uint32]*procState{}, rowIdx: map[rowKey]int{}, threads: map[threadKey]*threadStats{},
 		devices: map[int8]*deviceState{}, ops: map[opKey]*opStats{},
 	}
@@ -330,6 +333,7 @@ func hostCategory(x *model.Call, class event.Class) int {
 // calls a gap may ask about, launch rates, and device memory.
 func (c *Collector) Call(p *model.Process, x *model.Call) {
 	c.Syncs.Call(p, x)
+	c.Lints.Call(p, x)
 	ps := c.proc(p)
 	c.counts.calls++
 	c.see(x.Start, x.End)
@@ -442,6 +446,7 @@ func opCategory(k model.OpKind) (gpuCat int, mask uint8) {
 // GPUOp records a GPU op on its stream's row, in its device's overlap
 // measures, the stream's gaps and queue depth, and the top operations.
 func (c *Collector) GPUOp(p *model.Process, op *model.GPUOp) {
+	c.Lints.GPUOp(p, op)
 	ps := c.proc(p)
 	c.counts.ops++
 	done := proven(op)

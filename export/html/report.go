@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/cudatap/cudatap/export/internal/describe"
+	"github.com/cudatap/cudatap/export/lint"
 	"github.com/cudatap/cudatap/export/report"
 	"github.com/cudatap/cudatap/export/syncs"
 	"github.com/cudatap/cudatap/internal/units"
@@ -22,6 +23,13 @@ type Report struct {
 	WallOffsetNs   int64
 	Result         *model.Result
 	Syncs          *syncs.Collector
+	Lint           *lint.Collector
+
+	// Lints are the lints' findings, ranked (errors, warnings, then
+	// notes; the costliest first); notes cost less than NoteBelow of
+	// their process's traced time.
+	Lints     []lint.Finding
+	NoteBelow float64
 
 	Findings   []Finding // most severe first
 	Processes  []ProcessReport
@@ -183,7 +191,8 @@ const (
 // model r (the same recording).
 func (c *Collector) Build(r *model.Result) *Report {
 	rep := &Report{Title: c.opts.Title, Version: c.opts.Version, Start: r.Start, End: r.End,
-		WallOffsetNs: r.WallOffsetNs, Result: r, Syncs: c.Syncs, Account: describe.Account(r)}
+		WallOffsetNs: r.WallOffsetNs, Result: r, Syncs: c.Syncs, Lint: c.Lints, Account: describe.Account(r),
+		Lints: lint.Findings(r, c.Lints), NoteBelow: c.Lints.Options().NoteBelow}
 	if rep.Start == 0 {
 		rep.Start, rep.End = c.firstT, c.lastT
 	}
@@ -552,6 +561,18 @@ func (rep *Report) findings() {
 	for _, v := range rep.Verdicts {
 		out = append(out, Finding{Severity: SevHigh, Title: v.String()})
 	}
+	if raised := rep.RaisedLints(); len(raised) > 0 {
+		top := raised[0]
+		f := Finding{Severity: SevMedium, Title: "lints raised: " + lint.LevelCounts(raised) + " (see Lints)",
+			Detail: fmt.Sprintf("the first: [%s] %s in %s; cost: %s", top.ID, top.Title, top.Process, top.Cost), Fix: top.Fix}
+		if top.Level == lint.LevelError {
+			f.Severity = SevHigh
+		}
+		if len(top.Examples) > 0 && len(top.Examples[0].Calls) > 0 {
+			f.Where = top.Examples[0].Calls[0].Site
+		}
+		out = append(out, f)
+	}
 	for _, v := range rep.HostVerdicts {
 		label := fmt.Sprintf("pid %d", v.PID)
 		for _, p := range rep.Result.Processes {
@@ -566,9 +587,24 @@ func (rep *Report) findings() {
 	rep.Findings = out
 }
 
+// RaisedLints are the lints' findings that are not notes.
+func (rep *Report) RaisedLints() []lint.Finding {
+	i := slices.IndexFunc(rep.Lints, func(f lint.Finding) bool { return f.Level == lint.LevelNote })
+	if i < 0 {
+		return rep.Lints
+	}
+	return rep.Lints[:i]
+}
+
+// LintNotes are the lints' notes: listed, not raised.
+func (rep *Report) LintNotes() []lint.Finding { return rep.Lints[len(rep.RaisedLints()):] }
+
 func (rep *Report) bounds(c *Collector) {
 	var b []string
 	add := func(format string, args ...any) { b = append(b, fmt.Sprintf(format, args...)) }
+	if l := c.Lints.Limits(); l != (lint.Limits{}) {
+		add("lints: %s", l)
+	}
 	add("time series: %d buckets of %s", c.opts.Buckets, units.Duration(c.clock.width))
 	if c.detail.over || c.detail.to != 0 {
 		add("timeline: %d of %d slices in full detail, in the busiest window that holds at most %d (%s to %s); the rest drawn as occupancy per bucket",

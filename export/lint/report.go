@@ -502,7 +502,7 @@ func writeFinding(b *strings.Builder, f *Finding, opts TextOptions) {
 				if e.CostAtMost {
 					at = "at most "
 				}
-				head += fmt.Sprintf(" (cost %s%s)", at, dur(e.CostNs))
+				head += fmt.Sprintf(" (cost %s%s)", at, units.Duration(e.CostNs))
 			}
 			tw.Flush()
 			fmt.Fprintln(b, head)
@@ -545,6 +545,9 @@ func streamLabel(e Evidence) string {
 	}
 	return "stream " + strconv.Itoa(e.Stream)
 }
+
+// String says what the bounds left out, in words.
+func (l Limits) String() string { return limitsLine(l) }
 
 func limitsLine(l Limits) string {
 	var s []string
