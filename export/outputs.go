@@ -1,27 +1,29 @@
-// Package export turns a recording into files: Chrome/Perfetto traces
-// (export/chrome), pprof profiles (export/pprofout), text reports
-// (export/report). This file plans the outputs and writes them safely:
+// Package export turns a recording into files: Chrome traces
+// (export/chrome), Perfetto traces (export/perfetto), pprof profiles
+// (export/pprofout), text reports (export/report). This file plans the outputs and writes them safely:
 // each to a temporary file next to its target, renamed over it once
 // complete, so a failed or interrupted export never leaves half a file
 // where a good one was.
 package export
 
 import (
-	"compress/gzip"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 
 	"github.com/google/pprof/profile"
+	"github.com/klauspost/pgzip"
 	"golang.org/x/sys/unix"
 
 	"github.com/cudatap/cudatap/export/chrome"
 	"github.com/cudatap/cudatap/export/lint"
+	"github.com/cudatap/cudatap/export/perfetto"
 	"github.com/cudatap/cudatap/export/pprofout"
 	"github.com/cudatap/cudatap/export/straggler"
 	"github.com/cudatap/cudatap/export/syncs"
@@ -32,13 +34,14 @@ import (
 type Format string
 
 const (
-	Chrome    Format = "chrome"  // .json, .json.gz
-	Pprof     Format = "pprof"   // .pb.gz
-	Recording Format = "cudatap" // .cudatap
+	Chrome    Format = "chrome"   // .json, .json.gz
+	Perfetto  Format = "perfetto" // .perfetto-trace, .pftrace
+	Pprof     Format = "pprof"    // .pb.gz
+	Recording Format = "cudatap"  // .cudatap
 )
 
 // Formats lists the accepted --format values.
-var Formats = []Format{Chrome, Pprof, Recording}
+var Formats = []Format{Chrome, Perfetto, Pprof, Recording}
 
 // FormatOf picks the format from the path's extension; override (a
 // --format) gives it to a path whose extension names none, such as Stdout,
@@ -52,13 +55,15 @@ func FormatOf(path, override string) (Format, error) {
 			}
 		}
 		if forced == "" {
-			return "", fmt.Errorf("unknown --format %q: use chrome, pprof or cudatap", override)
+			return "", fmt.Errorf("unknown --format %q: use chrome, perfetto, pprof or cudatap", override)
 		}
 	}
 	switch {
 	case path == Stdout:
 	case strings.HasSuffix(path, ".json"), strings.HasSuffix(path, ".json.gz"):
 		return Chrome, nil
+	case strings.HasSuffix(path, ".perfetto-trace"), strings.HasSuffix(path, ".pftrace"):
+		return Perfetto, nil
 	case strings.HasSuffix(path, ".pb.gz"), strings.HasSuffix(path, ".pb"), strings.HasSuffix(path, ".pprof"):
 		return Pprof, nil
 	case strings.HasSuffix(path, ".cudatap"):
@@ -67,7 +72,7 @@ func FormatOf(path, override string) (Format, error) {
 	if forced != "" {
 		return forced, nil
 	}
-	return "", fmt.Errorf("cannot tell the format of %q from its extension: use .json/.json.gz (Chrome trace), .pb.gz (pprof) or .cudatap (recording), or pass --format", path)
+	return "", fmt.Errorf("cannot tell the format of %q from its extension: use .json/.json.gz (Chrome trace), .perfetto-trace (Perfetto trace), .pb.gz (pprof) or .cudatap (recording), or pass --format", path)
 }
 
 // Output is one requested output file.
@@ -106,7 +111,7 @@ func Plan(paths []string, override string, inputs ...string) ([]Output, error) {
 	for _, p := range paths {
 		if p == Stdout {
 			if override == "" {
-				return nil, fmt.Errorf("-o - writes to the standard output, which has no extension: pass --format (chrome, pprof or cudatap)")
+				return nil, fmt.Errorf("-o - writes to the standard output, which has no extension: pass --format (chrome, perfetto, pprof or cudatap)")
 			}
 			if _, dup := seen[Stdout]; dup {
 				return nil, fmt.Errorf("-o - is given twice: the standard output takes one output")
@@ -429,33 +434,53 @@ func writeFile(path string, write func(io.Writer) error) error {
 	return nil
 }
 
-// chromeOut is one Chrome trace being written.
+// chromeOut is one trace being written, Chrome or Perfetto.
 type chromeOut struct {
-	path string
-	t    *tempFile
-	pipe bool         // written to the standard output, until Close or Abort
-	zw   *gzip.Writer // for .gz outputs
-	w    *chrome.Writer
-	err  error // it could not be created
+	path   string
+	format Format
+	t      *tempFile
+	pipe   bool          // written to the standard output, until Close or Abort
+	zw     *pgzip.Writer // for .gz outputs
+	w      traceWriter
+	err    error // it could not be created
 }
 
-// ChromeSet streams a recording to every Chrome output at once: the CLI
-// replays the recording into its Sink and closes it with the result.
+// traceWriter is a trace format's writer: a sink for the replayed
+// recording, closed with its result.
+type traceWriter interface {
+	model.Sink
+	Close(*model.Result) error
+}
+
+// ChromeSet streams a recording to every trace output at once, Chrome and
+// Perfetto: the CLI replays the recording into its Sink and closes it with
+// the result.
 type ChromeSet struct {
 	outs []*chromeOut
 }
 
-// CreateChrome opens a temporary file (gzip-compressed for .gz paths) and
-// starts a trace for every Chrome output; nil when there are none. An
-// output whose file cannot be created does not stop the others: Close
-// reports it. names names what the traces show (see chrome.NewWriter).
+// gzipBlock is what each core of a .gz output compresses at a time: the
+// members of a gzip file compressed in parallel (pgzip), 1 MiB each.
+const gzipBlock = 1 << 20
+
+// CreateChrome opens a temporary file (gzip-compressed, on every core, for
+// .gz paths) and starts a trace for every Chrome and Perfetto output; nil
+// when there are none. An output whose file cannot be created does not
+// stop the others: Close reports it. names names what the traces show
+// (see chrome.NewWriter).
 func CreateChrome(outs []Output, names *model.Names, opts Options) (*ChromeSet, error) {
 	var s ChromeSet
+	start := func(w io.Writer, f Format) traceWriter {
+		if f == Perfetto {
+			return perfetto.NewWriter(w, names, perfetto.Options{Version: opts.Version, Origins: opts.Origins, Merge: opts.Merge})
+		}
+		return chrome.NewWriter(w, names, chrome.Options{Version: opts.Version, Counters: opts.Counters, Origins: opts.Origins, Merge: opts.Merge})
+	}
 	for _, o := range outs {
-		if o.Format != Chrome {
+		if o.Format != Chrome && o.Format != Perfetto {
 			continue
 		}
-		c := &chromeOut{path: o.Path}
+		c := &chromeOut{path: o.Path, format: o.Format}
 		s.outs = append(s.outs, c)
 		if o.Path == Stdout {
 			if o.W == nil {
@@ -463,7 +488,7 @@ func CreateChrome(outs []Output, names *model.Names, opts Options) (*ChromeSet, 
 				continue
 			}
 			c.pipe = true
-			c.w = chrome.NewWriter(o.W, names, chrome.Options{Version: opts.Version, Counters: opts.Counters, Origins: opts.Origins, Merge: opts.Merge})
+			c.w = start(o.W, o.Format)
 			continue
 		}
 		t, err := createTemp(o.Path)
@@ -474,10 +499,11 @@ func CreateChrome(outs []Output, names *model.Names, opts Options) (*ChromeSet, 
 		c.t = t
 		var w io.Writer = t.f
 		if strings.HasSuffix(o.Path, ".gz") {
-			c.zw, _ = gzip.NewWriterLevel(t.f, gzip.BestSpeed)
+			c.zw, _ = pgzip.NewWriterLevel(t.f, pgzip.BestSpeed)
+			c.zw.SetConcurrency(gzipBlock, runtime.GOMAXPROCS(0))
 			w = c.zw
 		}
-		c.w = chrome.NewWriter(w, names, chrome.Options{Version: opts.Version, Counters: opts.Counters, Origins: opts.Origins, Merge: opts.Merge})
+		c.w = start(w, o.Format)
 	}
 	if len(s.outs) == 0 {
 		return nil, nil
@@ -516,13 +542,13 @@ func (s *ChromeSet) Close(r *model.Result) error {
 	var errs []error
 	for _, c := range s.outs {
 		if c.err != nil {
-			errs = append(errs, &OutputError{Path: c.path, Err: fmt.Errorf("write chrome trace %s: %w", c.path, c.err)})
+			errs = append(errs, &OutputError{Path: c.path, Err: fmt.Errorf("write %s trace %s: %w", c.format, c.path, c.err)})
 			continue
 		}
 		if c.pipe {
 			c.pipe = false
 			if err := c.w.Close(r); err != nil {
-				errs = append(errs, &OutputError{Path: Stdout, Err: fmt.Errorf("write chrome trace to the standard output: %w", err)})
+				errs = append(errs, &OutputError{Path: Stdout, Err: fmt.Errorf("write %s trace to the standard output: %w", c.format, err)})
 			}
 			continue
 		}
@@ -542,7 +568,7 @@ func (s *ChromeSet) Close(r *model.Result) error {
 		}
 		c.t = nil
 		if err != nil {
-			errs = append(errs, &OutputError{Path: c.path, Err: fmt.Errorf("write chrome trace %s: %w", c.path, err)})
+			errs = append(errs, &OutputError{Path: c.path, Err: fmt.Errorf("write %s trace %s: %w", c.format, c.path, err)})
 		}
 	}
 	return errors.Join(errs...)
@@ -557,6 +583,9 @@ func (s *ChromeSet) Abort() {
 	for _, c := range s.outs {
 		c.pipe = false // what went to the standard output stays there, cut
 		if c.t != nil {
+			if c.zw != nil {
+				c.zw.Close() // ends its compressing goroutines
+			}
 			c.t.abort()
 			c.t = nil
 		}

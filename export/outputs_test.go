@@ -13,7 +13,9 @@ import (
 	"testing"
 
 	"github.com/cudatap/cudatap/export/internal/fixture"
+	"github.com/cudatap/cudatap/export/perfetto/perfettotest"
 	"github.com/cudatap/cudatap/internal/testutil"
+	"github.com/cudatap/cudatap/tracer/event"
 	"github.com/cudatap/cudatap/tracer/model"
 )
 
@@ -39,11 +41,12 @@ func TestPlanTouchesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := files(t, dir)
-	outs, err := Plan([]string{filepath.Join(dir, "new.json.gz"), old, filepath.Join(dir, "p.pb.gz"), filepath.Join(dir, "r.cudatap")}, "")
+	outs, err := Plan([]string{filepath.Join(dir, "new.json.gz"), old, filepath.Join(dir, "p.pb.gz"), filepath.Join(dir, "r.cudatap"),
+		filepath.Join(dir, "t.perfetto-trace"), filepath.Join(dir, "t.pftrace")}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []Format{Chrome, Chrome, Pprof, Recording}
+	want := []Format{Chrome, Chrome, Pprof, Recording, Perfetto, Perfetto}
 	for i, o := range outs {
 		if o.Format != want[i] {
 			t.Errorf("%s: format %s, want %s", o.Path, o.Format, want[i])
@@ -148,7 +151,7 @@ func TestWriteOutputs(t *testing.T) {
 	os.WriteFile(old, []byte("old"), 0o600)
 	os.WriteFile(real, []byte("old"), 0o600)
 	os.Symlink("real.pb.gz", link)
-	outs, err := Plan([]string{old, filepath.Join(dir, "t.json.gz"), link}, "")
+	outs, err := Plan([]string{old, filepath.Join(dir, "t.json.gz"), link, filepath.Join(dir, "t.perfetto-trace")}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,6 +169,23 @@ func TestWriteOutputs(t *testing.T) {
 	}
 	if p := testutil.ReadProfile(t, link); len(p.Sample) == 0 {
 		t.Error("no samples")
+	}
+	// The Perfetto trace, from the same replay: as many slices as the
+	// Chrome trace has (and the two Perfetto draws its own way: the
+	// recording's slice, the anchor of the event dependency's flow).
+	b, _ := os.ReadFile(filepath.Join(dir, "t.perfetto-trace"))
+	pt, err := perfettotest.Read(b)
+	if err != nil {
+		t.Fatalf("the Perfetto trace: %v", err)
+	}
+	slices := 0
+	for _, ev := range readTrace(t, old)["traceEvents"].([]any) {
+		if ph := ev.(map[string]any)["ph"]; ph == "X" || ph == "i" {
+			slices++
+		}
+	}
+	if len(pt.Slices) != slices+2 || len(pt.Problems) > 0 {
+		t.Errorf("the Perfetto trace has %d slices, the Chrome trace %d; problems: %q", len(pt.Slices), slices, pt.Problems)
 	}
 	if fi, err := os.Lstat(link); err != nil || fi.Mode()&os.ModeSymlink == 0 {
 		t.Errorf("the link was replaced: %v %v", fi, err)
@@ -333,5 +353,42 @@ func TestPlanRefusesForeignDirLink(t *testing.T) {
 	}
 	if _, err := Plan([]string{filepath.Join(rootLink, "y.json")}, ""); err != nil {
 		t.Errorf("Plan through root's link: %v", err)
+	}
+}
+
+// A .json.gz is compressed on every core, gzipBlock bytes at a time, into
+// one gzip stream: a trace of many blocks reads back whole with the
+// standard library.
+func TestParallelGzip(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "big.json.gz")
+	outs, err := Plan([]string{path}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := fixture.New()
+	set, err := CreateChrome(outs, f.Names, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, sink := f.Result.Processes[0], set.Sink()
+	const launches = 20_000 // about 8 MB of JSON: 8 blocks
+	for i := range launches {
+		ts := uint64(fixture.Base) + uint64(i)*1000
+		c := model.Call{Start: ts, End: ts + 500, TID: fixture.TIDMain, API: event.CudaLaunchKernel, Stream: 2, GPUOp: i, Correlation: uint64(i + 1),
+			Stack: -1, PyStack: -1, HasRet: true, Args: event.Args{HasStream: true, Func: fixture.StubVecAdd}}
+		sink.Call(p, &c)
+	}
+	if err := set.Close(f.Result); err != nil {
+		t.Fatal(err)
+	}
+	var launched int
+	for _, ev := range readTrace(t, path)["traceEvents"].([]any) {
+		if ev.(map[string]any)["name"] == "cudaLaunchKernel" {
+			launched++
+		}
+	}
+	if launched != launches {
+		t.Errorf("%d launch slices read back, %d written", launched, launches)
 	}
 }
