@@ -20,7 +20,7 @@ export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 BPF_OBJECT := $(shell sha256sum tracer/probe/cudatap_bpfel.o 2>/dev/null | cut -c1-16)
 LDFLAGS ?= -X main.version=$(VERSION) -X main.bpfObject=$(BPF_OBJECT)
 
-.PHONY: all build demo test test-deps test-short bench generate check-generate vet gpu-check clean release release-deps release-check
+.PHONY: all build demo test fuzz test-deps test-short bench generate check-generate vet gpu-check clean release release-deps release-check
 
 all: build
 
@@ -37,6 +37,14 @@ demo: build
 test: test-deps
 	$(GO) vet ./...
 	$(GO) test -p 1 -count=1 ./...
+	$(MAKE) fuzz
+
+# Recordings are untrusted input: fuzz every command that reads one with
+# valid-looking recordings (export/fuzz_test.go) for a bounded time. Plain
+# go test replays the seeds and what earlier runs found (export/testdata).
+FUZZTIME ?= 30s
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzRecordings$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 5s ./export
 
 # What the tests need beyond Go and a C compiler: Debian's Python packages
 # for HolisticTraceAnalysis (testdata/hta), which checks that the traces
