@@ -2,10 +2,12 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
@@ -28,9 +30,10 @@ func newDemoCmd(g *globalOptions) *cobra.Command {
 		Use:   "demo",
 		Short: "Trace the bundled simulated CUDA workload end to end (no GPU needed)",
 		Long: `demo compiles the bundled simulated CUDA runtime and workload with the system C compiler,
-launches the workload under cudatap with real uprobes, and writes trace.json and
-profile.pb.gz. The simulated runtime exports the real libcudart ABI and models a GPU clock
-per stream, so synchronizations block for real and pageable copies stall the host.`,
+launches the workload under cudatap with real uprobes, and writes into ./cudatap-demo/ (--out-dir)
+the recording run.cudatap, the HTML report report.html, trace.json and profile.pb.gz; it ends with
+the commands that open them. The simulated runtime exports the real libcudart ABI and models a
+GPU clock per stream, so synchronizations block for real and pageable copies stall the host.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runDemo(cmd, g, o)
@@ -38,12 +41,32 @@ per stream, so synchronizations block for real and pageable copies stall the hos
 	}
 	cmd.Flags().IntVar(&o.iters, "iters", 50, "iterations of the workload")
 	cmd.Flags().IntVar(&o.streams, "streams", 3, "CUDA streams the workload creates")
-	cmd.Flags().StringVar(&o.dir, "out-dir", ".", "where to write trace.json and profile.pb.gz")
+	cmd.Flags().StringVar(&o.dir, "out-dir", "cudatap-demo", "the directory to write the recording, the report, the trace and the profile into (made if missing)")
 	cmd.Flags().BoolVar(&o.keep, "keep-build", false, "keep the compiled simulated runtime and workload")
 	return cmd
 }
 
+// demoFiles are what the demo writes, in its directory.
+type demoFiles struct{ dir, recording, report, trace, profile string }
+
+func newDemoFiles(dir string) demoFiles {
+	in := func(name string) string { return filepath.Join(dir, name) }
+	return demoFiles{dir: dir, recording: in("run.cudatap"), report: in("report.html"), trace: in("trace.json"), profile: in("profile.pb.gz")}
+}
+
 func runDemo(cmd *cobra.Command, g *globalOptions, o *demoOptions) error {
+	files := newDemoFiles(o.dir)
+	if err := os.MkdirAll(files.dir, 0o755); err != nil {
+		return fmt.Errorf("demo: %w (give another directory with --out-dir)", err)
+	}
+	outs, err := export.Plan([]string{files.recording, files.trace, files.profile}, "")
+	if err != nil {
+		return err
+	}
+	rep, err := newRecordReport(files.report, outs) // replays files.recording once it is written
+	if err != nil {
+		return err
+	}
 	build, err := os.MkdirTemp("", "cudatap-demo-")
 	if err != nil {
 		return err
@@ -54,10 +77,6 @@ func runDemo(cmd *cobra.Command, g *globalOptions, o *demoOptions) error {
 	stderr := cmd.ErrOrStderr()
 	fmt.Fprintf(stderr, "building the simulated CUDA runtime and workload in %s\n", build)
 	b, err := sim.Compile(build)
-	if err != nil {
-		return err
-	}
-	outs, err := export.Plan([]string{filepath.Join(o.dir, "trace.json"), filepath.Join(o.dir, "profile.pb.gz")}, "")
 	if err != nil {
 		return err
 	}
@@ -84,12 +103,45 @@ func runDemo(cmd *cobra.Command, g *globalOptions, o *demoOptions) error {
 	if err := to.finish(cmd, outcome.Result); err != nil {
 		return err
 	}
-	trace, prof := outs[0].Path, outs[1].Path
-	fmt.Fprintf(cmd.OutOrStdout(), `
-Open the results:
-  trace:   %s  →  https://ui.perfetto.dev (Open trace file) or chrome://tracing
-  profile: go tool pprof -http=:8080 %s   (sample types: sync_wait, cuda_api_time, cuda_api, memcpy)
-Trace your own job: sudo cudatap record -p PID -o trace.json -o profile.pb.gz
-`, trace, prof)
+	if err := rep.write(stderr); err != nil {
+		return err
+	}
+	printDemoNext(cmd.OutOrStdout(), os.Args[0], files)
 	return nil
+}
+
+// printDemoNext says where the demo's files are and gives the commands
+// that open them, with cudatap named as it was run (./bin/cudatap under
+// make demo).
+func printDemoNext(w io.Writer, self string, f demoFiles) {
+	run := func(args ...string) string {
+		words := []string{shellWord(self)}
+		for _, a := range args {
+			words = append(words, shellWord(a))
+		}
+		return strings.Join(words, " ")
+	}
+	fmt.Fprintf(w, "\nThe demo wrote into %s%c:\n", f.dir, filepath.Separator)
+	tw := tabwriter.NewWriter(w, 0, 0, 3, ' ', 0)
+	fmt.Fprintf(tw, "  %s\tthe HTML report: open it in a browser (one file, works offline)\n", f.report)
+	fmt.Fprintf(tw, "  %s\tthe recording: every call, for the commands below\n", f.recording)
+	fmt.Fprintf(tw, "  %s\tthe timeline: https://ui.perfetto.dev (Open trace file) or chrome://tracing\n", f.trace)
+	fmt.Fprintf(tw, "  %s\tthe profile: go tool pprof -http=:8080 %s\n", f.profile, shellWord(f.profile))
+	tw.Flush()
+	fmt.Fprintln(w, "\nRead the recording again:")
+	fmt.Fprintf(tw, "  %s\t# the verdicts, in the terminal\n", run("report", f.recording))
+	fmt.Fprintf(tw, "  %s\t# every lint finding, with its examples\n", run("lint", f.recording))
+	fmt.Fprintf(tw, "  %s\t# where the host waited for the GPU\n", run("syncs", f.recording))
+	fmt.Fprintf(tw, "  %s\t# other formats (.json.gz, .pb.gz)\n", run("export", f.recording, "-o", filepath.Join(f.dir, "trace.json.gz")))
+	tw.Flush()
+	fmt.Fprintf(w, "Trace your own job: sudo %s\n", run("record", "-o", "run.cudatap", "--report", "report.html", "--", "python3", "train.py"))
+}
+
+// shellWord is s as a shell reads it back: quoted when it holds anything
+// but letters, digits and -_./=:,+@%.
+func shellWord(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=:,+@%") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
