@@ -24,7 +24,7 @@ func addCompletions(root *cobra.Command) {
 				"none\tno stacks (cheapest)", "sync\tstacks of calls that may block (default)", "all\tstacks of every call"))
 		}
 		if c.Flags().Lookup("format") != nil {
-			formats := []string{"chrome\tChrome/Perfetto trace (JSON)", "pprof\tpprof profile (gzipped protobuf)"}
+			formats := []string{"chrome\tChrome/Kineto trace (JSON; HTA reads it)", "perfetto\tPerfetto trace (protobuf, compact)", "pprof\tpprof profile (gzipped protobuf)"}
 			if c.Name() != "export" { // export makes no recordings
 				formats = append(formats, "cudatap\traw .cudatap recording")
 			}

@@ -26,14 +26,15 @@ func newExportCmd(g *globalOptions) *cobra.Command {
 		Use:   "export IN.cudatap -o OUT...",
 		Short: "Make traces, profiles and the summary from a .cudatap recording",
 		Example: `  cudatap export run.cudatap -o trace.json.gz -o profile.pb.gz
+  cudatap export run.cudatap -o trace.perfetto-trace  # for ui.perfetto.dev: a fraction of the JSON's size
   cudatap export -q run.cudatap -o - --format chrome | gzip > trace.json.gz`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runExport(cmd, g, o, args[0])
 		},
 	}
-	cmd.Flags().StringArrayVarP(&o.outputs, "output", "o", nil, "output file, format from the extension (.json/.json.gz, .pb.gz) (repeatable); - is stdout (with --format; the summary then goes to stderr)")
-	cmd.Flags().StringVar(&o.format, "format", "", "the format of -o - and of outputs whose extension names none: chrome or pprof")
+	cmd.Flags().StringArrayVarP(&o.outputs, "output", "o", nil, "output file, format from the extension (.json/.json.gz Chrome trace, .perfetto-trace Perfetto trace, .pb.gz pprof) (repeatable); - is stdout (with --format; the summary then goes to stderr)")
+	cmd.Flags().StringVar(&o.format, "format", "", "the format of -o - and of outputs whose extension names none: chrome, perfetto or pprof")
 	cmd.Flags().BoolVar(&o.json, "json", false, "write the summary as JSON (schema in README.md, \"JSON output\"); also with --quiet")
 	return cmd
 }

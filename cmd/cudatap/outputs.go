@@ -21,7 +21,7 @@ import (
 // traceOutputs is what a tracing command writes, and how: aggregates feed
 // the profile and the summary while tracing; every raw record goes to the
 // .cudatap outputs, or to a spill file next to the first trace when only
-// Chrome traces were asked for; Chrome traces are then written by
+// traces (Chrome, Perfetto) were asked for; traces are then written by
 // replaying that file. Nothing holds the events in memory.
 type traceOutputs struct {
 	outs []export.Output
@@ -59,7 +59,7 @@ func newTraceOutputs(outs []export.Output) (*traceOutputs, error) {
 				return nil, fmt.Errorf("cannot write output %s: %w", o.Path, err)
 			}
 			t.recs, t.finals = append(t.recs, f), append(t.finals, o.Path)
-		case o.Format == export.Chrome:
+		case o.Format == export.Chrome || o.Format == export.Perfetto:
 			if chrome == "" {
 				chrome = o.Path
 			}
@@ -178,7 +178,8 @@ func (t *traceOutputs) finish(cmd *cobra.Command, res *model.Result) error {
 }
 
 // writeChrome replays the recording through a fresh model whose sink
-// writes every Chrome output; names come from the session.
+// writes every trace output, Chrome and Perfetto; names come from the
+// session.
 func (t *traceOutputs) writeChrome(cmd *cobra.Command, res *model.Result) error {
 	set, err := export.CreateChrome(t.outs, res.Names, export.Options{Version: version})
 	if err != nil || set == nil {
@@ -189,12 +190,12 @@ func (t *traceOutputs) writeChrome(cmd *cobra.Command, res *model.Result) error 
 		var err error
 		if f, err = os.Open(t.finals[0]); err != nil {
 			set.Abort()
-			return fmt.Errorf("read back the recording for the Chrome trace: %w", err)
+			return fmt.Errorf("read back the recording for the traces: %w", err)
 		}
 		defer f.Close()
 	} else if _, err := f.Seek(0, io.SeekStart); err != nil {
 		set.Abort()
-		return fmt.Errorf("read back the recording for the Chrome trace: %w", err)
+		return fmt.Errorf("read back the recording for the traces: %w", err)
 	}
 	notes := cmd.ErrOrStderr()
 	if t.notes != nil {
@@ -208,7 +209,7 @@ func (t *traceOutputs) writeChrome(cmd *cobra.Command, res *model.Result) error 
 	m.Finish() // lays out what no sync bounded, into the trace
 	if err != nil {
 		set.Abort()
-		return fmt.Errorf("read back the recording for the Chrome trace: %w", err)
+		return fmt.Errorf("read back the recording for the traces: %w", err)
 	}
 	return set.Close(res)
 }

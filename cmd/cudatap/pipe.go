@@ -23,7 +23,7 @@ func planOutputs(cmd *cobra.Command, paths []string, format string, inputs ...st
 			case piped:
 				return nil, false, usageError(errors.New("-o - is given twice: the standard output takes one output"))
 			case format == "":
-				return nil, false, usageError(errors.New("-o - writes to the standard output, which has no extension: pass --format (chrome, pprof or cudatap)"))
+				return nil, false, usageError(errors.New("-o - writes to the standard output, which has no extension: pass --format (chrome, perfetto, pprof or cudatap)"))
 			}
 			piped = true
 		}
