@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"encoding/json"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -396,6 +397,9 @@ func TestTextAndJSON(t *testing.T) {
 		if !strings.Contains(txt.String(), s) {
 			t.Errorf("text lacks %q:\n%s", s, txt.String())
 		}
+	}
+	if d := regexp.MustCompile(`\d(ns|µs|ms|s)\b`).FindString(txt.String()); d != "" {
+		t.Errorf("text has a time in Go's format (%q), not in every output's (units.Duration, units.Offset: \"+1.5 ms\"):\n%s", d, txt.String())
 	}
 	var sec bytes.Buffer
 	WriteText(&sec, res, c, fs, TextOptions{Section: true, Examples: 1, Input: "run.cudatap"})

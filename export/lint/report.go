@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
-	"time"
 
 	"github.com/cudatap/cudatap/export/internal/describe"
 	"github.com/cudatap/cudatap/export/syncs"
@@ -355,7 +354,7 @@ func (c *Collector) streamFindings(n *namer, p *model.Process, ps *proc, rule Ru
 			at = s.peakAt - n.r.Start
 		}
 		f.Summary = fmt.Sprintf("up to %d streams had GPU work at once on %s (at +%s); more than %d for %s in all",
-			s.peak, where, dur(at), c.opts.MaxBusyStreams, dur(s.overNs))
+			s.peak, where, units.Offset(at), c.opts.MaxBusyStreams, dur(s.overNs))
 		for _, x := range s.shown {
 			e := n.evidence(p, x.call, "op")
 			e.Stream = int(x.stream)
@@ -368,9 +367,9 @@ func (c *Collector) streamFindings(n *namer, p *model.Process, ps *proc, rule Ru
 
 func at2(n *namer, t uint64) string {
 	if t > n.r.Start {
-		return "+" + dur(t-n.r.Start)
+		return "+" + units.Offset(t-n.r.Start)
 	}
-	return "+0s"
+	return "+" + units.Offset(0)
 }
 
 func plural[N int | int64](n N, one, many string) string {
@@ -380,7 +379,7 @@ func plural[N int | int64](n N, one, many string) string {
 	return strconv.FormatInt(int64(n), 10) + " " + many
 }
 
-func dur(ns uint64) string { return time.Duration(ns).Round(time.Microsecond).String() }
+func dur(ns uint64) string { return units.Duration(ns) }
 
 // TextOptions tune WriteText.
 type TextOptions struct {
@@ -519,7 +518,7 @@ func writeFinding(b *strings.Builder, f *Finding, opts TextOptions) {
 			if f.ID == ManyBusyStreams {
 				extra = "\t" + e.Note
 			}
-			fmt.Fprintf(tw, "%s    %s\t%s\t+%s\t%s\t%s\tat %s%s\n", indent, ev.Role, ev.Call, dur(ev.AtNs), threadLabel(ev), streamLabel(ev), where, extra)
+			fmt.Fprintf(tw, "%s    %s\t%s\t+%s\t%s\t%s\tat %s%s\n", indent, ev.Role, ev.Call, units.Offset(ev.AtNs), threadLabel(ev), streamLabel(ev), where, extra)
 		}
 	}
 	tw.Flush()
