@@ -191,6 +191,9 @@ func scanOne(path string, keep int, progress func(int64)) (Input, error) {
 	}
 	in.Header, in.Records, in.Start = rp.Header, rp.Records, res.Start
 	for _, pr := range res.Processes {
+		if pr.Other {
+			continue // the processes past the model's bound: no pid of the recording's
+		}
 		in.Procs = append(in.Procs, Proc{PID: pr.PID, Rank: pr.Rank, WorldSize: pr.WorldSize})
 	}
 	in.Ranks, in.OpsLost = series.Ranks(), series.OpsLost

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/cudatap/cudatap/export/chrome"
 	"github.com/cudatap/cudatap/export/merge/mergetest"
 	"github.com/cudatap/cudatap/export/straggler"
+	"github.com/cudatap/cudatap/tracer/event"
 	"github.com/cudatap/cudatap/tracer/model"
 	"github.com/cudatap/cudatap/tracer/recording"
 )
@@ -594,5 +596,36 @@ func TestMergeOneSided(t *testing.T) {
 		if in := p.Info().Inputs[1]; in.OffsetMinNs != nil || in.OffsetMaxNs == nil || in.UncertaintyNs != nil {
 			t.Errorf("info %+v", in)
 		}
+	}
+}
+
+// TestScanManyProcesses: past the model's bound the processes of a
+// recording share one that is no process of it: the plan neither lists
+// nor renumbers it.
+func TestScanManyProcesses(t *testing.T) {
+	var buf bytes.Buffer
+	w, _ := recording.NewWriter(&buf, recording.NewHeader("test", 0))
+	for i := range 1030 {
+		e := event.Event{Cookie: event.Lookup(event.CudaLaunchKernel).Cookie(0), PID: uint32(1000 + i), TID: uint32(1000 + i), Start: uint64(1e9 + i*1000)}
+		w.Event(event.Encode(nil, &e))
+	}
+	w.Close()
+	dir := t.TempDir()
+	var paths []string
+	for _, name := range []string{"a.cudatap", "b.cudatap"} {
+		paths = append(paths, filepath.Join(dir, name))
+		os.WriteFile(paths[len(paths)-1], buf.Bytes(), 0o644)
+	}
+	p, err := Scan(paths, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, in := range p.Inputs {
+		if len(in.Procs) != 1024 || slices.ContainsFunc(in.Procs, func(pr Proc) bool { return pr.PID == model.OtherPID }) {
+			t.Errorf("input %d: %d processes listed, pid %d among them: want the 1,024 modeled apart", i, len(in.Procs), model.OtherPID)
+		}
+	}
+	if _, ok := p.PIDs[1][model.OtherPID]; ok {
+		t.Errorf("pid %d renumbered: %v", model.OtherPID, p.PIDs[1][model.OtherPID])
 	}
 }
