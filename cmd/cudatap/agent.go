@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"io"
@@ -10,17 +9,13 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/google/pprof/profile"
-
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
 	"github.com/cudatap/cudatap/export/metrics"
@@ -49,6 +44,8 @@ type agentOptions struct {
 	perLaunch     bool
 	launchTimes   bool
 	kubelet       string
+	maxRequests   int
+	captureMax    int64
 }
 
 func newAgentCmd(g *globalOptions) *cobra.Command {
@@ -70,8 +67,14 @@ every process in every window would cost more, the busiest are traced in fewer w
 --continuous, intervals), each with a probability p of its own (quiet processes keep p = 1) and
 its counts in the windows it is traced in weighted 1/p, so totals stay unbiased
 (cudatap_process_sample_probability, cudatap_process_windows_total). It listens on
-127.0.0.1 by default; to listen beyond loopback it needs --token, which every request must then
-carry as "Authorization: Bearer TOKEN".`,
+127.0.0.1 by default; to listen beyond loopback it needs --token, which every request but
+/healthz must then carry as "Authorization: Bearer TOKEN".
+
+POST /capture?pid=N&duration=D (at most 60s) traces one process and answers with its Chrome
+trace; it stops early when its recording reaches --capture-max-bytes, and the trace then says it
+was truncated (as does the X-Cudatap-Truncated header). Requests are bounded: --max-requests
+/metrics and /profile answers at a time, the others 503 at once; /metrics is rendered at most
+once a second; answers are gzip-compressed for clients that accept it.`,
 		Example: `  sudo cudatap agent --continuous
   sudo cudatap agent --window 10s --every 60s --listen 0.0.0.0:9400 --token "$(cat /etc/cudatap/token)"`,
 		Args: cobra.NoArgs,
@@ -95,6 +98,8 @@ carry as "Authorization: Bearer TOKEN".`,
 	f.DurationVar(&o.nvml, "nvml-interval", time.Second, "GPU sampling period through NVML for the device series (0: off)")
 	f.Float64Var(&o.maxCPU, "max-cpu", 0.01, "keep the agent's own CPU time under this share of one core: the busiest processes are traced in fewer windows (--continuous: intervals of --every), each with a probability p, its counts weighted 1/p; in window mode the pause between windows lengthens when that is not enough (0: no budget)")
 	f.BoolVar(&o.gpuTimes, "gpu-times", false, "let POST /capture measure GPU times with the target's CUPTI (record --gpu-times)")
+	f.Int64Var(&o.captureMax, "capture-max-bytes", defaultCaptureBytes, "POST /capture stops when its recording (a file without a name in $TMPDIR) reaches this many bytes; the trace then says it was truncated")
+	f.IntVar(&o.maxRequests, "max-requests", defaultMaxRequests, "answer at most this many /metrics and /profile requests at once; the others get 503 at once (counted in cudatap_agent_requests_rejected_total)")
 	f.StringVar(&o.kubelet, "kubelet-socket", kube.DefaultSocket, "the kubelet's pod-resources socket, for the pod, namespace and container labels (absent: labels from each process's own view; \"\": never asked)")
 	f.StringVar(&o.push, "push", "", "push each window's (interval's) profile of each process to this Pyroscope-compatible server (http://HOST:PORT; POST /ingest)")
 	return cmd
@@ -119,61 +124,6 @@ func checkListen(addr, token string) error {
 		return nil
 	}
 	return fmt.Errorf("refusing to serve on %s without --token: the metrics name every CUDA process of the node; pass --token, or listen on 127.0.0.1", addr)
-}
-
-// withToken lets through only requests that carry the token (when set).
-func withToken(token string, h http.Handler) http.Handler {
-	if token == "" {
-		return h
-	}
-	want := []byte("Bearer " + token)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="cudatap"`)
-			http.Error(w, "unauthorized: send the agent's token as Authorization: Bearer TOKEN", http.StatusUnauthorized)
-			return
-		}
-		h.ServeHTTP(w, r)
-	})
-}
-
-// lastProfile serves the profile of the last window: all processes, or
-// with ?pid=N one of them (samples carry a pid label).
-type lastProfile struct {
-	mu sync.Mutex
-	p  *profile.Profile
-}
-
-func (l *lastProfile) set(p *profile.Profile) {
-	l.mu.Lock()
-	l.p = p
-	l.mu.Unlock()
-}
-
-func (l *lastProfile) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	l.mu.Lock()
-	p := l.p
-	l.mu.Unlock()
-	if p == nil {
-		http.Error(w, "no window has finished yet (profiles are made per window; --continuous makes none)", http.StatusServiceUnavailable)
-		return
-	}
-	if q := r.URL.Query().Get("pid"); q != "" {
-		if _, err := strconv.ParseUint(q, 10, 32); err != nil {
-			http.Error(w, "pid: want a process id", http.StatusBadRequest)
-			return
-		}
-		p = p.Copy()
-		p.FilterSamplesByTag(func(s *profile.Sample) bool {
-			return len(s.Label["pid"]) > 0 && s.Label["pid"][0] == q
-		}, nil)
-		if len(p.Sample) == 0 {
-			http.Error(w, "no CUDA calls of process "+q+" in the last window", http.StatusNotFound)
-			return
-		}
-	}
-	w.Header().Set("Content-Type", "application/octet-stream")
-	p.Write(w)
 }
 
 // agentStats are the agent's own series. Events and losses are live (the
@@ -246,6 +196,12 @@ func runAgent(ctx context.Context, g *globalOptions, o *agentOptions, stderr io.
 	if o.launchTimes && o.perLaunch {
 		return errors.New("--launch-times times the launches counted in BPF; with --record-launches none is: drop one of the two")
 	}
+	if o.maxRequests < 1 {
+		return fmt.Errorf("--max-requests %d: want at least 1 (requests answered at once)", o.maxRequests)
+	}
+	if o.captureMax < minCaptureBytes {
+		return fmt.Errorf("--capture-max-bytes %d: want at least %d (1 MiB), e.g. 33554432 (32 MiB)", o.captureMax, minCaptureBytes)
+	}
 	reg := prometheus.NewRegistry()
 	coll := metrics.NewCollector()
 	gpus := metrics.NewGPUCollector()
@@ -275,11 +231,13 @@ func runAgent(ctx context.Context, g *globalOptions, o *agentOptions, stderr io.
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w (is another agent running? choose another port with --listen)", o.listen, err)
 	}
+	gate := newRequestGate(o.maxRequests, reg)
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", withToken(o.token, promhttp.HandlerFor(reg, promhttp.HandlerOpts{})))
+	mux.Handle("/metrics", withToken(o.token, gate.limit("/metrics", &metricsPage{g: reg, max: maxAnswerBytes})))
 	var profiles lastProfile
-	mux.Handle("/profile", withToken(o.token, &profiles))
-	mux.Handle("/capture", withToken(o.token, &capturer{gpuTimes: o.gpuTimes, log: g.logger()}))
+	mux.Handle("/profile", withToken(o.token, gate.limit("/profile", &profiles)))
+	mux.Handle("/capture", withToken(o.token, &capturer{gpuTimes: o.gpuTimes, maxBytes: o.captureMax,
+		busy: gate.rejected.WithLabelValues("/capture"), log: g.logger()}))
 	// Ready once the first window's probes are live (a readiness probe).
 	// It says nothing but that, so it needs no token: Kubernetes probes
 	// cannot carry a secret header.

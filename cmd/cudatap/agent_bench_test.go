@@ -42,7 +42,7 @@ func BenchmarkAgentLoad(b *testing.B) {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() {
-			done <- runAgent(ctx, &globalOptions{}, &agentOptions{listen: "127.0.0.1:0", continuous: true, every: time.Minute, ringBuffer: 16 << 20}, io.Discard)
+			done <- runAgent(ctx, &globalOptions{}, withDefaults(&agentOptions{listen: "127.0.0.1:0", continuous: true, every: time.Minute, ringBuffer: 16 << 20}), io.Discard)
 		}()
 		cmd := exec.Command(bin, strconv.Itoa(threads), "0", strconv.Itoa(rate/threads))
 		stdin, _ := cmd.StdinPipe()
@@ -100,7 +100,7 @@ func BenchmarkAgentChurn(b *testing.B) {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() {
-			done <- runAgent(ctx, &globalOptions{}, &agentOptions{listen: "127.0.0.1:0", continuous: true, every: time.Second, ringBuffer: 16 << 20}, io.Discard)
+			done <- runAgent(ctx, &globalOptions{}, withDefaults(&agentOptions{listen: "127.0.0.1:0", continuous: true, every: time.Second, ringBuffer: 16 << 20}), io.Discard)
 		}()
 		time.Sleep(time.Second) // attached (no target yet: the host scan)
 		heap := func() float64 {

@@ -54,7 +54,14 @@ func TestAgentToken(t *testing.T) {
 		{"", http.StatusUnauthorized},
 		{"Bearer wrong", http.StatusUnauthorized},
 		{"s3cret", http.StatusUnauthorized},
+		{"Basic s3cret", http.StatusUnauthorized},
+		{"Bearers3cret", http.StatusUnauthorized},
+		{"Bearer s3cret2", http.StatusUnauthorized},
 		{"Bearer s3cret", http.StatusOK},
+		// The scheme in any case (RFC 7235), one or more spaces after it.
+		{"bearer s3cret", http.StatusOK},
+		{"BEARER s3cret", http.StatusOK},
+		{"Bearer   s3cret", http.StatusOK},
 	} {
 		r := httptest.NewRequest("GET", "/metrics", nil)
 		if tc.header != "" {
@@ -81,9 +88,21 @@ func (w lineWriter) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
+// withDefaults gives o the defaults of the flags a test leaves out.
+func withDefaults(o *agentOptions) *agentOptions {
+	if o.maxRequests == 0 {
+		o.maxRequests = defaultMaxRequests
+	}
+	if o.captureMax == 0 {
+		o.captureMax = defaultCaptureBytes
+	}
+	return o
+}
+
 // startAgent runs the agent until the test ends and returns its base URL.
 func startAgent(t *testing.T, o *agentOptions) string {
 	t.Helper()
+	withDefaults(o)
 	ctx, cancel := context.WithCancel(context.Background())
 	lines := lineWriter{make(chan string, 64)}
 	done := make(chan error, 1)
