@@ -19,6 +19,8 @@ import (
 	"github.com/cudatap/cudatap/export/html"
 	"github.com/cudatap/cudatap/export/lint"
 	"github.com/cudatap/cudatap/export/merge"
+	"github.com/cudatap/cudatap/export/perfetto"
+	"github.com/cudatap/cudatap/export/perfetto/perfettotest"
 	"github.com/cudatap/cudatap/export/pprofout"
 	"github.com/cudatap/cudatap/export/report"
 	"github.com/cudatap/cudatap/export/straggler"
@@ -29,7 +31,7 @@ import (
 )
 
 // FuzzRecordings feeds every command that reads a recording (export to
-// Chrome and pprof, report in text and HTML, lint, syncs, merge) with
+// Chrome, Perfetto and pprof, report in text and HTML, lint, syncs, merge) with
 // recordings that look valid: the input is not a file but a program whose
 // bytes choose records and their fields, which the recording writer
 // writes. So the fuzzer mutates record fields (a pid, a stream handle, a
@@ -386,11 +388,13 @@ func vary(e *event.Event, j int, field, arg byte) {
 // as the commands do, and checks what they make.
 func replay(t *testing.T, rec []byte) {
 	agg := export.NewAggregates()
-	var trace bytes.Buffer
+	var trace, ptrace bytes.Buffer
 	var cw *chrome.Writer
+	var pw *perfetto.Writer
 	res, rp, err := recording.Load(bytes.NewReader(rec), func(rp *recording.Replay) model.Sink {
 		cw = chrome.NewWriter(&trace, rp.Names, chrome.Options{Version: "fuzz"})
-		return model.Sinks{agg.Sink(), cw}
+		pw = perfetto.NewWriter(&ptrace, rp.Names, perfetto.Options{Version: "fuzz"})
+		return model.Sinks{agg.Sink(), cw, pw}
 	}, nil)
 	if err != nil && !errors.Is(err, recording.ErrFormat) && !errors.Is(err, recording.ErrTruncated) {
 		t.Fatalf("load: %v is neither ErrFormat nor ErrTruncated", err)
@@ -407,6 +411,12 @@ func replay(t *testing.T, rec []byte) {
 	}
 	if !json.Valid(trace.Bytes()) {
 		t.Fatalf("the Chrome trace is not JSON:\n%.2000s", trace.Bytes())
+	}
+	if err := pw.Close(res); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := perfettotest.Read(ptrace.Bytes()); err != nil {
+		t.Fatalf("the Perfetto trace does not read back: %v", err)
 	}
 	if _, err := pprofout.Build(res, agg.Profile, pprofout.Options{Modules: export.Modules(res.Names)}); err != nil {
 		t.Fatal(err)
