@@ -9,17 +9,20 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"sigs.k8s.io/yaml"
 )
 
 // TestManifests: every document of daemonset.yaml decodes strictly into
-// its Kubernetes API type (a misspelt or misplaced field fails), and the
-// DaemonSet asks for exactly the privileges the agent uses.
+// its Kubernetes API type (a misspelt or misplaced field fails), the
+// DaemonSet asks for exactly the privileges the agent uses (checkLeast),
+// and the NetworkPolicy lets nothing out (checkNetwork).
 func TestManifests(t *testing.T) {
 	data, err := os.ReadFile("daemonset.yaml")
 	if err != nil {
@@ -40,6 +43,8 @@ func TestManifests(t *testing.T) {
 			obj = &corev1.ServiceAccount{}
 		case "DaemonSet":
 			obj = &appsv1.DaemonSet{}
+		case "NetworkPolicy":
+			obj = &networkingv1.NetworkPolicy{}
 		default:
 			t.Fatalf("unexpected kind %q", meta.Kind)
 		}
@@ -47,10 +52,19 @@ func TestManifests(t *testing.T) {
 			t.Errorf("%s: %v", meta.Kind, err)
 			continue
 		}
+		switch o := obj.(type) {
+		case *corev1.ServiceAccount:
+			if o.AutomountServiceAccountToken == nil || *o.AutomountServiceAccountToken {
+				t.Error("the ServiceAccount must set automountServiceAccountToken: false (the agent never calls the API)")
+			}
+		case *networkingv1.NetworkPolicy:
+			checkNetwork(t, o)
+		}
 		ds, ok := obj.(*appsv1.DaemonSet)
 		if !ok {
 			continue
 		}
+		checkLeast(t, ds)
 		spec := ds.Spec.Template.Spec
 		if !spec.HostPID || len(spec.Containers) != 1 {
 			t.Fatalf("the agent needs hostPID and one container")
@@ -74,8 +88,130 @@ func TestManifests(t *testing.T) {
 			t.Error("readiness must be /healthz, the path that needs no token")
 		}
 	}
-	if kinds["DaemonSet"] != 1 {
-		t.Errorf("kinds %v: want one DaemonSet", kinds)
+	if kinds["DaemonSet"] != 1 || kinds["NetworkPolicy"] != 1 {
+		t.Errorf("kinds %v: want one DaemonSet and its NetworkPolicy", kinds)
+	}
+}
+
+// checkLeast: the DaemonSet grants no more than the agent uses (the
+// 2026-12-01 review, 6a and 6b): the pod-resources socket is the only
+// host path, read-only; no service-account token; a versioned image;
+// ordinary priority; only the GPU taint tolerated; no scrape annotation
+// that would scrape without the token; the Go heap limited under the
+// memory limit, captures under the /tmp they are written to; and every
+// flag one the agent has.
+func checkLeast(t *testing.T, ds *appsv1.DaemonSet) {
+	t.Helper()
+	spec := ds.Spec.Template.Spec
+	c := spec.Containers[0]
+	mounts := map[string]corev1.VolumeMount{}
+	for _, m := range c.VolumeMounts {
+		mounts[m.Name] = m
+	}
+	for _, v := range spec.Volumes {
+		if v.HostPath == nil {
+			continue
+		}
+		if v.HostPath.Path != "/var/lib/kubelet/pod-resources" {
+			t.Errorf("host path %s mounted: the agent uses only the kubelet's pod-resources socket from the host", v.HostPath.Path)
+		}
+		if v.HostPath.Type == nil || *v.HostPath.Type != corev1.HostPathDirectory {
+			t.Errorf("host path %s: want type Directory (the agent creates nothing on the host)", v.HostPath.Path)
+		}
+		if !mounts[v.Name].ReadOnly {
+			t.Errorf("host path %s is mounted writable", v.HostPath.Path)
+		}
+	}
+	if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
+		t.Error("the pod must set automountServiceAccountToken: false (the agent never calls the API)")
+	}
+	if _, tag, ok := strings.Cut(c.Image[strings.LastIndexByte(c.Image, '/')+1:], ":"); !ok || !regexp.MustCompile(`^v\d+\.\d+\.\d+$`).MatchString(tag) {
+		t.Errorf("image %s: want a release tag, vX.Y.Z as git describe --tags names it (not latest, not none)", c.Image)
+	}
+	if spec.PriorityClassName != "" {
+		t.Errorf("priorityClassName %s: an observer runs at ordinary priority, never preempting the jobs it observes", spec.PriorityClassName)
+	}
+	for _, tol := range spec.Tolerations {
+		if tol.Key != "nvidia.com/gpu" || tol.Effect != corev1.TaintEffectNoSchedule {
+			t.Errorf("toleration %+v: only the nvidia.com/gpu NoSchedule taint is tolerated", tol)
+		}
+	}
+	sc := c.SecurityContext
+	if sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+		t.Error("want readOnlyRootFilesystem: true and allowPrivilegeEscalation: false")
+	}
+	flags := map[string]string{}
+	for _, a := range c.Args[1:] {
+		name, value, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
+		flags[name] = value
+	}
+	if (flags["token"] != "" || flags["token-file"] != "") && ds.Spec.Template.Annotations["prometheus.io/scrape"] == "true" {
+		t.Error(`prometheus.io/scrape: "true" with a token: a scrape config that follows the annotation sends no token, and gets 401`)
+	}
+	limit := c.Resources.Limits.Memory().Value()
+	var goLimit int64 = -1
+	for _, e := range c.Env {
+		if e.Name == "GOMEMLIMIT" {
+			goLimit = goBytes(t, e.Value)
+		}
+	}
+	if goLimit <= 0 || goLimit >= limit {
+		t.Errorf("GOMEMLIMIT %d: want one under the memory limit, %d", goLimit, limit)
+	}
+	tmp := int64(-1)
+	for _, v := range spec.Volumes {
+		if m, ok := mounts[v.Name]; ok && m.MountPath == "/tmp" && v.EmptyDir != nil && v.EmptyDir.SizeLimit != nil {
+			tmp = v.EmptyDir.SizeLimit.Value()
+		}
+	}
+	if n, err := strconv.ParseInt(flags["capture-max-bytes"], 10, 64); err != nil || tmp <= 0 || n >= tmp {
+		t.Errorf("--capture-max-bytes %q and a /tmp of %d bytes: want a cap under /tmp's size limit", flags["capture-max-bytes"], tmp)
+	}
+	agent, err := os.ReadFile("../cmd/cudatap/agent.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name := range flags {
+		if !bytes.Contains(agent, []byte(`"`+name+`"`)) {
+			t.Errorf("--%s: the agent has no such flag", name)
+		}
+	}
+}
+
+// goBytes parses a Go memory limit ("200MiB", as GOMEMLIMIT takes it).
+func goBytes(t *testing.T, s string) int64 {
+	for _, u := range []struct {
+		suffix string
+		shift  uint
+	}{{"KiB", 10}, {"MiB", 20}, {"GiB", 30}, {"B", 0}} {
+		if v, ok := strings.CutSuffix(s, u.suffix); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				t.Errorf("GOMEMLIMIT %q: %v", s, err)
+			}
+			return n << u.shift
+		}
+	}
+	t.Errorf("GOMEMLIMIT %q: want a number of B, KiB, MiB or GiB", s)
+	return -1
+}
+
+// checkNetwork: the agent's pods take connections on the metrics port only
+// and open none.
+func checkNetwork(t *testing.T, np *networkingv1.NetworkPolicy) {
+	t.Helper()
+	if np.Spec.PodSelector.MatchLabels["app.kubernetes.io/name"] != "cudatap-agent" {
+		t.Errorf("the NetworkPolicy selects %v, not the agent's pods", np.Spec.PodSelector.MatchLabels)
+	}
+	types := map[networkingv1.PolicyType]bool{}
+	for _, p := range np.Spec.PolicyTypes {
+		types[p] = true
+	}
+	if !types[networkingv1.PolicyTypeEgress] || len(np.Spec.Egress) != 0 {
+		t.Errorf("egress %v (policy types %v): want none allowed", np.Spec.Egress, np.Spec.PolicyTypes)
+	}
+	if !types[networkingv1.PolicyTypeIngress] || len(np.Spec.Ingress) != 1 || len(np.Spec.Ingress[0].Ports) != 1 || np.Spec.Ingress[0].Ports[0].Port.IntValue() != 9400 {
+		t.Errorf("ingress %v: want the metrics port, 9400, alone", np.Spec.Ingress)
 	}
 }
 
