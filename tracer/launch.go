@@ -210,6 +210,29 @@ func exitOf(ps *os.ProcessState) Exit {
 	return Exit{Code: ps.ExitCode()}
 }
 
+// pass hands the command a signal cudatap got (kill -INT/-TERM cudatap), as
+// it would have got it without cudatap; one the terminal sent to the
+// foreground process group (Ctrl-C, a hangup), where the command is too,
+// it got already. It reports whether it sent it.
+func (l *launched) pass(sig syscall.Signal) bool {
+	if (sig == syscall.SIGINT || sig == syscall.SIGQUIT || sig == syscall.SIGHUP) && foregroundJob() {
+		return false
+	}
+	return syscall.Kill(l.pid, sig) == nil
+}
+
+// foregroundJob reports whether cudatap's process group is the foreground
+// group of its controlling terminal: the terminal's signals reach it all.
+func foregroundJob() bool {
+	tty, err := os.OpenFile("/dev/tty", os.O_RDONLY|syscall.O_NOCTTY, 0)
+	if err != nil {
+		return false // no controlling terminal
+	}
+	defer tty.Close()
+	pgrp, err := unix.IoctlGetInt(int(tty.Fd()), unix.TIOCGPGRP)
+	return err == nil && pgrp == syscall.Getpgrp()
+}
+
 // stop ends the command if it still runs (SIGTERM, then SIGKILL after 5 s)
 // and returns how it ended.
 func (l *launched) stop() Exit {

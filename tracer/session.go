@@ -93,7 +93,12 @@ type Config struct {
 	// Sink, if set, receives every call, sync and GPU op as the model
 	// concludes them (aggregates for profiles and summaries): the session
 	// keeps none of them.
-	Sink           model.Sink
+	Sink model.Sink
+	// Interrupts are the signals cudatap got (Ctrl-C, kill): the first
+	// is passed to a launched command (as it would have got it without
+	// cudatap), which is traced until it exits; the next ends the session.
+	// Without a command, the first ends it.
+	Interrupts     <-chan os.Signal
 	Stdin          io.Reader // for the launched command
 	Stdout, Stderr io.Writer
 	Logger         *slog.Logger
@@ -458,11 +463,22 @@ func (s *Session) run(ctx context.Context) (*Outcome, error) {
 		prune = s.cfg.pruneEvery
 	}
 
+	interrupted := false
 loop:
 	for {
 		select {
 		case <-ctx.Done():
 			break loop
+		case sig := <-s.cfg.Interrupts:
+			if child == nil || interrupted {
+				break loop
+			}
+			interrupted = true
+			if sn, ok := sig.(syscall.Signal); ok && child.pass(sn) {
+				fmt.Fprintf(s.cfg.Stderr, "cudatap: passed %s to the command (pid %d); tracing until it exits (again to stop now)\n", unix.SignalName(sn), child.pid)
+			} else {
+				fmt.Fprintf(s.cfg.Stderr, "cudatap: the command got %v too; tracing until it exits (again to stop now)\n", sig)
+			}
 		case <-deadline:
 			break loop
 		case <-childExited:

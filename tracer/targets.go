@@ -35,6 +35,7 @@ type target struct {
 	// When the naming window began, on the trace clock.
 	rtLaunchFromMono uint64
 	rtLaunchDone     bool
+	pairingHeld      time.Time // the probes closed then, the stub hand-over not yet (releasePairings)
 	pyMu             sync.Mutex          // guards py and pyTried (reader goroutine and control loop)
 	py               *python.Interpreter // nil until a CPython runtime is found
 	pyTried          bool                // detection gave a final answer
@@ -437,10 +438,36 @@ func (t *target) summary() Attached {
 	return at
 }
 
+// closeRuntimeLaunches closes the runtime's launch probes. The stub
+// hand-over stays on (PairingStop) until no thread of the process has a
+// runtime launch in flight that was counted itself: a launch inside which
+// the runtime loaded the driver (a program's first CUDA call) was counted
+// by the runtime probe, and the driver probe underneath, hooked meanwhile,
+// must stay silent for it (releasePairings).
 func (t *target) closeRuntimeLaunches(tr *probe.Tracer) {
 	t.rtLaunch.Close()
-	tr.PairingStop()
 	t.rtLaunch, t.rtLaunchDone = nil, true
+	t.pairingHeld = time.Now()
+}
+
+// maxPairingHeld bounds how long the hand-over waits for a launch in
+// flight (one whose driver call never came leaves its stub for ever).
+const maxPairingHeld = 10 * time.Second
+
+// releasePairings ends the stub hand-over of targets whose runtime launch
+// probes are closed and that have no counted launch in flight any more.
+func (s *Session) releasePairings() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, t := range s.targets {
+		if t.pairingHeld.IsZero() {
+			continue
+		}
+		if t.exited || time.Since(t.pairingHeld) > maxPairingHeld || !s.tr.StubPending(procfs.TIDs(t.pid)) {
+			t.pairingHeld = time.Time{}
+			s.tr.PairingStop()
+		}
+	}
 }
 
 // detach hands over the target's probes for closing, once: the returned
@@ -461,6 +488,10 @@ func (t *target) detach(tr *probe.Tracer) []func() {
 	if rt := t.rtLaunch; rt != nil {
 		t.rtLaunch, t.rtLaunchDone = nil, true
 		work = append(work, func() { rt.Close(); tr.PairingStop() })
+	}
+	if !t.pairingHeld.IsZero() {
+		t.pairingHeld = time.Time{}
+		work = append(work, tr.PairingStop)
 	}
 	return work
 }

@@ -22,6 +22,7 @@ const namingQuietLaunches = 256
 // over: at its deadline, or once it has named nothing new for namingQuiet
 // after naming something.
 func (s *Session) endNamingWindows(now time.Time) {
+	s.releasePairings()
 	var ts unix.Timespec
 	unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
 	mono := uint64(ts.Nano())

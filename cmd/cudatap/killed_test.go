@@ -111,4 +111,3 @@ func tmpEntries(t *testing.T) map[string]bool {
 	}
 	return out
 }
-

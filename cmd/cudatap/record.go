@@ -1,10 +1,14 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -120,7 +124,13 @@ func runRecord(cmd *cobra.Command, g *globalOptions, o *recordOptions, command [
 	if err != nil {
 		return err
 	}
-	outs, piped, err := planOutputs(cmd, o.outputs, o.format)
+	paths, byDefault := o.outputs, false
+	if len(paths) == 0 {
+		// Never a run lost for a forgotten -o: a recording, as perf
+		// record writes perf.data.
+		paths, byDefault = []string{defaultRecording(command, o.pids, o.container, time.Now())}, true
+	}
+	outs, piped, err := planOutputs(cmd, paths, o.format)
 	if err != nil {
 		return err
 	}
@@ -168,7 +178,17 @@ func runRecord(cmd *cobra.Command, g *globalOptions, o *recordOptions, command [
 	}
 	cfg.Recording, cfg.Sink = rep.tee(to.recording()), to.agg.Sink()
 	cfg.Guardian = to.guard(stderr, len(command) > 0)
-	outcome, err := tracer.Run(cmd.Context(), cfg)
+	ctx := cmd.Context()
+	if len(command) > 0 {
+		// Ctrl-C or kill reaches the command as it would without cudatap,
+		// which traces it until it exits; a second one stops at once.
+		sigs := make(chan os.Signal, 4)
+		signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+		defer signal.Stop(sigs)
+		cfg.Interrupts = sigs
+		ctx = context.WithoutCancel(ctx)
+	}
+	outcome, err := tracer.Run(ctx, cfg)
 	status.clear()
 	if outcome == nil || outcome.Result == nil {
 		to.abort()
@@ -180,10 +200,50 @@ func runRecord(cmd *cobra.Command, g *globalOptions, o *recordOptions, command [
 	// A session that failed late (its recording could not be written)
 	// still has everything it modeled: every other output is written.
 	// cudatap's own failure then decides the status (6), not the command's.
-	if ferr := errors.Join(to.finish(cmd, outcome.Result), rep.write(stderr)); ferr != nil || err != nil {
+	ferr := errors.Join(to.finish(cmd, outcome.Result), rep.write(stderr))
+	if byDefault && ferr == nil {
+		fmt.Fprintf(stderr, "cudatap: open it with: cudatap report %[1]s -o report.html (the report), cudatap export %[1]s -o trace.json (a trace for Perfetto), cudatap lint %[1]s\n", paths[0])
+	}
+	if ferr != nil || err != nil {
 		return partialError(errors.Join(err, ferr))
 	}
 	return commandStatus(stderr, outcome.Exit, len(command) > 0)
+}
+
+// defaultRecording names the recording record writes without -o, in the
+// current directory: cudatap-COMMAND-YYYYMMDD-HHMMSS.cudatap (the
+// command's name, the first process's, the container's, or "all"), not
+// one that exists.
+func defaultRecording(command []string, pids []int, container string, now time.Time) string {
+	name := "all"
+	switch {
+	case len(command) > 0:
+		name = filepath.Base(command[0])
+	case len(pids) > 0:
+		name = "pid" + strconv.Itoa(pids[0])
+		if comm, err := procfs.Comm(pids[0]); err == nil && comm != "" {
+			name = comm
+		}
+	case container != "":
+		name = "container-" + container
+	}
+	clean := []byte(name)
+	for i, c := range clean {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			clean[i] = '_'
+		}
+	}
+	if len(clean) > 40 {
+		clean = clean[:40]
+	}
+	base := fmt.Sprintf("cudatap-%s-%s", clean, now.Format("20060102-150405"))
+	path := base + ".cudatap"
+	for i := 2; ; i++ {
+		if _, err := os.Lstat(path); errors.Is(err, os.ErrNotExist) {
+			return path
+		}
+		path = fmt.Sprintf("%s-%d.cudatap", base, i)
+	}
 }
 
 // commandStatus is record's exit status: the launched command's own, as a

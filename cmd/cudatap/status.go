@@ -79,6 +79,6 @@ func printAttached(w io.Writer) func(n int) {
 // printFollowing is OnAttached for a session that follows process trees.
 func printFollowing(w io.Writer) func(n int) {
 	return func(n int) {
-		fmt.Fprintf(w, "following %d process(es) and every process they start (--no-follow: the command alone)\n", n)
+		fmt.Fprintf(w, "attached to %d process(es), and to every process they start (--no-follow: the command alone)\n", n)
 	}
 }

@@ -46,6 +46,7 @@ type processJSON struct {
 	PID                uint32       `json:"pid"`
 	Comm               string       `json:"comm"`
 	Cmdline            string       `json:"cmdline,omitempty"`
+	Parent             uint32       `json:"parent,omitempty"` // the process of the followed tree that started it
 	Container          string       `json:"container,omitempty"`
 	Rank               int32        `json:"rank"`       // NCCL rank; -1 when not in a job
 	WorldSize          int32        `json:"world_size"` // 0 when not in a job
@@ -131,7 +132,7 @@ func writeSummaryJSON(w io.Writer, r *model.Result, agg *export.Aggregates, outs
 		s.Stragglers = []straggler.Comm{}
 	}
 	for _, p := range r.Processes {
-		pj := processJSON{PID: p.PID, Comm: p.Info.Comm, Cmdline: p.Info.Cmdline, Container: p.Info.Container, Rank: -1, WorldSize: p.WorldSize,
+		pj := processJSON{PID: p.PID, Comm: p.Info.Comm, Cmdline: p.Info.Cmdline, Parent: p.Info.Parent, Container: p.Info.Container, Rank: -1, WorldSize: p.WorldSize,
 			Calls: p.NCalls, GPUOps: p.NGPUOps, DeviceMemPeakBytes: p.DeviceMemPeak, AttachedLate: p.AttachedLate, GPUTimesMeasured: p.Measured,
 			HeldNs: p.HeldNs, FirstNs: p.FirstSeen, LastNs: p.LastSeen, Streams: []streamJSON{}}
 		if p.WorldSize > 0 {

@@ -308,3 +308,15 @@ func RSS(pid int) int64 {
 	}
 	return kb << 10
 }
+
+// TIDs lists the threads of process pid (none if it is gone).
+func TIDs(pid int) []int {
+	ents, _ := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
+	out := make([]int, 0, len(ents))
+	for _, e := range ents {
+		if tid, err := strconv.Atoi(e.Name()); err == nil {
+			out = append(out, tid)
+		}
+	}
+	return out
+}

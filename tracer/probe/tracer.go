@@ -271,6 +271,22 @@ func (t *Tracer) SetPython(pid int, cfg encoding.BinaryMarshaler) error {
 // PairingStart and PairingStop count the runtime launch attachments (see
 // AttachRuntimeLaunches): while there are none, driver launch probes skip
 // the per-thread stub hand-over entirely.
+// StubPending reports whether one of the threads tids has a runtime
+// launch in flight that was counted itself (emitted while the driver was
+// not hooked): the driver launch it makes must still find the hand-over on.
+func (t *Tracer) StubPending(tids []int) bool {
+	for _, tid := range tids {
+		var v uint64
+		if t.maps.PendingStub.Lookup(uint32(tid), &v) == nil && v&stubEmitted != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// stubEmitted is STUB_EMITTED (bpf/cudatap.bpf.c).
+const stubEmitted = 1 << 63
+
 func (t *Tracer) PairingStart() { t.addPairing(1) }
 func (t *Tracer) PairingStop()  { t.addPairing(-1) }
 
