@@ -2,6 +2,7 @@ package perfetto
 
 import (
 	"math"
+	"unsafe"
 
 	"google.golang.org/protobuf/encoding/protowire"
 )
@@ -77,8 +78,8 @@ func (e *enc) close() {
 }
 
 func (e *enc) varint(num protowire.Number, v uint64) {
-	e.b = protowire.AppendTag(e.b, num, protowire.VarintType)
-	e.b = protowire.AppendVarint(e.b, v)
+	b := protowire.AppendTag(e.b, num, protowire.VarintType)
+	e.b = protowire.AppendVarint(b, v) // one store into e: one write barrier
 }
 
 func (e *enc) fixed64(num protowire.Number, v uint64) {
@@ -123,6 +124,18 @@ type interner struct {
 	in                enc  // InternedData of the packet being built
 	inline            uint64
 	resets            uint64
+	// recent remembers the ids of strings by their address: most strings
+	// interned are the same few (argument names, API names, kernel names
+	// from a cache) passed again and again, and comparing an address is
+	// much cheaper than hashing the string. Each entry keeps its string,
+	// so that its memory cannot be reused for another.
+	recent [256]recentString
+}
+
+type recentString struct {
+	s     string
+	table protowire.Number
+	id    uint64
 }
 
 // Bounds on the interned strings (kernel names demangle to kilobytes).
@@ -141,6 +154,7 @@ func (t *interner) startPacket() uint64 {
 	t.in.reset()
 	if t.full {
 		clear(t.tables)
+		clear(t.recent[:])
 		t.held, t.bytes, t.full, t.cleared = 0, 0, false, true
 		t.resets++
 	}
@@ -149,6 +163,23 @@ func (t *interner) startPacket() uint64 {
 		return seqStateCleared | seqNeedsState
 	}
 	return seqNeedsState
+}
+
+// iidOf is iid for a string, looked up by its address first.
+func (t *interner) iidOf(table protowire.Number, s string) uint64 {
+	if len(s) == 0 {
+		return t.iid(table, nil)
+	}
+	p := uintptr(unsafe.Pointer(unsafe.StringData(s)))
+	r := &t.recent[(p>>3^p>>11^uintptr(table))%uintptr(len(t.recent))]
+	if unsafe.StringData(r.s) == unsafe.StringData(s) && len(r.s) == len(s) && r.table == table {
+		return r.id
+	}
+	id := t.iid(table, unsafe.Slice(unsafe.StringData(s), len(s)))
+	if id != 0 {
+		*r = recentString{s: s, table: table, id: id}
+	}
+	return id
 }
 
 // iid returns s's id in table, defining it in this packet's interned data

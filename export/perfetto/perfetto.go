@@ -169,6 +169,26 @@ func deviceKey(pid uint32, device int8) trackKey {
 // send writes it. A slice is its begin packet followed by its end
 // (endAt), written together; one with no duration is an instant.
 func (w *Writer) event(ts uint64, typ uint64, track uint64, cat string, name []byte) {
+	w.begin(ts, typ, track, cat)
+	if id := w.intern.iid(internEventNames, name); id != 0 {
+		w.e.varint(eventNameIID, id)
+	} else {
+		w.e.bytes(eventName, name)
+	}
+}
+
+// eventNamed is event for a name that is a string.
+func (w *Writer) eventNamed(ts uint64, typ uint64, track uint64, cat string, name string) {
+	w.begin(ts, typ, track, cat)
+	if id := w.intern.iidOf(internEventNames, name); id != 0 {
+		w.e.varint(eventNameIID, id)
+	} else {
+		w.e.string(eventName, name)
+	}
+}
+
+// begin starts a TrackEvent packet, up to its name.
+func (w *Writer) begin(ts uint64, typ uint64, track uint64, cat string) {
 	e := &w.e
 	e.reset()
 	e.open(fieldTracePacket)
@@ -179,18 +199,10 @@ func (w *Writer) event(ts uint64, typ uint64, track uint64, cat string, name []b
 	e.varint(eventType, typ)
 	e.varint(eventTrackUUID, track)
 	if cat != "" {
-		w.kb = append(w.kb[:0], cat...)
-		if id := w.intern.iid(internCategories, w.kb); id != 0 {
+		if id := w.intern.iidOf(internCategories, cat); id != 0 {
 			e.varint(eventCategoryIIDs, id)
 		} else {
 			e.string(eventCategories, cat)
-		}
-	}
-	if name != nil {
-		if id := w.intern.iid(internEventNames, name); id != 0 {
-			e.varint(eventNameIID, id)
-		} else {
-			e.bytes(eventName, name)
 		}
 	}
 }
@@ -236,8 +248,11 @@ func (w *Writer) nameStr(s string) []byte {
 	return w.scratch
 }
 
-// Arguments (debug annotations), named as the Chrome trace's args.
+// Arguments (debug annotations), named as the Chrome trace's args. Those
+// of one value are written with their length known in advance (annotate),
+// lists and dictionaries with open and close.
 
+// key opens an annotation named k.
 func (w *Writer) key(k string) {
 	w.e.open(eventAnnotations)
 	w.annKey(k)
@@ -245,14 +260,35 @@ func (w *Writer) key(k string) {
 
 // annKey names the annotation being written (also a dict entry's).
 func (w *Writer) annKey(k string) {
-	w.kb = append(w.kb[:0], k...)
-	if id := w.intern.iid(internAnnNames, w.kb); id != 0 {
+	if id := w.intern.iidOf(internAnnNames, k); id != 0 {
 		w.e.varint(annNameIID, id)
 	} else {
 		w.e.string(annName, k)
 	}
 }
 
+// annotate writes annotation k (in field: eventAnnotations, or annDict
+// for a dictionary's entry) whose value is varint v in field vf.
+func (w *Writer) annotate(field protowire.Number, k string, vf protowire.Number, v uint64) {
+	id := w.intern.iidOf(internAnnNames, k)
+	n := protowire.SizeTag(vf) + protowire.SizeVarint(v)
+	if id != 0 {
+		n += protowire.SizeTag(annNameIID) + protowire.SizeVarint(id)
+	} else {
+		n += protowire.SizeTag(annName) + protowire.SizeBytes(len(k))
+	}
+	e := &w.e
+	e.b = protowire.AppendTag(e.b, field, protowire.BytesType)
+	e.b = protowire.AppendVarint(e.b, uint64(n))
+	if id != 0 {
+		e.varint(annNameIID, id)
+	} else {
+		e.string(annName, k)
+	}
+	e.varint(vf, v)
+}
+
+// strValue writes an annotation's string value, interned.
 func (w *Writer) strValue(v []byte) {
 	if id := w.intern.iid(internAnnStrings, v); id != 0 {
 		w.e.varint(annStringIID, id)
@@ -262,31 +298,25 @@ func (w *Writer) strValue(v []byte) {
 }
 
 func (w *Writer) str(k, v string) {
+	if id := w.intern.iidOf(internAnnStrings, v); id != 0 {
+		w.annotate(eventAnnotations, k, annStringIID, id)
+		return
+	}
 	w.key(k)
-	w.strValue(w.nameStr(v))
+	w.e.string(annString, v)
 	w.e.close()
 }
 
-func (w *Writer) int(k string, v int64) {
-	w.key(k)
-	w.e.varint(annInt, uint64(v))
-	w.e.close()
-}
+func (w *Writer) int(k string, v int64) { w.annotate(eventAnnotations, k, annInt, uint64(v)) }
 
-func (w *Writer) uint(k string, v uint64) {
-	w.key(k)
-	w.e.varint(annUint, v)
-	w.e.close()
-}
+func (w *Writer) uint(k string, v uint64) { w.annotate(eventAnnotations, k, annUint, v) }
 
 func (w *Writer) bool(k string, v bool) {
-	w.key(k)
 	b := uint64(0)
 	if v {
 		b = 1
 	}
-	w.e.varint(annBool, b)
-	w.e.close()
+	w.annotate(eventAnnotations, k, annBool, b)
 }
 
 func (w *Writer) float(k string, v float64) {
@@ -297,12 +327,18 @@ func (w *Writer) float(k string, v float64) {
 
 func (w *Writer) dim3(k string, d event.Dim3) {
 	w.key(k)
-	for _, v := range [3]uint32{d.X, d.Y, d.Z} {
-		w.e.open(annArray)
-		w.e.varint(annUint, uint64(v))
-		w.e.close()
-	}
+	w.uintItem(uint64(d.X))
+	w.uintItem(uint64(d.Y))
+	w.uintItem(uint64(d.Z))
 	w.e.close()
+}
+
+// uintItem writes an item of a list: a number.
+func (w *Writer) uintItem(v uint64) {
+	e := &w.e
+	e.b = protowire.AppendTag(e.b, annArray, protowire.BytesType)
+	e.b = protowire.AppendVarint(e.b, uint64(protowire.SizeTag(annUint)+protowire.SizeVarint(v)))
+	e.varint(annUint, v)
 }
 
 // item writes a string item of a list (a stack frame), interned.
@@ -337,10 +373,12 @@ func (w *Writer) pyFrame(pid uint32, k model.PyKey) []byte {
 // entry methods between dict and w.e.close().
 func (w *Writer) dict(k string) { w.key(k) }
 
-func (w *Writer) entryUint(k string, v uint64) {
+func (w *Writer) entryUint(k string, v uint64) { w.annotate(annDict, k, annUint, v) }
+
+func (w *Writer) entryStr(k, v string) {
 	w.e.open(annDict)
 	w.annKey(k)
-	w.e.varint(annUint, v)
+	w.strValue(w.nameStr(v))
 	w.e.close()
 }
 
@@ -362,7 +400,7 @@ func (w *Writer) Call(p *model.Process, c *model.Call) {
 	if c.End <= c.Start {
 		typ = typeInstant // only the entry was probed
 	}
-	w.event(c.Start, typ, track, cat, w.nameStr(name))
+	w.eventNamed(c.Start, typ, track, cat, name)
 	if c.GPUOp >= 0 && c.Correlation != 0 {
 		w.flow(eventFlowIDs, c.Correlation)
 	}
@@ -460,9 +498,7 @@ func (w *Writer) meeting(m *straggler.Met[struct{}]) {
 		// Each rank's arrival after the first, by rank.
 		w.key("arrivals_after_first_ns")
 		for _, t := range m.Arrivals {
-			w.e.open(annArray)
-			w.e.varint(annUint, t-m.First)
-			w.e.close()
+			w.uintItem(t - m.First)
 		}
 		w.e.close()
 	}
@@ -535,26 +571,25 @@ func (w *Writer) GPUOp(p *model.Process, op *model.GPUOp) {
 	if op.AfterStream >= 0 {
 		dep = depFlowBase + w.deps
 		w.deps++
-		w.event(op.AfterStart, typeInstant, w.track(streamKey(p.PID, op.AfterDevice, int(op.AfterStream))), "cuda_event", w.nameStr("cuda_event"))
+		w.eventNamed(op.AfterStart, typeInstant, w.track(streamKey(p.PID, op.AfterDevice, int(op.AfterStream))), "cuda_event", "cuda_event")
 		w.flow(eventFlowIDs, dep)
 		w.send()
+	}
+	track := w.track(streamKey(p.PID, op.Device, op.Stream))
+	typ := uint64(typeSliceBegin)
+	if op.End <= op.Start {
+		typ = typeInstant // no inferred duration
 	}
 	var k describe.Kernel
 	if op.Kind == model.OpKernel {
 		// The full demangled name, as Kineto writes it: a shortened one
 		// would merge distinct template instances.
 		k = w.kernels.Of(p, op.Func)
-		w.nameStr(k.Full)
+		w.eventNamed(op.Start, typ, track, op.Kind.Category(), k.Full)
 	} else {
 		w.scratch = describe.AppendOpName(w.scratch[:0], op)
+		w.event(op.Start, typ, track, op.Kind.Category(), w.scratch)
 	}
-	name := w.scratch
-	track := w.track(streamKey(p.PID, op.Device, op.Stream))
-	typ := uint64(typeSliceBegin)
-	if op.End <= op.Start {
-		typ = typeInstant // no inferred duration
-	}
-	w.event(op.Start, typ, track, op.Kind.Category(), name)
 	if op.Correlation != 0 {
 		w.flow(eventTerminating, op.Correlation)
 	}
@@ -603,7 +638,7 @@ func (w *Writer) Hold(p *model.Process, h *model.Hold) {
 		return
 	}
 	track := w.track(threadKey(p.PID, h.TID))
-	w.event(h.Start, typeSliceBegin, track, "cudatap", w.nameStr("cudatap: target held while a library is hooked"))
+	w.eventNamed(h.Start, typeSliceBegin, track, "cudatap", "cudatap: target held while a library is hooked")
 	w.bool("not_cuda_time", true)
 	w.send()
 	w.endAt(track, h.End)
@@ -636,7 +671,7 @@ func (w *Writer) counters(r *model.Result) {
 	for i := range r.Counters {
 		c := &r.Counters[i]
 		for _, k := range slices.Sorted(maps.Keys(c.Values)) {
-			w.event(c.TS, typeCounter, w.track(trackKey{kind: kindCounter, id: uint64(c.Device), series: k}), "", nil)
+			w.begin(c.TS, typeCounter, w.track(trackKey{kind: kindCounter, id: uint64(c.Device), series: k}), "")
 			w.e.double(eventDoubleValue, c.Values[k])
 			w.send()
 		}
@@ -701,26 +736,17 @@ func (w *Writer) recording(r *model.Result) {
 	for _, g := range r.GPU.GPUs {
 		// Kineto's deviceProperties.
 		w.dict("gpu " + strconv.Itoa(g.Index))
-		w.e.open(annDict)
-		w.annKey("name")
-		w.strValue(w.nameStr(g.Name))
-		w.e.close()
+		w.entryStr("name", g.Name)
 		w.entryUint("totalGlobalMem", g.MemTotal)
 		if g.UUID != "" {
-			w.e.open(annDict)
-			w.annKey("uuid")
-			w.strValue(w.nameStr(g.UUID))
-			w.e.close()
+			w.entryStr("uuid", g.UUID)
 		}
 		w.e.close()
 	}
 	if p := ranked(r); p != nil {
 		// Kineto's distributedInfo: which rank of an NCCL job this is.
 		w.dict("distributed")
-		w.e.open(annDict)
-		w.annKey("backend")
-		w.strValue(w.nameStr("nccl"))
-		w.e.close()
+		w.entryStr("backend", "nccl")
 		w.entryUint("rank", uint64(p.Rank))
 		w.entryUint("world_size", uint64(p.WorldSize))
 		w.e.close()
@@ -730,7 +756,7 @@ func (w *Writer) recording(r *model.Result) {
 		w.endAt(track, r.End)
 	}
 	if r.Truncated != "" {
-		w.event(r.End, typeInstant, track, "cudatap", w.nameStr("recording truncated"))
+		w.eventNamed(r.End, typeInstant, track, "cudatap", "recording truncated")
 		w.str("reason", r.Truncated)
 		w.send()
 	}

@@ -416,15 +416,9 @@ func TestSmallerThanChrome(t *testing.T) {
 	pw := NewWriter(&pbuf, f.Names, Options{})
 	cw := chrome.NewWriter(&cbuf, f.Names, chrome.Options{})
 	sinks := model.Sinks{pw, cw}
-	start := uint64(fixture.Base)
 	for i := range 20_000 {
-		ts := start + uint64(i)*7_350 // ~136k launches/s
-		c := model.Call{Start: ts, End: ts + 2_100, TID: fixture.TIDMain, API: event.CuLaunchKernel, ViaRuntime: true, Stream: 2,
-			GPUOp: i, Correlation: uint64(i + 1), Stack: -1, PyStack: -1, HasRet: true,
-			Args: event.Args{HasStream: true, Func: fixture.StubVecAdd, Grid: event.Dim3{X: 1, Y: 1, Z: 1}, Block: event.Dim3{X: 1, Y: 1, Z: 1}}}
+		c, op := floodLaunch(i)
 		sinks.Call(p, &c)
-		op := model.GPUOp{ID: i, Stream: 2, Correlation: uint64(i + 1), Enqueued: ts, Start: ts + 3_000, End: ts + 7_000, Func: fixture.StubVecAdd,
-			Kind: model.OpKernel, AfterStream: -1, Bounded: true, Grid: c.Args.Grid, Block: c.Args.Block}
 		sinks.GPUOp(p, &op)
 	}
 	if err := pw.Close(f.Result); err != nil {
@@ -437,5 +431,46 @@ func TestSmallerThanChrome(t *testing.T) {
 	t.Logf("20,000 launches: Chrome %d bytes, Perfetto %d bytes: %.2f× smaller (%.0f bytes per launch)", cbuf.Len(), pbuf.Len(), ratio, float64(pbuf.Len())/20_000)
 	if ratio < 5 {
 		t.Errorf("the Perfetto trace is only %.2f× smaller than the Chrome trace", ratio)
+	}
+}
+
+// floodLaunch is the i-th of a flood of launches (a launch, its kernel),
+// as a big recording is made of.
+func floodLaunch(i int) (model.Call, model.GPUOp) {
+	ts := uint64(fixture.Base) + uint64(i)*7_350 // ~136k launches/s
+	c := model.Call{Start: ts, End: ts + 2_100, TID: fixture.TIDMain, API: event.CuLaunchKernel, ViaRuntime: true, Stream: 2,
+		GPUOp: i, Correlation: uint64(i + 1), Stack: -1, PyStack: -1, HasRet: true,
+		Args: event.Args{HasStream: true, Func: fixture.StubVecAdd, Grid: event.Dim3{X: 1, Y: 1, Z: 1}, Block: event.Dim3{X: 1, Y: 1, Z: 1}}}
+	op := model.GPUOp{ID: i, Stream: 2, Correlation: uint64(i + 1), Enqueued: ts, Start: ts + 3_000, End: ts + 7_000, Func: fixture.StubVecAdd,
+		Kind: model.OpKernel, AfterStream: -1, Bounded: true, Grid: c.Args.Grid, Block: c.Args.Block}
+	return c, op
+}
+
+// BenchmarkFlood writes launches and their kernels as the Chrome trace
+// (the baseline) and as the Perfetto trace: compare their ns/op.
+func BenchmarkFlood(b *testing.B) {
+	f := fixture.New()
+	p := f.Result.Processes[0]
+	for _, format := range []string{"chrome", "perfetto"} {
+		b.Run(format, func(b *testing.B) {
+			var w interface {
+				model.Sink
+				Close(*model.Result) error
+			}
+			if format == "chrome" {
+				w = chrome.NewWriter(discard{}, f.Names, chrome.Options{})
+			} else {
+				w = NewWriter(discard{}, f.Names, Options{})
+			}
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				c, op := floodLaunch(i)
+				w.Call(p, &c)
+				w.GPUOp(p, &op)
+				i++
+			}
+			w.Close(f.Result)
+		})
 	}
 }
