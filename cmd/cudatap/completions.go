@@ -13,8 +13,8 @@ import (
 )
 
 // addCompletions gives the shell completions (`cudatap completion bash`)
-// values, by flag name wherever the flag is: --stacks and --format their
-// values, -p the processes that map CUDA, and the commands that read
+// values, by flag name wherever the flag is: --stacks, --format and
+// --fail-on their values, -p the processes that map CUDA, and the commands that read
 // recordings .cudatap files.
 func addCompletions(root *cobra.Command) {
 	var walk func(*cobra.Command)
@@ -29,6 +29,10 @@ func addCompletions(root *cobra.Command) {
 				formats = append(formats, "cudatap\traw .cudatap recording")
 			}
 			c.RegisterFlagCompletionFunc("format", fixedValues(formats...))
+		}
+		if c.Flags().Lookup("fail-on") != nil {
+			c.RegisterFlagCompletionFunc("fail-on", fixedValues(
+				"error\tfail on possible races", "warning\tand on findings that cost at least 1% of the run", "note\ton any finding"))
 		}
 		if c.Flags().Lookup("pid") != nil {
 			c.RegisterFlagCompletionFunc("pid", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {

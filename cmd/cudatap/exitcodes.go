@@ -21,13 +21,15 @@ const (
 	exitNotFound   = 4 // no such process, command to launch, or recording
 	exitNoCUDA     = 5 // the target process maps no CUDA runtime, driver or NCCL
 	exitPartial    = 6 // outputs written, but not all of them, or from a recording that was cut
+	exitLint       = 7 // lint --fail-on LEVEL: a finding at that level or a more severe one fired
 )
 
 const exitCodesHelp = `Exit status: 0 ok; 1 any other failure; 2 usage (bad command, flag, argument or
 output name); 3 not permitted (not root, no CAP_BPF/CAP_PERFMON/CAP_SYS_PTRACE);
 4 target not found (no such process, command or recording); 5 no CUDA in the
 target process; 6 partial output (an output could not be written, or the recording
-was cut: what was written is valid). record with a command after --: the
+was cut: what was written is valid); 7 lint --fail-on LEVEL: a finding at that
+level or a more severe one fired. record with a command after --: the
 command's own status, unless cudatap itself failed.`
 
 // exitError ends cudatap with a status and prints nothing more: the traced

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -13,13 +14,14 @@ import (
 )
 
 type lintOptions struct {
-	json bool
+	json   bool
+	failOn string
 }
 
 func newLintCmd(g *globalOptions) *cobra.Command {
 	o := &lintOptions{}
 	cmd := &cobra.Command{
-		Use:   "lint IN.cudatap [--json]",
+		Use:   "lint IN.cudatap [--json] [--fail-on LEVEL]",
 		Short: "Find CUDA usage patterns that cost time or correctness, each with the calls that show it and the fix",
 		Long: `lint replays a recording and reports, per process, what practice says to fix:
   legacy-nonblocking-copy  an asynchronous host↔device copy on the legacy default stream
@@ -31,19 +33,37 @@ func newLintCmd(g *globalOptions) *cobra.Command {
   sync-every-launch        a synchronize after every launch, 10 launches in a row or more
 Each finding shows its examples: the calls, when, on which thread and stream, and at which line
 (the innermost line of the user's code: record with --stacks all to have one for launches and
-memsets too), and the fix. The exit status is 0 whether or not a lint fired.`,
+memsets too), and the fix.
+Each finding is priced: the time it cost (host time blocked, GPU work serialized, time with more
+busy streams than hardware queues), measured where the times exist (the host's clock; the GPU's
+with record --gpu-times) and "at most" a bound otherwise. Its level: error, a possible race (a
+wrong result, whatever it costs); warning, it cost at least 1% of its process's traced time (or
+may have); note, less: listed, not raised. Findings are ranked by level, then cost.
+The exit status is 0 whether or not a lint fired, unless --fail-on LEVEL: then 7 when a finding
+at that level or a more severe one fired (for CI: --fail-on error fails on races, --fail-on
+warning also on costly findings, --fail-on note on any). docs/lints.md has the details.`,
 		Example: `  cudatap lint run.cudatap
-  cudatap lint --json run.cudatap`,
+  cudatap lint --json run.cudatap
+  cudatap lint --fail-on warning run.cudatap || exit 1   # in CI`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runLint(cmd, o, args[0])
 		},
 	}
 	cmd.Flags().BoolVar(&o.json, "json", false, "write the findings, the rules and the loss account as JSON")
+	cmd.Flags().StringVar(&o.failOn, "fail-on", "", "exit 7 when a finding at this level or a more severe one fires: error, warning or note")
 	return cmd
 }
 
 func runLint(cmd *cobra.Command, o *lintOptions, in string) error {
+	var failOn lint.Level
+	if o.failOn != "" {
+		l, err := lint.ParseLevel(o.failOn)
+		if err != nil {
+			return usageError(fmt.Errorf("--fail-on: %w", err))
+		}
+		failOn = l
+	}
 	f, err := openRecording(in, "lint")
 	if err != nil {
 		return err
@@ -69,10 +89,39 @@ func runLint(cmd *cobra.Command, o *lintOptions, in string) error {
 	if err != nil {
 		return err
 	}
+	if err := failed(findings, failOn); err != nil {
+		return err
+	}
 	if truncated {
 		return &exitError{code: exitPartial} // said above
 	}
 	return nil
+}
+
+// failed is --fail-on's verdict: an error (exit 7) naming the findings
+// at level min or a more severe one, nil when none fired ("" : never).
+func failed(fs []lint.Finding, min lint.Level) error {
+	if min == "" {
+		return nil
+	}
+	var at []lint.Finding
+	for _, f := range fs {
+		if f.Level.AtLeast(min) {
+			at = append(at, f)
+		}
+	}
+	if len(at) == 0 {
+		return nil
+	}
+	names := make([]string, len(at))
+	for i, f := range at {
+		names[i] = fmt.Sprintf("%s %s in %s", f.Level, f.ID, f.Process)
+	}
+	n := fmt.Sprintf("%d findings", len(at))
+	if len(at) == 1 {
+		n = "1 finding"
+	}
+	return withCode(exitLint, fmt.Errorf("lint: %s at --fail-on %s or above: %s", n, min, strings.Join(names, "; ")))
 }
 
 // writeLints writes the summary's lint section (nothing when no lint

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -16,12 +17,14 @@ import (
 	"time"
 
 	"github.com/cudatap/cudatap/export/lint"
+	"github.com/cudatap/cudatap/export/syncs/synctest"
 	"github.com/cudatap/cudatap/internal/sim"
 	"github.com/cudatap/cudatap/internal/testutil"
 	"github.com/cudatap/cudatap/tracer"
 	"github.com/cudatap/cudatap/tracer/event"
 	"github.com/cudatap/cudatap/tracer/model"
 	"github.com/cudatap/cudatap/tracer/probe"
+	"github.com/cudatap/cudatap/tracer/recording"
 )
 
 // lastCall releases a workload held by --wait-before-exit once the model
@@ -284,10 +287,17 @@ func TestLintScenarios(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, section, ok := strings.Cut(summary, "\nlints: 2 findings fired (cudatap lint "+rec+" shows every example and the rules)\n")
-		if !ok || !strings.Contains(section, "[cross-stream-race]") || !strings.Contains(section, "[pageable-copy-loop]") ||
-			!strings.Contains(section, "(1 more in cudatap lint)") || strings.Count(section, "fix: ") != 2 {
+		_, section, ok := strings.Cut(summary, "\nlints: 2 findings fired: "+lint.LevelCounts(doc.Findings)+" (cudatap lint "+rec+" shows every example and the rules)\n")
+		raised := 1 // the race; the pageable copies, as they cost
+		if pageable.Level != lint.LevelNote {
+			raised++
+		}
+		if !ok || !strings.Contains(section, "error: [cross-stream-race]") || !strings.Contains(section, "[pageable-copy-loop]") ||
+			!strings.Contains(section, "(1 more in cudatap lint)") || strings.Count(section, "fix: ") != raised {
 			t.Errorf("export summary:\n%s", summary)
+		}
+		if race.Level != lint.LevelError || pageable.Cost.Kind != lint.CostBlocked || pageable.Cost.Ns == 0 || pageable.Cost.AtMost {
+			t.Errorf("race %s, pageable cost %+v", race.Level, pageable.Cost)
 		}
 	})
 }
@@ -310,6 +320,146 @@ func TestLintErrors(t *testing.T) {
 		_, _, err := run(t, c.args...)
 		if exitCode(err) != c.code || err == nil || !strings.Contains(err.Error(), c.says) {
 			t.Errorf("%v: exit status %d, error %v; want %d and %q", c.args, exitCode(err), err, c.code, c.says)
+		}
+	}
+}
+
+// writeRecording writes r to a .cudatap file, its names first, its calls
+// in time order, as the recorder would have.
+func writeRecording(t *testing.T, r *synctest.Recording) string {
+	t.Helper()
+	var buf bytes.Buffer
+	w, err := recording.NewWriter(&buf, recording.NewHeader("cudatap-test", 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Names(r.Names, true)
+	evs := slices.Clone(r.Events)
+	slices.SortStableFunc(evs, func(a, b *event.Event) int { return cmp.Compare(a.Start, b.Start) })
+	for _, e := range evs {
+		w.Event(event.Encode(nil, e))
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "run.cudatap")
+	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// lintLoop is a loop of iters steps: a pageable copy of 4 KiB on the
+// legacy stream (from load_batch), a memset on stream A of the memory it
+// wrote (a possible race unless clean), a launch on stream B and a sync
+// of it (from train_step, 100 µs each).
+func lintLoop(iters int, clean bool) *synctest.Recording {
+	const (
+		tid             = 4123
+		sA, sB          = 0x55aa00, 0x55bb00
+		dev, hostBuf    = 0x7f5500000000, 0x5555000000
+		frameCopy, load = 0x7f0000001000, 0x555500002000
+		step, kernel    = 0x555500003000, 0x401000
+	)
+	r := synctest.New(tid, "train")
+	r.Thread(tid, "train")
+	r.Frame(frameCopy, "cudaMemcpyAsync (libcudart.so.13)")
+	r.Frame(load, "load_batch (train)")
+	r.Frame(step, "train_step (train)")
+	at := synctest.Base
+	tick := func() uint64 { at += 200 * synctest.US; return at }
+	r.Call(event.CudaMalloc, tid, tick(), 10*synctest.US, 0x7ffd1000, 16<<20).Out = dev
+	r.StreamCreate(tid, tick(), sA)
+	r.StreamCreate(tid, tick(), sB)
+	for range iters {
+		if !clean {
+			synctest.Stack(r.Call(event.CudaMemcpyAsync, tid, tick(), 5*synctest.US, dev, hostBuf, 4096, uint64(event.HostToDevice), 0), frameCopy, load)
+			r.Call(event.CudaMemsetAsync, tid, tick(), 0, dev, 0, 4096, sA)
+		}
+		r.Launch(tid, tick(), sB, kernel)
+		synctest.Stack(r.StreamSync(tid, tick(), 100*synctest.US, sB), frameCopy, step)
+	}
+	return r
+}
+
+// TestLintFailOn: --fail-on LEVEL exits 7 when a finding at that level or
+// a more severe one fired, names them, and otherwise changes nothing; an
+// unknown level is a usage error.
+func TestLintFailOn(t *testing.T) {
+	// Fires an error (the race), a warning (a sync after every launch) and
+	// notes (pageable and legacy copies: 5 µs of each 800 µs step).
+	loop := writeRecording(t, lintLoop(12, false))
+	// Two steps, a sync each: nothing fires.
+	clean := writeRecording(t, lintLoop(2, true))
+	doc := lintJSON(t, loop)
+	var got []string
+	for _, f := range doc.Findings {
+		got = append(got, string(f.Level)+" "+string(f.ID))
+	}
+	if want := []string{"error cross-stream-race", "warning sync-every-launch", "note pageable-copy-loop", "note legacy-nonblocking-copy"}; !slices.Equal(got, want) {
+		t.Fatalf("findings %v, want %v", got, want)
+	}
+	for _, c := range []struct {
+		args  []string
+		code  int
+		names string // in the error
+	}{
+		{[]string{"lint", loop}, 0, ""},
+		{[]string{"lint", "--fail-on", "error", loop}, exitLint, "lint: 1 finding at --fail-on error or above: error cross-stream-race in train (pid 4123)"},
+		{[]string{"lint", "--fail-on", "warning", loop}, exitLint, "2 findings at --fail-on warning or above: error cross-stream-race in train (pid 4123); warning sync-every-launch"},
+		{[]string{"lint", "--fail-on", "note", "--json", loop}, exitLint, "4 findings at --fail-on note or above"},
+		{[]string{"lint", "--fail-on", "note", clean}, 0, ""},
+		{[]string{"lint", "--fail-on", "fatal", loop}, exitUsage, "--fail-on: unknown lint level \"fatal\": give error, warning or note"},
+	} {
+		stdout, _, err := run(t, c.args...)
+		if exitCode(err) != c.code || c.names != "" && (err == nil || !strings.Contains(err.Error(), c.names)) {
+			t.Errorf("%v: exit %d, %v; want %d and %q", c.args, exitCode(err), err, c.code, c.names)
+		}
+		if c.code != exitUsage && stdout == "" {
+			t.Errorf("%v wrote nothing", c.args)
+		}
+	}
+	if out, _, err := run(t, "__complete", "lint", "--fail-on", ""); err != nil || !strings.HasPrefix(out, "error\t") || !strings.Contains(out, "\nwarning\t") || !strings.Contains(out, "\nnote\t") {
+		t.Errorf("completing --fail-on: %v\n%s", err, out)
+	}
+}
+
+// TestLintsInReportAndJSON: `cudatap report` shows the lints (terminal:
+// the raised ones with their cost and fix, the notes a line each), and
+// `report --json` and `export --json` have them priced.
+func TestLintsInReportAndJSON(t *testing.T) {
+	rec := writeRecording(t, lintLoop(12, false))
+	stdout, stderr, err := run(t, "report", rec)
+	if err != nil {
+		t.Fatalf("report: %v\n%s", err, stderr)
+	}
+	_, section, ok := strings.Cut(stdout, "\nlints: 4 findings fired: 1 error, 1 warning, 2 notes (cudatap lint "+rec+" shows every example and the rules)\n")
+	if !ok {
+		t.Fatalf("no lints section:\n%s", stdout)
+	}
+	for _, s := range []string{"error: [cross-stream-race]", "warning: [sync-every-launch]", "cost: 1.2 ms blocked on the host (", "fix: order the use after the write",
+		"notes: each cost less than 1% of its process's traced time", "  [legacy-nonblocking-copy] train (pid 4123):", "cudatap report: train (pid 4123)", "lints raised: 1 error, 1 warning (see Lints)"} {
+		if !strings.Contains(section, s) {
+			t.Errorf("report lacks %q:\n%s", s, section)
+		}
+	}
+	type summary struct {
+		Schema int            `json:"schema"`
+		Lints  []lint.Finding `json:"lints"`
+		Limits *lint.Limits   `json:"lint_limits"`
+	}
+	for _, cmd := range []string{"report", "export"} {
+		stdout, stderr, err := run(t, cmd, "--json", rec)
+		if err != nil {
+			t.Fatalf("%s --json: %v\n%s", cmd, err, stderr)
+		}
+		var s summary
+		if err := json.Unmarshal([]byte(stdout), &s); err != nil {
+			t.Fatalf("%s --json: %v\n%s", cmd, err, stdout)
+		}
+		if s.Schema != summarySchema || len(s.Lints) != 4 || s.Limits == nil || s.Lints[0].Level != lint.LevelError || s.Lints[1].ID != lint.SyncEveryLaunch ||
+			s.Lints[1].Cost.Ns != 12*100*synctest.US || s.Lints[1].Cost.Kind != lint.CostBlocked || s.Lints[1].Cost.AtMost || s.Lints[3].Level != lint.LevelNote {
+			t.Errorf("%s --json lints: %+v", cmd, s.Lints)
 		}
 	}
 }

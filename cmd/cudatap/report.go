@@ -12,6 +12,8 @@ import (
 
 	"github.com/cudatap/cudatap/export"
 	htmlreport "github.com/cudatap/cudatap/export/html"
+	"github.com/cudatap/cudatap/export/lint"
+	"github.com/cudatap/cudatap/export/straggler"
 	"github.com/cudatap/cudatap/tracer/recording"
 )
 
@@ -19,22 +21,26 @@ type reportOptions struct {
 	output        string
 	memoryProfile string
 	maxSlices     int
+	json          bool
 }
 
 func newReportCmd(g *globalOptions) *cobra.Command {
 	o := &reportOptions{}
 	cmd := &cobra.Command{
-		Use:   "report IN.cudatap [-o OUT.html]",
+		Use:   "report IN.cudatap [-o OUT.html] [--json]",
 		Short: "The verdicts, the lines to change and a picture: a terminal report and a self-contained HTML page",
 		Long: `report replays a recording and prints the verdicts: where the host waited for the GPU and
 what to change, how copies, compute and communication overlapped on each device, the idle
 gaps of each stream and what the host did meanwhile, queue depths and launch rates, the top
-GPU operations, and the device memory the processes reserved (who holds it, what was never
-freed). With -o it also writes one HTML file that opens offline: the same analyses and a
-zoomable timeline of every thread and stream with the NVML samples on the same time axis,
-and, next to it, the device memory by stack as a pprof profile (gpu_inuse, gpu_peak, gpu_alloc).`,
+GPU operations, the device memory the processes reserved (who holds it, what was never
+freed), and the lints of cudatap lint, priced and ranked. With -o it also writes one HTML file
+that opens offline: the same analyses and a zoomable timeline of every thread and stream with
+the NVML samples on the same time axis, and, next to it, the device memory by stack as a pprof
+profile (gpu_inuse, gpu_peak, gpu_alloc). With --json the summary is written as JSON instead of
+the terminal report (the schema of record --json, lints included).`,
 		Example: `  cudatap report run.cudatap
   cudatap report run.cudatap -o report.html
+  cudatap report --json run.cudatap > summary.json
   sudo cudatap record --report report.html -- python3 train.py`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -45,6 +51,7 @@ and, next to it, the device memory by stack as a pprof profile (gpu_inuse, gpu_p
 	f.StringVarP(&o.output, "output", "o", "", "write the HTML report to this file (.html)")
 	f.StringVar(&o.memoryProfile, "memory-profile", "", `with -o: where to write the device memory profile (default: next to the report, OUT.gpu_inuse.pb.gz; "none": not at all)`)
 	f.IntVar(&o.maxSlices, "max-slices", 20_000, "calls, GPU ops and syncs the timeline shows in full detail; past it, the busiest window that holds that many (the rest as occupancy)")
+	f.BoolVar(&o.json, "json", false, "write the summary as JSON (schema in README.md, \"JSON output\"), not the terminal report; also with --quiet")
 	return cmd
 }
 
@@ -81,11 +88,26 @@ func runReport(cmd *cobra.Command, g *globalOptions, o *reportOptions, in string
 	}
 	defer f.Close()
 	notes := g.notes(cmd)
-	rep, err := loadReport(notes, cmd.ErrOrStderr(), f, in, o.maxSlices)
+	var stragglers *straggler.Collector
+	opts := htmlreport.Options{MaxSlices: o.maxSlices}
+	if o.json {
+		stragglers = straggler.NewCollector()
+		opts.Also = stragglers
+	}
+	rep, err := loadReport(notes, cmd.ErrOrStderr(), f, in, opts)
 	if err != nil {
 		return err
 	}
-	if err := writeReport(g.summary(cmd, false, false), notes, rep, o.output, memoryProfilePath(o.output, o.memoryProfile)); err != nil {
+	out, profile := g.summary(cmd, false, o.json), memoryProfilePath(o.output, o.memoryProfile)
+	if o.json {
+		err = writeSummaryJSON(out, rep.Result, &export.Aggregates{Syncs: rep.Syncs, Lints: rep.Lint, Stragglers: stragglers}, nil, nil)
+		if err == nil && o.output != "" {
+			err = writePage(notes, rep, o.output, profile)
+		}
+	} else {
+		err = writeReport(out, notes, rep, in, o.output, profile)
+	}
+	if err != nil {
 		return partialError(err)
 	}
 	if rep.Result.Truncated != "" {
@@ -97,13 +119,14 @@ func runReport(cmd *cobra.Command, g *globalOptions, o *reportOptions, in string
 // loadReport replays the recording f (named in) into a report, showing
 // its progress on notes; a recording cut short is reported on warn (not
 // --quiet's to hide: the exit status says it too).
-func loadReport(notes, warn io.Writer, f *os.File, in string, maxSlices int) (*htmlreport.Report, error) {
+func loadReport(notes, warn io.Writer, f *os.File, in string, opts htmlreport.Options) (*htmlreport.Report, error) {
 	status := newStatusLine(notes)
 	size := int64(0)
 	if fi, err := f.Stat(); err == nil {
 		size = fi.Size()
 	}
-	rep, err := htmlreport.Load(f, htmlreport.Options{MaxSlices: maxSlices, Version: version}, func(pass string, done int64) {
+	opts.Version = version
+	rep, err := htmlreport.Load(f, opts, func(pass string, done int64) {
 		if size > 0 {
 			status.printf("cudatap: report: %s %s: %.0f%%", pass, in, 100*float64(done)/float64(size))
 		}
@@ -118,10 +141,17 @@ func loadReport(notes, warn io.Writer, f *os.File, in string, maxSlices int) (*h
 	return rep, nil
 }
 
-// writeReport prints the summary and the terminal report to out, and
-// writes the page and the memory profile when asked.
-func writeReport(out, notes io.Writer, rep *htmlreport.Report, page, profile string) error {
-	if _, err := io.WriteString(out, rep.Summary+"\n"); err != nil {
+// writeReport prints the summary, its lints section and the terminal
+// report to out, and writes the page and the memory profile when asked;
+// in names the recording for the hint to `cudatap lint`.
+func writeReport(out, notes io.Writer, rep *htmlreport.Report, in, page, profile string) error {
+	if _, err := io.WriteString(out, rep.Summary); err != nil {
+		return err
+	}
+	if err := lint.WriteText(out, rep.Result, rep.Lint, rep.Lints, lint.TextOptions{Section: true, Examples: 1, Input: in}); err != nil {
+		return err
+	}
+	if _, err := io.WriteString(out, "\n"); err != nil {
 		return err
 	}
 	if err := rep.WriteText(out); err != nil {
@@ -215,7 +245,7 @@ func (r *recordReport) write(notes io.Writer) error {
 		return fmt.Errorf("report: read back the recording: %w", err)
 	}
 	defer f.Close()
-	rep, err := loadReport(notes, notes, f, "the recording", 0)
+	rep, err := loadReport(notes, notes, f, "the recording", htmlreport.Options{})
 	if err != nil {
 		return fmt.Errorf("report: %w", err)
 	}

@@ -65,7 +65,8 @@ func TestReportInChromium(t *testing.T) {
 	if err != nil {
 		t.Fatalf("report: %v\n%s", err, stderr)
 	}
-	for _, s := range []string{"cudatap summary:", "cudatap report:", "verdicts", "pageable_memcpy", "top GPU operations by count", "device memory reserved through CUDA", "bounds"} {
+	for _, s := range []string{"cudatap summary:", "cudatap report:", "verdicts", "pageable_memcpy", "top GPU operations by count", "device memory reserved through CUDA", "bounds",
+		"\nlints: 2 findings fired: 1 error, ", "error: [cross-stream-race]", "[pageable-copy-loop]", "lints raised: 1 error"} {
 		if !strings.Contains(stdout, s) {
 			t.Errorf("terminal report lacks %q:\n%s", s, stdout)
 		}
@@ -137,10 +138,15 @@ func TestReportInChromium(t *testing.T) {
 			}
 
 			// The analyses, with the workload's numbers.
-			for _, id := range []string{"verdicts", "timeline", "syncs", "overlap", "gaps", "queues", "kernels", "memory", "bounds"} {
+			for _, id := range []string{"verdicts", "lints", "timeline", "syncs", "overlap", "gaps", "queues", "kernels", "memory", "bounds"} {
 				if !strings.Contains(dom, `<section id="`+id+`">`) {
 					t.Errorf("no section #%s", id)
 				}
+			}
+			// basic's lints (TestLintScenarios): a possible race, and its
+			// pageable read-back every iteration.
+			if !strings.Contains(dom, `<li class="error" data-lint="cross-stream-race" data-level="error"`) || !strings.Contains(dom, `data-lint="pageable-copy-loop"`) {
+				t.Errorf("the lints section lacks basic's race and pageable copies")
 			}
 			kernels := attrInts(dom, `<tr data-name="sim_(?:gemm|relu)_kernel" data-count="(\d+)"`)
 			copies := attrInts(dom, `<tr data-name="Memcpy [^"]*" data-count="(\d+)"`)

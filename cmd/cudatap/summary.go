@@ -13,8 +13,9 @@ import (
 )
 
 // summarySchema is the version of the JSON summary (`record --json`,
-// `export --json`, README.md "JSON output"): fields are only ever added;
-// a removed or retyped field bumps it.
+// `export --json`, `report --json`; README.md "JSON output", the lints in
+// docs/lints.md): fields are only ever added; a removed or retyped field
+// bumps it.
 const summarySchema = 1
 
 // summaryJSON is the summary as JSON. Times are ns of CLOCK_MONOTONIC
@@ -32,7 +33,7 @@ type summaryJSON struct {
 	// The summary's judgements of each process's host side (launch bound,
 	// input stall), with the numbers behind them and the fix.
 	HostVerdicts []report.HostVerdict `json:"host_verdicts"`
-	Lints        []lint.Finding       `json:"lints"`       // as `cudatap lint --json`'s findings
+	Lints        []lint.Finding       `json:"lints"`       // as `cudatap lint --json`'s findings: priced, ranked by level then cost
 	LintLimits   lint.Limits          `json:"lint_limits"` // what the lints' bounds left out (counted, not shown)
 	Stragglers   []straggler.Comm     `json:"stragglers"`  // per NCCL communicator: meetings, arrival spread, per-rank waits
 	GPU          model.GPUReport      `json:"gpu"`         // NVML: per-device statistics and verdicts

@@ -53,6 +53,9 @@ type Options struct {
 	// Title heads the page ("" : the processes' names); Version is
 	// cudatap's.
 	Title, Version string
+	// Also, when set, is fed the first replay too: aggregates a caller
+	// wants of the same recording (the JSON summary's stragglers).
+	Also model.Sink
 }
 
 func (o Options) withDefaults() Options {

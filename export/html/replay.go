@@ -24,7 +24,11 @@ func Load(f io.ReadSeeker, opts Options, progress func(pass string, done int64))
 		return func(n int64) { progress(pass, n) }
 	}
 	c := NewCollector(opts)
-	res, _, err := recording.Load(f, func(*recording.Replay) model.Sink { return c }, prog("reading"))
+	var sink model.Sink = c
+	if opts.Also != nil {
+		sink = model.Sinks{c, opts.Also}
+	}
+	res, _, err := recording.Load(f, func(*recording.Replay) model.Sink { return sink }, prog("reading"))
 	var truncated error
 	switch {
 	case errors.Is(err, recording.ErrTruncated) && res != nil:

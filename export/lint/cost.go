@@ -1,6 +1,7 @@
 package lint
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"slices"
@@ -83,8 +84,8 @@ type Cost struct {
 	// no measured times: record with --gpu-times to measure them).
 	Ns     uint64 `json:"ns"`
 	AtMost bool   `json:"at_most"`
-	// Share is Ns over RunNs, the process's traced time (its first call to
-	// its last, less the time cudatap held its threads).
+	// Share is Ns over RunNs, the process's traced time: its first call
+	// to its last, less the time cudatap held its threads within.
 	Share float64 `json:"share"`
 	RunNs uint64  `json:"run_ns"`
 }
@@ -141,16 +142,52 @@ func percent(f float64) string {
 }
 
 // runNs is the time a finding of process p is priced against: its
-// traced time less the time cudatap held it, else the recording's.
-func runNs(r *model.Result, p *model.Process) uint64 {
+// traced time less the time cudatap held its threads within (holds,
+// their union), else the recording's.
+func runNs(r *model.Result, p *model.Process, holds *holds) uint64 {
 	if p.LastSeen > p.FirstSeen {
 		w := p.LastSeen - p.FirstSeen
-		return w - min(w, p.HeldNs)
+		if run := w - min(w, holds.within(p.FirstSeen, p.LastSeen)); run > 0 {
+			return run
+		}
 	}
 	if r.End > r.Start {
 		return r.End - r.Start
 	}
 	return 0
+}
+
+// maxHolds bounds the holds kept per process (one per library hooked
+// per thread, a few); past it a hold counts whole, wherever it was.
+const maxHolds = 64
+
+// holds are the times cudatap held a process's threads.
+type holds struct {
+	spans [][2]uint64
+	over  uint64
+}
+
+func (h *holds) add(start, end uint64) {
+	if end <= start {
+		return
+	}
+	if len(h.spans) < maxHolds {
+		h.spans = append(h.spans, [2]uint64{start, end})
+	} else {
+		h.over += end - start
+	}
+}
+
+// within is the time held between from and to: the union of the holds
+// clipped to it, and those past maxHolds.
+func (h *holds) within(from, to uint64) uint64 {
+	var u union
+	s := slices.Clone(h.spans)
+	slices.SortFunc(s, func(a, b [2]uint64) int { return cmp.Compare(a[0], b[0]) })
+	for _, x := range s {
+		u.add(max(x[0], from), min(x[1], to))
+	}
+	return u.total() + h.over
 }
 
 // price sets f's share of the run and its level.

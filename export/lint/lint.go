@@ -230,6 +230,7 @@ type proc struct {
 	mem     memory // lint 2: device allocations and live writes
 	ops     opTracker
 	legacy  legacyPrices // lint 1's costs
+	holds   holds        // not the process's time
 	groups  [nLints]groups
 }
 
@@ -522,8 +523,9 @@ func (*Collector) Sync(*model.Process, *model.Sync) {}
 // Dependency is not needed: waits are followed from their calls.
 func (*Collector) Dependency(*model.Process, *model.Dependency) {}
 
-// Hold is not needed.
-func (*Collector) Hold(*model.Process, *model.Hold) {}
+// Hold notes a time cudatap held a thread: not the process's own time,
+// which the findings are priced against.
+func (c *Collector) Hold(p *model.Process, h *model.Hold) { c.proc(p.PID).holds.add(h.Start, h.End) }
 
 // flush books what was still open when the recording ended: each thread's
 // last legacy copy (nothing waited for it) and its current run, and the

@@ -738,3 +738,27 @@ func TestFindingsRanked(t *testing.T) {
 		t.Errorf("ParseLevel(fatal): %v", err)
 	}
 }
+
+// A finding is priced against its process's traced time less the time
+// cudatap held its threads within it; holds outside it (a library hooked
+// before the first call) take nothing off.
+func TestRunLessHolds(t *testing.T) {
+	r := newRec()
+	r.stream(sA, true)
+	for range 12 {
+		r.launch(sA)
+		r.sync(sA, frameStep)
+	}
+	res, c, fs := run(t, r, Options{})
+	p := res.Processes[0]
+	span := p.LastSeen - p.FirstSeen
+	if len(fs) != 1 || fs[0].Cost.RunNs != span {
+		t.Fatalf("findings %+v, traced %d", fs, span)
+	}
+	c.Hold(p, &model.Hold{TID: tid, Start: p.FirstSeen - 50*us, End: p.FirstSeen + 10*us}) // 10 µs within
+	c.Hold(p, &model.Hold{TID: tid + 1, Start: p.FirstSeen + 5*us, End: p.FirstSeen + 30*us})
+	c.Hold(p, &model.Hold{TID: tid, Start: p.LastSeen + us, End: p.LastSeen + ms})
+	if fs := Findings(res, c); fs[0].Cost.RunNs != span-30*us || fs[0].Cost.Share != float64(fs[0].Cost.Ns)/float64(span-30*us) {
+		t.Errorf("priced against %d, want %d", fs[0].Cost.RunNs, span-30*us)
+	}
+}

@@ -199,7 +199,7 @@ func Findings(r *model.Result, c *Collector) []Finding {
 				out = append(out, f)
 			}
 			for i := from; i < len(out); i++ {
-				price(&out[i], runNs(r, p), c.opts.NoteBelow)
+				price(&out[i], runNs(r, p, &ps.holds), c.opts.NoteBelow)
 			}
 		}
 	}
