@@ -18,6 +18,12 @@ import (
 const (
 	maxNames     = 1 << 20   // entries of all name tables together
 	maxNameBytes = 128 << 20 // their names' bytes
+	// Tables of which the model uses few: it keeps 1,024 processes and
+	// 16,384 threads apart (tracer/model/limits.go); a process maps
+	// hundreds of files.
+	maxProcNames   = 1 << 13
+	maxThreadNames = 1 << 16
+	maxMappings    = 1 << 16
 	// maxCounters bounds the NVML samples kept; past it the series are
 	// thinned to half their resolution, as often as needed.
 	maxCounters = 1 << 18
@@ -37,13 +43,14 @@ const (
 )
 
 // keepName reports whether a new name of n bytes fits the name tables'
-// bounds, counting it otherwise; a name replacing one already kept always
-// does (it grows nothing).
-func (rp *Replay) keepName(known bool, n int) bool {
+// bounds, its table holding size names of at most limit; it counts those
+// that do not. A name replacing one already kept always does (it grows
+// nothing).
+func (rp *Replay) keepName(known bool, n, size, limit int) bool {
 	if known {
 		return true
 	}
-	if rp.names >= maxNames || rp.nameBytes+int64(n) > maxNameBytes {
+	if size >= limit || rp.names >= maxNames || rp.nameBytes+int64(n) > maxNameBytes {
 		rp.NamesNotKept++
 		return false
 	}

@@ -10,15 +10,19 @@ import (
 	"github.com/cudatap/cudatap/tracer/model"
 )
 
-// TestNamesBounded: a recording can name any number of threads (one small
-// record each): past maxNames the names are not kept, counted, and the
-// count reaches the result's limits.
+// TestNamesBounded: a recording can name any number of frames and
+// threads (one small record each): past maxNames in all, or a table's own
+// bound, the names are not kept, counted, and the count reaches the
+// result's limits.
 func TestNamesBounded(t *testing.T) {
-	const extra = 10
+	const extraThreads, extra = 5, 10
 	var buf bytes.Buffer
 	w, _ := NewWriter(&buf, NewHeader("test", 0))
-	for i := range maxNames + extra {
+	for i := range maxThreadNames + extraThreads {
 		w.Thread(1, uint32(i), "t")
+	}
+	for i := range maxNames - maxThreadNames + extra {
+		w.Frame(1, uint64(i), "f")
 	}
 	e := event.Event{Cookie: event.Lookup(event.CudaLaunchKernel).Cookie(0), PID: 1, TID: 1, Start: 1000}
 	w.Event(event.Encode(nil, &e))
@@ -27,10 +31,12 @@ func TestNamesBounded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rp.Names.Threads) != maxNames || rp.NamesNotKept != extra || res.Drops.Limits.Names != extra {
-		t.Errorf("%d names kept, %d not (result: %d); want %d and %d", len(rp.Names.Threads), rp.NamesNotKept, res.Drops.Limits.Names, maxNames, extra)
+	n := rp.Names
+	if len(n.Threads) != maxThreadNames || len(n.Threads)+len(n.Frames) != maxNames || rp.NamesNotKept != extraThreads+extra || res.Drops.Limits.Names != extraThreads+extra {
+		t.Errorf("%d thread and %d frame names kept, %d not (result: %d); want %d and %d, %d not",
+			len(n.Threads), len(n.Frames), rp.NamesNotKept, res.Drops.Limits.Names, maxThreadNames, maxNames-maxThreadNames, extraThreads+extra)
 	}
-	if !strings.Contains(res.Drops.Limits.Describe(), "10 names not kept") {
+	if !strings.Contains(res.Drops.Limits.Describe(), "15 names not kept") {
 		t.Errorf("limits say %q", res.Drops.Limits.Describe())
 	}
 }

@@ -227,7 +227,7 @@ func (rp *Replay) name(typ byte, buf []byte, t *Transform) error {
 			// A process may be named twice (again at its first call, once
 			// it had exec'd): the last name stands.
 			_, seen := n.Procs[pid]
-			if !rp.keepName(seen, len(name)) {
+			if !rp.keepName(seen, len(name), len(n.Procs), maxProcNames) {
 				break
 			}
 			var info model.ProcessInfo
@@ -238,18 +238,18 @@ func (rp *Replay) name(typ byte, buf []byte, t *Transform) error {
 				rp.Processes = append(rp.Processes, pid)
 			}
 		case recThread:
-			keepName(rp, n.Threads, model.NameKey{PID: pid, Key: key}, name, len(name))
+			keepName(rp, n.Threads, model.NameKey{PID: pid, Key: key}, name, len(name), maxThreadNames)
 		case recKernel:
-			keepName(rp, n.Kernels, model.NameKey{PID: pid, Key: key}, name, len(name))
+			keepName(rp, n.Kernels, model.NameKey{PID: pid, Key: key}, name, len(name), maxNames)
 		case recFrame:
-			keepName(rp, n.Frames, model.NameKey{PID: pid, Key: key}, name, len(name))
+			keepName(rp, n.Frames, model.NameKey{PID: pid, Key: key}, name, len(name), maxNames)
 		}
 	case recPyFrame:
 		if len(buf) < 20 {
 			return fmt.Errorf("%w: short Python frame record", ErrFormat)
 		}
 		k := model.PyNameKey{PID: t.PID(binary.LittleEndian.Uint32(buf)), PyKey: model.PyKey{Code: binary.LittleEndian.Uint64(buf[4:]), Instr: binary.LittleEndian.Uint64(buf[12:])}}
-		keepName(rp, rp.Names.Py, k, string(buf[20:]), len(buf)-20)
+		keepName(rp, rp.Names.Py, k, string(buf[20:]), len(buf)-20, maxNames)
 	case recMapping:
 		if len(buf) < mappingSize {
 			return fmt.Errorf("%w: short mapping record", ErrFormat)
@@ -262,7 +262,7 @@ func (rp *Replay) name(typ byte, buf []byte, t *Transform) error {
 			return fmt.Errorf("%w: bad mapping record", ErrFormat)
 		}
 		m.BuildID, m.File = string(rest[:n]), string(rest[n:])
-		keepName(rp, rp.Names.Mappings, model.NameKey{PID: t.PID(le.Uint32(buf)), Key: m.Start}, m, len(rest))
+		keepName(rp, rp.Names.Mappings, model.NameKey{PID: t.PID(le.Uint32(buf)), Key: m.Start}, m, len(rest), maxMappings)
 	case recDrops:
 		var d model.Drops
 		if err := json.Unmarshal(buf, &d); err != nil {
@@ -291,9 +291,10 @@ func (rp *Replay) name(typ byte, buf []byte, t *Transform) error {
 	return nil
 }
 
-// keepName puts v under k in table, within the name tables' bounds.
-func keepName[K comparable, V any](rp *Replay, table map[K]V, k K, v V, bytes int) {
-	if _, known := table[k]; rp.keepName(known, bytes) {
+// keepName puts v under k in table, within the name tables' bounds and
+// limit names in table.
+func keepName[K comparable, V any](rp *Replay, table map[K]V, k K, v V, bytes, limit int) {
+	if _, known := table[k]; rp.keepName(known, bytes, len(table), limit) {
 		table[k] = v
 	}
 }
@@ -438,7 +439,7 @@ func (rs *Records) prepare(typ byte) error {
 		}
 		t.patchPID(b[1:])
 		switch b[0] {
-		case GPUTimesMark:
+		case GPUTimesMark, GPUTimesStart, GPUTimesHandOver:
 			t.patchTime(b[5:])
 		case GPUTimesMeasure:
 			for off := 17; off <= 41; off += 8 { // APIStart, APIEnd, Start, End
@@ -481,7 +482,11 @@ func (rs *Records) Apply(m *model.Model) {
 		pid, t := le.Uint32(buf[1:]), le.Uint64(buf[5:])
 		switch buf[0] {
 		case GPUTimesStart:
-			m.StartMeasuring(pid)
+			m.StartMeasuringSince(pid, t)
+		case GPUTimesHandOver:
+			m.HandedOver(pid, t)
+		case GPUTimesRefused:
+			m.NotMeasured(pid)
 		case GPUTimesMeasure:
 			b := buf[13:]
 			ms := model.Measurement{TID: le.Uint32(b), APIStart: le.Uint64(b[4:]), APIEnd: le.Uint64(b[12:]),
@@ -689,10 +694,11 @@ func LoadInputs(ins []Input, newSink func(*Replay) model.Sink, opts LoadOptions)
 	return res, all, rps, errors.Join(errs...)
 }
 
-// union adds src's names to dst, all's table, within the bounds.
-func union[K comparable, V any](all *Replay, dst, src map[K]V, cmpK func(a, b K) int, size func(V) int) {
+// union adds src's names to dst, all's table, within the bounds (limit
+// names in dst).
+func union[K comparable, V any](all *Replay, dst, src map[K]V, cmpK func(a, b K) int, size func(V) int, limit int) {
 	for _, k := range slices.SortedFunc(maps.Keys(src), cmpK) {
-		keepName(all, dst, k, src[k], size(src[k]))
+		keepName(all, dst, k, src[k], size(src[k]), limit)
 	}
 }
 
@@ -707,12 +713,12 @@ func combine(rps []*Replay) *Replay {
 		n := rp.Names
 		// The union within the bounds too, in a fixed order: which names
 		// do not fit must not change from one run to the next.
-		union(all, all.Names.Procs, n.Procs, cmp.Compare[uint32], func(v model.ProcessInfo) int { return len(v.Comm) + len(v.Cmdline) })
-		union(all, all.Names.Threads, n.Threads, cmpKey, func(v string) int { return len(v) })
-		union(all, all.Names.Kernels, n.Kernels, cmpKey, func(v string) int { return len(v) })
-		union(all, all.Names.Frames, n.Frames, cmpKey, func(v string) int { return len(v) })
-		union(all, all.Names.Py, n.Py, cmpPyKey, func(v string) int { return len(v) })
-		union(all, all.Names.Mappings, n.Mappings, cmpKey, func(v model.Mapping) int { return len(v.File) + len(v.BuildID) })
+		union(all, all.Names.Procs, n.Procs, cmp.Compare[uint32], func(v model.ProcessInfo) int { return len(v.Comm) + len(v.Cmdline) }, maxProcNames)
+		union(all, all.Names.Threads, n.Threads, cmpKey, func(v string) int { return len(v) }, maxThreadNames)
+		union(all, all.Names.Kernels, n.Kernels, cmpKey, func(v string) int { return len(v) }, maxNames)
+		union(all, all.Names.Frames, n.Frames, cmpKey, func(v string) int { return len(v) }, maxNames)
+		union(all, all.Names.Py, n.Py, cmpPyKey, func(v string) int { return len(v) }, maxNames)
+		union(all, all.Names.Mappings, n.Mappings, cmpKey, func(v model.Mapping) int { return len(v.File) + len(v.BuildID) }, maxMappings)
 		all.NamesNotKept += rp.NamesNotKept
 		all.CountersThinned += rp.CountersThinned
 		all.GPUNotKept += rp.GPUNotKept
