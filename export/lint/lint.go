@@ -326,6 +326,9 @@ func (c *Collector) Call(p *model.Process, x *model.Call) {
 	if enqueued {
 		ps.ops.enqueued(x)
 		pos, ordered, serialized = ps.order.enqueue(p, sid, &c.limits)
+		if !ps.ops.bounding && len(ps.order.used) > c.opts.MaxBusyStreams {
+			ps.ops.startBounds(x.Start, &c.limits)
+		}
 	}
 	a := &x.Args
 	kind := a.Kind

@@ -762,3 +762,32 @@ func TestRunLessHolds(t *testing.T) {
 		t.Errorf("priced against %d, want %d", fs[0].Cost.RunNs, span-30*us)
 	}
 }
+
+// The bounds' sweep starts when a ninth stream gets work: ops handed over
+// before then still count from that instant to the end of their bounds.
+// Here eight streams' ops are proven complete by a device-wide sync of
+// another thread that returns after the ninth and tenth streams' launches.
+func TestManyBusyStreamsBoundsBeforeTheNinth(t *testing.T) {
+	r := newRec()
+	hs := make([]uint64, 10)
+	for i := range hs {
+		hs[i] = 0x60000 + uint64(i)*0x100
+		r.stream(hs[i], true)
+	}
+	t0 := r.tick()
+	for i, h := range hs[:8] {
+		r.Launch(tid, t0+uint64(i)*10*us, h, kernel)
+	}
+	sync := r.DeviceSync(tid+1, t0+80*us, ms)
+	ninth := r.Launch(tid, t0+90*us, hs[8], kernel)
+	r.Launch(tid, t0+100*us, hs[9], kernel)
+	r.DeviceSync(tid, t0+2*ms, 10*us)
+	_, _, fs := run(t, r, Options{})
+	got := only(t, fs, ManyBusyStreams)
+	if len(got) != 1 {
+		t.Fatalf("findings %+v", fs)
+	}
+	if c := got[0].Cost; !c.AtMost || c.Ns != sync.End-ninth.Start {
+		t.Errorf("cost %+v, want at most %d", c, sync.End-ninth.Start)
+	}
+}

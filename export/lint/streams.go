@@ -25,6 +25,13 @@ import (
 // and its proof of completion), whose time past the limit bounds the real
 // one from above. Neither sweep starts an op before the horizon: the
 // horizon is an enqueue time, and no op runs before it was enqueued.
+//
+// The bounds' sweep waits until the process has put work on more streams
+// than the limit: before the first op of the stream past it was enqueued
+// (at t), fewer streams can have been busy. Until then each stream keeps
+// only the latest end of its ops' bounds; every op handed over by then was
+// enqueued before t, so what its stream's bounds hold from t on is the one
+// span [t, that end], with which the sweep starts.
 
 // span is one op's time on the GPU.
 type span struct {
@@ -205,9 +212,10 @@ type opTracker struct {
 	next   int
 	early  []int // laid out within their own call, before it was handed over
 	// devices, sorted (a few: looked up by a scan); swept is the horizon
-	// last swept to.
-	devices []*deviceSweeps
-	swept   uint64
+	// last swept to; bounding: the bounds' sweeps have started.
+	devices  []*deviceSweeps
+	swept    uint64
+	bounding bool
 }
 
 // deviceSweeps are one device's sweeps: of the ops as drawn, and of their
@@ -217,6 +225,7 @@ type deviceSweeps struct {
 	device       int8
 	drawn, bound *sweep
 	unmeasured   bool
+	boundEnd     []uint64 // by stream, until the bounds' sweep starts
 }
 
 type pendingOp struct {
@@ -302,11 +311,17 @@ func (t *opTracker) final(op *model.GPUOp, now uint64, limit int, limits *Limits
 		if drawn.end > drawn.start {
 			d.drawn.add(drawn, limits)
 		}
-		if op.Measured {
+		d.unmeasured = d.unmeasured || !op.Measured
+		switch {
+		case !t.bounding:
+			for int(bound.stream) >= len(d.boundEnd) {
+				d.boundEnd = append(d.boundEnd, 0)
+			}
+			d.boundEnd[bound.stream] = max(d.boundEnd[bound.stream], bound.end)
+		case op.Measured:
 			var counted Limits // a clip here is the drawn sweep's, counted there
 			d.bound.add(bound, &counted)
-		} else {
-			d.unmeasured = true
+		default:
 			d.bound.add(bound, limits)
 		}
 	}
@@ -314,8 +329,24 @@ func (t *opTracker) final(op *model.GPUOp, now uint64, limit int, limits *Limits
 		t.swept = h
 		for _, d := range t.devices {
 			d.drawn.run(h)
-			d.bound.run(h)
+			if t.bounding {
+				d.bound.run(h)
+			}
 		}
+	}
+}
+
+// startBounds starts the bounds' sweeps when the first op of a stream
+// past the limit is enqueued at t.
+func (t *opTracker) startBounds(at uint64, limits *Limits) {
+	t.bounding = true
+	for _, d := range t.devices {
+		for sid, end := range d.boundEnd {
+			if end > at {
+				d.bound.add(span{start: at, end: end, stream: int32(sid)}, limits)
+			}
+		}
+		d.boundEnd = nil
 	}
 }
 
