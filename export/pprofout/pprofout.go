@@ -189,6 +189,9 @@ func Build(r *model.Result, c *Collector, opts Options) (*profile.Profile, error
 	if s := b.stacksComment(); s != "" {
 		p.Comments = append(p.Comments, s)
 	}
+	if b.pastFrames > 0 {
+		p.Comments = append(p.Comments, fmt.Sprintf("cudatap: %d frames past the profile's bound of %d distinct locations are one, %q", b.pastFrames, maxLocations, pastFrame))
+	}
 	if c != nil && c.other > 0 {
 		p.Comments = append(p.Comments, fmt.Sprintf("cudatap: %d calls past the profile's bound of %d distinct samples are under %q, by API only", c.other, maxEntries, otherFrame))
 	}
@@ -242,6 +245,8 @@ type builder struct {
 	outcomes                 [unmatched + 1]int // stack pairs by how their Python frames were laid out
 	roots                    map[uint32]*profile.Location
 	samples                  map[string]*profile.Sample
+	pastLoc                  *profile.Location // of the frames past maxLocations
+	pastFrames               int64
 	stack                    []*profile.Location // the sample being built
 	key                      []byte              // its identity: location ids and label values
 }
@@ -257,6 +262,26 @@ func (b *builder) function(name, system, file string) *profile.Function {
 	return f
 }
 
+// maxLocations bounds the profile's locations (and so its functions): a
+// recording can make every frame of every stack one of its own (65,536
+// distinct stacks of a process, 32 native and 24 Python frames each).
+// Past it, a frame not seen before is one location that says so.
+const maxLocations = 1 << 17
+
+// pastFrame names the location of the frames past maxLocations.
+const pastFrame = "frames past the profile's bound of distinct locations"
+
+// past is the location of a frame past maxLocations.
+func (b *builder) past() *profile.Location {
+	b.pastFrames++
+	if b.pastLoc == nil {
+		b.pastLoc = b.newLocation(&profile.Location{Line: []profile.Line{{Function: b.function(pastFrame, "", "")}}})
+	}
+	return b.pastLoc
+}
+
+func (b *builder) full() bool { return len(b.p.Location) >= maxLocations }
+
 func (b *builder) newLocation(l *profile.Location) *profile.Location {
 	l.ID = uint64(len(b.p.Location) + 1)
 	b.p.Location = append(b.p.Location, l)
@@ -269,6 +294,9 @@ func (b *builder) location(name, system string) *profile.Location {
 	k := frameKey{name, system}
 	if l, ok := b.locs[k]; ok {
 		return l
+	}
+	if b.full() {
+		return b.past()
 	}
 	l := b.newLocation(&profile.Location{Line: []profile.Line{{Function: b.function(name, system, "")}}})
 	b.locs[k] = l
@@ -283,6 +311,9 @@ func (b *builder) nativeLocation(pid uint32, raw uint64, i int, atReturn bool) *
 	nk := model.NameKey{PID: pid, Key: addr}
 	if l, ok := b.frames[nk]; ok {
 		return l
+	}
+	if b.full() {
+		return b.past()
 	}
 	name := describe.Frame(b.names, pid, raw)
 	l := &profile.Location{Address: addr}
@@ -307,6 +338,9 @@ func (b *builder) pyLocation(name string, k model.PyKey) *profile.Location {
 	key := frameKey{fn, file + ":" + strconv.Itoa(line)}
 	if l, ok := b.locs[key]; ok {
 		return l
+	}
+	if b.full() {
+		return b.past()
 	}
 	// No system name: pprof demangles a function whose system name equals
 	// its name, and its demangler cuts "<module>" down to "".

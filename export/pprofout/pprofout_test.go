@@ -272,3 +272,37 @@ func TestCollectorEntriesBounded(t *testing.T) {
 		t.Errorf("%d calls under %q, comments %q; want %d", under, otherFrame, prof.Comments, extra)
 	}
 }
+
+// A recording can make every frame of every stack a location of its own:
+// past maxLocations, new frames are one location that says so, counted in
+// a comment; every call stays in the profile.
+func TestLocationsBounded(t *testing.T) {
+	f := fixture.New()
+	p := f.Result.Processes[0]
+	call := f.Traces[fixture.PIDA].Calls[0]
+	const stacks, depth = maxLocations/32 + 100, 32
+	p.Stacks = nil
+	c := NewCollector()
+	for i := range stacks {
+		st := make([]uint64, depth)
+		for j := range st {
+			st[j] = uint64(0x7f00_0000_0000 + (i*depth+j)*16)
+		}
+		p.Stacks = append(p.Stacks, st)
+		call.Stack = int32(i)
+		c.Call(p, &call)
+	}
+	prof, err := Build(f.Result, c, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(prof.Location); n > maxLocations+1 {
+		t.Errorf("%d locations, want at most %d", n, maxLocations+1)
+	}
+	if got := total(t, prof, "cuda_api"); got != stacks {
+		t.Errorf("%d calls in the profile, want %d", got, stacks)
+	}
+	if !strings.Contains(strings.Join(prof.Comments, "\n"), "frames past the profile's bound") {
+		t.Errorf("comments %q", prof.Comments)
+	}
+}
