@@ -65,7 +65,17 @@ type key struct {
 	symbol         uint8
 	stream         int32
 	stack, pyStack int32
+	other          bool // the synchronizations past maxEntries, by process, kind and API only
 }
+
+// maxEntries bounds the distinct synchronizations the collector tells
+// apart: a recording can give each its own thread and stack. Past it they
+// are told apart by process, kind and API only, as one site that says so
+// (otherSite).
+const maxEntries = 1 << 16
+
+// otherSite is the site of the synchronizations past maxEntries.
+const otherSite = "(synchronizations past the bound of distinct sites: by process, kind and API only)"
 
 type entry struct {
 	key
@@ -123,6 +133,10 @@ func (c *Collector) thread(pid, tid uint32) *thread {
 func (c *Collector) Sync(p *model.Process, s *model.Sync) {
 	k := key{pid: p.PID, tid: s.TID, kind: s.Kind, api: s.API, symbol: s.Symbol, stream: int32(s.Stream), stack: s.Stack, pyStack: s.PyStack}
 	i, ok := c.index[k]
+	if !ok && len(c.entries) >= maxEntries {
+		k = key{pid: p.PID, tid: model.OtherTID, kind: s.Kind, api: s.API, stream: -1, stack: -1, pyStack: -1, other: true}
+		i, ok = c.index[k]
+	}
 	if !ok {
 		i = len(c.entries)
 		c.index[k] = i
@@ -243,12 +257,20 @@ func processSites(r *model.Result, c *Collector, p *model.Process) []Site {
 		threads[ts[i].TID] = &ts[i]
 	}
 	idx := map[siteKey]int{}
+	type siteThread struct {
+		site int
+		tid  uint32
+	}
+	named := map[siteThread]bool{} // the threads each site lists
 	var out []Site
 	for _, i := range c.byPID[p.PID] {
 		e := &c.entries[i]
 		py := describe.PyStack(r.Names, p, e.pyStack)
 		native := describe.NativeStack(r.Names, p, e.stack, e.api, e.symbol, allFrames)
 		site, via, user := UserSite(py, native)
+		if e.other {
+			site, via, user = otherSite, "", false
+		}
 		th := threads[e.tid]
 		var bg Role
 		label := fmt.Sprintf("tid %d", e.tid)
@@ -280,7 +302,8 @@ func processSites(r *model.Result, c *Collector, p *model.Process) []Site {
 		if s := int(e.stream); !slices.Contains(st.Streams, s) {
 			st.Streams = append(st.Streams, s)
 		}
-		if !slices.Contains(st.Threads, label) {
+		if !named[siteThread{j, e.tid}] {
+			named[siteThread{j, e.tid}] = true
 			st.Threads = append(st.Threads, label)
 		}
 	}

@@ -140,3 +140,30 @@ func TestWriters(t *testing.T) {
 		}
 	}
 }
+
+// TestEntriesBounded: a recording can give every synchronization a thread
+// and a stack of its own; past maxEntries they are told apart by process,
+// kind and API only, as one site that says so, and none is lost.
+func TestEntriesBounded(t *testing.T) {
+	const extra = 10
+	p := &model.Process{PID: 1}
+	r := &model.Result{Processes: []*model.Process{p}}
+	r.Name(nil)
+	c := NewCollector()
+	for i := range maxEntries + extra {
+		c.Sync(p, &model.Sync{Kind: model.SyncStream, API: event.CudaStreamSynchronize, TID: uint32(i), Start: uint64(i) * 100, BlockedNs: 10, Stack: -1, PyStack: -1})
+	}
+	if len(c.entries) != maxEntries+1 {
+		t.Fatalf("%d entries, want %d", len(c.entries), maxEntries+1)
+	}
+	count, other := 0, 0
+	for _, s := range Sites(r, c) {
+		count += s.Count
+		if s.Site == otherSite {
+			other += s.Count
+		}
+	}
+	if count != maxEntries+extra || other != extra {
+		t.Errorf("%d syncs in the sites, %d under %q; want %d and %d", count, other, otherSite, maxEntries+extra, extra)
+	}
+}
