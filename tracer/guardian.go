@@ -347,12 +347,18 @@ func continueTree(tree *ebpf.Map) {
 		return
 	}
 	defer tree.Close()
-	var pid uint32
-	var added uint64
-	it := tree.Iterate()
-	for it.Next(&pid, &added) {
-		if st, err := procfs.Stat(int(pid)); err == nil && st.State == 'T' {
-			unix.Kill(int(pid), unix.SIGCONT)
+	var word uint32
+	var bits uint64
+	it := tree.Iterate() // a bitmap by pid: word i holds pids 64i to 64i+63
+	for it.Next(&word, &bits) {
+		for b := 0; bits != 0; b++ {
+			if bits&1 != 0 {
+				pid := int(word)*64 + b
+				if st, err := procfs.Stat(pid); err == nil && st.State == 'T' {
+					unix.Kill(pid, unix.SIGCONT)
+				}
+			}
+			bits >>= 1
 		}
 	}
 }

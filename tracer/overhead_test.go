@@ -62,11 +62,21 @@ func BenchmarkLaunchOverhead(b *testing.B) {
 	bin := buildLaunchLoop(b)
 	const n = 20000
 	rounds := 5
-	var base, empty, traced, both, stacks []float64
+	if v, err := strconv.Atoi(os.Getenv("CUDATAP_BENCH_ROUNDS")); err == nil && v > 0 {
+		rounds = v
+	}
+	var base, empty, traced, both, stacks, followed, pairedFollow []float64
 	for r := 0; r < rounds; r++ {
 		base = append(base, runLoop(b, bin, n, nil))
 		empty = append(empty, runLoop(b, bin, n, attachEmpty))
 		traced = append(traced, runLoop(b, bin, n, attachCudatap(-1, probe.StacksSync)))
+		// Followed (-p --follow, record -- CMD): shared probes that count
+		// the process tree's hits only. Its cost over tracing the one
+		// process, in the same round.
+		followed = append(followed, runLoop(b, bin, n, attachFollowing))
+		if k := len(base) - 1; traced[k] > base[k] {
+			pairedFollow = append(pairedFollow, (followed[k]-base[k])/(traced[k]-base[k]))
+		}
 		both = append(both, runLoop(b, bin, n, attachCudatap(time.Hour, probe.StacksSync)))
 		stacks = append(stacks, runLoop(b, bin, n, attachCudatap(-1, probe.StacksAll)))
 	}
@@ -80,6 +90,10 @@ func BenchmarkLaunchOverhead(b *testing.B) {
 	b.ReportMetric(me, "ns/launch-empty-uprobe")
 	b.ReportMetric(mt, "ns/launch-cudatap")
 	b.ReportMetric(m2, "ns/launch-cudatap-both-layers")
+	b.ReportMetric(med(followed), "ns/launch-cudatap-followed")
+	if len(pairedFollow) > 0 {
+		b.ReportMetric(med(pairedFollow), "followed-ratio-vs-cudatap-paired-median")
+	}
 	if me > mb {
 		b.ReportMetric((mt-mb)/(me-mb), "cost-ratio-vs-empty-uprobe")
 		b.ReportMetric((m2-mb)/(me-mb), "both-layers-ratio-vs-empty-uprobe")
@@ -281,6 +295,27 @@ func attachSession(tb testing.TB, pid int, window time.Duration, stacks probe.St
 	case <-attached:
 	case err := <-done:
 		tb.Fatalf("record: %v", err)
+	}
+	return func() {
+		if err := <-done; err != nil {
+			tb.Fatal(err)
+		}
+	}
+}
+
+// attachFollowing traces pid as -p PID --follow does.
+func attachFollowing(tb testing.TB, pid int) func() {
+	attached := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		_, err := Run(context.Background(), Config{PIDs: []int{pid}, Follow: true, Stacks: probe.StacksSync, Duration: time.Minute,
+			NameWindow: -1, NVMLInterval: -1, Recording: discard{}, OnAttached: func(int) { close(attached) }})
+		done <- err
+	}()
+	select {
+	case <-attached:
+	case err := <-done:
+		tb.Fatalf("record --follow: %v", err)
 	}
 	return func() {
 		if err := <-done; err != nil {

@@ -530,9 +530,6 @@ loop:
 				if s.sharedProbes() {
 					s.tr.PruneProcesses(procfs.Alive)
 				}
-				if s.following() {
-					s.tr.PruneTree(procfs.Alive)
-				}
 				s.reportAggregates(true)
 			} else {
 				s.reportAggregates(false)

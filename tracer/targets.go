@@ -35,7 +35,7 @@ type target struct {
 	// When the naming window began, on the trace clock.
 	rtLaunchFromMono uint64
 	rtLaunchDone     bool
-	pairingHeld      time.Time // the probes closed then, the stub hand-over not yet (releasePairings)
+	pairingHeld      time.Time           // the probes closed then, the stub hand-over not yet (releasePairings)
 	pyMu             sync.Mutex          // guards py and pyTried (reader goroutine and control loop)
 	py               *python.Interpreter // nil until a CPython runtime is found
 	pyTried          bool                // detection gave a final answer

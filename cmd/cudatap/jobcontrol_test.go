@@ -283,3 +283,68 @@ func tracerPid(pid int) int {
 	}
 	return 0
 }
+
+// TestKilledWhileDescendantHeld: a followed command's child is held at its
+// exec (until cudatap has hooked what it maps) when cudatap is killed: the
+// guardian, which reads the followed tree's table, continues it, and it
+// runs to its end with the output of an untraced run.
+func TestKilledWhileDescendantHeld(t *testing.T) {
+	testutil.RequireRoot(t)
+	b := testutil.Sim(t)
+	bin := buildCudatap(t)
+	workload := []string{b.Workload, "--scenario", "basic", "--iters", "3"}
+	untraced, err := exec.Command(workload[0], workload[1:]...).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := sim.ParseReport(untraced)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+	dir := t.TempDir()
+	held := 0
+	for round := 0; round < 6; round++ {
+		out := filepath.Join(dir, fmt.Sprintf("out%d", round))
+		stdout, err := os.Create(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The shell forks, and its child executes the workload: held at
+		// that exec, a grandchild of cudatap.
+		rec := exec.Command(bin, "record", "-q", "--nvml-interval=-1s", "-o", filepath.Join(dir, "x.cudatap"), "--",
+			"sh", "-c", strings.Join(workload, " ")+"; true")
+		rec.Stdout, rec.Stderr = stdout, stdout
+		if err := rec.Start(); err != nil {
+			t.Fatal(err)
+		}
+		sh := 0
+		for deadline := time.Now().Add(30 * time.Second); sh == 0 && time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+			sh = childNamed(rec.Process.Pid, "sh")
+		}
+		w := heldChild(t, sh, filepath.Base(workload[0]), 1)
+		if w != 0 && stateOf(w) == "T" {
+			held++
+		}
+		rec.Process.Kill() // not the guardian
+		rec.Wait()
+		stdout.Close()
+		statuses := reapAll(t, 30*time.Second)
+		got, _ := os.ReadFile(out)
+		rep, err := sim.ParseReport(got)
+		if err != nil {
+			t.Errorf("round %d: the workload did not finish (exits %v): %v\n%s", round, statuses, err, got)
+			continue
+		}
+		if !reflect.DeepEqual(rep.Calls, want.Calls) {
+			t.Errorf("round %d: calls %v, untraced %v", round, rep.Calls, want.Calls)
+		}
+	}
+	t.Logf("%d of 6 kills aimed at a held grandchild", held)
+	if held == 0 {
+		t.Error("no kill landed while the grandchild was held: the test did not test what it is for")
+	}
+}

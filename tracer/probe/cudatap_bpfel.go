@@ -182,6 +182,7 @@ const (
 	cudatapProgLdso            = "ldso"
 	cudatapProgLdsoMulti       = "ldso_multi"
 	cudatapProgTreeExec        = "tree_exec"
+	cudatapProgTreeExit        = "tree_exit"
 	cudatapProgTreeFork        = "tree_fork"
 	cudatapVarUnusedEvent      = "unused_event"
 	cudatapVarUnusedPyCode     = "unused_py_code"
@@ -238,6 +239,7 @@ type cudatapProgramSpecs struct {
 	Ldso            *ebpf.ProgramSpec `ebpf:"ldso"`
 	LdsoMulti       *ebpf.ProgramSpec `ebpf:"ldso_multi"`
 	TreeExec        *ebpf.ProgramSpec `ebpf:"tree_exec"`
+	TreeExit        *ebpf.ProgramSpec `ebpf:"tree_exit"`
 	TreeFork        *ebpf.ProgramSpec `ebpf:"tree_fork"`
 }
 
@@ -362,6 +364,7 @@ type cudatapPrograms struct {
 	Ldso            *ebpf.Program `ebpf:"ldso"`
 	LdsoMulti       *ebpf.Program `ebpf:"ldso_multi"`
 	TreeExec        *ebpf.Program `ebpf:"tree_exec"`
+	TreeExit        *ebpf.Program `ebpf:"tree_exit"`
 	TreeFork        *ebpf.Program `ebpf:"tree_fork"`
 }
 
@@ -374,6 +377,7 @@ func (p *cudatapPrograms) Close() error {
 		p.Ldso,
 		p.LdsoMulti,
 		p.TreeExec,
+		p.TreeExit,
 		p.TreeFork,
 	)
 }

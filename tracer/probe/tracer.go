@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -85,12 +86,12 @@ type Stats struct {
 // carries two: for uprobe_multi links, and for one perf-event uprobe per
 // symbol (kernels before 6.6). New loads only the one it attaches.
 type programs struct {
-	entry, ret, ldso *ebpf.Program
-	fork, exec       *ebpf.Program // the followed tree's (Config.Follow), else nil
+	entry, ret, ldso  *ebpf.Program
+	fork, exec, exit *ebpf.Program // the followed tree's (Config.Follow), else nil
 }
 
 func (p *programs) Close() error {
-	return errors.Join(p.entry.Close(), p.ret.Close(), p.ldso.Close(), p.fork.Close(), p.exec.Close())
+	return errors.Join(p.entry.Close(), p.ret.Close(), p.ldso.Close(), p.fork.Close(), p.exec.Close(), p.exit.Close())
 }
 
 // Tracer owns the loaded BPF objects and the ring-buffer reader.
@@ -170,7 +171,9 @@ func New(cfg Config) (*Tracer, error) {
 	if cfg.Follow {
 		spec.Programs[specs.TreeFork.Name] = specs.TreeFork
 		spec.Programs[specs.TreeExec.Name] = specs.TreeExec
+		spec.Programs[specs.TreeExit.Name] = specs.TreeExit
 	}
+	specs.Tree.MaxEntries = treeWords()
 	coll, err := ebpf.NewCollection(spec)
 	if err != nil {
 		var ve *ebpf.VerifierError
@@ -191,6 +194,7 @@ func New(cfg Config) (*Tracer, error) {
 	if cfg.Follow {
 		t.progs.fork = coll.DetachProgram(specs.TreeFork.Name)
 		t.progs.exec = coll.DetachProgram(specs.TreeExec.Name)
+		t.progs.exit = coll.DetachProgram(specs.TreeExit.Name)
 	}
 
 	t.reader, err = ringbuf.NewReader(t.maps.Events)
@@ -406,7 +410,7 @@ func (t *Tracer) StartFollow(holdExec bool) error {
 	for _, tp := range []struct {
 		name string
 		prog *ebpf.Program
-	}{{"sched_process_fork", t.progs.fork}, {"sched_process_exec", t.progs.exec}} {
+	}{{"sched_process_fork", t.progs.fork}, {"sched_process_exec", t.progs.exec}, {"sched_process_exit", t.progs.exit}} {
 		l, err := link.AttachRawTracepoint(link.RawTracepointOptions{Name: tp.name, Program: tp.prog})
 		if err != nil {
 			return fmt.Errorf("follow the processes the command starts: attach to the %s tracepoint: %w", tp.name, err)
@@ -420,20 +424,34 @@ func (t *Tracer) StartFollow(holdExec bool) error {
 	return t.maps.Follow.Put(uint32(0), flags)
 }
 
+// treeWords is how many 64-bit words the tree's bitmap needs for every
+// pid the kernel may hand out (kernel.pid_max: 4M at most, 512 KiB).
+func treeWords() uint32 {
+	max := 1 << 22 // PID_MAX_LIMIT on 64-bit
+	if b, err := os.ReadFile("/proc/sys/kernel/pid_max"); err == nil {
+		if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && n > 0 && n < max {
+			max = n
+		}
+	}
+	return uint32((max + 63) / 64)
+}
+
 // AddToTree makes pid a root of the followed tree: it and every process it
-// starts from now on count for the probes that filter on the tree.
+// starts from now on count for the probes that filter on the tree. (The
+// BPF side sets bits of the same words as processes start: a root is
+// added while the processes that share its word are not forking, in
+// practice the case; a bit set meanwhile would be lost, and that child
+// counted nowhere.)
 func (t *Tracer) AddToTree(pid int) error {
-	if err := t.maps.Tree.Put(uint32(pid), uint64(0)); err != nil {
+	word := uint32(pid) / 64
+	var w uint64
+	if err := t.maps.Tree.Lookup(word, &w); err != nil {
+		return fmt.Errorf("follow process %d: pid beyond the tree's table (%w)", pid, err)
+	}
+	if err := t.maps.Tree.Put(word, w|1<<(uint32(pid)%64)); err != nil {
 		return fmt.Errorf("follow process %d: %w", pid, err)
 	}
 	return nil
-}
-
-// PruneTree removes the tree's processes that are gone (their PIDs may be
-// reused by processes that are not of the tree).
-func (t *Tracer) PruneTree(alive func(pid int) bool) int {
-	n, _ := deleteKeys[uint32, uint64](t.maps.Tree, func(pid *uint32) bool { return !alive(int(*pid)) })
-	return n
 }
 
 // TreeMapID is the kernel's id of the tree's table: the guardian opens it
