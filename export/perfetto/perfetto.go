@@ -689,8 +689,12 @@ func (w *Writer) recording(r *model.Result) {
 	if r.End <= r.Start {
 		typ = typeInstant
 	}
+	// Its name says at a glance whether the run lost events.
 	w.scratch = strconv.AppendUint(append(w.scratch[:0], "recording: "...), d.Lost(), 10)
 	w.scratch = append(w.scratch, " events lost"...)
+	if r.Truncated != "" {
+		w.scratch = append(w.scratch[:0], "recording: cut short, events lost unknown"...)
+	}
 	w.event(r.Start, typ, track, "cudatap", w.scratch)
 	w.str("version", w.opts.Version)
 	w.str("clock", "CLOCK_MONOTONIC")
