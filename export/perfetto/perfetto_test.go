@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/cudatap/cudatap/export/chrome"
+	"github.com/cudatap/cudatap/export/internal/describe"
 	"github.com/cudatap/cudatap/export/internal/fixture"
 	"github.com/cudatap/cudatap/export/perfetto/perfettotest"
 	"github.com/cudatap/cudatap/tracer/event"
@@ -44,8 +45,10 @@ func feed(f *fixture.Fixture, sinks ...model.Sink) {
 func writeBoth(t *testing.T, f *fixture.Fixture) (*perfettotest.Trace, []map[string]any, int, int) {
 	t.Helper()
 	var pbuf, cbuf bytes.Buffer
-	pw := NewWriter(&pbuf, f.Names, Options{Version: "v-test", Merge: json.RawMessage(`{"clock":"one"}`)})
-	cw := chrome.NewWriter(&cbuf, f.Names, chrome.Options{Version: "v-test"})
+	// As a merged trace: process A ran elsewhere, under another pid.
+	origins := map[uint32]describe.Origin{fixture.PIDA: {Host: "node7", PID: 77}}
+	pw := NewWriter(&pbuf, f.Names, Options{Version: "v-test", Merge: json.RawMessage(`{"clock":"one"}`), Origins: origins})
+	cw := chrome.NewWriter(&cbuf, f.Names, chrome.Options{Version: "v-test", Origins: origins})
 	feed(f, pw, cw)
 	if err := pw.Close(f.Result); err != nil {
 		t.Fatal(err)
@@ -181,7 +184,7 @@ func TestSameAsChrome(t *testing.T) {
 	slices.Sort(chromeThreads)
 	slices.Sort(perfGroups)
 	slices.Sort(perfThreads)
-	if !slices.Equal(chromeProcs, perfGroups) {
+	if !slices.Equal(chromeProcs, perfGroups) || !slices.ContainsFunc(perfGroups, func(s string) bool { return strings.Contains(s, "(pid 77 on node7") }) {
 		t.Errorf("process tracks:\nchrome   %q\nperfetto %q", chromeProcs, perfGroups)
 	}
 	if !slices.Equal(chromeThreads, perfThreads) {
