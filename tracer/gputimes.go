@@ -18,9 +18,12 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/cudatap/cudatap/internal/inject"
 	"github.com/cudatap/cudatap/internal/objfile"
+	"github.com/cudatap/cudatap/tracer/event"
 	"github.com/cudatap/cudatap/tracer/gputime"
 	"github.com/cudatap/cudatap/tracer/model"
+	"github.com/cudatap/cudatap/tracer/probe"
 	"github.com/cudatap/cudatap/tracer/recording"
 )
 
@@ -35,12 +38,14 @@ const (
 	gpuMeasure
 	gpuMark
 	gpuStop
+	gpuHandOver
+	gpuRefused
 )
 
 type gpuNote struct {
 	kind gpuNoteKind
 	pid  uint32
-	t    uint64 // mark: its time; stop: records lost
+	t    uint64 // start: measured since; mark, hand-over: its time; stop: records lost
 	m    model.Measurement
 }
 
@@ -53,8 +58,19 @@ type gpuTimes struct {
 	status    map[uint32]string         // per process: measuring, or why not
 	lost      uint64                    // measurements that found the queue full
 	loading   sync.Mutex                // one ptrace load at a time
-	inflight  sync.WaitGroup            // loads started by gpuTimesAdopted
+	inflight  sync.WaitGroup            // loads started by gpuTimesAdopted, hand-overs under way
 	closed    bool                      // stopGPUTimes ran: no new listener
+	watches   map[uint32]*cuptiWatch    // by pid: the collector holds CUPTI there
+	refusals  map[string]bool           // reasons for not measuring said already
+}
+
+// cuptiWatch is the watch on a process's libcupti while cudatap's
+// collector holds it: another client's call into it is held until the
+// collector has let CUPTI go (handOver).
+type cuptiWatch struct {
+	att       *probe.Attachment
+	collector uint32 // the collector's thread: its own calls are not another client's
+	away      bool   // CUPTI handed over
 }
 
 // maxMeasured bounds the processes measured at once under --all and
@@ -74,18 +90,22 @@ func (s *Session) GPUTimeStatus() map[uint32]string {
 	return out
 }
 
+// ErrInjectionTaken: the command's environment names another CUDA
+// injection library, and the driver loads only one.
+var ErrInjectionTaken = errors.New("CUDA_INJECTION64_PATH is already set")
+
 // gpuTimesForLaunch makes the collector ready for a command cudatap
 // launches and returns the environment entry that has the CUDA driver load
 // it (at cuInit, before any work reaches the GPU).
 func (s *Session) gpuTimesForLaunch(env []string) (string, error) {
 	for _, e := range env {
 		if v, ok := strings.CutPrefix(e, "CUDA_INJECTION64_PATH="); ok && v != "" {
-			return "", fmt.Errorf("--gpu-times: CUDA_INJECTION64_PATH is already set (%s): another tool injects itself into CUDA, "+
-				"and the driver loads only one; unset it or leave out --gpu-times", v)
+			return "", fmt.Errorf("GPU times: %w (%s): another tool injects itself into CUDA, "+
+				"and the driver loads only one; unset it, or pass --gpu-times=off", ErrInjectionTaken, v)
 		}
 	}
 	// The command shares cudatap's root and runs as its user.
-	l, err := gputime.Listen(gputime.Config{Root: "/", CUPTI: s.cfg.CUPTIPath, UID: -1, GID: -1}, s)
+	l, err := gputime.Listen(gputime.Config{Root: "/", CUPTI: s.cfg.CUPTIPath, UID: -1, GID: -1, Join: os.Getenv("CUDATAP_GPU_JOIN")}, s)
 	if err != nil {
 		return "", err
 	}
@@ -101,11 +121,16 @@ func (s *Session) stopGPUTimes() {
 	s.gputimes.mu.Lock()
 	s.gputimes.closed = true
 	s.gputimes.mu.Unlock()
-	s.gputimes.inflight.Wait() // loads under way finish (bounded by the collector's word)
+	s.gputimes.inflight.Wait() // loads and hand-overs under way finish (bounded by the collector's word)
 	s.gputimes.mu.Lock()
 	ls := s.gputimes.listeners
 	s.gputimes.listeners = nil
+	watches := s.gputimes.watches
+	s.gputimes.watches = nil
 	s.gputimes.mu.Unlock()
+	for pid, w := range watches {
+		s.unwatch(int(pid), w)
+	}
 	for _, l := range ls {
 		s.stopListener(l, 3*time.Second)
 	}
@@ -139,16 +164,46 @@ func (s *Session) setGPUStatus(pid uint32, st string) {
 
 // The gputime.Sink methods, called on the listener's goroutines.
 
-func (s *Session) Started(pid uint32, info string) {
-	s.log.Info("GPU times measured by CUPTI", "pid", pid, "collector", info)
-	s.queueGPU(gpuNote{kind: gpuStart, pid: pid})
-	s.setGPUStatus(pid, "measured ("+info+")")
+func (s *Session) Started(pid uint32, h gputime.Hello) {
+	if h.Resumed {
+		s.log.Info("GPU times measured by CUPTI again: the other CUPTI client is done", "pid", pid)
+	} else {
+		s.log.Info("GPU times measured by CUPTI", "pid", pid, "collector", h.Info)
+	}
+	s.queueGPU(gpuNote{kind: gpuStart, pid: pid, t: h.Since})
+	s.setGPUStatus(pid, "measured ("+h.Info+")")
+	s.watchCUPTI(pid, h)
 }
 
 func (s *Session) Refused(pid uint32, why string) {
-	s.log.Warn("GPU times not measured: ops are drawn within bounds", "pid", pid, "reason", why)
+	s.gputimes.mu.Lock()
+	said := s.gputimes.refusals[why]
+	if !said && len(s.gputimes.refusals) < maxRefusalsSaid {
+		if s.gputimes.refusals == nil {
+			s.gputimes.refusals = map[string]bool{}
+		}
+		s.gputimes.refusals[why] = true
+	}
+	s.gputimes.mu.Unlock()
+	// Once per reason: a job of many processes without CUPTI says it once.
+	if !said {
+		s.log.Warn("GPU times not measured: ops are drawn within bounds", "pid", pid, "reason", why)
+	}
 	s.setGPUStatus(pid, "not measured: "+why)
-	s.queueGPU(gpuNote{kind: gpuStop, pid: pid}) // held since the launch: release them
+	s.queueGPU(gpuNote{kind: gpuRefused, pid: pid}) // held since the launch: release them
+}
+
+// maxRefusalsSaid bounds the distinct reasons for not measuring said once.
+const maxRefusalsSaid = 64
+
+func (s *Session) HandedOver(pid uint32, t uint64) {
+	s.log.Info("GPU times: CUPTI handed over to another client of the process (a profiler); its GPU ops are drawn within bounds until it finalizes CUPTI", "pid", pid)
+	s.queueGPU(gpuNote{kind: gpuHandOver, pid: pid, t: t})
+	s.setGPUStatus(pid, "handed over to another CUPTI client of the process: GPU ops bounded until it finalizes CUPTI")
+}
+
+func (s *Session) Kept(pid uint32, why string) {
+	s.log.Info("GPU times: CUPTI not taken back, another client still holds it", "pid", pid, "reason", why)
 }
 
 // expectGPUTimes: the process cudatap is about to launch will load the
@@ -183,7 +238,7 @@ func (s *Session) applyGPUNotes(ns []gpuNote) {
 		n := &ns[i]
 		switch n.kind {
 		case gpuStart:
-			s.model.StartMeasuring(n.pid)
+			s.model.StartMeasuringSince(n.pid, n.t)
 		case gpuMeasure:
 			s.model.Measure(n.pid, &n.m)
 		case gpuMark:
@@ -191,24 +246,25 @@ func (s *Session) applyGPUNotes(ns []gpuNote) {
 		case gpuStop:
 			s.model.AddGPUTimesLost(n.t)
 			s.model.StopMeasuring(n.pid)
+		case gpuHandOver:
+			s.model.HandedOver(n.pid, n.t)
+		case gpuRefused:
+			s.model.NotMeasured(n.pid)
 		}
 	}
 	s.modelMu.Unlock()
 	if s.rec == nil {
 		return
 	}
+	kinds := [...]byte{gpuStart: recording.GPUTimesStart, gpuMeasure: recording.GPUTimesMeasure, gpuMark: recording.GPUTimesMark,
+		gpuStop: recording.GPUTimesStop, gpuHandOver: recording.GPUTimesHandOver, gpuRefused: recording.GPUTimesRefused}
 	for i := range ns {
 		n := &ns[i]
-		switch n.kind {
-		case gpuStart:
-			s.rec.GPUTimes(recording.GPUTimesStart, n.pid, 0, nil)
-		case gpuMeasure:
-			s.rec.GPUTimes(recording.GPUTimesMeasure, n.pid, 0, &n.m)
-		case gpuMark:
-			s.rec.GPUTimes(recording.GPUTimesMark, n.pid, n.t, nil)
-		case gpuStop:
-			s.rec.GPUTimes(recording.GPUTimesStop, n.pid, n.t, nil)
+		var m *model.Measurement
+		if n.kind == gpuMeasure {
+			m = &n.m
 		}
+		s.rec.GPUTimes(kinds[n.kind], n.pid, n.t, m)
 	}
 }
 
@@ -269,9 +325,124 @@ func (s *Session) gpuTimesExited(pid int) {
 	if l != nil {
 		s.gputimes.listeners = slices.DeleteFunc(s.gputimes.listeners, func(x *gputime.Listener) bool { return x == l })
 	}
+	w := s.gputimes.watches[uint32(pid)]
+	delete(s.gputimes.watches, uint32(pid))
 	s.gputimes.mu.Unlock()
+	if w != nil {
+		s.unwatch(pid, w)
+	}
 	if l != nil {
 		go s.stopListener(l, time.Second) // its collector is gone with it: nothing to wait for
+	}
+}
+
+// The hand-over. A profiler started in a process whose CUPTI cudatap's
+// collector holds (torch.profiler, Nsight, any cuptiSubscribe) would find
+// it taken, and trace nothing. So while the collector holds CUPTI, a probe
+// on the process's libcupti stops the process as another thread enters
+// cuptiSubscribe or cuptiActivityRegisterCallbacks (probe.AttachCUPTIWatch);
+// the guardian keeps that thread stopped and lets the rest of the process
+// run; the collector flushes and lets CUPTI go; then the thread goes on
+// into CUPTI, as if cudatap had never been there. When that client
+// finalizes CUPTI (a probe on cuptiFinalize's return), the collector takes
+// it back. Ops enqueued in between are bounded, and the trace says why.
+
+// handOverTimeout bounds the wait for the collector to let CUPTI go: the
+// other client's thread waits that long at most.
+const handOverTimeout = 5 * time.Second
+
+// watchCUPTI puts the watch on pid's libcupti once its collector started.
+func (s *Session) watchCUPTI(pid uint32, h gputime.Hello) {
+	s.gputimes.mu.Lock()
+	defer s.gputimes.mu.Unlock()
+	if w := s.gputimes.watches[pid]; w != nil {
+		w.away = false // taken back
+		return
+	}
+	if s.gputimes.closed || h.CUPTI == "" || h.Resumed {
+		return
+	}
+	s.guard.hold(int(pid)) // before the probe can stop it: were cudatap killed, the guardian continues it
+	att, err := s.tr.AttachCUPTIWatch(int(pid), fmt.Sprintf("/proc/%d/root%s", pid, h.CUPTI), h.CUPTI, s.cache)
+	if err != nil {
+		s.guard.free(int(pid))
+		s.log.Warn("GPU times: cannot watch the process's CUPTI: a profiler started in it later would find CUPTI taken", "pid", pid, "err", err)
+		return
+	}
+	if s.gputimes.watches == nil {
+		s.gputimes.watches = map[uint32]*cuptiWatch{}
+	}
+	s.gputimes.watches[pid] = &cuptiWatch{att: att, collector: h.TID}
+}
+
+// unwatch removes a watch and continues the process, which its probe may
+// have stopped with no one left to hand CUPTI over.
+func (s *Session) unwatch(pid int, w *cuptiWatch) {
+	w.att.Close()
+	unix.Kill(pid, unix.SIGCONT)
+	s.guard.free(pid)
+}
+
+// cuptiCall handles the watch's record (reader goroutine): a thread of a
+// process whose CUPTI the collector holds entered cuptiSubscribe or
+// cuptiActivityRegisterCallbacks (the process is stopped there), or
+// returned from cuptiFinalize.
+func (s *Session) cuptiCall(ev *event.Event) {
+	pid, tid := ev.PID, ev.TID
+	s.gputimes.mu.Lock()
+	w := s.gputimes.watches[pid]
+	other := w != nil && tid != w.collector
+	client := other && ev.API() == event.CUPTIClient && !w.away
+	release := other && ev.API() == event.CUPTIReleased && w.away
+	if client {
+		w.away = true
+		s.gputimes.inflight.Add(1)
+	}
+	ls := slices.Clone(s.gputimes.listeners)
+	s.gputimes.mu.Unlock()
+	switch {
+	case client:
+		go func() {
+			defer s.gputimes.inflight.Done()
+			s.handOver(int(pid), int(tid), ls)
+		}()
+	case ev.API() == event.CUPTIClient:
+		// The collector's own call, or one after CUPTI was handed over
+		// already (or the watch is gone): nothing to wait for, but the
+		// stop, which can come after its record.
+		go func() {
+			inject.WaitStopped(int(tid), time.Second)
+			unix.Kill(int(pid), unix.SIGCONT)
+		}()
+	case release:
+		for _, l := range ls {
+			if err := l.TakeBack(pid); err == nil {
+				break
+			}
+		}
+	}
+}
+
+// handOver keeps thread tid of pid at its call into CUPTI while pid's
+// collector lets CUPTI go, then lets it go on.
+func (s *Session) handOver(pid, tid int, ls []*gputime.Listener) {
+	if err := s.guard.holdThread(pid, tid); err != nil {
+		unix.Kill(pid, unix.SIGCONT)
+		s.log.Warn("GPU times: another CUPTI client started in the process, but its thread could not be held: it may find CUPTI taken",
+			"pid", pid, "tid", tid, "err", err)
+		return
+	}
+	err := gputime.ErrNoCollector
+	for _, l := range ls {
+		if err = l.HandOver(uint32(pid), handOverTimeout); !errors.Is(err, gputime.ErrNoCollector) {
+			break
+		}
+	}
+	if err != nil {
+		s.log.Warn("GPU times: CUPTI not handed over to the process's other client, which may find it taken", "pid", pid, "err", err)
+	}
+	if err := s.guard.releaseThread(tid); err != nil {
+		s.log.Warn("GPU times: let the other CUPTI client's thread go", "pid", pid, "tid", tid, "err", err)
 	}
 }
 
@@ -298,7 +469,7 @@ func (s *Session) gpuTimesAttach(pid int) error {
 	if !sameRoot(pid) {
 		root = fmt.Sprintf("/proc/%d/root", pid) // a container's
 	}
-	l, err := gputime.Listen(gputime.Config{Root: root, CUPTI: s.cfg.CUPTIPath, Attach: true, UID: uid, GID: gid}, s)
+	l, err := gputime.Listen(gputime.Config{Root: root, CUPTI: s.cfg.CUPTIPath, Attach: true, UID: uid, GID: gid, Join: os.Getenv("CUDATAP_GPU_JOIN")}, s)
 	if err != nil {
 		refuse(err.Error())
 		if errors.Is(err, gputime.ErrPlanted) {

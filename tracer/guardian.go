@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -158,31 +159,56 @@ func StartGuardian(anchor bool) (*Guardian, error) {
 // inject has the guardian load the library at path (as pid sees it) into
 // pid with ptrace, and returns its handle.
 func (g *Guardian) inject(pid int, path string) (uint64, error) {
+	if strings.ContainsAny(path, "\n") {
+		return 0, fmt.Errorf("path %q has a line break", path)
+	}
+	rest, err := g.ask(fmt.Sprintf("inject %d %s", pid, path))
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseUint(rest, 10, 64)
+}
+
+// holdThread has the guardian keep thread tid of pid stopped, the rest of
+// the process continued: pid is stopped as a whole (a probe's SIGSTOP at
+// tid's call into CUPTI). The guardian, not cudatap, traces the thread: a
+// launched command is cudatap's child, whose stops cudatap's own wait for
+// it could take; and were cudatap killed, the guardian lets it go.
+func (g *Guardian) holdThread(pid, tid int) error {
+	_, err := g.ask(fmt.Sprintf("holdthread %d %d", pid, tid))
+	return err
+}
+
+// releaseThread lets a thread holdThread held go on.
+func (g *Guardian) releaseThread(tid int) error {
+	_, err := g.ask(fmt.Sprintf("releasethread %d", tid))
+	return err
+}
+
+// ask sends the guardian a request and returns its answer after "ok".
+func (g *Guardian) ask(line string) (string, error) {
 	if g == nil {
-		return 0, errors.New("no guardian to load it safely")
+		return "", errors.New("no guardian to do it safely")
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.err != nil {
-		return 0, g.err
+		return "", g.err
 	}
-	if strings.ContainsAny(path, "\n") {
-		return 0, fmt.Errorf("path %q has a line break", path)
-	}
-	if _, err := fmt.Fprintf(g.w, "inject %d %s\n", pid, path); err != nil {
+	if _, err := fmt.Fprintf(g.w, "%s\n", line); err != nil {
 		g.err = err
-		return 0, err
+		return "", err
 	}
-	line, err := g.r.ReadString('\n')
+	answer, err := g.r.ReadString('\n')
 	if err != nil {
 		g.err = fmt.Errorf("the guardian is gone: %w", err)
-		return 0, g.err
+		return "", g.err
 	}
-	verb, rest, _ := strings.Cut(strings.TrimSuffix(line, "\n"), " ")
+	verb, rest, _ := strings.Cut(strings.TrimSuffix(answer, "\n"), " ")
 	if verb != "ok" {
-		return 0, errors.New(rest)
+		return "", errors.New(rest)
 	}
-	return strconv.ParseUint(rest, 10, 64)
+	return rest, nil
 }
 
 func (g *Guardian) say(verb string, pid int) {
@@ -256,6 +282,9 @@ func (g *Guardian) Close() {
 // and, if in ends without "done", waits until cudatap has exited (its
 // probes closed) and continues every process that may be held.
 func guard(parent, pgid int, in io.Reader) {
+	// ptrace takes a tracee's requests from the thread that attached:
+	// threads held across requests need the loop on one thread.
+	runtime.LockOSThread()
 	signal.Ignore(syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGPIPE)
 	if pgid > 0 {
 		if w, cmd := startAnchor(pgid); cmd != nil {
@@ -271,7 +300,8 @@ func guard(parent, pgid int, in io.Reader) {
 		pidfd = -1
 	}
 	held := map[int]bool{}
-	staged := map[[2]string]bool{} // root, name
+	heldThreads := map[int]*inject.Held{} // by tid
+	staged := map[[2]string]bool{}        // root, name
 	var outputs []partialOutput
 	var tree *ebpf.Map // the followed tree, opened while cudatap holds it
 	sc := bufio.NewScanner(in)
@@ -308,9 +338,38 @@ func guard(parent, pgid int, in io.Reader) {
 			} else {
 				fmt.Printf("ok %d\n", h)
 			}
+		case "holdthread":
+			tid := 0
+			if f := strings.Fields(arg); len(f) == 2 {
+				pid, _ = strconv.Atoi(f[0])
+				tid, _ = strconv.Atoi(f[1])
+			}
+			h, err := inject.HoldThread(pid, tid)
+			if err == nil && heldThreads[tid] == nil && len(heldThreads) < maxStaged {
+				heldThreads[tid] = h
+				fmt.Println("ok")
+			} else if err == nil {
+				h.Release()
+				fmt.Println("err too many threads held")
+			} else {
+				fmt.Printf("err %s\n", strings.ReplaceAll(err.Error(), "\n", " "))
+			}
+		case "releasethread":
+			if h := heldThreads[pid]; h == nil {
+				fmt.Println("err not held")
+			} else if err := h.Release(); err != nil {
+				delete(heldThreads, pid)
+				fmt.Printf("err %s\n", strings.ReplaceAll(err.Error(), "\n", " "))
+			} else {
+				delete(heldThreads, pid)
+				fmt.Println("ok")
+			}
 		case "done":
 			return
 		}
+	}
+	for _, h := range heldThreads {
+		h.Release() // cudatap is gone: its hand-over will not finish
 	}
 	// cudatap is dying or dead. Its probes go with its descriptors, which
 	// the kernel closes before the process counts as exited: once the

@@ -37,10 +37,13 @@ func (s *Session) handleRecord(raw []byte) {
 		if s.rec != nil {
 			s.rec.Event(raw)
 		}
-		if ev.API() == event.LibraryLoad {
+		switch ev.API() {
+		case event.LibraryLoad:
 			s.names.comm(ev)
 			s.queueRescan(int(ev.PID), rescan{held: ev.Cookie&event.CookieStop != 0, tid: ev.TID, at: ev.Start})
-		} else {
+		case event.CUPTIClient, event.CUPTIReleased:
+			s.cuptiCall(ev)
+		default:
 			s.treeRecord(ev)
 		}
 		return

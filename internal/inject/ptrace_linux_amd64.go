@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime"
 	"strings"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -452,3 +453,52 @@ func (t *tracee) readString(addr uint64) (string, error) {
 	}
 	return string(s[:limit]) + "...", nil
 }
+
+// Held is a thread HoldThread keeps stopped.
+type Held struct{ t *tracee }
+
+// HoldThread keeps thread tid of process pid stopped, and the rest of the
+// process running. pid must have been stopped as a whole (a group-stop, as
+// a probe's SIGSTOP stops a process at a call): tid stays where it was,
+// the other threads are continued (SIGCONT). Release lets tid go on from
+// there, untouched. HoldThread and Release must be called from one OS
+// thread (runtime.LockOSThread); if the calling process ends first, the
+// kernel lets tid go. When tid cannot be held, the process is continued
+// all the same. Not for a child of this process another goroutine waits
+// for (see Dlopen).
+func HoldThread(pid, tid int) (*Held, error) {
+	// The stop may still be on its way (a probe's signal can come after
+	// its record): once it is in, the SIGCONT below ends it, not the
+	// other way round.
+	WaitStopped(tid, time.Second)
+	t, err := seize(pid, tid)
+	kerr := unix.Kill(pid, unix.SIGCONT)
+	if err != nil {
+		return nil, fmt.Errorf("hold thread %d of process %d: %w", tid, pid, err)
+	}
+	if kerr != nil {
+		t.release()
+		return nil, fmt.Errorf("continue process %d: %w", pid, kerr)
+	}
+	return &Held{t}, nil
+}
+
+// WaitStopped waits until thread tid is stopped (a group-stop, or a ptrace
+// stop), at most timeout; it reports whether it is.
+func WaitStopped(tid int, timeout time.Duration) bool {
+	for deadline := time.Now().Add(timeout); ; time.Sleep(100 * time.Microsecond) {
+		st, err := procfs.Stat(tid)
+		if err != nil {
+			return false // gone
+		}
+		if st.State == 'T' || st.State == 't' {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
+}
+
+// Release lets the held thread go on.
+func (h *Held) Release() error { return h.t.release() }

@@ -294,6 +294,21 @@ type Report struct {
 	// synchronizing calls on NCCL ranks of other processes that had not
 	// arrived yet (scenario nccl of a job: SIM_NCCL_ID).
 	MeetingWaitNs int64 `json:"meeting_wait_ns,omitempty"`
+	// Profiler is what the program's own profiler got (scenario profiler).
+	Profiler *ProfilerReport `json:"profiler,omitempty"`
+}
+
+// ProfilerReport is what scenario profiler's own CUPTI client got: its
+// cuptiSubscribe status (0: it was let in), whether another client (a
+// tracer's collector) held CUPTI before it subscribed and held it again
+// after it finalized, the GPU ops it ran while subscribed and the records
+// CUPTI gave it.
+type ProfilerReport struct {
+	SubscribeStatus int   `json:"subscribe_status"`
+	HeldBefore      bool  `json:"held_before"`
+	Resumed         bool  `json:"resumed"`
+	Ops             int64 `json:"ops"`
+	Records         int64 `json:"records"`
 }
 
 // NCCLSegment is the file through which the simulated NCCL's ranks of one

@@ -515,10 +515,21 @@ const (
 	ProcessExec API = 0xfff3
 )
 
+// CUPTIClient and CUPTIReleased are the pseudo-APIs of the watch on a
+// libcupti cudatap's collector holds (probe.AttachCUPTIWatch): a thread
+// entered cuptiSubscribe or cuptiActivityRegisterCallbacks, the process
+// stopped there (CookieStop) until the tracer let CUPTI go; a thread
+// returned from cuptiFinalize. They never reach the model as calls.
+const (
+	CUPTIClient   API = 0xfff4
+	CUPTIReleased API = 0xfff5
+)
+
 // Auxiliary reports whether api is a pseudo-API (a library load, the
-// followed tree's records): records the tracer acts on, never CUDA calls.
+// followed tree's records, the CUPTI watch's): records the tracer acts
+// on, never CUDA calls.
 func Auxiliary(api API) bool {
-	return api == LibraryLoad || api == ProcessFork || api == ProcessExec
+	return api == LibraryLoad || api == ProcessFork || api == ProcessExec || api == CUPTIClient || api == CUPTIReleased
 }
 
 // RuntimeLaunch is the runtime API that makes driver launch api underneath

@@ -13,6 +13,7 @@ package gputime
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -31,16 +32,37 @@ import (
 // Sink receives what the collectors say. Calls for one process come from
 // one goroutine, in order; calls for different processes may interleave.
 type Sink interface {
-	// Started: pid's collector is measuring (info: its CUPTI and clock).
-	Started(pid uint32, info string)
+	// Started: pid's collector is measuring the GPU ops enqueued from
+	// h.Since on.
+	Started(pid uint32, h Hello)
 	// Refused: pid's collector is not measuring, and why.
 	Refused(pid uint32, why string)
 	Measure(pid uint32, m *model.Measurement)
-	// Mark: every record of work pid completed before t was delivered.
+	// Mark: the collector flushed CUPTI at t.
 	Mark(pid uint32, t uint64)
+	// HandedOver: pid's collector let CUPTI go to another client of the
+	// process at t, every record of the ops before sent: nothing more is
+	// measured until Started again (it took CUPTI back).
+	HandedOver(pid uint32, t uint64)
+	// Kept: the collector could not take CUPTI back (another client
+	// still holds it), and why; it stays handed over.
+	Kept(pid uint32, why string)
 	// Stopped: pid's collector is done; lost counts the records the
 	// collector, CUPTI or the join lost over its whole life.
 	Stopped(pid uint32, lost Lost)
+}
+
+// Hello is what a collector says when it starts measuring, or resumes.
+type Hello struct {
+	Info  string // its CUPTI, clock and join, in words
+	CUPTI string // the libcupti it uses, as the process sees it
+	// TID is the collector's own thread: its calls into CUPTI are its own,
+	// never another client's.
+	TID uint32
+	// Since: GPU ops enqueued from then on are measured (CLOCK_MONOTONIC).
+	Since uint64
+	// Resumed: CUPTI taken back after a hand-over.
+	Resumed bool
 }
 
 // Lost counts the GPU records of one process that never became
@@ -56,7 +78,7 @@ func (l Lost) Total() uint64 { return l.Collector + l.CUPTI + l.NoAPI + l.Invali
 // Wire format (wire.h).
 const (
 	magic      = 0x50415443
-	version    = 1
+	version    = 2
 	headerSize = 48
 	recordSize = 40
 	maxRecords = 1024
@@ -68,6 +90,11 @@ const (
 	msgBye     = 4
 	msgError   = 5
 	msgName    = 6
+	msgHanded  = 7
+	msgResumed = 8
+	msgKept    = 9
+
+	flagMonotonic = 1
 
 	recAPI    = 1
 	recKernel = 2
@@ -105,6 +132,11 @@ type Config struct {
 	Attach bool
 	// FlushEvery is how often the collector flushes CUPTI (default 200ms).
 	FlushEvery time.Duration
+	// Join is how GPU records are joined to the calls that enqueued them:
+	// "callbacks" (default: CUPTI callbacks on the enqueuing calls), "api"
+	// (CUPTI's runtime and driver API records, of every call), or "none"
+	// (GPU records only, joined to nothing: to measure what they cost).
+	Join string
 	// UID, GID own the socket, so a target running as another user can
 	// connect (-1: cudatap's).
 	UID, GID int
@@ -122,7 +154,7 @@ type Listener struct {
 	wg      sync.WaitGroup
 
 	mu    sync.Mutex
-	conns map[*net.UnixConn]struct{}
+	conns map[*net.UnixConn]*peer
 	done  bool
 
 	readyOnce sync.Once
@@ -132,8 +164,8 @@ type Listener struct {
 // Ready is closed when a collector first said it measures, or why not.
 func (l *Listener) Ready() <-chan struct{} { return l.ready }
 
-func (l *Listener) Started(pid uint32, info string) {
-	l.sink.Started(pid, info)
+func (l *Listener) Started(pid uint32, h Hello) {
+	l.sink.Started(pid, h)
 	l.readyOnce.Do(func() { close(l.ready) })
 }
 
@@ -145,6 +177,8 @@ func (l *Listener) Refused(pid uint32, why string) {
 func (l *Listener) Measure(pid uint32, m *model.Measurement) { l.sink.Measure(pid, m) }
 func (l *Listener) Mark(pid uint32, t uint64)                { l.sink.Mark(pid, t) }
 func (l *Listener) Stopped(pid uint32, lost Lost)            { l.sink.Stopped(pid, lost) }
+func (l *Listener) HandedOver(pid uint32, t uint64)          { l.sink.HandedOver(pid, t) }
+func (l *Listener) Kept(pid uint32, why string)              { l.sink.Kept(pid, why) }
 
 // Listen makes the collector's directory in the target's /tmp, writes the
 // collector and its config into it and listens on its socket.
@@ -165,7 +199,7 @@ func Listen(cfg Config, sink Sink) (*Listener, error) {
 		st.remove()
 		return nil, err
 	}
-	l := &Listener{cfg: cfg, staging: st, sink: sink, ln: ln, conns: map[*net.UnixConn]struct{}{}, ready: make(chan struct{})}
+	l := &Listener{cfg: cfg, staging: st, sink: sink, ln: ln, conns: map[*net.UnixConn]*peer{}, ready: make(chan struct{})}
 	l.wg.Add(1)
 	go l.accept()
 	return l, nil
@@ -190,6 +224,9 @@ func stageCollector(st *staging, cfg Config) (*net.UnixListener, error) {
 	}
 	if os.Getenv("CUDATAP_CUPTI_CLOCK") == "cupti" {
 		conf += "clock=cupti\n" // a diagnosis: CUPTI's clock and an offset, not a timestamp callback
+	}
+	if cfg.Join != "" {
+		conf += "join=" + cfg.Join + "\n"
 	}
 	if err := st.writeFile(configFile, []byte(conf), 0o644); err != nil {
 		return nil, err
@@ -222,11 +259,67 @@ func (l *Listener) accept() {
 			c.Close()
 			return
 		}
-		l.conns[c] = struct{}{}
+		p := newPeer(peerPID(c), l)
+		p.conn = c
+		l.conns[c] = p
 		l.wg.Add(1)
 		l.mu.Unlock()
-		go l.serve(c)
+		go l.serve(c, p)
 	}
+}
+
+// ErrNoCollector: the process has no collector connected to this listener
+// (it exited, or never loaded one).
+var ErrNoCollector = errors.New("no GPU-time collector in the process")
+
+// HandOver asks pid's collector to let CUPTI go to another client of the
+// process, and waits until it has (every record before sent), or timeout.
+// Another CUPTI client's thread is held meanwhile: the wait is bounded.
+func (l *Listener) HandOver(pid uint32, timeout time.Duration) error {
+	c, p := l.conn(pid)
+	if c == nil {
+		return ErrNoCollector
+	}
+	select {
+	case <-p.handedOver: // an answer no one waited for
+	default:
+	}
+	c.SetWriteDeadline(time.Now().Add(timeout))
+	if _, err := c.Write([]byte("H")); err != nil {
+		return fmt.Errorf("ask the collector to hand CUPTI over: %w", err)
+	}
+	select {
+	case <-p.handedOver:
+		return nil
+	case <-time.After(timeout):
+		return fmt.Errorf("the collector did not hand CUPTI over within %v", timeout)
+	}
+}
+
+// TakeBack asks pid's collector to take CUPTI back (the other client
+// finalized it); its answer reaches the Sink: Started, or Kept.
+func (l *Listener) TakeBack(pid uint32) error {
+	c, _ := l.conn(pid)
+	if c == nil {
+		return ErrNoCollector
+	}
+	c.SetWriteDeadline(time.Now().Add(time.Second))
+	if _, err := c.Write([]byte("T")); err != nil {
+		return fmt.Errorf("ask the collector to take CUPTI back: %w", err)
+	}
+	return nil
+}
+
+// conn is pid's collector's connection (nil when none).
+func (l *Listener) conn(pid uint32) (*net.UnixConn, *peer) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for c, p := range l.conns {
+		if p.pid == pid {
+			return c, p
+		}
+	}
+	return nil, nil
 }
 
 // Stop asks every collector to flush and stop, waits for them up to
@@ -248,8 +341,13 @@ func (l *Listener) Stop(timeout time.Duration) {
 	l.staging.remove()
 }
 
+func newPeer(pid uint32, sink Sink) *peer {
+	return &peer{pid: pid, sink: sink, api: map[uint32]apiRecord{}, waiting: map[uint32][]gpuRecord{}, names: map[uint64]string{},
+		handedOver: make(chan struct{}, 1)}
+}
+
 // serve reads one collector's messages until it says bye or goes away.
-func (l *Listener) serve(c *net.UnixConn) {
+func (l *Listener) serve(c *net.UnixConn, p *peer) {
 	defer l.wg.Done()
 	defer func() {
 		l.mu.Lock()
@@ -257,8 +355,6 @@ func (l *Listener) serve(c *net.UnixConn) {
 		l.mu.Unlock()
 		c.Close()
 	}()
-	pid := peerPID(c)
-	p := &peer{pid: pid, sink: l, api: map[uint32]apiRecord{}, waiting: map[uint32][]gpuRecord{}, names: map[uint64]string{}}
 	buf := make([]byte, maxMessage)
 	for {
 		n, _, _, _, err := c.ReadMsgUnix(buf, nil)
@@ -321,6 +417,9 @@ type peer struct {
 
 	lost  Lost
 	marks int // marks seen, to age the records waiting for their API record
+
+	handedOver chan struct{} // HandOver's answer
+	conn       *net.UnixConn // to answer hello
 }
 
 // message handles one message; done when nothing more will come.
@@ -338,16 +437,40 @@ func (p *peer) message(b []byte) (done bool) {
 	t, ct := le.Uint64(b[16:]), le.Uint64(b[24:])
 	p.lost.Collector, p.lost.CUPTI = le.Uint64(b[32:]), le.Uint64(b[40:])
 	body := b[headerSize:]
+	text := func() string { return string(body[:min(int(count), len(body))]) }
 	switch typ {
 	case msgHello:
-		info := string(body[:min(int(count), len(body))])
-		if strings.Contains(info, "clock=cupti") {
+		h := parseHello(text())
+		if strings.Contains(h.Info, "clock=cupti") {
 			p.offset = int64(t) - int64(ct)
 		}
 		p.started = true
-		p.sink.Started(p.pid, info)
+		p.sink.Started(p.pid, h)
+		// The program waits for this word (a while at most): cudatap
+		// watches for other CUPTI clients from here on.
+		if p.conn != nil {
+			p.conn.SetWriteDeadline(time.Now().Add(time.Second))
+			p.conn.Write([]byte("A"))
+		}
+	case msgHanded:
+		// Every record before was sent: what still waits for its call's
+		// record never gets it, and correlation ids may start over.
+		p.settle(p.marks + 1)
+		clear(p.api)
+		p.apiOrder, p.apiHead = p.apiOrder[:0], 0
+		p.sink.HandedOver(p.pid, t)
+		select {
+		case p.handedOver <- struct{}{}:
+		default:
+		}
+	case msgResumed:
+		h := parseHello(text())
+		h.Since, h.Resumed = t, true
+		p.sink.Started(p.pid, h)
+	case msgKept:
+		p.sink.Kept(p.pid, text())
 	case msgError:
-		p.refuse(string(body[:min(int(count), len(body))]))
+		p.refuse(text())
 		return true
 	case msgRecords:
 		if int(count)*recordSize > len(body) {
@@ -395,12 +518,34 @@ func (p *peer) end() {
 	}
 }
 
+// parseHello reads "cupti=PATH clock=C join=J tid=N since=T" (the path
+// has no spaces: the collector finds or is given it, and says so).
+func parseHello(info string) Hello {
+	h := Hello{Info: info}
+	for _, f := range strings.Fields(info) {
+		k, v, _ := strings.Cut(f, "=")
+		switch k {
+		case "cupti":
+			h.CUPTI = v
+		case "tid":
+			n, _ := strconv.ParseUint(v, 10, 32)
+			h.TID = uint32(n)
+		case "since":
+			h.Since, _ = strconv.ParseUint(v, 10, 64)
+		}
+	}
+	return h
+}
+
 func (p *peer) time(t uint64) uint64 { return uint64(int64(t) + p.offset) }
 
 func (p *peer) record(r []byte) {
 	le := binary.LittleEndian
 	kind, corr := r[0], le.Uint32(r[4:])
 	start, end := p.time(le.Uint64(r[8:])), p.time(le.Uint64(r[16:]))
+	if le.Uint16(r[2:])&flagMonotonic != 0 {
+		start, end = le.Uint64(r[8:]), le.Uint64(r[16:]) // the collector's own clock
+	}
 	a, bytes := le.Uint32(r[24:]), le.Uint64(r[32:])
 	if kind == recAPI {
 		p.addAPI(corr, apiRecord{tid: p.hostTID(a), start: start, end: end})

@@ -16,7 +16,7 @@ import (
 // recorder is a Sink that keeps everything.
 type recorder struct {
 	mu       sync.Mutex
-	started  map[uint32]string
+	started  map[uint32]Hello
 	refused  map[uint32]string
 	measured map[uint32][]model.Measurement
 	marks    map[uint32]int
@@ -25,15 +25,17 @@ type recorder struct {
 }
 
 func newRecorder() *recorder {
-	return &recorder{started: map[uint32]string{}, refused: map[uint32]string{}, measured: map[uint32][]model.Measurement{},
+	return &recorder{started: map[uint32]Hello{}, refused: map[uint32]string{}, measured: map[uint32][]model.Measurement{},
 		marks: map[uint32]int{}, lost: map[uint32]Lost{}, stopped: make(chan uint32, 16)}
 }
 
-func (r *recorder) Started(pid uint32, info string) {
+func (r *recorder) Started(pid uint32, h Hello) {
 	r.mu.Lock()
-	r.started[pid] = info
+	r.started[pid] = h
 	r.mu.Unlock()
 }
+func (r *recorder) HandedOver(pid uint32, t uint64) {}
+func (r *recorder) Kept(pid uint32, why string)     {}
 func (r *recorder) Refused(pid uint32, why string) {
 	r.mu.Lock()
 	r.refused[pid] = why
@@ -59,7 +61,7 @@ var (
 	buildErr  error
 )
 
-func simBuild(t *testing.T) *sim.Build {
+func simBuild(t testing.TB) *sim.Build {
 	t.Helper()
 	buildOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "cudatap-gputime-sim")
@@ -80,8 +82,13 @@ func simBuild(t *testing.T) *sim.Build {
 // saw stop.
 func runInjected(t *testing.T, l *Listener, r *recorder, env ...string) (*sim.Report, uint32) {
 	t.Helper()
+	return runInjectedArgs(t, l, r, []string{"--iters", "20", "--streams", "3"}, env...)
+}
+
+func runInjectedArgs(t *testing.T, l *Listener, r *recorder, args []string, env ...string) (*sim.Report, uint32) {
+	t.Helper()
 	b := simBuild(t)
-	cmd := exec.Command(b.Workload, "--iters", "20", "--streams", "3")
+	cmd := exec.Command(b.Workload, args...)
 	cmd.Env = append(os.Environ(), append(env, "CUDA_INJECTION64_PATH="+l.LibraryPath())...)
 	out, err := cmd.Output()
 	if err != nil {
@@ -102,7 +109,12 @@ func runInjected(t *testing.T, l *Listener, r *recorder, env ...string) (*sim.Re
 
 func listen(t *testing.T, r *recorder) *Listener {
 	t.Helper()
-	l, err := Listen(Config{Root: "/", UID: -1, GID: -1, FlushEvery: 20 * time.Millisecond}, r)
+	return listenJoin(t, r, "")
+}
+
+func listenJoin(t *testing.T, r *recorder, join string) *Listener {
+	t.Helper()
+	l, err := Listen(Config{Root: "/", UID: -1, GID: -1, FlushEvery: 20 * time.Millisecond, Join: join}, r)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,17 +125,25 @@ func listen(t *testing.T, r *recorder) *Listener {
 // TestInjectedCollector: loaded by the (simulated) driver at cuInit, the
 // collector measures every GPU op of the workload: as many measurements as
 // ops, durations summing exactly to the modeled GPU time, each inside the
-// workload's lifetime on cudatap's clock, joined to a thread of it. Without
-// CUPTI's timestamp callback (older CUPTI), the same holds after the
-// clock offset is applied.
+// workload's lifetime on cudatap's clock, joined to a thread of it. So
+// with either join: CUPTI callbacks on the enqueuing calls (the default),
+// or CUPTI's API records (asked for, or where CUPTI names no callbacks).
+// Without CUPTI's timestamp callback (older CUPTI), the same holds after
+// the clock offset is applied.
 func TestInjectedCollector(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		env  []string
-	}{{"monotonic clock", nil}, {"CUPTI's clock", []string{"SIM_CUPTI_NO_TIMESTAMP_CALLBACK=1"}}} {
+		name, join, want string
+		env              []string
+	}{
+		{"monotonic clock", "", "join=callbacks", nil},
+		{"CUPTI's clock", "", "join=callbacks", []string{"SIM_CUPTI_NO_TIMESTAMP_CALLBACK=1"}},
+		{"API records", "api", "join=api", nil},
+		{"API records, CUPTI's clock", "api", "join=api", []string{"SIM_CUPTI_NO_TIMESTAMP_CALLBACK=1"}},
+		{"no callback names", "", "join=api", []string{"SIM_CUPTI_NO_CALLBACK_NAMES=1"}},
+	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newRecorder()
-			l := listen(t, r)
+			l := listenJoin(t, r, tc.join)
 			before := monoNow()
 			rep, pid := runInjected(t, l, r, tc.env...)
 			after := monoNow()
@@ -132,8 +152,12 @@ func TestInjectedCollector(t *testing.T) {
 			if uint32(rep.PID) != pid {
 				t.Fatalf("the collector that stopped is pid %d, the workload %d", pid, rep.PID)
 			}
-			if !strings.Contains(r.started[pid], filepath.Join(simBuild(t).Dir, sim.CUPTISoname)) {
-				t.Errorf("started: %q, want the CUPTI next to the workload's libcudart", r.started[pid])
+			h := r.started[pid]
+			if h.CUPTI != filepath.Join(simBuild(t).Dir, sim.CUPTISoname) {
+				t.Errorf("started: %q, want the CUPTI next to the workload's libcudart", h.Info)
+			}
+			if !strings.Contains(h.Info, tc.want) || h.TID == 0 || h.Since < before || h.Since > after {
+				t.Errorf("started: %+v, want %s, the collector's thread, and when it started in the run [%d, %d]", h, tc.want, before, after)
 			}
 			ms := r.measured[pid]
 			wantOps := 20 * (3 + 4) // per iteration: a launch per stream, two copies, a memset, a launch on the legacy stream
@@ -200,6 +224,20 @@ func TestCollectorRefuses(t *testing.T) {
 				t.Errorf("%d measurements, %d launches: want none, and the workload's own", len(r.measured[pid]), rep.Calls["cudaLaunchKernel"])
 			}
 		})
+	}
+}
+
+// TestCollectorJoinNone: with join=none (what CUPTI's GPU records alone
+// cost, for the benchmarks), every GPU record comes but none is joined:
+// each is counted as having no call record, none is guessed.
+func TestCollectorJoinNone(t *testing.T) {
+	r := newRecorder()
+	l := listenJoin(t, r, "none")
+	_, pid := runInjected(t, l, r)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if n, lost := len(r.measured[pid]), r.lost[pid]; n != 0 || lost.NoAPI != 20*(3+4) || lost.Total() != lost.NoAPI {
+		t.Errorf("%d measured, lost %+v: want none measured, %d without their call's record", n, lost, 20*(3+4))
 	}
 }
 

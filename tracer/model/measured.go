@@ -15,11 +15,14 @@ import (
 //
 // Ops are final when a synchronization proves them complete, long before
 // their measurement arrives; in a measured process the model holds final
-// ops until their measurement arrives or the collector's mark says none
-// will (every record of work complete before the mark was sent), then
-// hands them to the sink. Held ops live in the model's window of pending
-// ops, so memory stays bounded: when the window is full the oldest goes out
-// unmeasured, counted (Drops.GPUTimesUnmeasured).
+// ops until their measurement arrives or the collector's last word says
+// none will (it stopped, or let CUPTI go to another client), then hands
+// them to the sink. CUPTI keeps records in a buffer until it fills, for as
+// long as that takes: no time limit would be right, so none is set. Held
+// ops live in the model's window of pending ops, so memory stays bounded:
+// when the window is full the oldest goes out unmeasured, counted
+// (Drops.GPUTimesUnmeasured). Host functions are never held: CUPTI does
+// not time them.
 
 // Measurement is one GPU operation as CUPTI timed it.
 type Measurement struct {
@@ -40,28 +43,44 @@ func (op *GPUOp) ProvenBy() uint64 { return op.provenAt }
 // enqueue order (a thread's calls are sequential: Enqueued grows), and
 // when the last op trimmed from the front (gone to the sink) was enqueued.
 type tidOps struct {
-	ids     []int
-	trimmed uint64
+	ids           []int
+	trimmed       uint64
+	trimmedShared bool // that op was one of several one call enqueued
 }
 
 // StartMeasuring says that pid's GPU ops will be measured: from now on its
 // final ops wait for their measurement.
-func (m *Model) StartMeasuring(pid uint32) {
+func (m *Model) StartMeasuring(pid uint32) { m.StartMeasuringSince(pid, 0) }
+
+// StartMeasuringSince says that pid's GPU ops enqueued from since on are
+// measured (the collector had CUPTI from then): its final ones wait for
+// their measurement. It also resumes measuring after a hand-over.
+func (m *Model) StartMeasuringSince(pid uint32, since uint64) {
 	ps := m.proc(pid)
+	if ps.measuring && ps.collectorDone {
+		// Taken back before every measurement of the time before found
+		// its call: those that still wait, as well as they can.
+		m.joinEarly(ps)
+		m.endMeasuring(ps)
+	}
 	if ps.measuring {
 		return
 	}
-	ps.measuring = true
+	ps.measuring, ps.measuredSince = true, since
 	ps.p.Measured = true
+	if n := len(ps.p.CUPTIAway); n > 0 && ps.p.CUPTIAway[n-1].End == 0 {
+		ps.p.CUPTIAway[n-1].End = max(since, ps.p.CUPTIAway[n-1].Start)
+	}
 	if ps.p.MeasuredNames == nil {
 		ps.p.MeasuredNames = map[uint64]string{}
 	}
 	ps.threadSeen, ps.early = map[uint32]uint64{}, map[uint32][]Measurement{}
-	// Ops enqueued before the collector's word reached the model (it
-	// races the events) and not yet drawn can still be measured.
+	// Ops enqueued since then but before the collector's word reached
+	// the model (it races the events) and not yet drawn can still be
+	// measured.
 	ps.byTID = map[uint32]*tidOps{}
 	for id := ps.oldest; id < ps.nextOp; id++ {
-		if op := ps.op(id); op != nil && !op.released {
+		if op := ps.op(id); op != nil && !op.released && op.Enqueued >= since {
 			l := ps.byTID[op.TID]
 			if l == nil {
 				l = &tidOps{}
@@ -72,11 +91,53 @@ func (m *Model) StartMeasuring(pid uint32) {
 	}
 }
 
+// measurable says whether op waits for its measurement: enqueued while
+// the process is measured, of a kind CUPTI times, and not one of several
+// ops one call enqueued (an NCCL group's: their GPU records, which NCCL
+// may fuse into one kernel, cannot be told apart).
+func (ps *procState) measurable(op *GPUOp) bool {
+	return ps.measuring && op.Enqueued >= ps.measuredSince && op.Kind != OpHostFunc && !ps.shared[op.ID]
+}
+
+// maxCUPTIAway bounds the hand-overs a process keeps; past it the last
+// one stands for the rest.
+const maxCUPTIAway = 1024
+
+// HandedOver says that pid's collector let CUPTI go to another client of
+// the process at t, after every record of the ops before: nothing more is
+// measured until StartMeasuringSince.
+func (m *Model) HandedOver(pid uint32, t uint64) {
+	ps, ok := m.procs[pid]
+	if !ok || !ps.measuring || ps.collectorDone {
+		return
+	}
+	if n := len(ps.p.CUPTIAway); n < maxCUPTIAway {
+		ps.p.CUPTIAway = append(ps.p.CUPTIAway, Interval{Start: t})
+	} else {
+		ps.p.CUPTIAway[n-1].End = 0
+	}
+	m.StopMeasuring(pid)
+}
+
 // AddGPUTimesLost counts measurements lost before they reached the model.
 func (m *Model) AddGPUTimesLost(n uint64) { m.drops.GPUTimesLost += n }
 
 // SetGPUTimesLost sets that count (a replay, from the recorded total).
 func (m *Model) SetGPUTimesLost(n uint64) { m.drops.GPUTimesLost = n }
+
+// NotMeasured says pid's GPU ops are not measured after all (its
+// collector could not start): those held for a measurement go out as laid
+// out, uncounted, and the process is not marked measured.
+func (m *Model) NotMeasured(pid uint32) {
+	ps, ok := m.procs[pid]
+	if !ok {
+		return
+	}
+	ps.p.Measured = false
+	if ps.measuring {
+		m.endMeasuring(ps)
+	}
+}
 
 // StopMeasuring says no more measurements will come for pid. Those that
 // overtook the events of their calls still wait for them; once none does,
@@ -94,9 +155,10 @@ func (m *Model) StopMeasuring(pid uint32) {
 
 func (m *Model) endMeasuring(ps *procState) {
 	m.joinEarly(ps)
-	m.releaseHeld(ps, ^uint64(0))
+	m.releaseHeld(ps, ^uint64(0), false)
 	ps.measuring, ps.collectorDone = false, false
 	ps.byTID = map[uint32]*tidOps{}
+	clear(ps.shared)
 }
 
 // maxMeasuredNames bounds the kernel names CUPTI gives per process.
@@ -109,8 +171,9 @@ const maxEarly = 1 << 16
 // Measure joins a measurement to the op it times. A measurement can
 // overtake the event of its own call (the collector flushes while the ring
 // buffer has a backlog): it waits until the model has seen its thread past
-// the call. Measurements matching no op (its call was not traced) and those
-// arriving after their op went to the sink are counted.
+// the call. Measurements matching no op (its call was not traced, or
+// enqueued several: ambiguous) and those arriving after their op went to
+// the sink are counted, never guessed.
 func (m *Model) Measure(pid uint32, r *Measurement) {
 	ps, ok := m.procs[pid]
 	if !ok || ps.byTID == nil {
@@ -204,37 +267,41 @@ func (m *Model) join(ps *procState, r *Measurement) {
 	}
 }
 
-// MeasureSlack is how long after an op was proven complete its
-// measurement may still come: CUPTI hands over full activity buffers, so
-// a record waits for its buffer to fill (the collector keeps them small).
+// MeasureSlack is how long after a graph launch was proven complete more
+// of its kernels' records may still come: CUPTI hands over full activity
+// buffers, so a record waits for its buffer to fill (the collector keeps
+// them small).
 const MeasureSlack = 1_000_000_000 // ns
 
 // MeasuredUntil is the collector's mark: it flushed CUPTI's full buffers
-// at t. Held ops proven complete MeasureSlack before it go out as laid out.
+// at t. Held graph launches measured already and proven complete
+// MeasureSlack before it go out; an op still unmeasured waits for its
+// record, or for the collector's last word.
 func (m *Model) MeasuredUntil(pid uint32, t uint64) {
 	ps, ok := m.procs[pid]
 	if !ok || !ps.measuring || t < MeasureSlack {
 		return
 	}
-	m.releaseHeld(ps, t-MeasureSlack)
+	m.releaseHeld(ps, t-MeasureSlack, true)
 }
 
-// releaseHeld hands held ops proven complete before t to the sink.
-func (m *Model) releaseHeld(ps *procState, t uint64) {
+// releaseHeld hands held ops proven complete before t to the sink (only
+// the measured ones: measuredOnly).
+func (m *Model) releaseHeld(ps *procState, t uint64, measuredOnly bool) {
 	n := 0
 	for _, id := range ps.held {
 		op := ps.op(id)
 		if op == nil || op.released {
+			continue
+		}
+		if op.provenAt >= t || (measuredOnly && !op.Measured) {
+			ps.held[n] = id
 			n++
 			continue
 		}
-		if op.provenAt >= t {
-			break
-		}
 		m.release(ps, op)
-		n++
 	}
-	ps.held = ps.held[:copy(ps.held, ps.held[n:])]
+	ps.held = ps.held[:n]
 }
 
 // enqueuedBy finds the op that thread tid's call overlapping CUPTI's API
@@ -258,11 +325,13 @@ func (ps *procState) enqueuedBy(tid uint32, start, end uint64) (op *GPUOp, late 
 		return 1
 	})
 	if i == 0 {
-		return nil, l.trimmed != 0 && l.trimmed <= end
+		// Its op went to the sink; unless it was one of several one
+		// call enqueued: then it is ambiguous, not late.
+		return nil, l.trimmed != 0 && l.trimmed <= end && !l.trimmedShared
 	}
 	op = ps.op(ids[i-1])
-	if op == nil || (op.enqEnd > op.Enqueued && op.enqEnd < start) {
-		return nil, false
+	if op == nil || ps.shared[op.ID] || (op.enqEnd > op.Enqueued && op.enqEnd < start) {
+		return nil, false // a call that enqueued nothing traced, or several ops: ambiguous
 	}
 	return op, false
 }
@@ -276,7 +345,8 @@ func (l *tidOps) trim(ps *procState) {
 			break
 		}
 		if op != nil {
-			l.trimmed = op.Enqueued
+			l.trimmed, l.trimmedShared = op.Enqueued, ps.shared[op.ID]
+			delete(ps.shared, op.ID)
 		}
 		n++
 	}

@@ -142,9 +142,13 @@ type procState struct {
 	// them: NCCL enqueues those only at the outermost ncclGroupEnd, so no
 	// synchronization or query before it proves them complete.
 	groups   map[uint32]*ncclGroup
-	deferred map[int]bool     // collectives of the open groups, by op ID
-	graphs   map[uint64]int32 // captured graph → its operations
-	execs    map[uint64]int32 // instantiated graph → its operations
+	deferred map[int]bool // collectives of the open groups, by op ID
+	// Ops enqueued with others by one call (an NCCL group's end) in a
+	// measured process, until their thread's ops are trimmed past them
+	// (measured.go): their GPU records cannot be told apart.
+	shared map[int]bool
+	graphs map[uint64]int32 // captured graph → its operations
+	execs  map[uint64]int32 // instantiated graph → its operations
 	// GPU ops by ID modulo len(ops): the pending ones and the most recent
 	// final ones. oldest is the lowest ID that may not be final yet.
 	ops     []GPUOp
@@ -166,6 +170,7 @@ type procState struct {
 	// final), the ops each thread enqueued that may still be measured,
 	// and the collector's previous mark.
 	measuring     bool
+	measuredSince uint64 // ops enqueued before were not measured (the collector came later)
 	held          []int
 	byTID         map[uint32]*tidOps
 	collectorDone bool                     // no more measurements will come
@@ -247,7 +252,7 @@ func (m *Model) newProc(pid uint32) *procState {
 	p := &Process{PID: pid, Threads: map[uint32]struct{}{}, KernelNames: map[uint64]string{}, Stubs: map[uint64]uint64{}}
 	ps := &procState{p: p, byHandle: map[uint64]int{}, perThread: map[uint32]int{},
 		events: map[uint64]eventPos{}, polls: map[pollKey]pollState{},
-		capturing: map[int]int32{}, groups: map[uint32]*ncclGroup{}, deferred: map[int]bool{}, graphs: map[uint64]int32{}, execs: map[uint64]int32{},
+		capturing: map[int]int32{}, groups: map[uint32]*ncclGroup{}, deferred: map[int]bool{}, shared: map[int]bool{}, graphs: map[uint64]int32{}, execs: map[uint64]int32{},
 		ops: newOps(64), stacks: map[string]int32{}, pyIndex: map[string]int32{}, devices: map[uint32]int8{}}
 	// Stream 0 always exists: the legacy default stream.
 	ps.addStream(&Stream{Kind: StreamLegacy})
@@ -559,6 +564,9 @@ func (ps *procState) group(call *Call) {
 		delete(ps.deferred, id)
 		if op := ps.op(id); op.ID == id && !op.final {
 			op.Enqueued = max(op.Enqueued, call.Start)
+			if len(g.ops) > 1 && ps.measuring && len(ps.shared) < maxGroupOps {
+				ps.shared[id] = true
+			}
 		}
 	}
 }
@@ -1074,7 +1082,7 @@ func (s *streamState) dequeue(id int) {
 // where CUPTI measures the process.
 func (m *Model) final(ps *procState, op *GPUOp) {
 	op.final = true
-	if ps.measuring && (!op.Measured || op.Kind == OpGraph) {
+	if ps.measurable(op) && (!op.Measured || op.Kind == OpGraph) {
 		ps.held = append(ps.held, op.ID)
 		return
 	}
@@ -1084,7 +1092,7 @@ func (m *Model) final(ps *procState, op *GPUOp) {
 // release hands a final op to the sink and to the aggregates.
 func (m *Model) release(ps *procState, op *GPUOp) {
 	op.released = true
-	if ps.measuring && !op.Measured {
+	if ps.p.Measured && !op.Measured {
 		m.drops.GPUTimesUnmeasured++
 	}
 	ps.overlap.add(op)
@@ -1117,7 +1125,7 @@ func (m *Model) conclude(ps *procState) {
 		}
 	}
 	m.joinEarly(ps)
-	m.releaseHeld(ps, ^uint64(0))
+	m.releaseHeld(ps, ^uint64(0), false)
 	ps.p.CommNs, ps.p.OverlapNs = ps.overlap.finish()
 	for sid, st := range ps.st {
 		s := &ps.p.Streams[sid].Stats

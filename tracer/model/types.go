@@ -290,8 +290,8 @@ type PyKey struct{ Code, Instr uint64 }
 
 // ProcessInfo names a process; the recorder fills it from /proc.
 type ProcessInfo struct {
-	Comm      string
-	Cmdline   string
+	Comm    string
+	Cmdline string
 	// Parent is the process of the followed tree that started this one
 	// (record follows what its command starts); 0 for a root.
 	Parent    uint32 `json:",omitempty"`
@@ -300,6 +300,9 @@ type ProcessInfo struct {
 	PodUID    string
 	Libraries []string // CUDA libraries found and hooked, as the target sees their paths
 }
+
+// Interval is a span of time, CLOCK_MONOTONIC ns.
+type Interval struct{ Start, End uint64 }
 
 // Process is what the model keeps about one traced process: its live
 // state and aggregates, bounded by the number of streams, threads, kernels
@@ -337,6 +340,10 @@ type Process struct {
 	PinnedRecovered uint64
 	AttachedLate    bool
 	Measured        bool // CUPTI measured its GPU ops (--gpu-times)
+	// CUPTIAway: when cudatap's collector had let CUPTI go to another
+	// client of the process (its own profiler): GPU ops enqueued then are
+	// bounded, not measured. End 0: not taken back.
+	CUPTIAway []Interval
 	// Rank and WorldSize: its place in an NCCL job (ncclCommInitRank, its
 	// widest communicator); WorldSize 0 when none was seen.
 	Rank, WorldSize int32

@@ -8,7 +8,9 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
 
+	"github.com/cudatap/cudatap/internal/objfile"
 	"github.com/cudatap/cudatap/tracer/event"
 )
 
@@ -200,6 +202,48 @@ func (t *Tracer) AttachLoader(pid int, ldso *Library, stop bool, filter Filter) 
 		return nil, err
 	}
 	a.Hooked = set.names
+	return a, nil
+}
+
+// AttachCUPTIWatch watches pid's libcupti (openPath: how cudatap opens
+// it, path: how pid names it) while cudatap's collector holds CUPTI there:
+// a thread entering cuptiSubscribe or cuptiActivityRegisterCallbacks (a
+// profiler starting) stops the process right there, reported as
+// event.CUPTIClient, until it is continued; a return from cuptiFinalize
+// is reported as event.CUPTIReleased. It uses the library-load program,
+// which does nothing else. On failure nothing stays attached.
+func (t *Tracer) AttachCUPTIWatch(pid int, openPath, path string, cache *objfile.Cache) (*Attachment, error) {
+	var st syscall.Stat_t
+	if err := syscall.Stat(openPath, &st); err != nil {
+		return nil, err
+	}
+	f, err := cache.Open(openPath)
+	if err != nil {
+		return nil, err
+	}
+	lib := &Library{Path: path, OpenPath: openPath, Dev: fmt.Sprintf("%02x:%02x", unix.Major(st.Dev), unix.Minor(st.Dev)),
+		Inode: st.Ino, file: f}
+	a := &Attachment{PID: pid, Library: *lib}
+	var enter, exit probeSet
+	for _, sym := range []string{"cuptiSubscribe", "cuptiActivityRegisterCallbacks"} {
+		if off, ok := lib.symbolOffset(sym); ok {
+			enter.add(off, uint64(event.CUPTIClient)|event.CookieStop, sym)
+		}
+	}
+	if off, ok := lib.symbolOffset("cuptiFinalize"); ok {
+		exit.add(off, uint64(event.CUPTIReleased), "cuptiFinalize")
+	}
+	if len(enter.addrs) < 2 || len(exit.addrs) == 0 {
+		return nil, fmt.Errorf("%s lacks cuptiSubscribe, cuptiActivityRegisterCallbacks or cuptiFinalize", path)
+	}
+	if err := t.attachSet(a, openPath, pid, &enter, t.progs.ldso, false); err != nil {
+		return nil, err
+	}
+	if err := t.attachSet(a, openPath, pid, &exit, t.progs.ldso, true); err != nil {
+		a.Close()
+		return nil, err
+	}
+	a.Hooked = append(enter.names, exit.names...)
 	return a, nil
 }
 

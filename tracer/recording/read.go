@@ -439,7 +439,7 @@ func (rs *Records) prepare(typ byte) error {
 		}
 		t.patchPID(b[1:])
 		switch b[0] {
-		case GPUTimesMark:
+		case GPUTimesMark, GPUTimesStart, GPUTimesHandOver:
 			t.patchTime(b[5:])
 		case GPUTimesMeasure:
 			for off := 17; off <= 41; off += 8 { // APIStart, APIEnd, Start, End
@@ -482,7 +482,11 @@ func (rs *Records) Apply(m *model.Model) {
 		pid, t := le.Uint32(buf[1:]), le.Uint64(buf[5:])
 		switch buf[0] {
 		case GPUTimesStart:
-			m.StartMeasuring(pid)
+			m.StartMeasuringSince(pid, t)
+		case GPUTimesHandOver:
+			m.HandedOver(pid, t)
+		case GPUTimesRefused:
+			m.NotMeasured(pid)
 		case GPUTimesMeasure:
 			b := buf[13:]
 			ms := model.Measurement{TID: le.Uint32(b), APIStart: le.Uint64(b[4:]), APIEnd: le.Uint64(b[12:]),

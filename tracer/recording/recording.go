@@ -225,10 +225,12 @@ func (w *Writer) AttachedLate(pid uint32) { w.note(noteAttachedLate, pid, 0, 0, 
 
 // What a GPU-time record says (Writer.GPUTimes).
 const (
-	GPUTimesStart   = 1 // the process's GPU ops are measured from here
-	GPUTimesMeasure = 2 // one measurement
-	GPUTimesMark    = 3 // every measurement of work complete before t came
-	GPUTimesStop    = 4 // no more; t: measurements lost
+	GPUTimesStart    = 1 // the process's GPU ops enqueued from t on are measured (or again, after a hand-over)
+	GPUTimesMeasure  = 2 // one measurement
+	GPUTimesMark     = 3 // the collector flushed CUPTI at t
+	GPUTimesStop     = 4 // no more; t: measurements lost
+	GPUTimesHandOver = 5 // CUPTI let go to another client of the process at t
+	GPUTimesRefused  = 6 // not measured after all (the collector could not start)
 )
 
 // gpuTimeSize is a GPU-time record: kind, pid, t, then the measurement.

@@ -470,6 +470,7 @@ static void enqueue_op(struct CUstream_st *s, int64_t dur, int kind, uint64_t by
 		corr = __atomic_add_fetch(&activity_corr, 1, __ATOMIC_RELAXED);
 		/* A created stream's device; a default stream's is the caller's. */
 		device = s->owner || s == &legacy_stream ? runtime_device() : s->device;
+		a->call(0, kind, corr);
 	}
 	uint32_t stream = (uint32_t)((uintptr_t)s >> 4);
 	int64_t t = 0;
@@ -491,6 +492,7 @@ static void enqueue_op(struct CUstream_st *s, int64_t dur, int kind, uint64_t by
 		if (known)
 			a->op(kind, corr, t - dur, t, stream, bytes, copy_kind, name, device);
 		a->api(corr, api_start, now_ns(), (uint32_t)syscall(SYS_gettid));
+		a->call(1, kind, corr);
 	}
 }
 

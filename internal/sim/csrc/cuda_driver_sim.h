@@ -260,6 +260,9 @@ struct sim_activity {
 		   const char *name, /* a kernel's name: lives as long as its module */
 		   int device);
 	void (*api)(uint32_t corr, int64_t start, int64_t end, uint32_t tid);
+	/* The entry (site 0) and exit (site 1) of the call that enqueues an
+	 * operation of kind, on the calling thread: CUPTI's API callbacks. */
+	void (*call)(int site, int kind, uint32_t corr);
 };
 void sim_set_activity(const struct sim_activity *a);
 

@@ -6,15 +6,22 @@
  * library keeps them as CUPTI records (cupti_abi.h layouts) until a flush
  * hands them to the client's buffers.
  *
- * Like CUPTI it allows one subscriber, keeps what finds no room as dropped
- * (cuptiActivityGetNumDroppedRecords), and stamps records with its own
- * clock unless the client registers a timestamp callback. Its own clock is
- * CLOCK_MONOTONIC plus SIM_CUPTI_CLOCK_OFFSET, so a client that forgot to
- * convert is caught. Test knobs, read at the first call:
+ * Like CUPTI it allows one subscriber at a time (another's cuptiSubscribe
+ * fails until the first unsubscribes), calls the subscriber back at the
+ * entry and exit of the calls it enabled (cuptiEnableCallback; the calls
+ * that enqueue work, in the driver domain, named by cuptiGetCallbackName),
+ * keeps what finds no room as dropped (cuptiActivityGetNumDroppedRecords),
+ * and stamps records with its own clock unless the client registers a
+ * timestamp callback. Its own clock is CLOCK_MONOTONIC plus
+ * SIM_CUPTI_CLOCK_OFFSET, so a client that forgot to convert is caught.
+ * Test knobs, read at the first call:
  *   SIM_CUPTI_NO_TIMESTAMP_CALLBACK=1  cuptiActivityRegisterTimestampCallback
  *                                      is not supported (older CUPTI);
+ *   SIM_CUPTI_NO_CALLBACK_NAMES=1      cuptiGetCallbackName is not supported;
  *   SIM_CUPTI_SUBSCRIBED=1             another client already subscribed;
  *   SIM_CUPTI_MAX_RECORDS=N            room for N records between flushes.
+ * sim_cupti_subscribed() (not CUPTI's) says whether a client holds it, with
+ * kernel activity on.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -49,12 +56,31 @@ static int subscribed;
 static CUpti_BuffersCallbackRequestFunc requested;
 static CUpti_BuffersCallbackCompleteFunc completed;
 static CUpti_TimestampCallbackFunc timestamp_cb;
-static int no_timestamp_cb, preexisting_subscriber;
+static int no_timestamp_cb, no_callback_names, preexisting_subscriber;
 static int driver_hooked;
+
+/* The subscriber's callback and the calls it enabled, by callback id in
+ * the driver domain (the simulated runtime reports nothing of its own:
+ * its calls reach the driver's, as their records show). */
+static CUpti_CallbackFunc subscriber_cb; /* written under mu, read atomically */
+static void *subscriber_data;
+static unsigned enabled_callbacks; /* bit per cbid (atomic) */
+
+/* The callback ids of the driver domain: the enqueuing calls the modeled
+ * GPU reports (one per kind of operation) and a few that enqueue nothing,
+ * which a client must not take for enqueuing ones. */
+enum { CBID_INIT = 1, CBID_LAUNCH, CBID_MEMCPY, CBID_MEMSET, CBID_SYNC, CBID_HOSTFN, CBID_COUNT };
+static const char *const driver_cbids[CBID_COUNT] = {
+	[CBID_INIT] = "cuInit", [CBID_LAUNCH] = "cuLaunchKernel", [CBID_MEMCPY] = "cuMemcpyAsync",
+	[CBID_MEMSET] = "cuMemsetD8Async", [CBID_SYNC] = "cuStreamSynchronize", [CBID_HOSTFN] = "cuLaunchHostFunc",
+};
+/* A runtime-domain name that no simulated call issues. */
+static const char *const runtime_cbids[] = {NULL, "cudaGetDevice_v3020"};
 
 static void init_knobs(void)
 {
 	no_timestamp_cb = getenv("SIM_CUPTI_NO_TIMESTAMP_CALLBACK") != NULL;
+	no_callback_names = getenv("SIM_CUPTI_NO_CALLBACK_NAMES") != NULL;
 	preexisting_subscriber = getenv("SIM_CUPTI_SUBSCRIBED") != NULL;
 	const char *m = getenv("SIM_CUPTI_MAX_RECORDS");
 	max_records = m ? strtoul(m, NULL, 10) : 1 << 16;
@@ -134,7 +160,22 @@ static void on_api(uint32_t corr, int64_t start, int64_t end, uint32_t tid)
 	pthread_mutex_unlock(&mu);
 }
 
-static const struct sim_activity hooks = {on_op, on_api};
+/* on_call calls the subscriber back at the entry and exit of an enqueuing
+ * call it enabled, on the calling thread. */
+static void on_call(int site, int kind, uint32_t corr)
+{
+	unsigned cbid = kind == 1 ? CBID_LAUNCH : kind == 2 ? CBID_MEMCPY : CBID_MEMSET;
+	if (!((__atomic_load_n(&enabled_callbacks, __ATOMIC_ACQUIRE) >> cbid) & 1))
+		return;
+	CUpti_CallbackFunc cb = __atomic_load_n(&subscriber_cb, __ATOMIC_ACQUIRE);
+	void *ud = __atomic_load_n(&subscriber_data, __ATOMIC_ACQUIRE);
+	if (!cb)
+		return;
+	ct_cupti_cbdata d = {.callbackSite = site, .functionName = driver_cbids[cbid], .correlationId = corr};
+	cb(ud, CUPTI_CB_DOMAIN_DRIVER_API, cbid, &d);
+}
+
+static const struct sim_activity hooks = {on_op, on_api, on_call};
 
 /* hook_driver tells the simulated driver (already loaded: CUPTI needs a
  * CUDA process) to report to this library, or to stop. */
@@ -152,13 +193,29 @@ static void hook_driver(int on)
 	dlclose(drv);
 }
 
+/* Whether the driver must report to this library: while activity or a
+ * callback is on. */
+static void rehook(void)
+{
+	pthread_mutex_lock(&mu);
+	int want = enabled_kinds || __atomic_load_n(&enabled_callbacks, __ATOMIC_RELAXED);
+	pthread_mutex_unlock(&mu);
+	hook_driver(want);
+}
+
 EXPORT CUptiResult cuptiSubscribe(CUpti_SubscriberHandle *s, CUpti_CallbackFunc cb, void *ud)
 {
-	(void)cb, (void)ud;
 	knobs();
-	if (subscribed || preexisting_subscriber)
+	pthread_mutex_lock(&mu);
+	int taken = subscribed || preexisting_subscriber;
+	if (!taken) {
+		subscribed = 1;
+		__atomic_store_n(&subscriber_data, ud, __ATOMIC_RELEASE);
+		__atomic_store_n(&subscriber_cb, cb, __ATOMIC_RELEASE);
+	}
+	pthread_mutex_unlock(&mu);
+	if (taken)
 		return CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED;
-	subscribed = 1;
 	*s = (CUpti_SubscriberHandle)&subscribed;
 	return CUPTI_SUCCESS;
 }
@@ -166,7 +223,52 @@ EXPORT CUptiResult cuptiSubscribe(CUpti_SubscriberHandle *s, CUpti_CallbackFunc 
 EXPORT CUptiResult cuptiUnsubscribe(CUpti_SubscriberHandle s)
 {
 	(void)s;
+	pthread_mutex_lock(&mu);
 	subscribed = 0;
+	__atomic_store_n(&subscriber_cb, NULL, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&mu);
+	__atomic_store_n(&enabled_callbacks, 0, __ATOMIC_RELEASE); /* the subscriber's callbacks go with it */
+	rehook();
+	return CUPTI_SUCCESS;
+}
+
+/* sim_cupti_subscribed says whether a client holds CUPTI with kernel
+ * activity on (a collector enables it last). */
+EXPORT int sim_cupti_subscribed(void)
+{
+	pthread_mutex_lock(&mu);
+	int s = subscribed && on(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+	pthread_mutex_unlock(&mu);
+	return s;
+}
+
+EXPORT CUptiResult cuptiGetCallbackName(CUpti_CallbackDomain domain, uint32_t cbid, const char **name)
+{
+	knobs();
+	if (no_callback_names)
+		return 22; /* CUPTI_ERROR_NOT_SUPPORTED */
+	*name = NULL;
+	if (domain == CUPTI_CB_DOMAIN_DRIVER_API && cbid > 0 && cbid < CBID_COUNT)
+		*name = driver_cbids[cbid];
+	else if (domain == CUPTI_CB_DOMAIN_RUNTIME_API && cbid > 0 && cbid < sizeof runtime_cbids / sizeof runtime_cbids[0])
+		*name = runtime_cbids[cbid];
+	return *name ? CUPTI_SUCCESS : CUPTI_ERROR_INVALID_PARAMETER;
+}
+
+EXPORT CUptiResult cuptiEnableCallback(uint32_t enable, CUpti_SubscriberHandle s, CUpti_CallbackDomain domain, uint32_t cbid)
+{
+	pthread_mutex_lock(&mu);
+	int valid = subscribed && s == (CUpti_SubscriberHandle)&subscribed;
+	pthread_mutex_unlock(&mu);
+	if (!valid)
+		return CUPTI_ERROR_INVALID_PARAMETER;
+	if (domain != CUPTI_CB_DOMAIN_DRIVER_API || cbid == 0 || cbid >= CBID_COUNT)
+		return domain == CUPTI_CB_DOMAIN_RUNTIME_API ? CUPTI_SUCCESS : CUPTI_ERROR_INVALID_PARAMETER;
+	if (enable)
+		__atomic_or_fetch(&enabled_callbacks, 1u << cbid, __ATOMIC_RELEASE);
+	else
+		__atomic_and_fetch(&enabled_callbacks, ~(1u << cbid), __ATOMIC_RELEASE);
+	rehook();
 	return CUPTI_SUCCESS;
 }
 
@@ -211,10 +313,8 @@ EXPORT CUptiResult cuptiActivityDisable(CUpti_ActivityKind kind)
 		return 1;
 	pthread_mutex_lock(&mu);
 	enabled_kinds &= ~(1u << kind);
-	unsigned left = enabled_kinds;
 	pthread_mutex_unlock(&mu);
-	if (!left)
-		hook_driver(0);
+	rehook();
 	return CUPTI_SUCCESS;
 }
 
@@ -237,7 +337,7 @@ static size_t record_size(int kind)
 EXPORT CUptiResult cuptiActivityFlushAll(uint32_t flag)
 {
 	(void)flag;
-	if (enabled_kinds && !driver_hooked)
+	if ((enabled_kinds || __atomic_load_n(&enabled_callbacks, __ATOMIC_RELAXED)) && !driver_hooked)
 		hook_driver(1); /* the driver was not loaded yet when enabled */
 	if (!requested || !completed)
 		return CUPTI_SUCCESS;
@@ -310,7 +410,10 @@ EXPORT CUptiResult cuptiFinalize(void)
 	pthread_mutex_lock(&mu);
 	enabled_kinds = 0;
 	nrecords = 0;
+	subscribed = 0;
+	__atomic_store_n(&subscriber_cb, NULL, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&mu);
+	__atomic_store_n(&enabled_callbacks, 0, __ATOMIC_RELEASE);
 	hook_driver(0);
 	requested = NULL, completed = NULL, timestamp_cb = NULL;
 	return CUPTI_SUCCESS;

@@ -1274,6 +1274,116 @@ static void scenario_lint_clean(const struct options *o)
 	lint_teardown();
 }
 
+/*
+ * profiler: a program that profiles itself for a while, as torch.profiler
+ * does, with the process's CUPTI (the simulated one, found like the
+ * runtime, next to the program). Three phases of --iters iterations, each
+ * a gemm launch, a pinned 1 MiB H2D copy and a 64 KiB memset on one
+ * stream, then a sync: before the profiler, under it, after it. The
+ * profiler subscribes (cuptiSubscribe: a tracer holding CUPTI must let it
+ * go first), takes every kernel, copy and memset record in its own buffers,
+ * and at its end unsubscribes and finalizes CUPTI; it reports what it got
+ * ("profiler" in the report). When CUPTI was held by another client before
+ * (a tracer's collector), the third phase waits until that client holds it
+ * again (taken back), so that all of the phase is measured.
+ */
+static struct {
+	int ran, subscribe_status, held_before, resumed;
+	long ops, records;
+} profiler;
+
+static void profiler_buffer_requested(uint8_t **buffer, size_t *size, size_t *max)
+{
+	*buffer = xmalloc(64 * KiB);
+	*size = 64 * KiB;
+	*max = 0;
+}
+
+static int (*profiler_next_record)(uint8_t *, size_t, void **);
+
+static void profiler_buffer_completed(void *ctx, uint32_t stream, uint8_t *buffer, size_t size, size_t valid)
+{
+	(void)ctx, (void)stream, (void)size;
+	void *r = NULL;
+	while (profiler_next_record(buffer, valid, &r) == 0)
+		profiler.records++;
+	free(buffer);
+}
+
+static void profiler_callback(void *ud, int domain, unsigned cbid, const void *data)
+{
+	(void)ud, (void)domain, (void)cbid, (void)data;
+}
+
+static void profiler_phase(const struct options *o, cudaStream_t s, void *dev, void *pinned)
+{
+	dim3 grid = { 8, 1, 1 }, block = { 128, 1, 1 };
+	for (long it = 0; it < o->iters; it++) {
+		CK(cudaLaunchKernel, GEMM, grid, block, gemm_args, 0, s);
+		CK(cudaMemcpyAsync, dev, pinned, MiB, cudaMemcpyHostToDevice, s);
+		CK(cudaMemsetAsync, dev, 0, 64 * KiB, s);
+	}
+	CK(cudaStreamSynchronize, s);
+}
+
+static void scenario_profiler(const struct options *o)
+{
+	void *cupti = dlopen("libcupti.so.13", RTLD_NOW | RTLD_LOCAL);
+	if (!cupti)
+		die("profiler: cannot load libcupti.so.13 beside the program");
+	int (*subscribed)(void) = (int (*)(void))dlsym(cupti, "sim_cupti_subscribed");
+	int (*subscribe)(void **, void *, void *) = (int (*)(void **, void *, void *))dlsym(cupti, "cuptiSubscribe");
+	int (*unsubscribe)(void *) = (int (*)(void *))dlsym(cupti, "cuptiUnsubscribe");
+	int (*finalize)(void) = (int (*)(void))dlsym(cupti, "cuptiFinalize");
+	int (*register_callbacks)(void *, void *) = (int (*)(void *, void *))dlsym(cupti, "cuptiActivityRegisterCallbacks");
+	int (*enable)(int) = (int (*)(int))dlsym(cupti, "cuptiActivityEnable");
+	int (*disable)(int) = (int (*)(int))dlsym(cupti, "cuptiActivityDisable");
+	int (*flush)(uint32_t) = (int (*)(uint32_t))dlsym(cupti, "cuptiActivityFlushAll");
+	profiler_next_record = (int (*)(uint8_t *, size_t, void **))dlsym(cupti, "cuptiActivityGetNextRecord");
+	if (!subscribed || !subscribe || !unsubscribe || !finalize || !register_callbacks || !enable || !disable || !flush ||
+	    !profiler_next_record)
+		die("profiler: libcupti.so.13 lacks an entry point");
+	static const int kinds[] = { 10 /* CONCURRENT_KERNEL */, 1 /* MEMCPY */, 2 /* MEMSET */ };
+
+	cudaStream_t s;
+	void *dev, *pinned;
+	CK(cudaStreamCreateWithFlags, &s, cudaStreamNonBlocking);
+	CK(cudaMalloc, &dev, MiB);
+	CK(cudaHostAlloc, &pinned, MiB, cudaHostAllocDefault);
+
+	profiler_phase(o, s, dev, pinned);
+
+	profiler.ran = 1;
+	profiler.held_before = subscribed();
+	void *sub = NULL;
+	profiler.subscribe_status = subscribe(&sub, (void *)profiler_callback, NULL);
+	if (profiler.subscribe_status == 0) {
+		check("cuptiActivityRegisterCallbacks",
+		      register_callbacks((void *)profiler_buffer_requested, (void *)profiler_buffer_completed));
+		for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+			check("cuptiActivityEnable", enable(kinds[i]));
+	}
+	profiler_phase(o, s, dev, pinned);
+	profiler.ops = 3 * o->iters;
+	if (profiler.subscribe_status == 0) {
+		check("cuptiActivityFlushAll", flush(1));
+		for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+			disable(kinds[i]);
+		check("cuptiUnsubscribe", unsubscribe(sub));
+		check("cuptiFinalize", finalize());
+	}
+	if (profiler.held_before) {
+		/* Until the client before is back, or 10 s: the report says which. */
+		for (int i = 0; i < 10000 && !(profiler.resumed = subscribed()); i++)
+			sleep_ns(MS);
+	}
+
+	profiler_phase(o, s, dev, pinned);
+	CK(cudaFreeHost, pinned);
+	CK(cudaFree, dev);
+	CK(cudaStreamDestroy, s);
+}
+
 static const struct {
 	const char *name;
 	void (*run)(const struct options *);
@@ -1281,6 +1391,7 @@ static const struct {
 	{ "basic", scenario_basic },   { "launches", scenario_launches }, { "ptsz", scenario_ptsz },
 	{ "devices", scenario_devices }, { "handles", scenario_handles },
 	{ "timing", scenario_timing }, { "all", scenario_all },   { "stacktop", scenario_stacktop },
+	{ "profiler", scenario_profiler },
 	{ "lint-legacy-nonblocking", scenario_lint_legacy }, { "lint-cross-stream", scenario_lint_cross_stream },
 	{ "lint-many-streams", scenario_lint_many_streams }, { "lint-pageable-loop", scenario_lint_pageable_loop },
 	{ "lint-sync-every-launch", scenario_lint_sync_every_launch }, { "lint-clean", scenario_lint_clean },
@@ -1475,6 +1586,10 @@ static void print_report(void)
 	}
 	printf("}");
 	print_internal();
+	if (profiler.ran)
+		printf(",\"profiler\":{\"subscribe_status\":%d,\"held_before\":%s,\"resumed\":%s,\"ops\":%ld,\"records\":%ld}",
+		       profiler.subscribe_status, profiler.held_before ? "true" : "false", profiler.resumed ? "true" : "false",
+		       profiler.ops, profiler.records);
 	printf("}\n");
 	fflush(stdout);
 }

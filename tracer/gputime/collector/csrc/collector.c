@@ -13,13 +13,25 @@
  * Either way it reads "config" next to itself (the directory cudatap made
  * for it): the socket to connect to, and an optional CUPTI path.
  *
+ * What it measures: CUPTI's kernel, copy and memset records. Each carries
+ * the correlation id of the API call that enqueued it; the collector learns
+ * which thread made that call, and when, from CUPTI callbacks on the
+ * enqueuing calls only (launches, copies, memsets, graph launches: join=
+ * callbacks, the default), which costs far less than CUPTI's runtime and
+ * driver API records of every call (join=api, kept for comparison and for
+ * a CUPTI without callback names; join=none sends GPU records only, to
+ * measure what CUPTI's kernel records alone cost).
+ *
  * It never harms the process: CUPTI is the process's own (already mapped,
  * next to its libcudart, or the toolkit's), never bundled; another CUPTI
  * subscriber (a profiler) means it does nothing; buffers are bounded
  * (CUPTI counts what found no buffer), sends wait at most SEND_TIMEOUT_MS
  * and drop (counted) past it; when cudatap says stop, or its socket
  * closes because cudatap died, it flushes, disables every activity kind,
- * finalizes CUPTI and its thread ends.
+ * finalizes CUPTI and its thread ends. When another client of the process
+ * wants CUPTI (cudatap holds that client's thread at its cuptiSubscribe and
+ * says 'H'), it flushes and lets CUPTI go the same way, and subscribes
+ * again when cudatap says 'T' (that client finalized CUPTI).
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -33,6 +45,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -49,6 +62,14 @@ enum {
 	MAX_BUFFERS = 128, /* at most this many outstanding: 16 MiB */
 	SEND_TIMEOUT_MS = 50,
 	DEFAULT_FLUSH_MS = 100,
+	/* Callback records: CHUNK_RECORDS per chunk (one message), at most
+	 * MAX_CHUNKS chunks written and not yet sent (10 MiB). */
+	CHUNK_RECORDS = CT_MAX_RECORDS,
+	MAX_CHUNKS = 256,
+	MAX_CBID = 4096, /* callback ids probed for names, per domain */
+	TAKE_BACK_TRIES = 50,
+	TAKE_BACK_WAIT_MS = 20,
+	ARM_WAIT_MS = 5000, /* at most this long for cudatap's word after hello */
 };
 
 /* CUPTI, resolved from the process's own library. */
@@ -64,17 +85,35 @@ static struct {
 	CUptiResult (*timestamp)(uint64_t *);
 	CUptiResult (*finalize)(void);
 	/* optional */
+	CUptiResult (*enable_callback)(uint32_t, CUpti_SubscriberHandle, CUpti_CallbackDomain, uint32_t);
+	CUptiResult (*callback_name)(CUpti_CallbackDomain, uint32_t, const char **);
 	CUptiResult (*register_timestamp)(CUpti_TimestampCallbackFunc);
 	CUptiResult (*thread_id_type)(int);
 	CUptiResult (*result_string)(CUptiResult, const char **);
 } cupti;
 
+/* The GPU records (kernels last: once they are on, all is); join=api adds
+ * the runtime and driver API records. */
+static const CUpti_ActivityKind gpu_kinds[] = {
+	CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMSET, CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
+};
 /* Runtime and driver calls both: a kernel launched through the runtime
  * carries the runtime call's correlation id (with the driver's alone, the
  * H200 joined almost none), one launched by the driver API the driver's. */
-static const CUpti_ActivityKind kinds[] = {
-	CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_ACTIVITY_KIND_DRIVER, CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
-	CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMSET,
+static const CUpti_ActivityKind api_kinds[] = {
+	CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_ACTIVITY_KIND_DRIVER,
+};
+
+enum join { JOIN_CALLBACKS, JOIN_API, JOIN_NONE };
+static const char *const join_names[] = {"callbacks", "api", "none"};
+
+/* The calls whose callbacks give the thread and time of the call behind a
+ * GPU record: every runtime and driver call that enqueues a kernel, copy
+ * or memset (callback names start with these; CUPTI appends a version).
+ * Host functions are left out: CUPTI does not time them. */
+static const char *const enqueuing[] = {
+	"cudaLaunchKernel", "cudaLaunchCooperativeKernel", "cudaGraphLaunch", "cudaMemcpy", "cudaMemset",
+	"cuLaunchKernel", "cuLaunchCooperativeKernel", "cuLaunchGrid", "cuGraphLaunch", "cuMemcpy", "cuMemset",
 };
 
 static char dir[4096];         /* where this library and its config are */
@@ -83,11 +122,18 @@ static char cupti_path[4096];  /* from the config, else found */
 static int flush_ms = DEFAULT_FLUSH_MS;
 static int attach_mode;        /* config mode=attach: loaded by dlopen, not by the driver */
 static int cupti_clock;        /* config clock=cupti: keep CUPTI's own timestamps */
+static enum join join_wanted;  /* config join= */
+static enum join join;         /* what setup could do */
 static int sock = -1;
 static int started;            /* setup ran (once per process) */
 static int enabled;            /* activity kinds on */
 static int finalized;
 static int own_clock;          /* CUPTI stamps with CLOCK_MONOTONIC */
+static int handed_over;        /* CUPTI let go to another client ('H') */
+static int armed;              /* cudatap answered hello ('A'), or gave up: under arm_mu */
+static pthread_mutex_t arm_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t arm_cond = PTHREAD_COND_INITIALIZER;
+static uint64_t since;         /* when the last subscribe began */
 static CUpti_SubscriberHandle subscriber;
 static pthread_mutex_t send_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_t flusher;
@@ -148,7 +194,8 @@ static int send_msg(int type, const void *payload, uint32_t count, size_t payloa
 	return rc;
 }
 
-static void send_text(int type, const char *fmt, ...)
+/* send_text sends a message of text, stamped t (0: now). */
+static void send_text_at(int type, uint64_t t, const char *fmt, ...)
 {
 	char text[1024];
 	va_list ap;
@@ -159,8 +206,9 @@ static void send_text(int type, const char *fmt, ...)
 		return;
 	if ((size_t)n >= sizeof text)
 		n = sizeof text - 1;
-	send_msg(type, text, (uint32_t)n, (size_t)n, mono_ns());
+	send_msg(type, text, (uint32_t)n, (size_t)n, t ? t : mono_ns());
 }
+#define send_text(type, ...) send_text_at(type, 0, __VA_ARGS__)
 
 static int connect_socket(void)
 {
@@ -310,6 +358,170 @@ static void buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *buffer, si
 	}
 }
 
+/* ---- callback records: who enqueued what, and when ---- */
+
+/* Each thread that makes an enqueuing call writes one record per call (its
+ * entry: correlation id, thread, CLOCK_MONOTONIC time) into a chunk of its
+ * own; the flusher sends what is new in every chunk before each CUPTI
+ * flush, so a call's record goes out before the GPU records that carry its
+ * correlation id. A chunk has one writer and one reader (the flusher):
+ * count is published with release, read with acquire. Full chunks are
+ * freed once sent; a thread's last chunk once the thread has ended. */
+struct chunk {
+	struct chunk *next;  /* every live chunk, under chunks_mu */
+	uint32_t sent;       /* records sent (the flusher's) */
+	uint32_t count;      /* records written (atomic) */
+	int done;            /* no more will be written: full, or its thread ended (atomic) */
+	struct ct_record r[CHUNK_RECORDS];
+};
+
+static pthread_mutex_t chunks_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct chunk *chunks;
+static int nchunks;               /* under chunks_mu */
+static uint64_t callbacks_lost;   /* records that found no chunk (atomic) */
+static pthread_key_t chunk_key;   /* a thread's chunk, retired when it ends */
+static int chunk_key_made;
+
+/* Per thread: its chunk, its kernel thread id, and how deep it is in
+ * runtime calls (the driver calls a runtime call makes are not recorded:
+ * the GPU records carry the runtime call's correlation id). A generation
+ * number resets them when CUPTI is taken back (an exit callback missed
+ * while CUPTI was away would leave the depth wrong). */
+struct thread_state {
+	struct chunk *chunk;
+	uint32_t tid;
+	int depth;
+	unsigned gen;
+};
+static __thread struct thread_state ts_self;
+static unsigned cb_gen = 1; /* atomic */
+
+static void chunk_retire(void *c)
+{
+	if (c)
+		__atomic_store_n(&((struct chunk *)c)->done, 1, __ATOMIC_RELEASE);
+}
+
+static struct chunk *chunk_new(void)
+{
+	struct chunk *c = NULL;
+	pthread_mutex_lock(&chunks_mu);
+	if (nchunks < MAX_CHUNKS && (c = malloc(sizeof *c))) {
+		c->sent = 0;
+		c->count = 0;
+		c->done = 0;
+		c->next = chunks;
+		chunks = c;
+		nchunks++;
+	}
+	pthread_mutex_unlock(&chunks_mu);
+	return c;
+}
+
+/* callback_record writes one record on the calling thread; the callback
+ * path, so no lock, no system call but the first per thread. */
+static void callback_record(struct thread_state *t, uint32_t corr, uint32_t cbid)
+{
+	struct chunk *c = t->chunk;
+	uint32_t n = c ? c->count : CHUNK_RECORDS; /* only this thread writes count */
+	if (n == CHUNK_RECORDS) {
+		if (c)
+			chunk_retire(c);
+		c = t->chunk = chunk_new();
+		if (chunk_key_made)
+			pthread_setspecific(chunk_key, c);
+		if (!c) {
+			__atomic_add_fetch(&callbacks_lost, 1, __ATOMIC_RELAXED);
+			return;
+		}
+		n = 0;
+	}
+	struct ct_record *r = &c->r[n];
+	uint64_t now = mono_ns();
+	*r = (struct ct_record){.kind = CT_API, .flags = CT_FLAG_MONOTONIC, .correlation = corr, .start = now,
+				.end = now, .a = t->tid, .b = cbid};
+	__atomic_store_n(&c->count, n + 1, __ATOMIC_RELEASE);
+}
+
+/* The callback on the enqueuing calls: a record at each entry. */
+static void on_call(void *userdata, int domain, unsigned cbid, const void *data)
+{
+	(void)userdata;
+	const ct_cupti_cbdata *d = data;
+	struct thread_state *t = &ts_self;
+	unsigned gen = __atomic_load_n(&cb_gen, __ATOMIC_RELAXED);
+	if (t->gen != gen) {
+		t->gen = gen;
+		t->depth = 0;
+		if (!t->tid)
+			t->tid = (uint32_t)syscall(SYS_gettid);
+	}
+	if (domain == CUPTI_CB_DOMAIN_RUNTIME_API) {
+		if (d->callbackSite == CUPTI_API_EXIT) {
+			if (t->depth > 0)
+				t->depth--;
+			return;
+		}
+		t->depth++;
+	} else if (d->callbackSite == CUPTI_API_EXIT || t->depth > 0) {
+		return; /* inside a runtime call: its record stands for both */
+	}
+	callback_record(t, d->correlationId, cbid);
+}
+
+/* A forked child is another thread: its tid is its own. */
+static void forked_child(void) { ts_self.tid = 0, ts_self.gen = 0, ts_self.chunk = NULL; }
+
+/* send_callbacks sends every callback record written so far and frees
+ * the chunks done with; the flusher's (and the last teardown's). */
+static void send_callbacks(void)
+{
+	pthread_mutex_lock(&chunks_mu);
+	struct chunk **pp = &chunks;
+	while (*pp) {
+		struct chunk *c = *pp;
+		int done = __atomic_load_n(&c->done, __ATOMIC_ACQUIRE);
+		uint32_t n = __atomic_load_n(&c->count, __ATOMIC_ACQUIRE);
+		if (n > c->sent) {
+			/* A record that cannot be sent goes uncounted here: the
+			 * GPU records waiting for it are counted when they give up. */
+			send_msg(CT_RECORDS, &c->r[c->sent], n - c->sent, (n - c->sent) * sizeof c->r[0], mono_ns());
+			c->sent = n;
+		}
+		if (done && c->sent == __atomic_load_n(&c->count, __ATOMIC_ACQUIRE)) {
+			*pp = c->next;
+			nchunks--;
+			free(c);
+			continue;
+		}
+		pp = &c->next;
+	}
+	pthread_mutex_unlock(&chunks_mu);
+}
+
+/* enable_callbacks turns the callbacks on for every enqueuing call CUPTI
+ * names (or off); the number of calls turned on. */
+static int enable_callbacks(int on)
+{
+	static const CUpti_CallbackDomain domains[] = {CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_CB_DOMAIN_DRIVER_API};
+	int n = 0;
+	for (size_t d = 0; d < sizeof domains / sizeof domains[0]; d++) {
+		for (uint32_t cbid = 1; cbid < MAX_CBID; cbid++) {
+			const char *name = NULL;
+			if (cupti.callback_name(domains[d], cbid, &name) != CUPTI_SUCCESS || !name)
+				continue;
+			for (size_t i = 0; i < sizeof enqueuing / sizeof enqueuing[0]; i++) {
+				if (strncmp(name, enqueuing[i], strlen(enqueuing[i])) == 0) {
+					if (cupti.enable_callback(on, subscriber, domains[d], cbid) == CUPTI_SUCCESS)
+						n++;
+					break;
+				}
+			}
+		}
+	}
+	return n;
+}
+
 /* ---- finding CUPTI ---- */
 
 /* The directory of a library the process has loaded whose file name starts
@@ -433,6 +645,8 @@ static const char *load_cupti(char *why, size_t cap)
 	cupti.register_timestamp = sym(lib, "cuptiActivityRegisterTimestampCallback", NULL);
 	cupti.thread_id_type = sym(lib, "cuptiSetThreadIdType", NULL);
 	cupti.result_string = sym(lib, "cuptiGetResultString", NULL);
+	cupti.enable_callback = sym(lib, "cuptiEnableCallback", NULL);
+	cupti.callback_name = sym(lib, "cuptiGetCallbackName", NULL);
 	if (missing) {
 		memset(&cupti, 0, sizeof cupti);
 		snprintf(why, cap, "%s lacks the activity API entry points cudatap needs (CUDA 11 or later)", cupti_path);
@@ -441,18 +655,40 @@ static const char *load_cupti(char *why, size_t cap)
 	return NULL;
 }
 
-static void dummy_callback(void *u, int d, unsigned c, const void *x) { (void)u, (void)d, (void)c, (void)x; }
-
-/* setup subscribes to CUPTI and enables the activity kinds; NULL on
- * success, else why not (and nothing is left enabled). */
-static const char *setup(char *why, size_t cap)
+static int enable_kinds(const CUpti_ActivityKind *k, size_t n, char *why, size_t cap)
 {
-	const char *err = load_cupti(why, cap);
-	if (err)
-		return err;
+	for (size_t i = 0; i < n; i++) {
+		CUptiResult r = cupti.enable(k[i]);
+		if (r != CUPTI_SUCCESS) {
+			for (size_t j = 0; j < i; j++)
+				cupti.disable(k[j]);
+			snprintf(why, cap, "cuptiActivityEnable(%d): %s (%d)", k[i], result(r), r);
+			return -1;
+		}
+	}
+	return 0;
+}
+
+static void disable_kinds(void)
+{
+	for (size_t i = 0; i < sizeof gpu_kinds / sizeof gpu_kinds[0]; i++)
+		cupti.disable(gpu_kinds[i]);
+	if (join == JOIN_API)
+		for (size_t i = 0; i < sizeof api_kinds / sizeof api_kinds[0]; i++)
+			cupti.disable(api_kinds[i]);
+}
+
+/* subscribe takes CUPTI and enables what the join needs; NULL on success,
+ * else why not (and nothing is left enabled). */
+static const char *subscribe(char *why, size_t cap)
+{
+	/* Ops enqueued from here on are measured: an op enqueued while the
+	 * kinds are being enabled may find no record, and waits for one only
+	 * until the end (counted); one enqueued before would be unmatched. */
+	uint64_t t0 = mono_ns();
 	/* One subscriber per process: a profiler already in (PyTorch's,
 	 * Nsight's) keeps it, and cudatap stays out of its way. */
-	CUptiResult r = cupti.subscribe(&subscriber, dummy_callback, NULL);
+	CUptiResult r = cupti.subscribe(&subscriber, (CUpti_CallbackFunc)on_call, NULL);
 	if (r != CUPTI_SUCCESS) {
 		subscriber = NULL;
 		if (r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED)
@@ -461,44 +697,59 @@ static const char *setup(char *why, size_t cap)
 			snprintf(why, cap, "cuptiSubscribe: %s (%d)", result(r), r);
 		return why;
 	}
+	own_clock = 0;
 	if (!cupti_clock && cupti.register_timestamp && cupti.register_timestamp(mono_ns) == CUPTI_SUCCESS)
 		own_clock = 1;
 	if (cupti.thread_id_type)
 		cupti.thread_id_type(CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM);
 	if ((r = cupti.register_callbacks(buffer_requested, buffer_completed)) != CUPTI_SUCCESS) {
 		snprintf(why, cap, "cuptiActivityRegisterCallbacks: %s (%d)", result(r), r);
-		cupti.unsubscribe(subscriber);
-		subscriber = NULL;
-		return why;
+		goto fail;
 	}
-	for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
-		if ((r = cupti.enable(kinds[i])) != CUPTI_SUCCESS) {
-			for (size_t j = 0; j < i; j++)
-				cupti.disable(kinds[j]);
-			snprintf(why, cap, "cuptiActivityEnable(%d): %s (%d)", kinds[i], result(r), r);
-			cupti.unsubscribe(subscriber);
-			subscriber = NULL;
-			return why;
-		}
+	join = join_wanted;
+	__atomic_add_fetch(&cb_gen, 1, __ATOMIC_RELAXED);
+	if (join == JOIN_CALLBACKS && (!cupti.callback_name || !cupti.enable_callback || enable_callbacks(1) == 0))
+		join = JOIN_API; /* a CUPTI that names no callback: its API records instead */
+	if (join == JOIN_API && enable_kinds(api_kinds, sizeof api_kinds / sizeof api_kinds[0], why, cap) != 0)
+		goto fail;
+	if (enable_kinds(gpu_kinds, sizeof gpu_kinds / sizeof gpu_kinds[0], why, cap) != 0) {
+		if (join == JOIN_API)
+			for (size_t i = 0; i < sizeof api_kinds / sizeof api_kinds[0]; i++)
+				cupti.disable(api_kinds[i]);
+		goto fail;
 	}
 	enabled = 1;
+	finalized = 0;
+	since = t0;
 	return NULL;
+fail:
+	cupti.unsubscribe(subscriber); /* its callbacks go with it */
+	subscriber = NULL;
+	return why;
 }
 
-/* teardown flushes what is buffered, then leaves CUPTI as it found it;
- * once, whoever calls it first: the flusher, or the exit of the process. */
-static pthread_mutex_t cupti_mu = PTHREAD_MUTEX_INITIALIZER; /* enabled, flushes */
-
-static void teardown(void)
+/* setup finds and loads CUPTI and subscribes; NULL on success, else why not. */
+static const char *setup(char *why, size_t cap)
 {
-	pthread_mutex_lock(&cupti_mu);
+	const char *err = load_cupti(why, cap);
+	return err ? err : subscribe(why, cap);
+}
+
+/* cupti_mu orders what changes CUPTI's state (enabled, subscriber) and
+ * the flushes. */
+static pthread_mutex_t cupti_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* release flushes what is buffered, then leaves CUPTI as it found it, cupti_mu held.
+ * The mark goes after the last records: nothing may follow it. */
+static void release(void)
+{
 	if (enabled) {
-		/* The mark goes after the last records: nothing may follow it. */
+		send_callbacks();
 		cupti.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
-		for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
-			cupti.disable(kinds[i]);
+		disable_kinds();
 		uint64_t t = mono_ns();
 		cupti.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+		send_callbacks();
 		send_msg(CT_MARK, NULL, 0, 0, t);
 		enabled = 0;
 	}
@@ -510,7 +761,81 @@ static void teardown(void)
 		finalized = 1;
 		cupti.finalize();
 	}
+}
+
+/* teardown releases CUPTI for good; whoever calls it first: the flusher,
+ * or the exit of the process. */
+static void teardown(void)
+{
+	pthread_mutex_lock(&cupti_mu);
+	release();
+	handed_over = 0;
 	pthread_mutex_unlock(&cupti_mu);
+}
+
+/* hand_over lets CUPTI go to another client of the process, whose thread
+ * cudatap holds at its call into CUPTI until the answer. */
+static void hand_over(void)
+{
+	pthread_mutex_lock(&cupti_mu);
+	if (enabled) {
+		release();
+		handed_over = 1;
+		send_msg(CT_HANDED_OVER, NULL, 0, 0, mono_ns());
+	}
+	pthread_mutex_unlock(&cupti_mu);
+}
+
+/* take_back subscribes again once the other client finalized CUPTI; its
+ * finalize may still be on its way out, so a refusal is tried again a few
+ * times. */
+static void take_back(void)
+{
+	char why[1024] = "";
+	pthread_mutex_lock(&cupti_mu);
+	int was = handed_over;
+	pthread_mutex_unlock(&cupti_mu);
+	if (!was)
+		return;
+	for (int i = 0; i < TAKE_BACK_TRIES; i++) {
+		pthread_mutex_lock(&cupti_mu);
+		const char *err = subscribe(why, sizeof why);
+		if (!err) {
+			handed_over = 0;
+			send_text_at(CT_RESUMED, since, "cupti=%s clock=%s join=%s", cupti_path, own_clock ? "monotonic" : "cupti",
+				     join_names[join]);
+		}
+		pthread_mutex_unlock(&cupti_mu);
+		if (!err)
+			return;
+		struct timespec ts = {0, TAKE_BACK_WAIT_MS * 1000000L};
+		nanosleep(&ts, NULL);
+	}
+	send_text(CT_KEPT, "%s", why);
+}
+
+static void arm(void)
+{
+	pthread_mutex_lock(&arm_mu);
+	armed = 1;
+	pthread_cond_broadcast(&arm_cond);
+	pthread_mutex_unlock(&arm_mu);
+}
+
+/* wait_armed waits until cudatap answered hello: it watches for another
+ * CUPTI client of the process from then on (its hand-over), so the
+ * program goes on only once it does. Bounded: a cudatap that never
+ * answers delays the program ARM_WAIT_MS once. */
+static void wait_armed(void)
+{
+	struct timespec until;
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += ARM_WAIT_MS / 1000;
+	pthread_mutex_lock(&arm_mu);
+	while (!armed)
+		if (pthread_cond_timedwait(&arm_cond, &arm_mu, &until) != 0)
+			break;
+	pthread_mutex_unlock(&arm_mu);
 }
 
 /* A process that exits sends what CUPTI still holds: the last flush period
@@ -523,12 +848,17 @@ static void at_exit(void)
 	send_msg(CT_BYE, NULL, 0, 0, mono_ns());
 }
 
-/* The flusher: every flush_ms a flush of the full buffers, then a mark
- * (the model holds ops for their records a while past it); on "stop" from
+/* The flusher: says hello (with its thread, which cudatap never holds),
+ * then every flush_ms sends the new callback records and a flush of the
+ * full buffers, then a mark (every record of work complete before it was
+ * sent, except those CUPTI still keeps in a buffer not full yet); hands
+ * CUPTI over and takes it back when cudatap says so; on "stop" from
  * cudatap, or its socket closing, teardown. */
 static void *flush_loop(void *arg)
 {
 	(void)arg;
+	send_text(CT_HELLO, "cupti=%s clock=%s join=%s tid=%ld since=%llu", cupti_path, own_clock ? "monotonic" : "cupti",
+		  join_names[join], (long)syscall(SYS_gettid), (unsigned long long)since);
 	for (;;) {
 		struct pollfd p = {.fd = sock, .events = POLLIN};
 		int n = poll(&p, 1, flush_ms);
@@ -539,24 +869,32 @@ static void *flush_loop(void *arg)
 			ssize_t got = recv(sock, cmd, sizeof cmd, MSG_DONTWAIT);
 			if (got <= 0 || cmd[0] == 'S')
 				break; /* stop, or cudatap is gone */
+			if (cmd[0] == 'A')
+				arm();
+			else if (cmd[0] == 'H')
+				hand_over();
+			else if (cmd[0] == 'T')
+				take_back();
 			continue;
 		}
 		if (__atomic_load_n(&peer_gone, __ATOMIC_RELAXED))
 			break;
 		pthread_mutex_lock(&cupti_mu);
-		int on = enabled;
+		int on = enabled, away = handed_over;
 		if (on) {
 			/* Not forced: a forced flush hands over the records of work
 			 * still running with zero times, and CUPTI never sends them
 			 * again (a fifth of a GPT-2 step's kernels on the H200). */
 			uint64_t t = mono_ns();
+			send_callbacks();
 			cupti.flush_all(0);
 			send_msg(CT_MARK, NULL, 0, 0, t);
 		}
 		pthread_mutex_unlock(&cupti_mu);
-		if (!on)
+		if (!on && !away)
 			break; /* the process is exiting: at_exit took over */
 	}
+	arm(); /* no one waits for a word that cannot come */
 	teardown();
 	send_msg(CT_BYE, NULL, 0, 0, mono_ns());
 	pthread_mutex_lock(&send_mu);
@@ -601,6 +939,10 @@ static int read_config(void)
 			attach_mode = !strcmp(v, "attach");
 		else if (!strcmp(line, "clock"))
 			cupti_clock = !strcmp(v, "cupti");
+		else if (!strcmp(line, "join"))
+			for (size_t i = 0; i < sizeof join_names / sizeof join_names[0]; i++)
+				if (!strcmp(v, join_names[i]))
+					join_wanted = (enum join)i;
 	}
 	fclose(f);
 	return socket_path[0] ? 0 : -1;
@@ -613,6 +955,8 @@ static void start(void)
 		return;
 	if ((!socket_path[0] && read_config() != 0) || (sock = connect_socket()) < 0)
 		return; /* cudatap is not there: stay inert */
+	chunk_key_made = pthread_key_create(&chunk_key, chunk_retire) == 0;
+	pthread_atfork(NULL, NULL, forked_child);
 	char why[3072];
 	const char *err = setup(why, sizeof why);
 	if (err) {
@@ -621,7 +965,6 @@ static void start(void)
 		sock = -1;
 		return;
 	}
-	send_text(CT_HELLO, "cupti=%s clock=%s", cupti_path, own_clock ? "monotonic" : "cupti");
 	atexit(at_exit);
 	pthread_attr_t attr;
 	pthread_attr_init(&attr);
@@ -631,6 +974,8 @@ static void start(void)
 		send_text(CT_ERROR, "cannot start the collector's thread");
 		close(sock);
 		sock = -1;
+	} else {
+		wait_armed();
 	}
 	pthread_attr_destroy(&attr);
 }

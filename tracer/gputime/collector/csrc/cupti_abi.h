@@ -17,6 +17,7 @@
 
 typedef int CUptiResult; /* CUPTI_SUCCESS = 0 */
 #define CUPTI_SUCCESS 0
+#define CUPTI_ERROR_INVALID_PARAMETER 1
 #define CUPTI_ERROR_MAX_LIMIT_REACHED 12
 #define CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED 39
 
@@ -30,12 +31,34 @@ typedef int CUpti_ActivityKind;
 #define CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM 1 /* threadId = gettid() */
 #define CUPTI_ACTIVITY_FLAG_FLUSH_FORCED 1
 
+/* Callback domains and sites (cupti_callbacks.h). */
+typedef int CUpti_CallbackDomain;
+#define CUPTI_CB_DOMAIN_DRIVER_API 1
+#define CUPTI_CB_DOMAIN_RUNTIME_API 2
+#define CUPTI_API_ENTER 0
+#define CUPTI_API_EXIT 1
+
 typedef struct CUctx_st *CUcontext;
 typedef void *CUpti_SubscriberHandle;
 typedef void (*CUpti_CallbackFunc)(void *userdata, int domain, unsigned cbid, const void *cbdata);
 typedef void (*CUpti_BuffersCallbackRequestFunc)(uint8_t **buffer, size_t *size, size_t *maxNumRecords);
 typedef void (*CUpti_BuffersCallbackCompleteFunc)(CUcontext context, uint32_t streamId, uint8_t *buffer, size_t size, size_t validSize);
 typedef uint64_t (*CUpti_TimestampCallbackFunc)(void);
+
+/* CUpti_CallbackData: what a runtime or driver API callback gets. Its
+ * layout has not changed since CUPTI 4.1 added correlationId; the H200 run
+ * of cupti_abi.sh prints these offsets too. */
+typedef struct {
+	int callbackSite;             /* 0: CUPTI_API_ENTER or CUPTI_API_EXIT */
+	const char *functionName;     /* 8 */
+	const void *functionParams;   /* 16 */
+	void *functionReturnValue;    /* 24 */
+	const char *symbolName;       /* 32 */
+	CUcontext context;            /* 40 */
+	uint32_t contextUid;          /* 48 */
+	uint64_t *correlationData;    /* 56 */
+	uint32_t correlationId;       /* 64: the id the call's GPU records carry */
+} ct_cupti_cbdata;
 
 /* Every record starts with its kind. */
 typedef struct {
@@ -102,6 +125,7 @@ typedef struct {
 	uint8_t pad[88 - 48];
 } ct_cupti_memset;
 
+_Static_assert(offsetof(ct_cupti_cbdata, correlationId) == 64, "CUpti_CallbackData correlationId");
 _Static_assert(sizeof(ct_cupti_api) == 40, "CUpti_ActivityAPI");
 _Static_assert(offsetof(ct_cupti_kernel, correlationId) == 92, "kernel correlationId");
 _Static_assert(offsetof(ct_cupti_kernel, name) == 104, "kernel name");

@@ -2,6 +2,13 @@
  * wire.h: the messages the collector sends cudatap over its socket
  * (SOCK_SEQPACKET: one message per send, in order). tracer/gputime/gputime.go
  * reads the same layout; little-endian x86-64.
+ *
+ * cudatap sends the collector one byte at a time: 'A' after CT_HELLO, once
+ * it watches for other CUPTI clients (the program waits for it, a while at
+ * most), 'S' flush and stop for good, 'H' hand CUPTI over to another client
+ * of the process (answered CT_HANDED_OVER), 'T' take it back once that
+ * client is done (answered CT_RESUMED, or CT_KEPT while another client
+ * still holds it).
  */
 #ifndef CUDATAP_WIRE_H
 #define CUDATAP_WIRE_H
@@ -9,7 +16,7 @@
 #include <stdint.h>
 
 #define CT_MAGIC 0x50415443u /* "CTAP" */
-#define CT_VERSION 1
+#define CT_VERSION 2
 
 enum ct_msg_type {
 	CT_HELLO = 1,   /* text: what CUPTI the collector uses and how */
@@ -18,6 +25,9 @@ enum ct_msg_type {
 	CT_BYE = 4,     /* stopped: nothing follows */
 	CT_ERROR = 5,   /* text: why the collector is not collecting; nothing follows */
 	CT_NAME = 6,    /* u64 hash, then a kernel's (mangled) name: records carry the hash */
+	CT_HANDED_OVER = 7, /* CUPTI released at time, every record before it sent: nothing measured until CT_RESUMED */
+	CT_RESUMED = 8,     /* CUPTI taken back at time: measuring again (correlation ids may start over) */
+	CT_KEPT = 9,        /* text: CUPTI could not be taken back (another client still holds it) */
 };
 
 struct ct_msg_hdr {
@@ -33,10 +43,16 @@ struct ct_msg_hdr {
 };
 
 enum ct_record_kind {
-	CT_API = 1,    /* a runtime or driver call: a = thread id, b = cbid */
+	CT_API = 1,    /* a runtime or driver call: a = thread id, b = cbid; start..end
+			* its CUPTI API record, or start = end its entry (a callback's) */
 	CT_KERNEL = 2, /* a = device, b = CUPTI stream id, bytes = name hash (0: none) */
 	CT_MEMCPY = 3, /* a = device, b = stream, sub = copy kind */
 	CT_MEMSET = 4, /* a = device, b = stream */
+};
+
+/* ct_record.flags */
+enum {
+	CT_FLAG_MONOTONIC = 1, /* stamped by the collector with CLOCK_MONOTONIC, whatever CUPTI's clock */
 };
 
 struct ct_record {
