@@ -73,11 +73,15 @@ func (s *Session) startFollowing() error {
 }
 
 // followRoot makes pid a root of the tree (its parent, if known, noted).
+// Before the session reads records (the resolver is the reader's).
 func (s *Session) followRoot(pid, parent int) error {
 	if err := s.tr.AddToTree(pid); err != nil {
 		return err
 	}
 	s.treeAdd(uint32(pid), uint32(parent))
+	if parent != 0 {
+		s.names.parents[uint32(pid)] = uint32(parent)
+	}
 	return nil
 }
 

@@ -1,9 +1,12 @@
 package tracer
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"os"
+	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -180,4 +183,69 @@ func TestFollowNoCUDA(t *testing.T) {
 	if !slices.Contains(comms, "sh") {
 		t.Errorf("processes %v, want the shells", comms)
 	}
+}
+
+// -p PID --follow: a running process and its present and future
+// descendants. The target has started a child already, which loads CUDA
+// once told; told in turn, it starts another: both traced exactly.
+func TestFollowRunning(t *testing.T) {
+	testutil.RequireRoot(t)
+	b := testutil.Sim(t)
+	script := fmt.Sprintf(`import os, sys
+r, w = os.pipe()
+present = os.fork()
+if present == 0:
+    os.close(w)
+    os.read(r, 1)  # until the parent says go
+    os.execv(%[1]q, [%[1]q, "--iters", "3"])
+os.close(r)
+print("ready", flush=True)
+sys.stdin.readline()  # the tracer is attached
+os.write(w, b"g")
+future = os.fork()
+if future == 0:
+    os.execv(%[1]q, [%[1]q, "--iters", "5", "--scenario", "ptsz"])
+for p in (present, future):
+    os.waitpid(p, 0)
+`, b.Workload)
+	cmd := exec.Command("python3", "-c", script)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stdout strings.Builder
+	pr, pw := io.Pipe()
+	cmd.Stdout = pw
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	lines := bufio.NewReader(pr)
+	if l, _ := lines.ReadString('\n'); l != "ready\n" {
+		t.Fatalf("target: %q", l)
+	}
+	go io.Copy(&stdout, lines)
+	attached := make(chan struct{})
+	go func() {
+		<-attached
+		stdin.Write([]byte("go\n"))
+	}()
+	out, err := runTraced(context.Background(), Config{PIDs: []int{cmd.Process.Pid}, Follow: true, Stacks: probe.StacksSync,
+		NVMLInterval: -1, Duration: 2 * time.Minute, OnAttached: func(int) { close(attached) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Wait()
+	pw.Close()
+	var reps []*sim.Report
+	for _, line := range strings.Split(stdout.String(), "\n") {
+		if strings.HasPrefix(line, "{") {
+			rep, err := sim.ParseReport([]byte(line))
+			if err != nil {
+				t.Fatal(err)
+			}
+			reps = append(reps, rep)
+		}
+	}
+	checkTree(t, out, reps, 2, func(*sim.Report) uint32 { return uint32(cmd.Process.Pid) })
 }
