@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cudatap/cudatap/internal/procfs"
+	"github.com/cudatap/cudatap/tracer/gpusample"
 	"github.com/cudatap/cudatap/tracer/model"
 	"github.com/cudatap/cudatap/tracer/nvml"
 )
@@ -89,7 +90,7 @@ func (g *gpuSampler) finish(r *model.Result) {
 	for _, smp := range g.samples {
 		r.Counters = append(r.Counters, model.Counter{Device: smp.Device, Name: fmt.Sprintf("GPU %d %s", smp.Device, smp.Name), TS: smp.TS, Values: smp.Counters()})
 	}
-	r.GPU.GPUs = gpuStats(nvml.Summarize(g.samples))
+	r.GPU.GPUs = gpuStats(gpusample.Summarize(g.samples))
 	for _, p := range r.Processes {
 		r.GPU.Traced = append(r.GPU.Traced, model.TracedHost{PID: p.PID, CUDACalls: p.NCalls, HostBusy: model.Reading(g.hostBusy(p))})
 	}
@@ -120,7 +121,7 @@ func (g *gpuSampler) hostBusy(p *model.Process) float64 {
 }
 
 // gpuStats copies the sampler's device summaries into the result's report.
-func gpuStats(sums []nvml.DeviceSummary) []model.GPUStats {
+func gpuStats(sums []gpusample.DeviceSummary) []model.GPUStats {
 	out := make([]model.GPUStats, 0, len(sums))
 	for _, d := range sums {
 		st := model.GPUStats{

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/cudatap/cudatap/export/report"
+	"github.com/cudatap/cudatap/tracer/gpusample"
 	"github.com/cudatap/cudatap/tracer/model"
 	"github.com/cudatap/cudatap/tracer/nvml"
 )
@@ -25,7 +26,7 @@ func TestGPUReportVerdicts(t *testing.T) {
 			ThrottleReasons: []string{"hw_power_brake_slowdown"},
 			Processes:       []nvml.ProcSample{{PID: 1, MemUsed: total - 2*gib, SMUtil: 3}, {PID: 2, MemUsed: gib / 2, SMUtil: math.NaN()}}})
 	}
-	g := model.GPUReport{GPUs: gpuStats(nvml.Summarize(samples)),
+	g := model.GPUReport{GPUs: gpuStats(gpusample.Summarize(samples)),
 		Traced: []model.TracedHost{{PID: 1, CUDACalls: 10, HostBusy: 0.95}, {PID: 2, HostBusy: model.Reading(math.NaN())}}}
 	js, err := json.Marshal(g)
 	if err != nil {

@@ -8,17 +8,17 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/cudatap/cudatap/tracer/nvml"
+	"github.com/cudatap/cudatap/tracer/gpusample"
 )
 
 // GPUCollector exports the NVML device series of the node, with the labels
 // dcgm-exporter puts on its own (gpu, UUID, modelName, Hostname; per
 // process also pid, comm, pod, namespace, container), so dashboards written
 // for one work with the other. It keeps the latest sample per device; feed
-// it with Add from an nvml.Sampler's Run.
+// it with Add from an gpusample.Sampler's Run.
 type GPUCollector struct {
 	mu    sync.Mutex
-	last  map[int]nvml.Sample
+	last  map[int]gpusample.Sample
 	xids  map[[2]int]uint64 // (device, xid) → count
 	up    bool
 	host  string
@@ -35,19 +35,19 @@ type GPUCollector struct {
 // gpuSeries are the device gauges: name, help, value.
 var gpuSeries = []struct {
 	name, help string
-	value      func(s *nvml.Sample) float64
+	value      func(s *gpusample.Sample) float64
 }{
-	{"cudatap_gpu_utilization_ratio", "Share of time a kernel ran on the GPU (NVML utilization.gpu).", func(s *nvml.Sample) float64 { return s.GPUUtil / 100 }},
-	{"cudatap_gpu_memory_utilization_ratio", "Share of time device memory was read or written (NVML utilization.memory).", func(s *nvml.Sample) float64 { return s.MemUtil / 100 }},
-	{"cudatap_gpu_memory_used_bytes", "Device memory in use.", func(s *nvml.Sample) float64 { return float64(s.MemUsed) }},
-	{"cudatap_gpu_memory_total_bytes", "Device memory.", func(s *nvml.Sample) float64 { return float64(s.MemTotal) }},
-	{"cudatap_gpu_temperature_celsius", "GPU temperature.", func(s *nvml.Sample) float64 { return s.TempC }},
-	{"cudatap_gpu_power_watts", "Power draw.", func(s *nvml.Sample) float64 { return s.PowerW }},
-	{"cudatap_gpu_power_limit_watts", "Enforced power limit.", func(s *nvml.Sample) float64 { return s.PowerLimitW }},
-	{"cudatap_gpu_sm_clock_hertz", "SM clock.", func(s *nvml.Sample) float64 { return float64(s.SMClockMHz) * 1e6 }},
-	{"cudatap_gpu_memory_clock_hertz", "Memory clock.", func(s *nvml.Sample) float64 { return float64(s.MemClockMHz) * 1e6 }},
-	{"cudatap_gpu_pcie_rx_bytes_per_second", "PCIe receive throughput.", func(s *nvml.Sample) float64 { return s.PCIeRxBps }},
-	{"cudatap_gpu_pcie_tx_bytes_per_second", "PCIe transmit throughput.", func(s *nvml.Sample) float64 { return s.PCIeTxBps }},
+	{"cudatap_gpu_utilization_ratio", "Share of time a kernel ran on the GPU (NVML utilization.gpu).", func(s *gpusample.Sample) float64 { return s.GPUUtil / 100 }},
+	{"cudatap_gpu_memory_utilization_ratio", "Share of time device memory was read or written (NVML utilization.memory).", func(s *gpusample.Sample) float64 { return s.MemUtil / 100 }},
+	{"cudatap_gpu_memory_used_bytes", "Device memory in use.", func(s *gpusample.Sample) float64 { return float64(s.MemUsed) }},
+	{"cudatap_gpu_memory_total_bytes", "Device memory.", func(s *gpusample.Sample) float64 { return float64(s.MemTotal) }},
+	{"cudatap_gpu_temperature_celsius", "GPU temperature.", func(s *gpusample.Sample) float64 { return s.TempC }},
+	{"cudatap_gpu_power_watts", "Power draw.", func(s *gpusample.Sample) float64 { return s.PowerW }},
+	{"cudatap_gpu_power_limit_watts", "Enforced power limit.", func(s *gpusample.Sample) float64 { return s.PowerLimitW }},
+	{"cudatap_gpu_sm_clock_hertz", "SM clock.", func(s *gpusample.Sample) float64 { return float64(s.SMClockMHz) * 1e6 }},
+	{"cudatap_gpu_memory_clock_hertz", "Memory clock.", func(s *gpusample.Sample) float64 { return float64(s.MemClockMHz) * 1e6 }},
+	{"cudatap_gpu_pcie_rx_bytes_per_second", "PCIe receive throughput.", func(s *gpusample.Sample) float64 { return s.PCIeRxBps }},
+	{"cudatap_gpu_pcie_tx_bytes_per_second", "PCIe transmit throughput.", func(s *gpusample.Sample) float64 { return s.PCIeTxBps }},
 }
 
 var gpuLabels = []string{"gpu", "UUID", "modelName", "Hostname"}
@@ -56,7 +56,7 @@ var gpuLabels = []string{"gpu", "UUID", "modelName", "Hostname"}
 // cudatap_agent_nvml_up 0 until SetUp(true).
 func NewGPUCollector() *GPUCollector {
 	host, _ := os.Hostname()
-	c := &GPUCollector{last: map[int]nvml.Sample{}, xids: map[[2]int]uint64{}, host: host, label: ProcFSLabels, device: func(string) ProcLabels { return ProcLabels{} }, descs: map[string]*prometheus.Desc{}}
+	c := &GPUCollector{last: map[int]gpusample.Sample{}, xids: map[[2]int]uint64{}, host: host, label: ProcFSLabels, device: func(string) ProcLabels { return ProcLabels{} }, descs: map[string]*prometheus.Desc{}}
 	for _, s := range gpuSeries {
 		c.descs[s.name] = prometheus.NewDesc(s.name, s.help, append(append([]string{}, gpuLabels...), "pod", "namespace", "container"), nil)
 	}
@@ -83,14 +83,14 @@ func (c *GPUCollector) SetUp(up bool) {
 }
 
 // Add keeps s as its device's latest sample.
-func (c *GPUCollector) Add(s nvml.Sample) {
+func (c *GPUCollector) Add(s gpusample.Sample) {
 	c.mu.Lock()
 	c.last[s.Device] = s
 	c.mu.Unlock()
 }
 
 // Event counts Xid errors.
-func (c *GPUCollector) Event(e nvml.Event) {
+func (c *GPUCollector) Event(e gpusample.Event) {
 	if e.Kind != "xid" {
 		return
 	}

@@ -8,7 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/cudatap/cudatap/tracer/nvml"
+	"github.com/cudatap/cudatap/tracer/gpusample"
 )
 
 // TestGPUCollector: the latest sample per device, with dcgm-exporter's
@@ -37,14 +37,14 @@ cudatap_agent_nvml_up 0
 		t.Error(err)
 	}
 	c.SetUp(true)
-	old := nvml.Sample{Device: 1, UUID: "GPU-1", Name: "NVIDIA H200", GPUUtil: 10, TempC: math.NaN(), PowerW: math.NaN(), PowerLimitW: math.NaN()}
+	old := gpusample.Sample{Device: 1, UUID: "GPU-1", Name: "NVIDIA H200", GPUUtil: 10, TempC: math.NaN(), PowerW: math.NaN(), PowerLimitW: math.NaN()}
 	c.Add(old)
-	c.Add(nvml.Sample{Device: 1, UUID: "GPU-1", Name: "NVIDIA H200", GPUUtil: 25, MemUtil: 5, MemUsed: 1 << 30, MemTotal: 141 << 30,
+	c.Add(gpusample.Sample{Device: 1, UUID: "GPU-1", Name: "NVIDIA H200", GPUUtil: 25, MemUtil: 5, MemUsed: 1 << 30, MemTotal: 141 << 30,
 		TempC: math.NaN(), PowerW: 205.5, PowerLimitW: 700, SMClockMHz: 1980, MemClockMHz: 2619,
-		Processes: []nvml.ProcSample{{PID: 4123, MemUsed: 880 << 20, SMUtil: math.NaN()}}})
-	c.Event(nvml.Event{Device: 1, Kind: "xid", Data: 79})
-	c.Event(nvml.Event{Device: 1, Kind: "xid", Data: 79})
-	c.Event(nvml.Event{Device: 1, Kind: "ecc_single_bit"})
+		Processes: []gpusample.ProcSample{{PID: 4123, MemUsed: 880 << 20, SMUtil: math.NaN()}}})
+	c.Event(gpusample.Event{Device: 1, Kind: "xid", Data: 79})
+	c.Event(gpusample.Event{Device: 1, Kind: "xid", Data: 79})
+	c.Event(gpusample.Event{Device: 1, Kind: "ecc_single_bit"})
 	want := `
 # HELP cudatap_gpu_utilization_ratio Share of time a kernel ran on the GPU (NVML utilization.gpu).
 # TYPE cudatap_gpu_utilization_ratio gauge
