@@ -66,6 +66,10 @@ func checkTree(t *testing.T, out *Outcome, reps []*sim.Report, want int, parent 
 			t.Errorf("workload %d: command line %q", rep.PID, p.Info.Cmdline)
 		}
 	}
+	// Only the tree is traced: the session's drops are the tree's.
+	if d := out.Result.Drops; d.Lost() != 0 || d.OrphanReturns != 0 || d.Submitted != d.Received {
+		t.Errorf("drops: %+v, want none", d)
+	}
 }
 
 // The shell's children, each traced exactly, in its own section, with the
