@@ -20,7 +20,7 @@ export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 BPF_OBJECT := $(shell sha256sum tracer/probe/cudatap_bpfel.o 2>/dev/null | cut -c1-16)
 LDFLAGS ?= -X main.version=$(VERSION) -X main.bpfObject=$(BPF_OBJECT)
 
-.PHONY: all build demo test fuzz test-deps test-short bench generate check-generate vet gpu-check clean release release-deps release-check
+.PHONY: all build demo test fuzz check-pure test-deps test-short bench generate check-generate vet gpu-check clean release release-deps release-check
 
 all: build
 
@@ -37,14 +37,21 @@ demo: build
 test: test-deps
 	$(GO) vet ./...
 	$(GO) test -p 1 -count=1 ./...
-	$(MAKE) fuzz
 
 # Recordings are untrusted input: fuzz every command that reads one with
-# valid-looking recordings (export/fuzz_test.go) for a bounded time. Plain
-# go test replays the seeds and what earlier runs found (export/testdata).
+# valid-looking recordings (export/fuzz_test.go) for a bounded time (CI
+# runs it; make test replays the seeds and what earlier runs found, in
+# export/testdata, as plain go test does).
 FUZZTIME ?= 30s
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzRecordings$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 5s ./export
+
+# The pure stages build without cgo (no go-nvml, no cilium/ebpf): they
+# test anywhere, and other tools can import them.
+PURE = ./export/... ./symbolize/... ./tracer/event/... ./tracer/model/... ./tracer/recording/... ./tracer/gpusample/...
+check-pure:
+	CGO_ENABLED=0 $(GO) build $(PURE)
+	@! $(GO) list -deps $(PURE) | grep -E 'cilium/ebpf|NVIDIA/go-nvml' || { echo "a pure package imports cilium/ebpf or go-nvml" >&2; exit 1; }
 
 # What the tests need beyond Go and a C compiler: Debian's Python packages
 # for HolisticTraceAnalysis (testdata/hta), which checks that the traces
