@@ -93,19 +93,65 @@ const depFlowBase = 1 << 40
 // start: a zero-length slice would be invisible and could not anchor flows.
 const minDur = 1 // ns
 
-// snapped is where a slice of (nearly) no duration is drawn: at the whole
-// microsecond it falls in. HTA, like every Kineto reader, rounds a slice's
-// start up and its end down to whole microseconds: a slice of no duration
-// inside a microsecond would come out at -1 µs. Only slices with no
-// duration of their own move (entry-only calls, GPU ops with no inferred
-// length), by less than a microsecond, so no slice partially overlaps a
-// neighbour.
-func snapped(ts, dur uint64) uint64 {
-	if dur > minDur {
-		return ts
+// snapped is where a host slice [ts, ts+dur] is drawn. HTA, like every
+// Kineto reader, rounds a slice's start up and its end down to whole
+// microseconds: a slice with no whole microsecond in it (a call shorter
+// than one) would come out at -1 µs. Such a slice is drawn with no
+// duration at the whole microsecond it starts in (the writer keeps its
+// wall time in args.wall_ns): it moves by less than a microsecond, and a
+// slice of no duration cannot partially overlap a neighbour.
+func snapped(ts, dur uint64) (uint64, uint64) {
+	if ts%1000 == 0 || ts/1000 != (ts+dur)/1000 {
+		return ts, dur
 	}
-	return ts - ts%1000
+	return ts - ts%1000, 0
 }
+
+// markNs is how long a GPU op CUPTI did not time is drawn: a mark, not a
+// duration (see mark).
+const markNs = 1000
+
+// mark is where a GPU op CUPTI did not time is drawn: a mark of exactly
+// 1 µs inside the bounds the model proved ([lo, hi]: enqueued, proven
+// complete), starting half-way into a microsecond, as near the model's
+// layout (want) as the bounds and the marks before it on its track (after)
+// allow. HTA, rounding the start up and the end down to the same whole
+// microsecond, reads it as an op of no known duration (0, as Kineto writes
+// one), never a made-up one; a viewer sees a 1 µs mark, and its bounds in
+// args. Bounds that hold no such mark are drawn as they are.
+func mark(lo, hi, want, after uint64) (ts, dur uint64) {
+	half := func(t uint64) uint64 { // the first half-microsecond at or after t
+		h := t - t%1000 + 500
+		if h < t {
+			h += 1000
+		}
+		return h
+	}
+	first := half(lo)
+	if hi < first+markNs {
+		return lo, max(hi, lo+minDur) - lo
+	}
+	y := hi - markNs
+	last := y - (y+500)%1000 // the last half-microsecond whose mark ends by hi
+	return min(max(half(max(want, after)), first), last), markNs
+}
+
+// trackKey is a GPU track: a process's stream on a device.
+type trackKey struct {
+	pid    uint32
+	stream int
+	device int8
+}
+
+// opKey is one process's GPU op.
+type opKey struct {
+	pid uint32
+	id  int
+}
+
+// maxDrawn bounds the tracks and ops whose drawn times the writer keeps
+// (for marks that must not overlap, and flows that start at an op).
+const maxDrawn = 1 << 16
 
 // Writer streams a Chrome trace to its output. It builds one event at a
 // time in b and hands it to out. Not safe for concurrent use.
@@ -127,6 +173,24 @@ type Writer struct {
 	// meeting, from the first rank's arrival to the last's.
 	meetings *straggler.Matcher[struct{}]
 	commPIDs map[uint64]commTrack
+	// Where recent slices were drawn: each GPU track's last end (marks go
+	// after it), each GPU op's start (flows from it), each call that was
+	// drawn with no duration (flows from it start there).
+	trackEnd map[trackKey]uint64
+	opStart  map[opKey]uint64
+	snapCall map[opKey]uint64 // by call Seq
+	// Dependency flows whose op waited for is not drawn yet: they start
+	// where it will be.
+	pendingDeps map[opKey][]pendingDep
+	nPending    int
+}
+
+// pendingDep is a dependency flow waiting for the op it starts at.
+type pendingDep struct {
+	id     uint64
+	pid    int
+	stream int
+	ts     uint64 // where to start it if that op is never drawn
 }
 
 // commTrack is a communicator's meetings track.
@@ -154,7 +218,8 @@ func NewWriter(out io.Writer, names *model.Names, opts Options) *Writer {
 		names = model.NewNames()
 	}
 	w := &Writer{out: bufio.NewWriterSize(out, 256<<10), names: names, opts: opts, b: make([]byte, 0, 1024),
-		kernels: describe.NewKernels(names), meetings: straggler.NewMatcher[struct{}](), commPIDs: map[uint64]commTrack{}}
+		kernels: describe.NewKernels(names), meetings: straggler.NewMatcher[struct{}](), commPIDs: map[uint64]commTrack{},
+		trackEnd: map[trackKey]uint64{}, opStart: map[opKey]uint64{}, snapCall: map[opKey]uint64{}, pendingDeps: map[opKey][]pendingDep{}}
 	w.write([]byte(`{"schemaVersion":1,"displayTimeUnit":"ns","traceEvents":[` + "\n"))
 	return w
 }
@@ -177,6 +242,12 @@ func (w *Writer) Close(r *model.Result) error {
 		return w.err
 	}
 	w.closed = true
+	// Dependencies from ops never drawn start where the model laid them out.
+	for _, deps := range w.pendingDeps {
+		for _, d := range deps {
+			w.flow("s", "cuda_event", d.id, d.pid, d.stream, d.ts)
+		}
+	}
 	for i, p := range describe.ByRank(r.Processes) {
 		w.process(i, p)
 	}
@@ -290,6 +361,14 @@ func (w *Writer) process(idx int, p *model.Process) {
 		}
 		w.meta("thread_name", pid, int(tid), name)
 	}
+	// When cudatap had let CUPTI go to the process's own profiler: process
+	// marks (HTA leaves events without a duration out).
+	for _, away := range p.CUPTIAway {
+		w.instant(pid, away.Start, "cudatap: CUPTI handed over to another client of the process (its profiler): GPU ops bounded, not measured, until it finalizes CUPTI")
+		if away.End != 0 {
+			w.instant(pid, away.End, "cudatap: CUPTI taken back: GPU ops measured again")
+		}
+	}
 	if len(p.Streams) == 0 && p.NGPUOps == 0 {
 		return
 	}
@@ -314,6 +393,15 @@ func (w *Writer) process(idx int, p *model.Process) {
 	}
 }
 
+// instant writes a mark on process pid's track at ts.
+func (w *Writer) instant(pid int, ts uint64, name string) {
+	w.begin("i", pid, 0, ts)
+	w.str("cat", "cudatap")
+	w.str("name", name)
+	w.str("s", "p")
+	w.end()
+}
+
 // Call writes the host slice of c.
 func (w *Writer) Call(p *model.Process, c *model.Call) {
 	if w.err != nil || w.closed {
@@ -331,14 +419,21 @@ func (w *Writer) Call(p *model.Process, c *model.Call) {
 	if c.End > c.Start {
 		wall = c.End - c.Start
 	}
-	w.begin("X", int(p.PID), int(c.TID), snapped(c.Start, wall))
+	ts, dur := snapped(c.Start, wall)
+	if ts != c.Start {
+		keep(w.snapCall, opKey{p.PID, c.Seq}, ts) // its GPU op's flow starts there
+	}
+	w.begin("X", int(p.PID), int(c.TID), ts)
 	w.str("cat", cat)
 	w.str("name", name)
 	// The slice spans the call on the wall clock; time cudatap held the
 	// thread inside it is its own slice, nested, and left out of the
 	// call's CUDA time (args.cuda_time_ns).
-	w.micros("dur", wall)
+	w.micros("dur", dur)
 	w.open("args")
+	if dur != wall {
+		w.uint("wall_ns", wall)
+	}
 	if c.HoldNs > 0 {
 		w.uint("held_by_cudatap_ns", c.HoldNs)
 		w.uint("cuda_time_ns", c.Duration())
@@ -463,7 +558,8 @@ func (w *Writer) Sync(p *model.Process, s *model.Sync) {
 		return
 	}
 	kind := s.Kind.String()
-	w.begin("X", int(p.PID), int(s.TID), snapped(s.Start, s.BlockedNs))
+	ts, dur := snapped(s.Start, s.BlockedNs)
+	w.begin("X", int(p.PID), int(s.TID), ts)
 	// Not Kineto's "cuda_sync", which is GPU-side CUPTI activity: this is
 	// the host thread blocked.
 	w.str("cat", SyncCategory)
@@ -471,7 +567,7 @@ func (w *Writer) Sync(p *model.Process, s *model.Sync) {
 	w.b = append(w.b, `"sync: `...)
 	w.b = append(w.b, kind...) // identifier-like, needs no escaping
 	w.b = append(w.b, '"')
-	w.micros("dur", s.BlockedNs)
+	w.micros("dur", dur)
 	w.open("args")
 	w.str("kind", kind)
 	w.bool("explicit", s.Kind.Explicit())
@@ -542,19 +638,24 @@ func (w *Writer) GPUOp(p *model.Process, op *model.GPUOp) {
 		return
 	}
 	gpid := DeviceTrackPID(p.PID, op.Device)
-	dur := uint64(minDur)
-	if op.End > op.Start {
-		dur = op.End - op.Start
-	}
 	var k describe.Kernel
 	if op.Kind == model.OpKernel {
 		k = w.kernels.Of(p, op.Func)
 	}
-
-	start := op.Start
-	if !op.Measured {
-		start = snapped(op.Start, dur) // CUPTI's times are real: kept to the ns
+	track := trackKey{p.PID, op.Stream, op.Device}
+	start, dur := op.Start, uint64(minDur)
+	if op.End > op.Start {
+		dur = op.End - op.Start
 	}
+	if !op.Measured { // CUPTI's times are real: kept to the ns
+		latest := op.ProvenBy()
+		if latest < op.Enqueued {
+			latest = ^uint64(0) // not laid out by a model: no bound known
+		}
+		start, dur = mark(op.Enqueued, latest, op.Start, w.trackEnd[track])
+	}
+	keep(w.trackEnd, track, max(w.trackEnd[track], start+dur))
+	keep(w.opStart, opKey{p.PID, op.ID}, start)
 	w.begin("X", gpid, op.Stream, start)
 	w.str("cat", op.Kind.Category())
 	if op.Kind == model.OpKernel {
@@ -573,6 +674,7 @@ func (w *Writer) GPUOp(p *model.Process, op *model.GPUOp) {
 	w.bool("inferred", !op.Measured)
 	w.bool("bounded", op.Bounded)
 	if !op.Measured {
+		// A mark: it ran, for an unknown time, within these bounds.
 		w.micros("earliest_start", op.Enqueued)
 		w.micros("latest_end", op.ProvenBy())
 	}
@@ -599,20 +701,49 @@ func (w *Writer) GPUOp(p *model.Process, op *model.GPUOp) {
 
 	if op.Correlation != 0 {
 		enq := op.Enqueued
-		if op.EnqueueOnly {
-			enq = snapped(enq, 0) // where its call's slice is drawn
+		if ts, ok := w.snapCall[opKey{p.PID, op.Call}]; ok {
+			enq = ts // where its call's slice is drawn
+		} else if op.EnqueueOnly {
+			enq, _ = snapped(enq, 0)
 		}
 		w.flow("s", "ac2g", op.Correlation, int(p.PID), int(op.TID), enq)
 		w.flow("f", "ac2g", op.Correlation, gpid, op.Stream, start)
 	}
+	// Dependencies that start at this op, now that it is drawn.
+	if deps, ok := w.pendingDeps[opKey{p.PID, op.ID}]; ok {
+		delete(w.pendingDeps, opKey{p.PID, op.ID})
+		w.nPending -= len(deps)
+		for _, d := range deps {
+			w.flow("s", "cuda_event", d.id, gpid, op.Stream, start)
+		}
+	}
 	// An event dependency: from the op the record followed on its stream
-	// to this op, the one the wait held back.
+	// to this op, the one the wait held back; it starts where that op is
+	// drawn, once it is.
 	if op.AfterStream >= 0 {
 		id := depFlowBase + w.deps
 		w.deps++
-		w.flow("s", "cuda_event", id, DeviceTrackPID(p.PID, op.AfterDevice), int(op.AfterStream), op.AfterStart)
+		afterPID := DeviceTrackPID(p.PID, op.AfterDevice)
+		if from, ok := w.opStart[opKey{p.PID, op.After}]; ok {
+			w.flow("s", "cuda_event", id, afterPID, int(op.AfterStream), from)
+		} else if w.nPending < maxDrawn {
+			k := opKey{p.PID, op.After}
+			w.pendingDeps[k] = append(w.pendingDeps[k], pendingDep{id, afterPID, int(op.AfterStream), op.AfterStart})
+			w.nPending++
+		} else {
+			w.flow("s", "cuda_event", id, afterPID, int(op.AfterStream), op.AfterStart)
+		}
 		w.flow("f", "cuda_event", id, gpid, op.Stream, start)
 	}
+}
+
+// keep sets m[k] = v, forgetting everything first when m is full: what
+// it holds helps drawing, and a writer streams traces of any length.
+func keep[K comparable](m map[K]uint64, k K, v uint64) {
+	if _, ok := m[k]; !ok && len(m) >= maxDrawn {
+		clear(m)
+	}
+	m[k] = v
 }
 
 // Dependency writes nothing: the GPU op a wait held back carries the
@@ -704,14 +835,29 @@ func (w *Writer) distributedInfo(r *model.Result) {
 	if ranked == nil {
 		return
 	}
-	w.b = append(w.b[:0], `"distributedInfo":{`...)
-	w.sep = false
-	w.str("backend", "nccl")
-	w.int("rank", int64(ranked.Rank))
-	w.int("world_size", int64(ranked.WorldSize))
-	w.b = append(w.b, "},"...)
+	// As Kineto writes it, spaces included: HTA finds a trace's rank with
+	// the pattern "rank":\s+(\d+) (without a match every trace is rank 0,
+	// and a job's ranks replace one another), on the first line that has
+	// one: no event writes that key with a space.
+	w.b = append(w.b[:0], `"distributedInfo": {"backend": "nccl", "rank": `...)
+	w.b = strconv.AppendInt(w.b, int64(ranked.Rank), 10)
+	w.b = append(w.b, `, "world_size": `...)
+	w.b = strconv.AppendInt(w.b, int64(ranked.WorldSize), 10)
+	w.b = append(w.b, `, "pg_count": 1, "pg_config": [{"pg_name": "0", "pg_desc": "default_pg", "backend_config": "cuda:nccl", "pg_size": `...)
+	w.b = strconv.AppendInt(w.b, int64(ranked.WorldSize), 10)
+	w.b = append(w.b, `, "ranks": [`...)
+	for r := range min(int(ranked.WorldSize), maxRanksListed) {
+		if r > 0 {
+			w.b = append(w.b, ", "...)
+		}
+		w.b = strconv.AppendInt(w.b, int64(r), 10)
+	}
+	w.b = append(w.b, `]}], "nccl_version": "unknown"},`...)
 	w.write(w.b)
 }
+
+// maxRanksListed bounds the ranks distributedInfo lists.
+const maxRanksListed = 1 << 16
 
 // footer writes the "cudatap" block: which clock the timestamps use and
 // what was lost, so a reader can tell a quiet GPU from a lossy recording.

@@ -102,23 +102,38 @@ func CallName(c *model.Call) (spec *event.Spec, cat, name string) {
 }
 
 // AppendOpName appends the name of a GPU op's slice that is not a kernel
-// (kernels are named by their full demangled name): "Memcpy HtoD
-// (Pinned)", "Memset", "Graph launch (12 ops)", the collective. Only
-// printable ASCII, which needs no escaping in JSON.
+// (kernels are named by their full demangled name), as Kineto names it:
+// "Memcpy HtoD (Pinned -> Device)", "Memset (Device)"; and "Graph launch
+// (12 ops)", the collective. Only printable ASCII, which needs no
+// escaping in JSON.
 func AppendOpName(b []byte, op *model.GPUOp) []byte {
 	switch op.Kind {
 	case model.OpMemcpy:
-		b = append(b, "Memcpy "...)
-		b = append(b, op.CopyKind.String()...)
-		if op.CopyKind != event.DeviceToDevice { // host memory is involved
-			if op.Pageable {
-				b = append(b, " (Pageable)"...)
-			} else {
-				b = append(b, " (Pinned)"...)
-			}
+		// Kineto: "Memcpy <kind> (<source memory> -> <destination memory>)".
+		host := "Pinned"
+		if op.Pageable {
+			host = "Pageable"
 		}
+		kind, src, dst := op.CopyKind.String(), host, host
+		switch op.CopyKind {
+		case event.HostToDevice:
+			dst = "Device"
+		case event.DeviceToHost:
+			src = "Device"
+		case event.DeviceToDevice:
+			src, dst = "Device", "Device"
+		case event.DefaultKind: // direction left to the pointers: CUPTI's "Unknown"
+			kind, src, dst = "Unknown", "Unknown", "Unknown"
+		}
+		b = append(b, "Memcpy "...)
+		b = append(b, kind...)
+		b = append(b, " ("...)
+		b = append(b, src...)
+		b = append(b, " -> "...)
+		b = append(b, dst...)
+		b = append(b, ')')
 	case model.OpMemset:
-		b = append(b, "Memset"...)
+		b = append(b, "Memset (Device)"...)
 	case model.OpGraph:
 		b = append(b, "Graph launch"...)
 		if op.GraphOps > 0 {
