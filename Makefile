@@ -20,7 +20,7 @@ export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 BPF_OBJECT := $(shell sha256sum tracer/probe/cudatap_bpfel.o 2>/dev/null | cut -c1-16)
 LDFLAGS ?= -X main.version=$(VERSION) -X main.bpfObject=$(BPF_OBJECT)
 
-.PHONY: all build demo test fuzz check-pure test-deps test-short bench generate check-generate vet gpu-check clean release release-deps release-check
+.PHONY: all build demo test fuzz check-pure test-deps test-short bench generate check-generate vet gpu-check clean man release release-deps release-check
 
 all: build
 
@@ -102,19 +102,27 @@ gpu-check: build
 clean:
 	rm -rf bin
 
+# Man pages, one per command (cudatap.1, cudatap-record.1, ...), made from
+# the CLI's own help by `cudatap man` (cobra/doc) into $(DIST)/man: never
+# committed, so never stale; dated by the commit, so the same tree makes the
+# same pages. man -l $(DIST)/man/cudatap-record.1 reads one.
+man: build
+	rm -rf $(DIST)/man
+	SOURCE_DATE_EPOCH=$$(git log -1 --format=%ct 2>/dev/null || date +%s) ./$(BIN) man $(DIST)/man
+
 # Release: cudatap for linux/amd64 and linux/arm64, each starting on glibc
 # 2.17 and later (packaging/build.sh says how), a wheel of each that puts
-# cudatap on PATH (pip install), and SHA256SUMS, into $(DIST).
+# cudatap on PATH (pip install), the man pages, and SHA256SUMS, into $(DIST).
 DIST ?= dist
 RELEASE_ARCHES = amd64 arm64
-release: release-deps
+release: release-deps man
 	mkdir -p $(DIST)
 	rm -f $(DIST)/cudatap-linux-* $(DIST)/cudatap-*.whl $(DIST)/SHA256SUMS
 	for arch in $(RELEASE_ARCHES); do \
 		VERSION=$(VERSION) BPF_OBJECT=$(BPF_OBJECT) GO=$(GO) packaging/build.sh $$arch $(DIST)/cudatap-linux-$$arch || exit 1; \
 		$(GO) run ./packaging/wheel -binary $(DIST)/cudatap-linux-$$arch -arch $$arch -version $(VERSION) -license LICENSE -o $(DIST) || exit 1; \
 	done
-	cd $(DIST) && sha256sum cudatap-linux-* cudatap-*.whl >SHA256SUMS
+	cd $(DIST) && sha256sum cudatap-linux-* cudatap-*.whl man/*.1 >SHA256SUMS
 	@ls -l $(DIST)
 
 # CI: the release as a user meets it (packaging/check-release.sh): glibc

@@ -20,6 +20,7 @@ func TestArgumentCountsAreUsageErrors(t *testing.T) {
 		"report":     {{"report"}, {"report", "a.cudatap", "b.cudatap"}},
 		"lint":       {{"lint"}, {"lint", "a.cudatap", "b.cudatap"}},
 		"completion": {{"completion", "bash", "extra"}, {"completion", "nosuchshell"}},
+		"man":        {{"man"}, {"man", "a", "b"}},
 	}
 	for _, c := range newRootCmd().Commands() {
 		if _, ok := bad[c.Name()]; !ok && c.Name() != "help" {
