@@ -719,10 +719,10 @@ func TestCompletions(t *testing.T) {
 	if v, _ := complete("record", "--stacks", ""); strings.Join(v, " ") != "none sync all" {
 		t.Errorf("record --stacks: %v", v)
 	}
-	if v, _ := complete("record", "--format", ""); strings.Join(v, " ") != "chrome pprof cudatap" {
+	if v, _ := complete("record", "--format", ""); strings.Join(v, " ") != "chrome perfetto pprof cudatap" {
 		t.Errorf("record --format: %v", v)
 	}
-	if v, _ := complete("export", "--format", ""); strings.Join(v, " ") != "chrome pprof" {
+	if v, _ := complete("export", "--format", ""); strings.Join(v, " ") != "chrome perfetto pprof" {
 		t.Errorf("export --format: %v", v)
 	}
 	// Files, .cudatap ones: the extension and ShellCompDirectiveFilterFileExt.

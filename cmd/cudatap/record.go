@@ -124,6 +124,11 @@ func runRecord(cmd *cobra.Command, g *globalOptions, o *recordOptions, command [
 	if err != nil {
 		return err
 	}
+	// Before the outputs: without the privileges to trace, that is the
+	// error to give (not that the default recording cannot be written).
+	if err := probe.CheckPrivileges(); err != nil {
+		return err
+	}
 	paths, byDefault := o.outputs, false
 	if len(paths) == 0 {
 		// Never a run lost for a forgotten -o: a recording, as perf
