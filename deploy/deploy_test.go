@@ -251,7 +251,7 @@ func TestMetricNames(t *testing.T) {
 		t.Fatal(err)
 	}
 	var src bytes.Buffer
-	for _, dir := range []string{"../cmd/cudatap", "../export/metrics"} {
+	for _, dir := range []string{"../internal/agent", "../export/metrics"} {
 		files, _ := filepath.Glob(filepath.Join(dir, "*.go"))
 		for _, f := range files {
 			if b, err := os.ReadFile(f); err == nil && !strings.HasSuffix(f, "_test.go") {

@@ -1,4 +1,4 @@
-package main
+package agent
 
 import (
 	"bytes"
@@ -253,7 +253,7 @@ func TestLastProfile(t *testing.T) {
 // (the stream series of 30 processes) as the cache expires: B/op is what a
 // rendering allocates.
 //
-//	go test -run '^$' -bench MetricsPage -benchmem ./cmd/cudatap/
+//	go test -run '^$' -bench MetricsPage -benchmem ./internal/agent/
 func BenchmarkMetricsPage(b *testing.B) {
 	reg := prometheus.NewRegistry()
 	counters(reg, 30, 1000)

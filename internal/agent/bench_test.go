@@ -1,9 +1,10 @@
-package main
+package agent
 
 import (
 	"bufio"
 	"context"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"runtime"
@@ -25,7 +26,7 @@ import (
 // soak: CUDATAP_AGENT_SOAK=10m). The job runs in a child: its CPU is not
 // counted.
 //
-//	go test -run '^$' -bench AgentLoad -benchtime 1x ./cmd/cudatap/
+//	go test -run '^$' -bench AgentLoad -benchtime 1x ./internal/agent/
 func BenchmarkAgentLoad(b *testing.B) {
 	testutil.RequireRoot(b)
 	bin := testutil.Sim(b).Flood
@@ -40,10 +41,7 @@ func BenchmarkAgentLoad(b *testing.B) {
 	threads := (rate + 49_999) / 50_000
 	for range b.N {
 		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() {
-			done <- runAgent(ctx, &globalOptions{}, withDefaults(&agentOptions{listen: "127.0.0.1:0", continuous: true, every: time.Minute, ringBuffer: 16 << 20}), io.Discard)
-		}()
+		done := runBench(b, ctx, &Options{Listen: "127.0.0.1:0", Continuous: true, Every: time.Minute, RingBufferBytes: 16 << 20})
 		cmd := exec.Command(bin, strconv.Itoa(threads), "0", strconv.Itoa(rate/threads))
 		stdin, _ := cmd.StdinPipe()
 		stdout, _ := cmd.StdoutPipe()
@@ -79,6 +77,19 @@ func BenchmarkAgentLoad(b *testing.B) {
 	}
 }
 
+// runBench runs an agent in this process until ctx ends; its error comes
+// on the channel.
+func runBench(b *testing.B, ctx context.Context, o *Options) <-chan error {
+	o.Logger = slog.New(slog.DiscardHandler)
+	a, err := New(*withDefaults(o))
+	if err != nil {
+		b.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	return done
+}
+
 func fdCount() int {
 	ents, _ := os.ReadDir("/proc/self/fd")
 	return len(ents)
@@ -91,17 +102,14 @@ func fdCount() int {
 // last: what the agent keeps per exited process (CUDATAP_CHURN_HEAP=FILE
 // writes a heap profile at the end).
 //
-//	go test -run '^$' -bench AgentChurn -benchtime 1x ./cmd/cudatap/
+//	go test -run '^$' -bench AgentChurn -benchtime 1x ./internal/agent/
 func BenchmarkAgentChurn(b *testing.B) {
 	testutil.RequireRoot(b)
 	sim := testutil.Sim(b)
 	batch, batches := envInt("CUDATAP_CHURN_BATCH", 300), envInt("CUDATAP_CHURN_BATCHES", 4)
 	for range b.N {
 		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() {
-			done <- runAgent(ctx, &globalOptions{}, withDefaults(&agentOptions{listen: "127.0.0.1:0", continuous: true, every: time.Second, ringBuffer: 16 << 20}), io.Discard)
-		}()
+		done := runBench(b, ctx, &Options{Listen: "127.0.0.1:0", Continuous: true, Every: time.Second, RingBufferBytes: 16 << 20})
 		time.Sleep(time.Second) // attached (no target yet: the host scan)
 		heap := func() float64 {
 			runtime.GC()

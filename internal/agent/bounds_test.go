@@ -1,4 +1,4 @@
-package main
+package agent
 
 import (
 	"bufio"
@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cudatap/cudatap/internal/kube"
 	"github.com/cudatap/cudatap/internal/procfs"
 	"github.com/cudatap/cudatap/internal/sim"
 	"github.com/cudatap/cudatap/internal/testutil"
@@ -27,38 +28,79 @@ import (
 // again as TestAgentChild, so that its peak RSS and CPU time are the
 // agent's alone, not the clients'.
 
-// agentChildEnv holds the agent's flags (space-separated) in the child.
+// agentChildEnv holds the agent's Options (JSON) in the child.
 const agentChildEnv = "CUDATAP_AGENT_CHILD"
 
 // TestAgentChild is the agent process of the load tests and benchmarks:
-// it runs only as their child, until SIGTERM.
+// it runs only as their child, until SIGTERM, as cudatap agent does.
 func TestAgentChild(t *testing.T) {
-	args := os.Getenv(agentChildEnv)
-	if args == "" {
+	js := os.Getenv(agentChildEnv)
+	if js == "" {
 		t.Skip("the agent process that startAgentProcess runs; not a test of its own")
+	}
+	var o Options
+	if err := json.Unmarshal([]byte(js), &o); err != nil {
+		t.Fatal(err)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
-	root := newRootCmd()
-	root.SetArgs(append([]string{"agent"}, strings.Fields(args)...))
-	if err := root.ExecuteContext(ctx); err != nil {
+	a, err := New(*withDefaults(&o))
+	if err != nil {
 		t.Fatal(err)
 	}
+	fmt.Fprintf(os.Stderr, "cudatap agent: metrics on http://%s/metrics\n", a.Addr())
+	if err := a.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(os.Stderr, "%s%d\n", peakLine, vmHWM(os.Getpid()))
+}
+
+// peakLine starts the child's last line: its peak RSS in bytes. Not its
+// rusage seen by the parent: Go starts a child sharing the parent's memory
+// until it execs, so the child's ru_maxrss starts at the parent's peak (a
+// test before, reading a 53 MB trace, took it to 1 GB).
+const peakLine = "cudatap agent: peak RSS "
+
+// vmHWM is process pid's peak RSS so far, 0 if unknown.
+func vmHWM(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	_, v, _ := strings.Cut(string(b), "VmHWM:")
+	kb, _ := strconv.ParseInt(strings.Fields(v + " 0")[0], 10, 64)
+	return kb << 10
+}
+
+// asDaemonSet are the flags' defaults that the agent's tests in a
+// process of their own run with, as deploy/daemonset.yaml runs it, with o's
+// fields.
+func asDaemonSet(o Options) Options {
+	o.MaxCPU, o.KubeletSocket, o.RingBufferBytes = DefaultMaxCPU, kube.DefaultSocket, DefaultRingBuffer
+	return o
 }
 
 // agentProcess is an agent running as a child process.
 type agentProcess struct {
 	cmd  *exec.Cmd
 	base string // http://ADDR
+	// peak is the peak RSS it reported as it ended (peakLine), once its
+	// stderr is drained.
+	peak    int64
+	drained chan struct{}
 }
 
-// startAgentProcess runs the agent with flags (--listen 127.0.0.1:0 is
-// added) in a child process with env added to this one's, and waits
-// until it serves.
-func startAgentProcess(t testing.TB, env []string, flags ...string) *agentProcess {
+// startAgentProcess runs the agent with o (listening on 127.0.0.1:0) in a
+// child process with env added to this one's, and waits until it serves.
+func startAgentProcess(t testing.TB, env []string, o Options) *agentProcess {
 	t.Helper()
+	o.Listen = "127.0.0.1:0"
+	js, err := json.Marshal(o)
+	if err != nil {
+		t.Fatal(err)
+	}
 	cmd := exec.Command(os.Args[0], "-test.run=^TestAgentChild$", "-test.count=1")
-	cmd.Env = append(os.Environ(), append(env, agentChildEnv+"="+strings.Join(append(flags, "--listen=127.0.0.1:0"), " "))...)
+	cmd.Env = append(os.Environ(), append(env, agentChildEnv+"="+string(js))...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -66,7 +108,7 @@ func startAgentProcess(t testing.TB, env []string, flags ...string) *agentProces
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	a := &agentProcess{cmd: cmd}
+	a := &agentProcess{cmd: cmd, drained: make(chan struct{})}
 	t.Cleanup(func() { a.stop() })
 	r := bufio.NewReader(stderr)
 	var lines []string
@@ -80,20 +122,31 @@ func startAgentProcess(t testing.TB, env []string, flags ...string) *agentProces
 			a.base = strings.TrimSuffix(rest, "/metrics")
 		}
 	}
-	go io.Copy(io.Discard, r)
+	go func() {
+		defer close(a.drained)
+		for {
+			l, err := r.ReadString('\n')
+			if v, ok := strings.CutPrefix(strings.TrimSpace(l), peakLine); ok {
+				a.peak, _ = strconv.ParseInt(v, 10, 64)
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
 	return a
 }
 
-// stop ends the agent (SIGTERM) and returns its peak RSS in bytes.
+// stop ends the agent (SIGTERM) and returns its peak RSS in bytes (0 when
+// it did not say: killed).
 func (a *agentProcess) stop() int64 {
 	if a.cmd.ProcessState == nil {
 		a.cmd.Process.Signal(syscall.SIGTERM)
+		<-a.drained
 		a.cmd.Wait()
 	}
-	if ru, ok := a.cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
-		return ru.Maxrss << 10 // KiB
-	}
-	return 0
+	<-a.drained
+	return a.peak
 }
 
 // cpu is the agent's CPU time so far.
@@ -106,15 +159,7 @@ func (a *agentProcess) cpu() time.Duration {
 }
 
 // peakRSS is the agent's peak RSS so far (VmHWM), 0 if unknown.
-func (a *agentProcess) peakRSS() int64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", a.cmd.Process.Pid))
-	if err != nil {
-		return 0
-	}
-	_, v, _ := strings.Cut(string(b), "VmHWM:")
-	kb, _ := strconv.ParseInt(strings.Fields(v + " 0")[0], 10, 64)
-	return kb << 10
-}
+func (a *agentProcess) peakRSS() int64 { return vmHWM(a.cmd.Process.Pid) }
 
 // waitReady waits until the agent's probes are live.
 func waitReady(t testing.TB, base string) {
@@ -234,7 +279,7 @@ const (
 func TestAgentManyClients(t *testing.T) {
 	testutil.RequireRoot(t)
 	b := testutil.Sim(t)
-	a := startAgentProcess(t, []string{daemonSetGoMem}, "--continuous", "--every=1s", "--nvml-interval=0", "--token=t0k")
+	a := startAgentProcess(t, []string{daemonSetGoMem}, asDaemonSet(Options{Continuous: true, Every: time.Second, Token: "t0k"}))
 	waitReady(t, a.base)
 	get := func(path string) (int, string) {
 		req, _ := http.NewRequest("GET", a.base+path, nil)
@@ -305,7 +350,7 @@ func TestAgentManyClients(t *testing.T) {
 	if before == 0 || after-before >= 48<<20 {
 		t.Errorf("the clients took the agent's peak RSS from %.1f to %.1f MiB: want less than 48 MiB more", mib(before), mib(after))
 	}
-	if peak >= daemonSetMemory {
+	if peak <= 0 || peak >= daemonSetMemory {
 		t.Errorf("the agent's peak RSS was %.1f MiB: want under the DaemonSet's limit of %d MiB", mib(peak), daemonSetMemory>>20)
 	}
 }
@@ -338,7 +383,7 @@ func TestAgentCaptureLeavesNothing(t *testing.T) {
 	testutil.RequireRoot(t)
 	b := testutil.Sim(t)
 	tmp := t.TempDir()
-	a := startAgentProcess(t, []string{"TMPDIR=" + tmp}, "--continuous", "--nvml-interval=0")
+	a := startAgentProcess(t, []string{"TMPDIR=" + tmp}, asDaemonSet(Options{Continuous: true, Every: DefaultEvery}))
 	waitReady(t, a.base)
 	pid := quietTarget(t, b)
 	answered := make(chan error, 1)
@@ -393,8 +438,8 @@ func TestAgentCaptureBounded(t *testing.T) {
 	b := testutil.Sim(t) // built before TMPDIR changes: it is shared
 	tmp := t.TempDir()
 	t.Setenv("TMPDIR", tmp)
-	base := startAgent(t, &agentOptions{listen: "127.0.0.1:0", continuous: true, every: time.Minute, ringBuffer: 16 << 20,
-		captureMax: minCaptureBytes})
+	base := startAgent(t, &Options{Listen: "127.0.0.1:0", Continuous: true, Every: time.Minute, RingBufferBytes: 16 << 20,
+		CaptureMaxBytes: MinCaptureMaxBytes})
 	cmd := exec.Command(b.Workload, "--wait-stdin", "--scenario", "launches", "--iters", "100000000") // runs until killed
 	stdin, _ := cmd.StdinPipe()
 	stdout, _ := cmd.StdoutPipe()
@@ -425,14 +470,17 @@ func TestAgentCaptureBounded(t *testing.T) {
 	if !strings.Contains(truncated, "--capture-max-bytes") {
 		t.Errorf("X-Cudatap-Truncated %q: want the cap named", truncated)
 	}
-	if n, err := strconv.ParseInt(resp.Header.Get("X-Cudatap-Recording-Bytes"), 10, 64); err != nil || n <= 0 || n > minCaptureBytes {
-		t.Errorf("X-Cudatap-Recording-Bytes %q: want at most %d", resp.Header.Get("X-Cudatap-Recording-Bytes"), minCaptureBytes)
+	if n, err := strconv.ParseInt(resp.Header.Get("X-Cudatap-Recording-Bytes"), 10, 64); err != nil || n <= 0 || n > MinCaptureMaxBytes {
+		t.Errorf("X-Cudatap-Recording-Bytes %q: want at most %d", resp.Header.Get("X-Cudatap-Recording-Bytes"), MinCaptureMaxBytes)
 	}
 	zr, err := gzip.NewReader(resp.Body)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var trace chromeTrace
+	var trace struct {
+		TraceEvents []map[string]any `json:"traceEvents"`
+		Cudatap     map[string]any   `json:"cudatap"`
+	}
 	if err := json.NewDecoder(zr).Decode(&trace); err != nil {
 		t.Fatalf("the capture is not a Chrome trace: %v", err)
 	}
@@ -466,7 +514,7 @@ func TestAgentCaptureBounded(t *testing.T) {
 // its peak RSS before and after the clients, the answers 200 per second
 // and the largest.
 //
-//	go test -run '^$' -bench AgentClients -benchtime 1x ./cmd/cudatap/
+//	go test -run '^$' -bench AgentClients -benchtime 1x ./internal/agent/
 func BenchmarkAgentClients(b *testing.B) {
 	testutil.RequireRoot(b)
 	sb := testutil.Sim(b)
@@ -476,7 +524,7 @@ func BenchmarkAgentClients(b *testing.B) {
 		soak = d
 	}
 	for range b.N {
-		a := startAgentProcess(b, []string{daemonSetGoMem}, "--continuous", "--every=5s", "--nvml-interval=0", "--token=bench")
+		a := startAgentProcess(b, []string{daemonSetGoMem}, asDaemonSet(Options{Continuous: true, Every: 5 * time.Second, Token: "bench"}))
 		waitReady(b, a.base)
 		get := func(path string) (int, string) {
 			req, _ := http.NewRequest("GET", a.base+path, nil)

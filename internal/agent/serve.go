@@ -1,4 +1,4 @@
-package main
+package agent
 
 import (
 	"bytes"
@@ -6,6 +6,7 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -29,9 +30,6 @@ import (
 // is larger than maxAnswerBytes.
 
 const (
-	// defaultMaxRequests is --max-requests' default: Prometheus servers
-	// scraping (two for high availability), and a person asking.
-	defaultMaxRequests = 4
 	// maxAnswerBytes bounds a /metrics or /profile answer, uncompressed:
 	// 2.5 times the largest /metrics measured (1,024 processes, 6.8 MB).
 	maxAnswerBytes = 16 << 20
@@ -41,6 +39,28 @@ const (
 	// its connection is closed and its request slot freed.
 	answerTimeout = 30 * time.Second
 )
+
+// routes are what the agent serves: /metrics, /profile and /capture behind
+// the token, the first two through the request gate, and /healthz.
+func (a *Agent) routes() http.Handler {
+	gate := newRequestGate(a.o.MaxRequests, a.reg)
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", withToken(a.o.Token, gate.limit("/metrics", &metricsPage{g: a.reg, max: maxAnswerBytes})))
+	mux.Handle("/profile", withToken(a.o.Token, gate.limit("/profile", &a.profiles)))
+	mux.Handle("/capture", withToken(a.o.Token, &capturer{gpuTimes: a.o.GPUTimes, maxBytes: a.o.CaptureMaxBytes, version: a.o.Version,
+		busy: gate.rejected.WithLabelValues("/capture"), log: a.log}))
+	// Ready once the first window's probes are live (a readiness probe).
+	// It says nothing but that, so it needs no token: Kubernetes probes
+	// cannot carry a secret header.
+	mux.Handle("/healthz", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		if !a.ready.Load() {
+			http.Error(w, "attaching", http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(w, "ok\n")
+	}))
+	return mux
+}
 
 // withToken lets through only requests that carry the token (when set), as
 // "Authorization: Bearer TOKEN", the scheme in any case (RFC 7235).

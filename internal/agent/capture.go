@@ -1,4 +1,4 @@
-package main
+package agent
 
 import (
 	"compress/gzip"
@@ -30,16 +30,6 @@ import (
 const (
 	captureDefault = 10 * time.Second
 	captureMax     = 60 * time.Second
-	// defaultCaptureBytes is --capture-max-bytes' default: half the /tmp
-	// the DaemonSet gives the agent (deploy/daemonset.yaml). A launch
-	// records about 200 bytes (its runtime and driver calls: 19.9 MB for
-	// 100,000, record -o x.cudatap -- workload --scenario launches --iters
-	// 100000), so 32 MiB holds 170,000 launches: 17 s of a process that
-	// launches 10,000 kernels a second.
-	defaultCaptureBytes = 32 << 20
-	// minCaptureBytes: the smallest --capture-max-bytes (the recording is
-	// written a megabyte at a time).
-	minCaptureBytes = 1 << 20
 	// captureAnswerTimeout: how long a client may take to read a trace.
 	captureAnswerTimeout = 5 * time.Minute
 )
@@ -58,6 +48,7 @@ type capturer struct {
 	mu       sync.Mutex
 	gpuTimes bool
 	maxBytes int64
+	version  string             // of the build, in the trace
 	busy     prometheus.Counter // requests refused while a capture ran
 	log      *slog.Logger
 }
@@ -126,7 +117,7 @@ func (c *capturer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		body = zw
 	}
 	http.NewResponseController(w).SetWriteDeadline(time.Now().Add(captureAnswerTimeout))
-	if err := writeCaptureTrace(body, rec, res); err != nil {
+	if err := writeCaptureTrace(body, rec, res, c.version); err != nil {
 		// The status is sent: the client sees a trace cut short.
 		c.log.Warn("capture: the trace was not sent whole", "pid", pid, "err", err)
 	}
@@ -162,7 +153,7 @@ func (c *capturer) record(ctx context.Context, pid int, d time.Duration, rec io.
 
 // writeCaptureTrace replays the recording rec into a Chrome trace written
 // to w; names come from the session's result res.
-func writeCaptureTrace(w io.Writer, rec io.Reader, res *model.Result) error {
+func writeCaptureTrace(w io.Writer, rec io.Reader, res *model.Result, version string) error {
 	set, err := export.CreateChrome([]export.Output{{Path: export.Stdout, Format: export.Chrome, W: w}}, res.Names, export.Options{Version: version})
 	if err != nil {
 		return err

@@ -1,0 +1,156 @@
+package agent
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/google/pprof/profile"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cudatap/cudatap/export/pprofout"
+	"github.com/cudatap/cudatap/export/profilestore"
+	"github.com/cudatap/cudatap/internal/procfs"
+	"github.com/cudatap/cudatap/tracer/model"
+)
+
+// profileStores hand each window's per-process profiles to the directory
+// and the push endpoint the agent was given. Pushing runs beside the next
+// window; a window whose push finds the previous one still running is not
+// pushed, and counted.
+type profileStores struct {
+	dir    *profilestore.Dir
+	pusher *profilestore.Pusher
+	// name labels a process's profile (Run sets it: the pods' names).
+	name func(*model.Process) profilestore.Labels
+	log  *slog.Logger
+	// ctx bounds the pushes (Run sets it).
+	ctx     context.Context
+	busy    sync.Mutex
+	pushing sync.WaitGroup
+	written prometheus.Counter
+	skipped prometheus.Counter
+}
+
+func newProfileStores(dir string, maxBytes int64, push string, reg prometheus.Registerer, log *slog.Logger) (*profileStores, error) {
+	s := &profileStores{log: log, name: profilestore.LabelsOf, ctx: context.Background(),
+		written: prometheus.NewCounter(prometheus.CounterOpts{Name: "cudatap_agent_profiles_written_total", Help: "Process profiles written to --profiles-dir."}),
+		skipped: prometheus.NewCounter(prometheus.CounterOpts{Name: "cudatap_agent_profiles_push_skipped_total", Help: "Process profiles not pushed (or, under --continuous, not stored): the previous window's were still being pushed (stored)."}),
+	}
+	reg.MustRegister(s.written, s.skipped)
+	var err error
+	if dir != "" {
+		if s.dir, err = profilestore.OpenDir(dir, maxBytes); err != nil {
+			return nil, err
+		}
+	}
+	if push != "" {
+		if s.pusher, err = profilestore.NewPusher(push); err != nil {
+			return nil, err
+		}
+		p := s.pusher
+		reg.MustRegister(
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "cudatap_agent_profiles_pushed_total", Help: "Process profiles delivered to --push."},
+				func() float64 { return float64(p.Pushed.Load()) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "cudatap_agent_profiles_push_dropped_total", Help: "Process profiles --push could not deliver after its retries."},
+				func() float64 { return float64(p.Dropped.Load()) }))
+	}
+	return s, nil
+}
+
+// store stores one window's profiles, of the processes procs, which cover
+// from to until.
+func (s *profileStores) store(p *profile.Profile, procs []*model.Process, from, until time.Time) {
+	if s.dir == nil && s.pusher == nil {
+		return
+	}
+	per := profilestore.PerProcess(p, procs, s.name)
+	if s.dir != nil {
+		for l, prof := range per {
+			if _, err := s.dir.Write(l, from, prof); err != nil {
+				s.log.Warn("writing a profile failed", "pid", l.PID, "err", err)
+				continue
+			}
+			s.written.Inc()
+		}
+	}
+	if s.pusher == nil {
+		return
+	}
+	if !s.busy.TryLock() {
+		s.skipped.Add(float64(len(per)))
+		return
+	}
+	s.pushing.Add(1)
+	go func() {
+		defer s.pushing.Done()
+		defer s.busy.Unlock()
+		for l, prof := range per {
+			if err := s.pusher.Push(s.ctx, l, from, until, prof); err != nil {
+				s.log.Warn("pushing a profile failed", "pid", l.PID, "err", err)
+			}
+		}
+	}()
+}
+
+// skip counts the process profiles of p not stored (the last window's
+// were still being stored).
+func (s *profileStores) skip(p *profile.Profile) {
+	if s.dir == nil && s.pusher == nil {
+		return
+	}
+	pids := map[string]bool{}
+	for _, smp := range p.Sample {
+		if v := smp.Label["pid"]; len(v) > 0 {
+			pids[v[0]] = true
+		}
+	}
+	s.skipped.Add(float64(len(pids)))
+}
+
+// close lets a push in flight finish (its retries are bounded).
+func (s *profileStores) close() { s.pushing.Wait() }
+
+// profileCutter cuts --continuous's one session into intervals of --every.
+// At each cut, on the reader goroutine with the model locked, it builds
+// the interval's profile and serves it; labels, files, pushes and
+// forgetting the processes that exited go to a goroutine, one at a time: a
+// cut that finds the last one still storing serves its profile but does
+// not store it (counted).
+type profileCutter struct {
+	a       *Agent
+	prof    *pprofout.Collector
+	from    time.Time // what the next profile covers
+	storing sync.Mutex
+	stored  sync.WaitGroup
+}
+
+func (c *profileCutter) cut(r *model.Result) {
+	p, err := pprofout.Build(r, c.prof, pprofout.Options{})
+	c.prof.Reset()
+	until := time.Now()
+	c.a.coll.CutAggregates() // the interval's launches, with its weights
+	if err == nil {
+		c.a.profiles.set(p)
+		procs := make([]*model.Process, len(r.Processes))
+		for i, mp := range r.Processes {
+			procs[i] = &model.Process{PID: mp.PID, Info: mp.Info} // what labels need
+		}
+		if c.storing.TryLock() {
+			c.stored.Add(1)
+			go func(from time.Time) {
+				defer c.stored.Done()
+				defer c.storing.Unlock()
+				c.a.stores.store(p, procs, from, until)
+				c.a.coll.ForgetExited(procfs.Alive, until)
+			}(c.from)
+		} else {
+			c.a.stores.skip(p)
+		}
+	}
+	c.from = until
+}
+
+// wait lets the last cut's storing finish.
+func (c *profileCutter) wait() { c.stored.Wait() }
