@@ -14,7 +14,9 @@ import "github.com/cudatap/cudatap/tracer/event"
 //     Session.runtimeLaunches) that counts launches until libcuda is hooked
 //     and names kernels loaded before cudatap attached.
 //   - Every other call is hooked in the runtime when the process has one
-//     (the API the program wrote, with its semantics), else in the driver.
+//     (the API the program wrote, with its semantics), else in the driver;
+//     the driver's calls no runtime call makes (event.Spec.DriverOnly:
+//     cuMemCreate) in the driver always.
 //   - NCCL is always hooked.
 type policy uint8
 
@@ -40,7 +42,8 @@ func (p policy) want(s *event.Spec) bool {
 	case policyNoLaunch:
 		return s.Class != event.ClassLaunch
 	case policyLaunchOnly:
-		return s.Class == event.ClassLaunch || s.Class == event.ClassFuncName
+		// And what no runtime call makes (cuMemCreate): nothing covers it.
+		return s.Class == event.ClassLaunch || s.Class == event.ClassFuncName || s.DriverOnly
 	}
 	return true
 }

@@ -42,7 +42,7 @@ func sharedBits(s *event.Spec) uint64 {
 	switch {
 	case s.Layer == event.Runtime:
 		return event.CookieRuntime
-	case s.Layer == event.Driver && s.Class != event.ClassLaunch && s.Class != event.ClassFuncName:
+	case s.Layer == event.Driver && s.Class != event.ClassLaunch && s.Class != event.ClassFuncName && !s.DriverOnly:
 		return event.CookieShadowed
 	}
 	return 0

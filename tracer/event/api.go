@@ -91,6 +91,12 @@ type Spec struct {
 	StrArg    int  // 1 + index of a C-string argument copied at entry; 0 = none
 	StubArg   int  // launches: index of the kernel (stub or CUfunction) argument
 	Sync      bool // the call itself may block the host on the GPU
+	// Handle: the allocation is a handle to physical memory (cuMemCreate,
+	// cuMemRelease), not a device address.
+	Handle bool
+	// DriverOnly: a driver API no runtime call makes, hooked in the driver
+	// also in a process with a runtime (where the runtime covers the rest).
+	DriverOnly bool
 }
 
 // Cookie bits; keep in sync with bpf/cudatap.h.
@@ -317,6 +323,18 @@ const (
 
 	// NCCL communicators (appended).
 	NcclCommInitRank
+
+	// Device allocations besides cudaMalloc and cuMemAlloc (appended):
+	// managed, pitched, from a memory pool, and the driver's physical
+	// memory (cuMemCreate: PyTorch's expandable segments, NCCL's buffers).
+	CudaMallocManaged
+	CudaMallocPitch
+	CudaMallocFromPoolAsync
+	CuMemAllocManaged
+	CuMemAllocPitch
+	CuMemAllocFromPoolAsync
+	CuMemCreate
+	CuMemRelease
 	numAPIs
 )
 
@@ -431,6 +449,19 @@ var specs = [...]Spec{
 	// the communicator shares) tells communicators apart across processes.
 	// The new comm is read at return.
 	{API: NcclCommInitRank, Name: "ncclCommInitRank", Layer: NCCL, Class: ClassCommInit, Return: true, OutArg: 1, StackArgs: 1},
+
+	// Device allocations: each may fail for want of memory, and the
+	// model tells the out-of-memory failures (its ret) apart.
+	{API: CudaMallocManaged, Name: "cudaMallocManaged", Class: ClassMalloc, Return: true, OutArg: 1},
+	{API: CudaMallocPitch, Name: "cudaMallocPitch", Class: ClassMalloc, Return: true, OutArg: 1},
+	{API: CudaMallocFromPoolAsync, Name: "cudaMallocFromPoolAsync", Class: ClassMalloc, Return: true, OutArg: 1, Symbols: ptsz("cudaMallocFromPoolAsync")},
+	{API: CuMemAllocManaged, Name: "cuMemAllocManaged", Layer: Driver, Class: ClassMalloc, Return: true, OutArg: 1},
+	{API: CuMemAllocPitch, Name: "cuMemAllocPitch", Layer: Driver, Class: ClassMalloc, Return: true, OutArg: 1, Symbols: []string{"cuMemAllocPitch_v2"}},
+	{API: CuMemAllocFromPoolAsync, Name: "cuMemAllocFromPoolAsync", Layer: Driver, Class: ClassMalloc, Return: true, OutArg: 1, Symbols: ptsz("cuMemAllocFromPoolAsync")},
+	// Physical memory by handle, mapped with cuMemMap: no runtime API
+	// makes these, so they are hooked under a runtime too.
+	{API: CuMemCreate, Name: "cuMemCreate", Layer: Driver, Class: ClassMalloc, Return: true, OutArg: 1, Handle: true, DriverOnly: true},
+	{API: CuMemRelease, Name: "cuMemRelease", Layer: Driver, Class: ClassFree, Handle: true, DriverOnly: true},
 }
 
 // The per-thread-default-stream builds export each stream call twice.

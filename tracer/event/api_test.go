@@ -35,6 +35,13 @@ var outPointerArg = map[API]int{
 	CudaGraphInstantiateWithFlags: 0,
 	NcclCommInitRank:              0, // ncclComm_t *comm
 	CuGraphInstantiate:            0, // CUgraphExec *phGraphExec
+	CudaMallocManaged:             0, // void **devPtr
+	CudaMallocPitch:               0,
+	CudaMallocFromPoolAsync:       0,
+	CuMemAllocManaged:             0, // CUdeviceptr *dptr
+	CuMemAllocPitch:               0,
+	CuMemAllocFromPoolAsync:       0,
+	CuMemCreate:                   0, // CUmemGenericAllocationHandle *handle
 }
 
 // strArg is, for the load-time calls that name a kernel, the index of the

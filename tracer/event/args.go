@@ -134,6 +134,18 @@ func (e *Event) Decode(a *Args) {
 		a.Ptr, a.Size = e.Out, r[1]
 	case CudaMallocAsync:
 		a.Ptr, a.Size, a.Stream, a.HasStream = e.Out, r[1], r[2], true
+	case CudaMallocManaged, CuMemAllocManaged:
+		a.Ptr, a.Size, a.Flags = e.Out, r[1], uint32(r[2])
+	case CudaMallocPitch, CuMemAllocPitch:
+		// (ptr *, size_t *pitch, width in bytes, height): what was asked;
+		// the pitch may round each row up.
+		a.Ptr, a.Size = e.Out, r[2]*r[3]
+	case CudaMallocFromPoolAsync, CuMemAllocFromPoolAsync:
+		a.Ptr, a.Size, a.Stream, a.HasStream = e.Out, r[1], r[3], true // (ptr *, size, pool, stream)
+	case CuMemCreate:
+		a.Ptr, a.Size = e.Out, r[1] // (handle *, size, prop *, flags)
+	case CuMemRelease:
+		a.Ptr = r[0]
 	case CudaFree, CudaFreeHost, CudaHostUnregister:
 		a.Ptr = r[0]
 	case CudaFreeAsync:
