@@ -62,6 +62,7 @@ type gpuTimes struct {
 	closed    bool                      // stopGPUTimes ran: no new listener
 	watches   map[uint32]*cuptiWatch    // by pid: the collector holds CUPTI there
 	refusals  map[string]bool           // reasons for not measuring said already
+	launched  bool                      // the launched command loads a collector
 }
 
 // cuptiWatch is the watch on a process's libcupti while cudatap's
@@ -90,18 +91,17 @@ func (s *Session) GPUTimeStatus() map[uint32]string {
 	return out
 }
 
-// ErrInjectionTaken: the command's environment names another CUDA
-// injection library, and the driver loads only one.
-var ErrInjectionTaken = errors.New("CUDA_INJECTION64_PATH is already set")
-
 // gpuTimesForLaunch makes the collector ready for a command cudatap
 // launches and returns the environment entry that has the CUDA driver load
-// it (at cuInit, before any work reaches the GPU).
+// it (at cuInit, before any work reaches the GPU); "" when another tool
+// injects itself into CUDA already (the driver loads one): then the
+// command's GPU ops are drawn within bounds, and the run says why.
 func (s *Session) gpuTimesForLaunch(env []string) (string, error) {
 	for _, e := range env {
 		if v, ok := strings.CutPrefix(e, "CUDA_INJECTION64_PATH="); ok && v != "" {
-			return "", fmt.Errorf("GPU times: %w (%s): another tool injects itself into CUDA, "+
-				"and the driver loads only one; unset it, or pass --gpu-times=off", ErrInjectionTaken, v)
+			s.notMeasured(0, fmt.Sprintf("CUDA_INJECTION64_PATH is already set (%s): another tool injects itself into CUDA, "+
+				"and the driver loads only one; unset it to measure GPU times", v))
+			return "", nil
 		}
 	}
 	// The command shares cudatap's root and runs as its user.
@@ -112,6 +112,7 @@ func (s *Session) gpuTimesForLaunch(env []string) (string, error) {
 	s.guard.staged("/", l.Dir())
 	s.gputimes.mu.Lock()
 	s.gputimes.listeners = append(s.gputimes.listeners, l)
+	s.gputimes.launched = true
 	s.gputimes.mu.Unlock()
 	return "CUDA_INJECTION64_PATH=" + l.LibraryPath(), nil
 }
@@ -176,6 +177,14 @@ func (s *Session) Started(pid uint32, h gputime.Hello) {
 }
 
 func (s *Session) Refused(pid uint32, why string) {
+	s.notMeasured(pid, why)
+	s.queueGPU(gpuNote{kind: gpuRefused, pid: pid}) // held since the launch: release them
+}
+
+// notMeasured says why pid's GPU ops are not measured (0: the launched
+// command's), once per reason: a job of many processes without CUPTI says
+// it once.
+func (s *Session) notMeasured(pid uint32, why string) {
 	s.gputimes.mu.Lock()
 	said := s.gputimes.refusals[why]
 	if !said && len(s.gputimes.refusals) < maxRefusalsSaid {
@@ -185,12 +194,12 @@ func (s *Session) Refused(pid uint32, why string) {
 		s.gputimes.refusals[why] = true
 	}
 	s.gputimes.mu.Unlock()
-	// Once per reason: a job of many processes without CUPTI says it once.
 	if !said {
-		s.log.Warn("GPU times not measured: ops are drawn within bounds", "pid", pid, "reason", why)
+		s.log.Warn("GPU times not measured: GPU ops are drawn within bounds", "pid", pid, "reason", why)
 	}
-	s.setGPUStatus(pid, "not measured: "+why)
-	s.queueGPU(gpuNote{kind: gpuRefused, pid: pid}) // held since the launch: release them
+	if pid != 0 {
+		s.setGPUStatus(pid, "not measured: "+why)
+	}
 }
 
 // maxRefusalsSaid bounds the distinct reasons for not measuring said once.
@@ -210,7 +219,12 @@ func (s *Session) Kept(pid uint32, why string) {
 // collector at its first CUDA call; its ops wait for their measurement
 // from the start (the collector's hello races the first events).
 func (s *Session) expectGPUTimes(pid int) {
-	s.queueGPU(gpuNote{kind: gpuStart, pid: uint32(pid)})
+	s.gputimes.mu.Lock()
+	launched := s.gputimes.launched
+	s.gputimes.mu.Unlock()
+	if launched {
+		s.queueGPU(gpuNote{kind: gpuStart, pid: uint32(pid)})
+	}
 }
 
 func (s *Session) Measure(pid uint32, m *model.Measurement) {
@@ -454,10 +468,7 @@ func (s *Session) handOver(pid, tid int, ls []*gputime.Listener) {
 // A collector directory someone tampered with (gputime.ErrPlanted) is
 // returned as well: for -p, the session ends on it.
 func (s *Session) gpuTimesAttach(pid int) error {
-	refuse := func(why string) {
-		s.log.Warn("--gpu-times: not measuring this process: its GPU ops are drawn within bounds", "pid", pid, "reason", why)
-		s.setGPUStatus(uint32(pid), "not measured: "+why)
-	}
+	refuse := func(why string) { s.notMeasured(uint32(pid), why) }
 	if s.cfg.CUPTIPath == "" {
 		if _, err := findCUPTI(pid); err != nil {
 			refuse(err.Error())

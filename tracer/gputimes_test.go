@@ -2,6 +2,7 @@ package tracer
 
 import (
 	"bytes"
+	"log/slog"
 	"context"
 	"maps"
 	"os"
@@ -322,5 +323,28 @@ func TestGPUTimesHandOver(t *testing.T) {
 	if d := out.Result.Drops; d.GPUTimesUnmatched+d.GPUTimesLate+d.GPUTimesLost != 0 || d.GPUTimesUnmeasured != 3*iters {
 		t.Errorf("unmatched %d late %d lost %d unmeasured %d, want only the %d ops of the profiler's time unmeasured",
 			d.GPUTimesUnmatched, d.GPUTimesLate, d.GPUTimesLost, d.GPUTimesUnmeasured, 3*iters)
+	}
+}
+
+// TestGPUTimesInjectionTaken: a command whose environment names another
+// CUDA injection library (the driver loads one) runs as it would, its GPU
+// ops drawn within bounds: the run says why once, and the process is not
+// marked measured, nothing held for a measurement.
+func TestGPUTimesInjectionTaken(t *testing.T) {
+	testutil.RequireRoot(t)
+	b := testutil.Sim(t)
+	t.Setenv("CUDA_INJECTION64_PATH", "/nonexistent/other-tool.so")
+	var logs bytes.Buffer
+	out, rep := launchWith(t, Config{Command: []string{b.Workload, "--scenario", "basic", "--iters", "5"},
+		Stacks: probe.StacksNone, Stderr: os.Stderr, Duration: time.Minute, GPUTimes: true, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	p := tracedOf(t, out, rep.PID)
+	if p.Measured || len(p.GPUOps) == 0 {
+		t.Errorf("measured %v with %d ops, want its ops, not measured", p.Measured, len(p.GPUOps))
+	}
+	if n := strings.Count(logs.String(), "CUDA_INJECTION64_PATH is already set"); n != 1 {
+		t.Errorf("said why %d times, want once:\n%s", n, logs.String())
+	}
+	if d := out.Result.Drops; d.GPUTimesUnmeasured != 0 {
+		t.Errorf("%d ops counted unmeasured, want none: the process was never measured", d.GPUTimesUnmeasured)
 	}
 }

@@ -110,7 +110,9 @@ func (s *Session) launch() (*launched, error) {
 				fail(nil, err)
 				return
 			}
-			cmd.Env = append(cmd.Env, inject)
+			if inject != "" {
+				cmd.Env = append(cmd.Env, inject)
+			}
 		}
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = s.cfg.Stdin, s.cfg.Stdout, s.cfg.Stderr
 		cmd.ExtraFiles = []*os.File{goAhead} // its descriptor 3

@@ -66,8 +66,8 @@ func newRecordCmd(g *globalOptions) *cobra.Command {
 	f.BoolVar(&o.perSymbol, "per-symbol-uprobes", false, "use one perf-event uprobe per symbol instead of uprobe_multi links (what kernels before 6.6 get; slower to detach)")
 	f.DurationVar(&o.nvml, "nvml-interval", 100*time.Millisecond, "GPU sampling period through NVML (negative: off)")
 	f.BoolVar(&o.waitForCUDA, "wait-for-cuda", false, "accept target processes that have not loaded CUDA yet and hook it when they do")
-	f.BoolVar(&o.gpuTimes, "gpu-times", false, "measure GPU ops with the target's own CUPTI (a collector loaded through CUDA_INJECTION64_PATH for a command, by ptrace into a running process); without it GPU ops are drawn within proven bounds")
-	f.StringVar(&o.cupti, "cupti", "", "with --gpu-times: the libcupti to use, as the target sees it (default: the one it loaded, the one next to its libcudart, or the toolkit's)")
+	onOffFlag(cmd, &o.gpuTimes, "gpu-times", true, "measure GPU ops with the target's own CUPTI (a collector loaded through CUDA_INJECTION64_PATH for a command, by ptrace into a running process), handed over to a profiler the target starts itself: on or off (--all and --container: off unless given); without CUPTI, or off, GPU ops are drawn within proven bounds")
+	f.StringVar(&o.cupti, "cupti", "", "the libcupti GPU times use, as the target sees it (default: the one it loaded, the one next to its libcudart, or the toolkit's)")
 	f.BoolVar(&o.json, "json", false, "write the summary as JSON (schema in README.md, \"JSON output\"); also with --quiet")
 	f.StringVar(&o.report, "report", "", "also write the HTML report (see cudatap report) to this file, and the device memory profile beside it")
 	f.BoolVar(&o.follow, "follow", false, "with -p: also trace every process the traced processes start from now on, and those they started already (a launched command is followed by default)")
@@ -123,6 +123,9 @@ func runRecord(cmd *cobra.Command, g *globalOptions, o *recordOptions, command [
 	follow, err := o.following(command)
 	if err != nil {
 		return err
+	}
+	if (o.all || o.container != "") && !cmd.Flags().Changed("gpu-times") {
+		o.gpuTimes = false // host-wide: CUPTI in every CUDA process only when asked (--gpu-times)
 	}
 	// Before the outputs: without the privileges to trace, that is the
 	// error to give (not that the default recording cannot be written).
