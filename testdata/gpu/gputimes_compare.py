@@ -15,7 +15,8 @@ import json, sys
 GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
 
 def load(path):
-    with open(path) as f:
+    import gzip
+    with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
         d = json.load(f)
     return d["traceEvents"] if isinstance(d, dict) else d
 
