@@ -3,6 +3,7 @@ package model
 import (
 	"encoding/json"
 	"math"
+	"slices"
 )
 
 // GPUReport is what the NVML sampler measured while a recording ran, the
@@ -20,6 +21,10 @@ type GPUReport struct {
 	GPUs         []GPUStats   `json:"gpus,omitempty"`   // by index
 	Traced       []TracedHost `json:"traced,omitempty"` // every traced process, by pid
 	Events       []GPUEvent   `json:"events,omitempty"` // in the order the sampler saw them
+	// Moments are whole NVML samples kept for the failed allocations (out
+	// of memory, Process.OOMs): per device, the sample nearest before
+	// each (after, when none came before), by time.
+	Moments []GPUMoment `json:"moments,omitempty"`
 
 	// Legacy: one worded line per device and per verdict, as recordings
 	// before the numbers were kept have them. Never written now.
@@ -119,4 +124,73 @@ func (r *Reading) UnmarshalJSON(b []byte) error {
 	}
 	*r = Reading(f)
 	return nil
+}
+
+// GPUMoment is one NVML sample of one device: its memory and every
+// process NVML listed on it.
+type GPUMoment struct {
+	TS        uint64      `json:"ts"` // ns, CLOCK_MONOTONIC, when the poll ran
+	Device    int         `json:"device"`
+	MemUsed   uint64      `json:"mem_used_bytes"`
+	MemTotal  uint64      `json:"mem_total_bytes"`
+	Processes []GPUHolder `json:"processes,omitempty"` // most memory first
+}
+
+// GPUHolder is a process holding memory on a device at a moment, named
+// as /proc showed it when the recording ended ("" when it had exited).
+type GPUHolder struct {
+	PID       uint32 `json:"pid"` // the host's PID namespace
+	MemUsed   uint64 `json:"mem_used_bytes"`
+	Comm      string `json:"comm,omitempty"`
+	Container string `json:"container,omitempty"`
+}
+
+// Holds reports whether NVML listed pid at the moment.
+func (m *GPUMoment) Holds(pid uint32) bool {
+	for _, h := range m.Processes {
+		if h.PID == pid {
+			return true
+		}
+	}
+	return false
+}
+
+// MomentsOf are the moments that show the devices when o failed in p:
+// per device, the moment Nearer picks for o's last attempt; of those, the
+// devices NVML listed p on when there are any, and among several the one
+// o's thread had chosen, when it is there.
+func (g *GPUReport) MomentsOf(p *Process, o *OOM) []*GPUMoment {
+	var near []*GPUMoment
+	for i := range g.Moments {
+		m := &g.Moments[i]
+		j := slices.IndexFunc(near, func(n *GPUMoment) bool { return n.Device == m.Device })
+		switch {
+		case j < 0:
+			near = append(near, m)
+		case Nearer(m.TS, near[j].TS, o.End):
+			near[j] = m
+		}
+	}
+	if held := slices.DeleteFunc(slices.Clone(near), func(m *GPUMoment) bool { return !m.Holds(p.PID) }); len(held) > 0 {
+		near = held
+	}
+	if len(near) > 1 {
+		if i := slices.IndexFunc(near, func(m *GPUMoment) bool { return m.Device == int(o.Device) }); i >= 0 {
+			return near[i : i+1]
+		}
+	}
+	return near
+}
+
+// Nearer reports whether a sample taken at a shows the device at t better
+// than one taken at b: the latest at or before t (the state the failure
+// met), else the earliest after.
+func Nearer(a, b, t uint64) bool {
+	switch {
+	case a <= t && b <= t:
+		return a > b
+	case a <= t || b <= t:
+		return a <= t
+	}
+	return a < b
 }

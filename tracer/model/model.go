@@ -133,7 +133,8 @@ type procState struct {
 	other      int // id of the stream the streams past the bounds share, 0 = none yet
 	events     map[uint64]eventPos
 	pinned     Ranges
-	device     Ranges
+	mem        devMem              // device memory held, by allocation and place
+	oomOpen    map[uint32]*openOOM // by thread: its failed request, until an allocation of it succeeds
 	polls      map[pollKey]pollState
 	lastLegacy uint64
 	calls      int
@@ -448,22 +449,31 @@ func (m *Model) Handle(ev *event.Event) {
 	case event.ClassEventQuery, event.ClassStreamQuery:
 		m.query(ps, spec.Class == event.ClassEventQuery)
 	case event.ClassMalloc:
-		if ok && a.Ptr != 0 && m.track(&ps.device, a.Ptr, a.Size) {
-			p.DeviceMemInUse += a.Size
+		switch {
+		case ok && a.Ptr != 0:
+			if !ps.mem.alloc(a.Ptr, a.Size, siteKey{api: call.API, symbol: call.Symbol, stack: call.Stack, py: call.PyStack}, spec.Handle) {
+				m.drops.Limits.Allocations++
+			}
+			p.DeviceMemInUse = ps.mem.inUse
 			p.DeviceMemPeak = max(p.DeviceMemPeak, p.DeviceMemInUse)
+			ps.allocated(call.TID, call.End)
+		case call.HasRet && int32(call.Ret) == errOutOfMemory:
+			m.outOfMemory(ps, call, spec)
 		}
-		if !a.HasStream && call.Duration() > mallocSyncThreshold {
+		if !a.HasStream && !spec.Handle && call.Duration() > mallocSyncThreshold {
 			if q := m.queuedAll(ps); q > 0 {
 				m.addSync(ps, SyncMalloc, -1, q)
 			}
 		}
 	case event.ClassFree:
 		if a.Ptr != 0 {
-			p.DeviceMemInUse -= min(p.DeviceMemInUse, removed(&ps.device, a.Ptr))
+			ps.mem.free(a.Ptr, spec.Handle)
+			p.DeviceMemInUse = ps.mem.inUse
 		}
 		// cudaFree synchronizes the device; cudaFree(NULL) only initializes
-		// the context and cudaFreeAsync is stream-ordered.
-		if !a.HasStream && a.Ptr != 0 {
+		// the context, cudaFreeAsync is stream-ordered and cuMemRelease
+		// lets physical memory go once unmapped.
+		if spec.Sync && a.Ptr != 0 {
 			m.addSync(ps, SyncFree, -1, m.queuedAll(ps))
 			m.boundAll(ps, boundTime(call))
 		}
@@ -838,7 +848,7 @@ func (m *Model) memset(ps *procState, spec *event.Spec, ev *event.Event) {
 // direction infers a cudaMemcpyDefault copy's direction from the device
 // allocations seen.
 func (ps *procState) direction(dst, src uint64) event.MemcpyKind {
-	d, s := ps.device.Contains(dst, 1), ps.device.Contains(src, 1)
+	d, s := ps.mem.ranges.Contains(dst, 1), ps.mem.ranges.Contains(src, 1)
 	switch {
 	case d && s:
 		return event.DeviceToDevice

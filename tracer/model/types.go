@@ -333,7 +333,11 @@ type Process struct {
 	OverlapNs      uint64 // communication time covered by compute on other streams (inferred)
 	DeviceMemInUse uint64
 	DeviceMemPeak  uint64
-	PinnedBytes    uint64 // pinned host memory currently registered or allocated
+	// OOMs: its device allocations that failed for want of memory, the
+	// first 64; OOMCount counts them all.
+	OOMs        []OOM
+	OOMCount    int64
+	PinnedBytes uint64 // pinned host memory currently registered or allocated
 	// PinnedRecovered is the part of it found in the memory map when
 	// cudatap attached; AttachedLate says the process ran before cudatap
 	// came, so DeviceMemInUse/Peak count only what was allocated since.
