@@ -2,11 +2,12 @@ package tracer
 
 import (
 	"bytes"
-	"log/slog"
 	"context"
+	"log/slog"
 	"maps"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -301,8 +302,9 @@ func TestGPUTimesHandOver(t *testing.T) {
 	testutil.RequireRoot(t)
 	b := testutil.Sim(t)
 	const iters = 20
+	var rec bytes.Buffer
 	out, rep := launchWith(t, Config{Command: []string{b.Workload, "--scenario", "profiler", "--iters", strconv.Itoa(iters)},
-		Stacks: probe.StacksNone, Stderr: os.Stderr, Duration: time.Minute, GPUTimes: true})
+		Stacks: probe.StacksNone, Stderr: os.Stderr, Duration: time.Minute, GPUTimes: true, Recording: &rec})
 	pr := rep.Profiler
 	if pr == nil || pr.SubscribeStatus != 0 || !pr.HeldBefore || !pr.Resumed {
 		t.Fatalf("the program's profiler: %+v, want it let in (status 0) from a collector holding CUPTI, which took it back after", pr)
@@ -319,6 +321,16 @@ func TestGPUTimesHandOver(t *testing.T) {
 	}
 	if len(p.CUPTIAway) != 1 || p.CUPTIAway[0].End <= p.CUPTIAway[0].Start {
 		t.Errorf("CUPTI away %v, want one interval", p.CUPTIAway)
+	}
+	// A replay of the recording draws the same.
+	res, _, err := recording.Load(bytes.NewReader(rec.Bytes()), func(*recording.Replay) model.Sink { return model.NewCollector() }, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rp := range res.Processes {
+		if int(rp.PID) == rep.PID && !slices.Equal(rp.CUPTIAway, p.CUPTIAway) {
+			t.Errorf("replayed CUPTI away %v, live %v", rp.CUPTIAway, p.CUPTIAway)
+		}
 	}
 	if d := out.Result.Drops; d.GPUTimesUnmatched+d.GPUTimesLate+d.GPUTimesLost != 0 || d.GPUTimesUnmeasured != 3*iters {
 		t.Errorf("unmatched %d late %d lost %d unmeasured %d, want only the %d ops of the profiler's time unmeasured",
