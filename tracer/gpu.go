@@ -1,9 +1,11 @@
 package tracer
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -97,6 +99,63 @@ func (g *gpuSampler) finish(r *model.Result) {
 	for _, e := range g.events {
 		r.GPU.Events = append(r.GPU.Events, model.GPUEvent{TS: e.TS, Device: e.Device, Kind: e.Kind, Data: e.Data})
 	}
+	r.GPU.Moments = oomMoments(g.samples, r.Processes, procName)
+}
+
+// maxMoments bounds the NVML samples kept whole for failed allocations.
+const maxMoments = 256
+
+// oomMoments keeps, for every out-of-memory failure of procs, each
+// device's sample that shows it best (model.Nearer), whole: its memory and
+// the processes on it, named by name. samples are in poll order.
+func oomMoments(samples []nvml.Sample, procs []*model.Process, name func(pid uint32) (comm, container string)) []model.GPUMoment {
+	var out []model.GPUMoment
+	kept := map[[2]uint64]bool{} // device, time
+	named := map[uint32][2]string{}
+	for _, p := range procs {
+		for i := range p.OOMs {
+			o := &p.OOMs[i]
+			best := map[int]*nvml.Sample{}
+			for j := range samples {
+				smp := &samples[j]
+				if b := best[smp.Device]; b == nil || model.Nearer(smp.TS, b.TS, o.End) {
+					best[smp.Device] = smp
+				}
+			}
+			for _, smp := range best {
+				k := [2]uint64{uint64(smp.Device), smp.TS}
+				if kept[k] || len(out) >= maxMoments {
+					continue
+				}
+				kept[k] = true
+				m := model.GPUMoment{TS: smp.TS, Device: smp.Device, MemUsed: smp.MemUsed, MemTotal: smp.MemTotal}
+				for _, ps := range smp.Processes {
+					n, ok := named[ps.PID]
+					if !ok {
+						n[0], n[1] = name(ps.PID)
+						named[ps.PID] = n
+					}
+					m.Processes = append(m.Processes, model.GPUHolder{PID: ps.PID, MemUsed: ps.MemUsed, Comm: n[0], Container: n[1]})
+				}
+				slices.SortStableFunc(m.Processes, func(a, b model.GPUHolder) int { return cmp.Compare(b.MemUsed, a.MemUsed) })
+				out = append(out, m)
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b model.GPUMoment) int {
+		return cmp.Or(cmp.Compare(a.TS, b.TS), cmp.Compare(a.Device, b.Device))
+	})
+	return out
+}
+
+// procName names a process holding GPU memory: its command and container,
+// "" once it has exited.
+func procName(pid uint32) (comm, container string) {
+	comm, _ = procfs.Comm(int(pid))
+	if cg, err := procfs.Cgroup(int(pid)); err == nil {
+		container, _ = procfs.ContainerFromCgroup(cg)
+	}
+	return comm, container
 }
 
 // hostBusy is the share of wall time since tracing of p began that its

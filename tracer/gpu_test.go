@@ -2,6 +2,7 @@ package tracer
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"slices"
@@ -60,5 +61,54 @@ func TestHostBusy(t *testing.T) {
 	g.markCPU(self)
 	if b := g.hostBusy(&model.Process{PID: self}); !(b >= 0 && b <= 1) {
 		t.Errorf("host busy share %v", b)
+	}
+}
+
+// TestOOMMoments: for each failed allocation, each device's sample that
+// shows it (the latest before, else the first after) is kept whole, once,
+// named; the report picks the device the process was on.
+func TestOOMMoments(t *testing.T) {
+	const gib, total = 1 << 30, 140 * (1 << 30)
+	var samples []nvml.Sample
+	for i := range uint64(5) {
+		for d := range 2 {
+			smp := nvml.Sample{TS: (i + 1) * 100e6, Device: d, MemUsed: (10 + i) * gib, MemTotal: total}
+			if d == 1 {
+				smp.Processes = []nvml.ProcSample{{PID: 7, MemUsed: gib}, {PID: 42, MemUsed: (9 + i) * gib}}
+			}
+			samples = append(samples, smp)
+		}
+	}
+	p := &model.Process{PID: 42, OOMs: []model.OOM{
+		{At: 240e6, End: 250e6, Device: 0},
+		{At: 245e6, End: 260e6, Device: 0}, // the same samples: kept once
+		{At: 40e6, End: 50e6, Device: 0},   // before the first sample
+	}}
+	name := func(pid uint32) (string, string) {
+		if pid == 7 {
+			return "other", "c0ffee"
+		}
+		return "", "" // exited
+	}
+	g := model.GPUReport{Moments: oomMoments(samples, []*model.Process{p}, name)}
+	var got []string
+	for _, m := range g.Moments {
+		got = append(got, fmt.Sprintf("%d@%d:%d", m.Device, m.TS/1e6, m.MemUsed/gib))
+	}
+	if want := "0@100:10 1@100:10 0@200:11 1@200:11"; strings.Join(got, " ") != want {
+		t.Errorf("moments %s, want %s", strings.Join(got, " "), want)
+	}
+	if m := g.Moments[3]; len(m.Processes) != 2 || m.Processes[0] != (model.GPUHolder{PID: 42, MemUsed: 10 * gib}) ||
+		m.Processes[1] != (model.GPUHolder{PID: 7, MemUsed: gib, Comm: "other", Container: "c0ffee"}) {
+		t.Errorf("processes %+v", m.Processes)
+	}
+	// NVML listed pid 42 on device 1 only: that is its device, though its
+	// thread's CUDA device was 0 (CUDA_VISIBLE_DEVICES renumbers them).
+	for i, want := range []uint64{200e6, 100e6} {
+		o := &p.OOMs[[]int{0, 2}[i]]
+		ms := g.MomentsOf(p, o)
+		if len(ms) != 1 || ms[0].Device != 1 || ms[0].TS != want {
+			t.Errorf("OOM at %d: moments %+v, want device 1 at %d", o.End, ms, want)
+		}
 	}
 }

@@ -40,6 +40,9 @@ const (
 	maxTraced    = 1024
 	maxGPUEvents = 1 << 16
 	maxGPULines  = 1024
+	// NVML samples kept whole for failed allocations (the recorder keeps
+	// 256; a merge adds several recordings' up).
+	maxGPUMoments = 4096
 )
 
 // keepName reports whether a new name of n bytes fits the name tables'
@@ -148,6 +151,10 @@ func boundGPU(g *model.GPUReport) uint64 {
 	}
 	g.Traced = keepFirst(g.Traced, maxTraced, &cut)
 	g.Events = keepFirst(g.Events, maxGPUEvents, &cut)
+	g.Moments = keepFirst(g.Moments, maxGPUMoments, &cut)
+	for i := range g.Moments {
+		g.Moments[i].Processes = keepFirst(g.Moments[i].Processes, maxGPUProcs, &cut)
+	}
 	g.Devices = keepFirst(g.Devices, maxGPULines, &cut)
 	g.Verdicts = keepFirst(g.Verdicts, maxGPULines, &cut)
 	return uint64(cut)

@@ -122,6 +122,14 @@ func (t *Transform) gpu(g *model.GPUReport) {
 	for i := range g.Devices {
 		g.Devices[i] = t.DevicePrefix + g.Devices[i]
 	}
+	for i := range g.Moments {
+		m := &g.Moments[i]
+		m.TS = t.Time(m.TS)
+		m.Device += t.Devices
+		for j := range m.Processes {
+			m.Processes[j].PID = t.PID(m.Processes[j].PID)
+		}
+	}
 }
 
 // ReadNames reads everything but the events: header, name tables, NVML
@@ -780,6 +788,7 @@ func joinGPU(gs []*model.GPUReport) *model.GPUReport {
 		out.GPUs = append(out.GPUs, g.GPUs...)
 		out.Traced = append(out.Traced, g.Traced...)
 		out.Events = append(out.Events, g.Events...)
+		out.Moments = append(out.Moments, g.Moments...)
 		out.Devices = append(out.Devices, g.Devices...)
 		out.Verdicts = append(out.Verdicts, g.Verdicts...)
 		if g.Status != "" {
@@ -792,6 +801,7 @@ func joinGPU(gs []*model.GPUReport) *model.GPUReport {
 		out.Status = strings.Join(statuses, "; ")
 	}
 	slices.SortStableFunc(out.Events, func(a, b model.GPUEvent) int { return cmp.Compare(a.TS, b.TS) })
+	slices.SortStableFunc(out.Moments, func(a, b model.GPUMoment) int { return cmp.Compare(a.TS, b.TS) })
 	return out
 }
 
