@@ -109,7 +109,7 @@ func lintJSON(t *testing.T, rec string) lintDoc {
 	if err := json.Unmarshal([]byte(stdout), &doc); err != nil {
 		t.Fatalf("lint --json: %v\n%s", err, stdout)
 	}
-	if doc.Schema != lint.Schema || len(doc.Rules) != 5 || doc.Limits != (lint.Limits{}) {
+	if doc.Schema != lint.Schema || len(doc.Rules) != 6 || doc.Limits != (lint.Limits{}) {
 		t.Errorf("lint --json: schema %d, %d rules, limits %+v", doc.Schema, len(doc.Rules), doc.Limits)
 	}
 	return doc

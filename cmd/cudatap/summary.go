@@ -5,6 +5,7 @@ import (
 
 	"github.com/cudatap/cudatap/export"
 	"github.com/cudatap/cudatap/export/lint"
+	"github.com/cudatap/cudatap/export/oom"
 	"github.com/cudatap/cudatap/export/report"
 	"github.com/cudatap/cudatap/export/straggler"
 	"github.com/cudatap/cudatap/export/syncs"
@@ -29,7 +30,11 @@ type summaryJSON struct {
 	WallOffsetNs int64         `json:"wall_offset_ns"`
 	Truncated    string        `json:"truncated,omitempty"` // why the recording ends early; drop counters are then unknown
 	Processes    []processJSON `json:"processes"`
-	Sites        []syncs.Site  `json:"sites"` // as `cudatap syncs --json`, by blocked time
+	// Device allocations that failed for want of memory (the first 64 of
+	// each process; processes[].ooms counts them all): the size asked, the
+	// line, who held the memory, NVML's view of the device, the outcome.
+	OOMs  []oom.Record `json:"ooms"`
+	Sites []syncs.Site `json:"sites"` // as `cudatap syncs --json`, by blocked time
 	// The summary's judgements of each process's host side (launch bound,
 	// input stall), with the numbers behind them and the fix.
 	HostVerdicts []report.HostVerdict `json:"host_verdicts"`
@@ -54,6 +59,7 @@ type processJSON struct {
 	Calls              int64        `json:"calls"`
 	GPUOps             int64        `json:"gpu_ops"`
 	DeviceMemPeakBytes uint64       `json:"device_mem_peak_bytes"`
+	OOMs               int64        `json:"ooms"`          // device allocations that failed for want of memory
 	AttachedLate       bool         `json:"attached_late"` // traced from after its start: earlier allocations unknown
 	GPUTimesMeasured   bool         `json:"gpu_times_measured"`
 	HeldNs             uint64       `json:"held_ns"` // held by cudatap while it hooked libraries
@@ -112,13 +118,16 @@ func newCommandJSON(e tracer.Exit) *commandJSON {
 func writeSummaryJSON(w io.Writer, r *model.Result, agg *export.Aggregates, outs []export.Output, command *commandJSON) error {
 	col := agg.Syncs
 	s := summaryJSON{Lints: lint.Findings(r, agg.Lints), Stragglers: agg.Stragglers.Comms(), Schema: summarySchema, Cudatap: readBuildInfo().Version, StartNs: r.Start, EndNs: r.End,
-		WallOffsetNs: r.WallOffsetNs, Truncated: r.Truncated, Processes: []processJSON{}, Sites: syncs.Sites(r, col),
+		WallOffsetNs: r.WallOffsetNs, Truncated: r.Truncated, Processes: []processJSON{}, OOMs: oom.Records(r), Sites: syncs.Sites(r, col),
 		HostVerdicts: report.AllHostVerdicts(r, col), GPU: r.GPU, Drops: r.Drops, Lost: r.Drops.Lost(), Outputs: []outputJSON{}, Command: command}
 	if r.End > r.Start {
 		s.DurationNs = r.End - r.Start
 	}
 	if s.Sites == nil {
 		s.Sites = []syncs.Site{}
+	}
+	if s.OOMs == nil {
+		s.OOMs = []oom.Record{}
 	}
 	if s.HostVerdicts == nil {
 		s.HostVerdicts = []report.HostVerdict{}
@@ -134,7 +143,7 @@ func writeSummaryJSON(w io.Writer, r *model.Result, agg *export.Aggregates, outs
 	}
 	for _, p := range r.Processes {
 		pj := processJSON{PID: p.PID, Comm: p.Info.Comm, Cmdline: p.Info.Cmdline, Parent: p.Info.Parent, Container: p.Info.Container, Rank: -1, WorldSize: p.WorldSize,
-			Calls: p.NCalls, GPUOps: p.NGPUOps, DeviceMemPeakBytes: p.DeviceMemPeak, AttachedLate: p.AttachedLate, GPUTimesMeasured: p.Measured,
+			Calls: p.NCalls, GPUOps: p.NGPUOps, DeviceMemPeakBytes: p.DeviceMemPeak, OOMs: p.OOMCount, AttachedLate: p.AttachedLate, GPUTimesMeasured: p.Measured,
 			HeldNs: p.HeldNs, FirstNs: p.FirstSeen, LastNs: p.LastSeen, Streams: []streamJSON{}}
 		if p.WorldSize > 0 {
 			pj.Rank = p.Rank

@@ -9,6 +9,7 @@ import (
 
 	"github.com/cudatap/cudatap/export/internal/describe"
 	"github.com/cudatap/cudatap/export/lint"
+	"github.com/cudatap/cudatap/export/oom"
 	"github.com/cudatap/cudatap/export/report"
 	"github.com/cudatap/cudatap/export/syncs"
 	"github.com/cudatap/cudatap/internal/units"
@@ -63,6 +64,7 @@ type Finding struct {
 	Detail   string
 	Where    string // the line to change, when there is one
 	Fix      string
+	Lines    []string // details a line each (an out-of-memory failure's holders)
 }
 
 // ProcessReport is one process's analyses.
@@ -489,6 +491,13 @@ func share(a, b uint64) string {
 
 func (rep *Report) findings() {
 	var out []Finding
+	// A failed allocation is what the run came to: first.
+	for _, rec := range oom.Records(rep.Result) {
+		out = append(out, Finding{Severity: SevHigh, Title: "out of memory: " + rec.Verdict(), Where: rec.Site, Fix: oom.Fix, Lines: rec.Lines()})
+	}
+	if n := oom.Count(rep.Result) - int64(len(out)); n > 0 {
+		out = append(out, Finding{Severity: SevHigh, Title: fmt.Sprintf("out of memory: %d more failed allocations, past those kept per process", n)})
+	}
 	if lost := rep.Result.Drops.Lost(); lost > 0 {
 		out = append(out, Finding{Severity: SevHigh, Title: fmt.Sprintf("the recording lost %d events", lost),
 			Detail: "counts and times below are lower bounds: " + rep.Account,

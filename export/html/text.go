@@ -77,6 +77,9 @@ func (rep *Report) WriteText(w io.Writer) error {
 		if f.Where != "" {
 			fmt.Fprintf(&b, "      where: %s\n", f.Where)
 		}
+		for _, l := range f.Lines {
+			fmt.Fprintf(&b, "      %s\n", l)
+		}
 		if f.Fix != "" {
 			fmt.Fprintf(&b, "      fix: %s\n", f.Fix)
 		}

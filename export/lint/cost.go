@@ -24,7 +24,8 @@ import (
 type Level string
 
 const (
-	// LevelError: a possible wrong result (cross-stream-race).
+	// LevelError: a failed allocation (out-of-memory) or a possible wrong
+	// result (cross-stream-race).
 	LevelError Level = "error"
 	// LevelWarning: costs at least Options.NoteBelow of its process's
 	// traced time, or may (an upper bound that reaches it).
@@ -75,6 +76,8 @@ const (
 	CostOversubscribed CostKind = "oversubscribed"
 	// CostCorrectness: not priced in time: a possible wrong result.
 	CostCorrectness CostKind = "correctness"
+	// CostFailure: not priced in time: a call failed (out of memory).
+	CostFailure CostKind = "failure"
 )
 
 // Cost is what a finding cost its process.
@@ -93,8 +96,11 @@ type Cost struct {
 // String says the cost in words: "1.2ms serialized (3.4% of 35.0ms
 // traced), measured".
 func (c Cost) String() string {
-	if c.Kind == CostCorrectness {
+	switch c.Kind {
+	case CostCorrectness:
 		return "not priced in time: a possible wrong result"
+	case CostFailure:
+		return "not priced in time: a device allocation failed"
 	}
 	var b strings.Builder
 	if c.Ns == 0 && !c.AtMost {

@@ -2,6 +2,9 @@
 // time or correctness, each with its evidence (the calls, their threads,
 // streams and lines) and the fix:
 //
+//   - out-of-memory: a device allocation that failed for want of memory
+//     (from the model's records, named by export/oom: what was held, by
+//     whom, and whether the process recovered);
 //   - legacy-nonblocking-copy: an asynchronous host↔device copy on the
 //     legacy default stream, which serializes with every blocking stream;
 //   - cross-stream-race: device memory written on one stream and used on
@@ -35,6 +38,7 @@ type ID string
 
 // The lints, in the order they are reported.
 const (
+	OutOfMemory       ID = "out-of-memory"
 	LegacyNonBlocking ID = "legacy-nonblocking-copy"
 	CrossStreamRace   ID = "cross-stream-race"
 	ManyBusyStreams   ID = "many-busy-streams"

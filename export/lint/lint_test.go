@@ -435,7 +435,7 @@ func TestTextAndJSON(t *testing.T) {
 	if err := json.Unmarshal(js.Bytes(), &doc); err != nil {
 		t.Fatal(err)
 	}
-	if doc.Schema != Schema || len(doc.Findings) != 4 || len(doc.Rules) != 5 || doc.Lost == nil || doc.Findings[0].Examples[0].Calls[1].Role != "use" ||
+	if doc.Schema != Schema || len(doc.Findings) != 4 || len(doc.Rules) != 6 || doc.Lost == nil || doc.Findings[0].Examples[0].Calls[1].Role != "use" ||
 		doc.NoteBelow != 0.01 || doc.Findings[0].Level != LevelError || doc.Findings[1].Cost != fs[1].Cost || doc.Rules[0].Cost == "" {
 		t.Errorf("JSON %s", js.String())
 	}

@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/cudatap/cudatap/export/internal/describe"
+	"github.com/cudatap/cudatap/export/oom"
 	"github.com/cudatap/cudatap/export/syncs"
 	"github.com/cudatap/cudatap/internal/units"
 	"github.com/cudatap/cudatap/tracer/model"
@@ -81,6 +82,14 @@ type Rule struct {
 
 // Rules describes the lints with opts' thresholds, in report order.
 func Rules(opts Options) []Rule {
+	return append([]Rule{{OutOfMemory, "out of memory: a device allocation failed",
+		"a device allocation (cudaMalloc and its forms, cuMemAlloc and its forms, cuMemCreate) that returned out of memory (cudaErrorMemoryAllocation, CUDA_ERROR_OUT_OF_MEMORY); the attempts of one request (the same thread asking the same size again before any of its allocations succeeds) count once",
+		oom.Fix, oom.Scope, pricing(OutOfMemory, opts)}}, collectorRules(opts)...)
+}
+
+// collectorRules are the rules of the lints the Collector runs, in
+// report order (indexed like ids).
+func collectorRules(opts Options) []Rule {
 	return []Rule{
 		{LegacyNonBlocking, "non_blocking copy on the legacy default stream",
 			"an asynchronous host↔device copy (cudaMemcpyAsync and the like) on the legacy default stream (stream 0 / cudaStreamLegacy) that its thread does not synchronize right after (a blocking copy such as .item() or .cpu() does)",
@@ -117,6 +126,8 @@ func pricing(id ID, opts Options) string {
 	case LegacyNonBlocking:
 		return "serialized GPU time: per copy, the time it waited for work of blocking streams (when it did) and the time it ran while an op enqueued after it waited behind it (on the legacy stream or a blocking stream); " +
 			"measured with --gpu-times, else at most the stretch from its enqueue (or the waiting op's) to the call that proved it complete" + note
+	case OutOfMemory:
+		return "not priced in time: a failed allocation, always an error"
 	case CrossStreamRace:
 		return "not priced in time: a possible wrong result, always an error"
 	case ManyBusyStreams:
@@ -179,13 +190,20 @@ func (n *namer) evidence(p *model.Process, r ref, role string) Evidence {
 // the costliest first (ties in lint order, then process by process). Call
 // it once the model has finished.
 func Findings(r *model.Result, c *Collector) []Finding {
-	if c == nil || r == nil {
+	if r == nil {
 		return nil
+	}
+	opts := DefaultOptions()
+	if c != nil {
+		opts = c.opts
+	}
+	out := oomFindings(r, opts)
+	if c == nil {
+		return out
 	}
 	c.flush()
 	n := &namer{r: r, sites: map[siteName]named{}}
-	rules := Rules(c.opts)
-	var out []Finding
+	rules := collectorRules(c.opts)
 	for l := range nLints {
 		for _, p := range r.Processes {
 			ps := c.procs[p.PID]
@@ -471,7 +489,7 @@ func LevelCounts(fs []Finding) string {
 }
 
 func idList() string {
-	var s []string
+	s := []string{string(OutOfMemory)}
 	for _, id := range ids {
 		s = append(s, string(id))
 	}
@@ -539,8 +557,11 @@ func threadLabel(e Evidence) string {
 }
 
 func streamLabel(e Evidence) string {
-	if e.StreamLabel != "" {
+	switch {
+	case e.StreamLabel != "":
 		return e.StreamLabel
+	case e.Stream < 0:
+		return "no stream"
 	}
 	return "stream " + strconv.Itoa(e.Stream)
 }

@@ -208,8 +208,9 @@ func idleHolders(g *model.GPUReport) []Verdict {
 // events, or why there were no samples. start is the recording's first
 // event, to place the events. The processes judged had a host verdict
 // from the trace (HostVerdicts): NVML's coarser input/host bound verdict is
-// left out for them.
-func gpus(buf *bytes.Buffer, g *model.GPUReport, start uint64, judged map[uint32]bool) {
+// left out for them. failed says an allocation failed for want of memory
+// (said at the top): NVML's verdicts are then not all there is.
+func gpus(buf *bytes.Buffer, g *model.GPUReport, start uint64, judged map[uint32]bool, failed bool) {
 	buf.WriteString("\nGPUs (NVML)\n")
 	if g.Status != "" {
 		fmt.Fprintf(buf, "  not sampled: %s\n", g.Status)
@@ -223,6 +224,8 @@ func gpus(buf *bytes.Buffer, g *model.GPUReport, start uint64, judged map[uint32
 		}
 		vs := UnjudgedVerdicts(g, judged)
 		switch {
+		case len(vs) == 0 && failed:
+			buf.WriteString("  verdicts: none from NVML (no out-of-memory risk seen in its samples, no throttling, no idle holder); an allocation failed for want of memory: see the out-of-memory verdicts at the top\n")
 		case len(vs) == 0 && len(judged) > 0:
 			buf.WriteString("  verdicts: none from NVML (no out-of-memory risk, no throttling, no idle holder); the host verdicts are in the process sections above\n")
 		case len(vs) == 0:

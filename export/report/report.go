@@ -13,6 +13,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/cudatap/cudatap/export/internal/describe"
+	"github.com/cudatap/cudatap/export/oom"
 	"github.com/cudatap/cudatap/export/syncs"
 	"github.com/cudatap/cudatap/internal/units"
 	"github.com/cudatap/cudatap/tracer/model"
@@ -38,12 +39,20 @@ func Summary(w io.Writer, r *model.Result, sites *syncs.Collector, opts Options)
 	// Built in memory (it is small), so a failing w is reported once.
 	var buf bytes.Buffer
 	fmt.Fprintf(&buf, "cudatap summary: %s, %s recorded\n", plural(len(r.Processes), "process", "processes"), units.Duration(span(r.Start, r.End)))
+	// A failed allocation is what the run came to: said first.
+	ooms := oom.Records(r)
+	for i := range ooms {
+		fmt.Fprintf(&buf, "verdict: out of memory: %s\n", ooms[i].Verdict())
+	}
+	if n := oom.Count(r) - int64(len(ooms)); n > 0 {
+		fmt.Fprintf(&buf, "verdict: out of memory: %d more failed allocations, past the %d kept per process\n", n, len(ooms))
+	}
 	judged := map[uint32]bool{} // processes with a host verdict
 	var calls int64
 	for _, p := range r.Processes {
 		buf.WriteByte('\n')
 		calls += p.NCalls
-		if process(&buf, r, p, sites, top) {
+		if process(&buf, r, p, sites, top, ooms) {
 			judged[p.PID] = true
 		}
 	}
@@ -56,7 +65,7 @@ func Summary(w io.Writer, r *model.Result, sites *syncs.Collector, opts Options)
 		fmt.Fprintf(&buf, "\nno CUDA: %s. cudatap hooks the CUDA runtime (libcudart, found by its symbols in any file a process maps, static or vendored), the driver (libcuda.so.1) and NCCL; "+
 			"a process that never loaded one of them does not use the GPU through CUDA (check that the job runs on the GPU: nvidia-smi, torch.cuda.is_available())\n", who)
 	}
-	gpus(&buf, &r.GPU, r.Start, judged)
+	gpus(&buf, &r.GPU, r.Start, judged, len(ooms) > 0)
 	fmt.Fprintf(&buf, "\n%s\n", describe.Account(r))
 	_, err := w.Write(buf.Bytes())
 	return err
@@ -82,7 +91,7 @@ func merge(t *syncs.Totals, o syncs.Totals) {
 
 // process writes the section of process p and reports whether a host
 // verdict was given on it.
-func process(buf *bytes.Buffer, r *model.Result, p *model.Process, collected *syncs.Collector, top int) bool {
+func process(buf *bytes.Buffer, r *model.Result, p *model.Process, collected *syncs.Collector, top int, ooms []oom.Record) bool {
 	fmt.Fprintf(buf, "%s\n", p.Label())
 	if p.Info.Cmdline != "" {
 		fmt.Fprintf(buf, "  command: %s\n", clip(p.Info.Cmdline, 200))
@@ -111,6 +120,15 @@ func process(buf *bytes.Buffer, r *model.Result, p *model.Process, collected *sy
 	}
 	if p.HeldNs > 0 {
 		fmt.Fprintf(buf, "  held by cudatap while it hooked libraries: %s (not counted as CUDA time)\n", units.Duration(p.HeldNs))
+	}
+	for i := range ooms {
+		if ooms[i].PID != p.PID {
+			continue
+		}
+		buf.WriteString("  out of memory:\n")
+		for _, l := range ooms[i].Lines() {
+			fmt.Fprintf(buf, "    %s\n", l)
+		}
 	}
 
 	// The syncs of the threads that launch work: background threads'

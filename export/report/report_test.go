@@ -147,3 +147,34 @@ func TestWriteError(t *testing.T) {
 		t.Error("write error not returned")
 	}
 }
+
+// TestSummaryOOM: a failed allocation is the summary's first verdict, its
+// details are in its process's section, and NVML's "none" no longer claims
+// there was no out-of-memory.
+func TestSummaryOOM(t *testing.T) {
+	sites := syncs.NewCollector()
+	r := fixture.OOM(sites, false)
+	var buf bytes.Buffer
+	if err := Summary(&buf, r, sites, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	lines := strings.Split(out, "\n")
+	if !strings.HasPrefix(lines[1], "verdict: out of memory: python3 (pid 4200): cudaMalloc of 200.0 GiB failed (out of memory) at +1.999 s, 2 attempts, at train.py:60 <module>; it held 102.0 GiB") ||
+		!strings.HasSuffix(lines[1], "did not recover: no allocation succeeded after it, and its last CUDA call came 960.0 µs later") {
+		t.Errorf("first verdict:\n%s", out)
+	}
+	for _, s := range []string{
+		"\n  out of memory:\n    python3 (tid 4200) asked cudaMalloc of 200.0 GiB on CUDA device 0 at +1.999 s\n    at train.py:60 <module>\n",
+		"\n      40.0 GiB in 1 × cudaMalloc [PyTorch caching allocator] at train.py:30 hold_a\n",
+		"\n    GPU 0 (the NVML sample nearest, 40.0 ms before the failure): 143.0 GiB total",
+		"\n  verdicts: none from NVML (no out-of-memory risk seen in its samples, no throttling, no idle holder); an allocation failed for want of memory: see the out-of-memory verdicts at the top\n",
+	} {
+		if !strings.Contains(out, s) {
+			t.Errorf("summary lacks %q:\n%s", s, out)
+		}
+	}
+	if strings.Contains(out, "verdicts: none (") {
+		t.Errorf("the summary says there was no out-of-memory:\n%s", out)
+	}
+}
