@@ -381,7 +381,7 @@ func TestRecordingDiskFull(t *testing.T) {
 	}
 }
 
-// TestExitStatuses: each class of failure has its exit status (README.md,
+// TestExitStatuses: each class of failure has its exit status (docs/cli.md,
 // "Exit codes"), computed from the error as main does.
 func TestExitStatuses(t *testing.T) {
 	dir := t.TempDir()

@@ -11,7 +11,7 @@ import (
 	"github.com/cudatap/cudatap/tracer/probe"
 )
 
-// cudatap's exit statuses (README.md, "Exit codes"; `cudatap --help`). A
+// cudatap's exit statuses (docs/cli.md, "Exit codes"; `cudatap --help`). A
 // command launched after `record --` gives record its own status when
 // cudatap itself succeeded (exitError).
 const (

@@ -35,7 +35,7 @@ func newExportCmd(g *globalOptions) *cobra.Command {
 	}
 	cmd.Flags().StringArrayVarP(&o.outputs, "output", "o", nil, "output file, format from the extension (.json/.json.gz Chrome trace, .perfetto-trace Perfetto trace, .pb.gz pprof) (repeatable); - is stdout (with --format; the summary then goes to stderr)")
 	cmd.Flags().StringVar(&o.format, "format", "", "the format of -o - and of outputs whose extension names none: chrome, perfetto or pprof")
-	cmd.Flags().BoolVar(&o.json, "json", false, "write the summary as JSON (schema in README.md, \"JSON output\"); also with --quiet")
+	cmd.Flags().BoolVar(&o.json, "json", false, "write the summary as JSON (schema: docs/formats.md, \"JSON output\"); also with --quiet")
 	return cmd
 }
 

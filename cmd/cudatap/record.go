@@ -68,7 +68,7 @@ func newRecordCmd(g *globalOptions) *cobra.Command {
 	f.BoolVar(&o.waitForCUDA, "wait-for-cuda", false, "accept target processes that have not loaded CUDA yet and hook it when they do")
 	onOffFlag(cmd, &o.gpuTimes, "gpu-times", true, "measure GPU ops with the target's own CUPTI (a collector loaded through CUDA_INJECTION64_PATH for a command, by ptrace into a running process), handed over to a profiler the target starts itself: on or off (--all and --container: off unless given); without CUPTI, or off, GPU ops are drawn within proven bounds")
 	f.StringVar(&o.cupti, "cupti", "", "the libcupti GPU times use, as the target sees it (default: the one it loaded, the one next to its libcudart, or the toolkit's)")
-	f.BoolVar(&o.json, "json", false, "write the summary as JSON (schema in README.md, \"JSON output\"); also with --quiet")
+	f.BoolVar(&o.json, "json", false, "write the summary as JSON (schema: docs/formats.md, \"JSON output\"); also with --quiet")
 	f.StringVar(&o.report, "report", "", "also write the HTML report (see cudatap report) to this file, and the device memory profile beside it")
 	f.BoolVar(&o.follow, "follow", false, "with -p: also trace every process the traced processes start from now on, and those they started already (a launched command is followed by default)")
 	f.BoolVar(&o.noFollow, "no-follow", false, "trace only the launched command's own process, not the processes it starts")

@@ -51,7 +51,7 @@ the terminal report (the schema of record --json, lints included).`,
 	f.StringVarP(&o.output, "output", "o", "", "write the HTML report to this file (.html)")
 	f.StringVar(&o.memoryProfile, "memory-profile", "", `with -o: where to write the device memory profile (default: next to the report, OUT.gpu_inuse.pb.gz; "none": not at all)`)
 	f.IntVar(&o.maxSlices, "max-slices", 20_000, "calls, GPU ops and syncs the timeline shows in full detail; past it, the busiest window that holds that many (the rest as occupancy)")
-	f.BoolVar(&o.json, "json", false, "write the summary as JSON (schema in README.md, \"JSON output\"), not the terminal report; also with --quiet")
+	f.BoolVar(&o.json, "json", false, "write the summary as JSON (schema: docs/formats.md, \"JSON output\"), not the terminal report; also with --quiet")
 	return cmd
 }
 

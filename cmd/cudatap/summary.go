@@ -14,7 +14,7 @@ import (
 )
 
 // summarySchema is the version of the JSON summary (`record --json`,
-// `export --json`, `report --json`; README.md "JSON output", the lints in
+// `export --json`, `report --json`; docs/formats.md "JSON output", the lints in
 // docs/lints.md): fields are only ever added; a removed or retyped field
 // bumps it.
 const summarySchema = 1
