@@ -5,6 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/cudatap/cudatap/export/metrics"
 	"github.com/cudatap/cudatap/internal/agent"
 	"github.com/cudatap/cudatap/internal/kube"
 )
@@ -16,8 +17,12 @@ func newAgentCmd(g *globalOptions) *cobra.Command {
 		Short: "Trace every CUDA process of the node, always on, and serve Prometheus metrics",
 		Long: `agent traces every CUDA process on the node (or of one container) through shared probes,
 one link set per CUDA library file, and serves what it finds as Prometheus metrics at /metrics:
-calls and launches, synchronization waits by kind, copy bytes by direction and host memory, NCCL
-bytes and operations, CUDA API time, per process (pid, comm, container), cumulative.
+calls and launches (by stream: 0 the legacy default stream, then 1, 2, ... in the order a process
+first used them), synchronization waits by kind, copy bytes by direction and host memory, NCCL
+bytes and operations, cumulative, per process group (comm, container, pod, namespace: the
+processes alike share their series; --pid-label gives each process its own), every series
+labelled with the node (Hostname). API time histograms only with --histograms. docs/agent.md
+lists the series, their labels and how many a process can have.
 
 It traces in windows (--window, once every --every) or without gaps (--continuous). Launches are
 counted in BPF maps per process, API and stream (--launch-times also times them there). After
@@ -37,7 +42,7 @@ was truncated (as does the X-Cudatap-Truncated header). Requests are bounded: --
 /metrics and /profile answers at a time, the others 503 at once; /metrics is rendered at most
 once a second; answers are gzip-compressed for clients that accept it.`,
 		Example: `  sudo cudatap agent --continuous
-  sudo cudatap agent --window 10s --every 60s --listen 0.0.0.0:9400 --token "$(cat /etc/cudatap/token)"`,
+  sudo cudatap agent --window 10s --every 60s --listen 0.0.0.0:9401 --token "$(cat /etc/cudatap/token)"`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.Logger, o.Version = g.logger(), version
@@ -68,6 +73,10 @@ once a second; answers are gzip-compressed for clients that accept it.`,
 	f.Int64Var(&o.CaptureMaxBytes, "capture-max-bytes", agent.DefaultCaptureMaxBytes, "POST /capture stops when its recording (a file without a name in $TMPDIR) reaches this many bytes; the trace then says it was truncated")
 	f.IntVar(&o.MaxRequests, "max-requests", agent.DefaultMaxRequests, "answer at most this many /metrics and /profile requests at once; the others get 503 at once (counted in cudatap_agent_requests_rejected_total)")
 	f.StringVar(&o.KubeletSocket, "kubelet-socket", kube.DefaultSocket, "the kubelet's pod-resources socket, for the pod, namespace and container labels (absent: labels from each process's own view; \"\": never asked)")
-	f.StringVar(&o.Push, "push", "", "push each window's (interval's) profile of each process to this Pyroscope-compatible server (http://HOST:PORT; POST /ingest)")
+	f.StringVar(&o.Push, "push", "", "push each window's (interval's) profile of each process to this Pyroscope-compatible server (http://HOST:PORT; POST /ingest); on SIGTERM the last are pushed, for 10s at most")
+	f.BoolVar(&o.PIDLabel, "pid-label", false, "label each process's series with its pid (a set of series per process; by default the processes with the same comm, container, pod and namespace share theirs)")
+	f.BoolVar(&o.Histograms, "histograms", false, "export the CUDA API time histograms (cudatap_cuda_api_seconds: 14 series per API timed; --launch-times implies it)")
+	f.IntVar(&o.MaxStreams, "max-streams", metrics.DefaultMaxStreams, "label the launches of at most this many streams of a process besides the legacy default stream; later ones count as stream \"other\"")
+	f.StringVar(&o.Node, "node-name", "", "the node's name, the Hostname label of every series (default: $NODE_NAME, else the host name)")
 	return cmd
 }

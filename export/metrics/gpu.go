@@ -3,6 +3,7 @@ package metrics
 import (
 	"math"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 
@@ -11,17 +12,23 @@ import (
 	"github.com/cudatap/cudatap/tracer/gpusample"
 )
 
-// GPUCollector exports the NVML device series of the node, with the labels
-// dcgm-exporter puts on its own (gpu, UUID, modelName, Hostname; per
-// process also pid, comm, pod, namespace, container), so dashboards written
-// for one work with the other. It keeps the latest sample per device; feed
-// it with Add from an gpusample.Sampler's Run.
+// GPUCollector exports the NVML device series of the node, labelled gpu,
+// UUID, model_name and Hostname (per process also comm, pod, namespace,
+// container, and pid when asked): gpu, UUID and Hostname as dcgm-exporter
+// names them, so that its series and these can be joined (its modelName
+// is model_name here: Prometheus' label names are snake_case, and
+// promtool check metrics says so). The series and their units are
+// cudatap's own (cudatap_gpu_utilization_ratio is 0-1, not
+// DCGM_FI_DEV_GPU_UTIL's 0-100): dashboards written for dcgm-exporter do
+// not show them. It keeps the latest sample per device; feed it with Add
+// from an gpusample.Sampler's Run.
 type GPUCollector struct {
 	mu    sync.Mutex
 	last  map[int]gpusample.Sample
 	xids  map[[2]int]uint64 // (device, xid) → count
 	up    bool
 	host  string
+	pid   bool // label processes with their pid
 	label Labeler
 	// device names the pod, namespace and container a GPU is allocated
 	// to (Kubernetes' pod-resources), as dcgm-exporter labels its series.
@@ -50,20 +57,35 @@ var gpuSeries = []struct {
 	{"cudatap_gpu_pcie_tx_bytes_per_second", "PCIe transmit throughput.", func(s *gpusample.Sample) float64 { return s.PCIeTxBps }},
 }
 
-var gpuLabels = []string{"gpu", "UUID", "modelName", "Hostname"}
+var gpuLabels = []string{"gpu", "UUID", "model_name", "Hostname"}
+
+// GPUOptions choose a GPUCollector's labels.
+type GPUOptions struct {
+	// Host is the Hostname label: the node (the host name when empty).
+	Host string
+	// PID labels each process's device memory with its pid; without it,
+	// the processes with the same other labels on a GPU are added up.
+	PID bool
+}
 
 // NewGPUCollector returns a collector with no samples yet: it reports
 // cudatap_agent_nvml_up 0 until SetUp(true).
-func NewGPUCollector() *GPUCollector {
-	host, _ := os.Hostname()
-	c := &GPUCollector{last: map[int]gpusample.Sample{}, xids: map[[2]int]uint64{}, host: host, label: ProcFSLabels, device: func(string) ProcLabels { return ProcLabels{} }, descs: map[string]*prometheus.Desc{}}
-	for _, s := range gpuSeries {
-		c.descs[s.name] = prometheus.NewDesc(s.name, s.help, append(append([]string{}, gpuLabels...), "pod", "namespace", "container"), nil)
+func NewGPUCollector(o GPUOptions) *GPUCollector {
+	if o.Host == "" {
+		o.Host, _ = os.Hostname()
 	}
-	c.procMem = prometheus.NewDesc("cudatap_gpu_process_memory_used_bytes", "Device memory a process uses on the GPU (NVML).",
-		append(append([]string{}, gpuLabels...), "pid", "comm", "pod", "namespace", "container"), nil)
-	c.xid = prometheus.NewDesc("cudatap_gpu_xid_errors_total", "Xid errors the driver reported while the agent watched.", append(append([]string{}, gpuLabels...), "xid"), nil)
-	c.upDesc = prometheus.NewDesc("cudatap_agent_nvml_up", "1 when NVML answers (GPU series are exported), 0 when it is absent or failing.", nil, nil)
+	c := &GPUCollector{last: map[int]gpusample.Sample{}, xids: map[[2]int]uint64{}, host: o.Host, pid: o.PID, label: ProcFSLabels, device: func(string) ProcLabels { return ProcLabels{} }, descs: map[string]*prometheus.Desc{}}
+	for _, s := range gpuSeries {
+		c.descs[s.name] = prometheus.NewDesc(s.name, s.help, append(slices.Clone(gpuLabels), "pod", "namespace", "container"), nil)
+	}
+	proc := []string{"comm", "pod", "namespace", "container"}
+	if o.PID {
+		proc = append([]string{"pid"}, proc...)
+	}
+	c.procMem = prometheus.NewDesc("cudatap_gpu_process_memory_used_bytes", "Device memory a process uses on the GPU (NVML); without the pid label, the processes of a group on the GPU added up.",
+		append(slices.Clone(gpuLabels), proc...), nil)
+	c.xid = prometheus.NewDesc("cudatap_gpu_xid_errors_total", "Xid errors the driver reported while the agent watched.", append(slices.Clone(gpuLabels), "xid"), nil)
+	c.upDesc = prometheus.NewDesc("cudatap_agent_nvml_up", "1 when NVML answers (GPU series are exported), 0 when it is absent or failing.", []string{"Hostname"}, nil)
 	return c
 }
 
@@ -117,7 +139,7 @@ func (c *GPUCollector) Collect(ch chan<- prometheus.Metric) {
 	if c.up {
 		up = 1
 	}
-	ch <- prometheus.MustNewConstMetric(c.upDesc, prometheus.GaugeValue, up)
+	ch <- prometheus.MustNewConstMetric(c.upDesc, prometheus.GaugeValue, up, c.host)
 	for dev, s := range c.last {
 		labels := []string{strconv.Itoa(dev), s.UUID, s.Name, c.host}
 		owner := c.device(s.UUID)
@@ -130,10 +152,17 @@ func (c *GPUCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 			ch <- prometheus.MustNewConstMetric(c.descs[series.name], prometheus.GaugeValue, v, append(append([]string{}, labels...), owner.Pod, owner.Namespace, owner.Container)...)
 		}
+		mem := seriesSet{}
 		for _, p := range s.Processes {
 			l := c.label(p.PID, s.UUID)
-			ch <- prometheus.MustNewConstMetric(c.procMem, prometheus.GaugeValue, float64(p.MemUsed),
-				append(append([]string{}, labels...), strconv.FormatUint(uint64(p.PID), 10), l.Comm, l.Pod, l.Namespace, l.Container)...)
+			proc := []string{l.Comm, l.Pod, l.Namespace, l.Container}
+			if c.pid {
+				proc = append([]string{strconv.FormatUint(uint64(p.PID), 10)}, proc...)
+			}
+			mem.add(sample{desc: c.procMem, kind: prometheus.GaugeValue, merge: mergeSum, v: float64(p.MemUsed), labels: append(slices.Clone(labels), proc...)})
+		}
+		for _, m := range mem {
+			ch <- m.metric()
 		}
 	}
 	for k, n := range c.xids {

@@ -15,8 +15,7 @@ import (
 // labels; unsupported fields left out; per-process memory with the
 // process's labels; Xid errors counted; NVML's state reported.
 func TestGPUCollector(t *testing.T) {
-	c := NewGPUCollector()
-	c.host = "node-7"
+	c := NewGPUCollector(GPUOptions{Host: "node-7", PID: true})
 	var gpusAsked []string
 	c.SetLabelers(func(_ uint32, gpus ...string) ProcLabels {
 		gpusAsked = gpus
@@ -32,7 +31,7 @@ func TestGPUCollector(t *testing.T) {
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
 # HELP cudatap_agent_nvml_up 1 when NVML answers (GPU series are exported), 0 when it is absent or failing.
 # TYPE cudatap_agent_nvml_up gauge
-cudatap_agent_nvml_up 0
+cudatap_agent_nvml_up{Hostname="node-7"} 0
 `), "cudatap_agent_nvml_up"); err != nil {
 		t.Error(err)
 	}
@@ -48,16 +47,16 @@ cudatap_agent_nvml_up 0
 	want := `
 # HELP cudatap_gpu_utilization_ratio Share of time a kernel ran on the GPU (NVML utilization.gpu).
 # TYPE cudatap_gpu_utilization_ratio gauge
-cudatap_gpu_utilization_ratio{Hostname="node-7",UUID="GPU-1",container="main",gpu="1",modelName="NVIDIA H200",namespace="ml",pod="trainer-0"} 0.25
+cudatap_gpu_utilization_ratio{Hostname="node-7",UUID="GPU-1",container="main",gpu="1",model_name="NVIDIA H200",namespace="ml",pod="trainer-0"} 0.25
 # HELP cudatap_gpu_power_watts Power draw.
 # TYPE cudatap_gpu_power_watts gauge
-cudatap_gpu_power_watts{Hostname="node-7",UUID="GPU-1",container="main",gpu="1",modelName="NVIDIA H200",namespace="ml",pod="trainer-0"} 205.5
-# HELP cudatap_gpu_process_memory_used_bytes Device memory a process uses on the GPU (NVML).
+cudatap_gpu_power_watts{Hostname="node-7",UUID="GPU-1",container="main",gpu="1",model_name="NVIDIA H200",namespace="ml",pod="trainer-0"} 205.5
+# HELP cudatap_gpu_process_memory_used_bytes Device memory a process uses on the GPU (NVML); without the pid label, the processes of a group on the GPU added up.
 # TYPE cudatap_gpu_process_memory_used_bytes gauge
-cudatap_gpu_process_memory_used_bytes{Hostname="node-7",UUID="GPU-1",comm="python3",container="main",gpu="1",modelName="NVIDIA H200",namespace="ml",pid="4123",pod="trainer-0"} 9.2274688e+08
+cudatap_gpu_process_memory_used_bytes{Hostname="node-7",UUID="GPU-1",comm="python3",container="main",gpu="1",model_name="NVIDIA H200",namespace="ml",pid="4123",pod="trainer-0"} 9.2274688e+08
 # HELP cudatap_gpu_xid_errors_total Xid errors the driver reported while the agent watched.
 # TYPE cudatap_gpu_xid_errors_total counter
-cudatap_gpu_xid_errors_total{Hostname="node-7",UUID="GPU-1",gpu="1",modelName="NVIDIA H200",xid="79"} 2
+cudatap_gpu_xid_errors_total{Hostname="node-7",UUID="GPU-1",gpu="1",model_name="NVIDIA H200",xid="79"} 2
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "cudatap_gpu_utilization_ratio", "cudatap_gpu_power_watts",
 		"cudatap_gpu_process_memory_used_bytes", "cudatap_gpu_xid_errors_total"); err != nil {

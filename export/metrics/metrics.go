@@ -7,13 +7,22 @@
 // findings as they happen.
 //
 // Kernel names and stacks are never labels (cardinality): they live in
-// profiles. The labels are the process's pid, comm, container and pod
-// (the pod's UID, from the cgroup path under Kubernetes).
+// profiles. A process is labelled comm, container, pod and namespace, and
+// pid only when asked (Options.PID): without it, the processes that share
+// those labels (the ranks of a job in one container) share their series,
+// summed, and a series does not die with its process. Streams are labelled
+// by a small number per process, in the order they were first seen; the
+// API time histograms only when asked (Options.Histograms). SeriesBound
+// is what a process can cost at most.
 package metrics
 
 import (
+	"cmp"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -36,27 +45,51 @@ const MaxProcesses = 1024
 // into them exactly: all of BPF bucket b is below 2^(b+1) ns.
 var apiBucketsNs = [...]uint64{1 << 10, 1 << 12, 1 << 14, 1 << 16, 1 << 18, 1 << 20, 1 << 22, 1 << 24, 1 << 26, 1 << 28, 1 << 30}
 
+// Options choose the labels and series of a Collector.
+type Options struct {
+	// PID labels each process's series with its pid: a set of series per
+	// process (the agent's --pid-label). Without it a set per process
+	// group: comm, container, pod and namespace.
+	PID bool
+	// Histograms exports cudatap_cuda_api_seconds, the API time
+	// histograms: 14 series per API timed (the agent's --histograms).
+	Histograms bool
+	// MaxStreams is how many streams of a process are labelled beside the
+	// legacy default stream (0: DefaultMaxStreams); launches on later
+	// ones count under stream="other".
+	MaxStreams int
+}
+
+// DefaultMaxStreams: a PyTorch process launches on its default stream,
+// NCCL's streams (one per communicator and device) and a few side streams.
+const DefaultMaxStreams = 16
+
 // Collector aggregates what a model reports, per process.
 type Collector struct {
+	o       Options
 	mu      sync.Mutex
 	procs   map[uint32]*proc
 	seq     uint64 // recency, for eviction
 	evicted uint64
 	label   Labeler
 	weight  float64 // each count counts this much (SetWeight)
+	// retired holds, by process group (without Options.PID), the counters
+	// of the group's processes that were forgotten while others of it
+	// live on: a group's counters never go down.
+	retired map[string]seriesSet
 	// Launches whose time BPF found no room for: of the sessions that
 	// ended, and of the current one.
 	timesLost, timesLostLive uint64
 
 	calls, launches, syncs, syncWait, copyBytes, ncclBytes, ncclOps, apiTime, evictedDesc, timesLostDesc *prometheus.Desc
 	commCalls, commLast, commDone, commDoneLast                                                          *prometheus.Desc
-	sampleProb, sampleWindows, streamLaunches                                                            *prometheus.Desc
+	sampleProb, sampleWindows, streamLaunches, processes                                                 *prometheus.Desc
 }
 
 type proc struct {
-	ProcLabels
-	pid  string
-	seen uint64
+	labels []string // its label values: pid (Options.PID), comm, container, pod, namespace
+	group  string   // labels, joined: the key of its group
+	seen   uint64
 	// Counts are weighted (SetWeight): floats.
 	calls      map[string]float64 // by API
 	launches   float64
@@ -66,7 +99,7 @@ type proc struct {
 	ncclBytes  map[string]float64    // by collective
 	ncclOps    map[string]float64
 	apiTime    map[string]*histogram
-	// Launches by stream (label: streamLabel), weighted; the labels by
+	// Launches by stream (label: streamName), weighted; the labels by
 	// handle, made once (a launch is the hot path: no allocation per call).
 	streamLaunches map[string]float64
 	streamNames    map[uint64]string
@@ -163,36 +196,92 @@ func (h *histogram) addLog2(t *event.TimeHistogram) {
 
 // NewCollector returns an empty collector. Processes are labelled from
 // /proc (comm, container) when first seen.
-func NewCollector() *Collector {
-	labels := []string{"pid", "comm", "container", "pod", "namespace"}
+func NewCollector(o Options) *Collector {
+	if o.MaxStreams <= 0 {
+		o.MaxStreams = DefaultMaxStreams
+	}
+	labels := []string{"comm", "container", "pod", "namespace"}
+	if o.PID {
+		labels = append([]string{"pid"}, labels...)
+	}
 	d := func(name, help string, extra ...string) *prometheus.Desc {
-		return prometheus.NewDesc(name, help, append(append([]string{}, labels...), extra...), nil)
+		return prometheus.NewDesc(name, help, append(slices.Clone(labels), extra...), nil)
 	}
-	comm := func(name, help string) *prometheus.Desc {
-		return prometheus.NewDesc(name, help, append(append([]string{}, labels...), "communicator", "rank", "world_size"), nil)
-	}
+	comm := func(name, help string) *prometheus.Desc { return d(name, help, "communicator", "rank", "world_size") }
 	return &Collector{
+		o:              o,
 		commCalls:      comm("cudatap_nccl_comm_collectives", "Collectives this rank called on the communicator (exact). A rank behind the others of its communicator has stopped arriving: hung or late."),
 		commDone:       comm("cudatap_nccl_comm_completed_collectives", "Of the collectives this rank called on the communicator, those its host saw complete. Fewer than cudatap_nccl_comm_collectives for long: it waits in a collective (for a rank that has not arrived)."),
 		commDoneLast:   comm("cudatap_nccl_comm_last_completed_collective_timestamp_seconds", "When this rank's host last saw one of its collectives complete (Unix time)."),
 		commLast:       comm("cudatap_nccl_comm_last_collective_timestamp_seconds", "When this rank last called a collective on the communicator (Unix time)."),
 		procs:          map[uint32]*proc{},
+		retired:        map[string]seriesSet{},
 		weight:         1,
 		label:          ProcFSLabels,
 		calls:          d("cudatap_cuda_calls_total", "CUDA runtime, driver and NCCL calls traced, by API.", "api"),
 		launches:       d("cudatap_kernel_launches_total", "Kernel launches traced."),
-		streamLaunches: d("cudatap_stream_launches_total", "Kernel launches traced, by stream (its handle: legacy, per_thread, 0x…; unknown when unreadable).", "stream"),
+		streamLaunches: d("cudatap_stream_launches_total", "Kernel launches traced, by stream: 0 the legacy default stream, then 1, 2, ... in the order the process's streams were first seen (other past the bound, unknown when unreadable).", "stream"),
 		syncs:          d("cudatap_syncs_total", "Host-blocking synchronizations, by kind (stream_sync, pageable_memcpy, ...).", "kind"),
 		syncWait:       d("cudatap_sync_wait_seconds_total", "Host time blocked in synchronizations, by kind.", "kind"),
 		copyBytes:      d("cudatap_memcpy_bytes_total", "Bytes copied, by direction (HtoD, DtoH, DtoD, ...) and host memory (pageable, pinned, device).", "direction", "host_memory"),
 		ncclBytes:      d("cudatap_nccl_bytes_total", "NCCL payload bytes, by operation.", "op"),
 		ncclOps:        d("cudatap_nccl_operations_total", "NCCL operations, by operation.", "op"),
 		apiTime:        d("cudatap_cuda_api_seconds", "Host time in CUDA calls whose return is traced, by API (launches only with the agent's --launch-times).", "api"),
-		sampleProb:     d("cudatap_process_sample_probability", "Probability the agent traces this process in a window (1 unless --max-cpu makes it sample the busiest processes; counts of traced windows are weighted 1/p)."),
-		sampleWindows:  d("cudatap_process_windows_total", "Windows this process was traced in (traced=\"true\") or sat out to keep the agent within --max-cpu (traced=\"false\").", "traced"),
+		sampleProb:     d("cudatap_process_sample_probability", "Probability the agent traces this process in a window (1 unless --max-cpu makes it sample the busiest processes; counts of traced windows are weighted 1/p). Of a group of processes: the smallest."),
+		sampleWindows:  d("cudatap_process_windows_total", "Windows this process (the processes of the group, added) was traced in (traced=\"true\") or sat out to keep the agent within --max-cpu (traced=\"false\").", "traced"),
+		processes:      d("cudatap_processes", "Processes these series are of: 1 with the pid label, else the group's (same comm, container, pod and namespace), exited ones included until their series would go (5 minutes)."),
 		evictedDesc:    prometheus.NewDesc("cudatap_metrics_processes_evicted_total", "Processes whose series were dropped to bound cardinality.", nil, nil),
 		timesLostDesc:  prometheus.NewDesc("cudatap_launch_times_lost_total", "Launches counted whose host time BPF found no room to keep (--launch-times): missing from cudatap_cuda_api_seconds.", nil, nil),
 	}
+}
+
+// SeriesBound is the most series one process can have with options o
+// (without Options.PID, one group of processes: they share them), counted
+// as Prometheus stores them (a histogram's buckets, sum and count each a
+// series): the process count; calls by API; launches, and by stream;
+// sampling; syncs and their wait by kind; bytes copied by direction and
+// host memory; NCCL bytes and operations by collective; the four gauges of
+// each communicator; with Options.Histograms, the time of each API whose
+// time is known.
+func SeriesBound(o Options) int {
+	if o.MaxStreams <= 0 {
+		o.MaxStreams = DefaultMaxStreams
+	}
+	apis, timed, collectives := map[string]bool{}, map[string]bool{}, map[string]bool{}
+	for _, l := range []event.Layer{event.Runtime, event.Driver, event.NCCL} {
+		for _, s := range event.Specs(l) {
+			apis[s.Name] = true
+			timed[s.Name] = timed[s.Name] || s.Return || s.Class == event.ClassLaunch // launches: --launch-times
+			collectives[s.Name] = collectives[s.Name] || s.Class == event.ClassCollective
+		}
+	}
+	count := func(m map[string]bool) (n int) {
+		for _, v := range m {
+			if v {
+				n++
+			}
+		}
+		return n
+	}
+	syncKinds := 0
+	for k := model.SyncKind(1); k.String() != "unknown"; k++ {
+		syncKinds++
+	}
+	copies := map[string]int{} // direction → host memories
+	for k := range 256 {
+		copies[event.MemcpyKind(k).String()] = 2 // pageable, pinned
+	}
+	copies[event.DeviceToDevice.String()] = 1 // device
+	// Streams: MaxStreams, 0, other, unknown; sampling: the probability,
+	// the windows in and out.
+	n := 1 + len(apis) + 1 + o.MaxStreams + 3 + 3 + 2*syncKinds + 2*count(collectives) + 4*maxComms
+	for _, hosts := range copies {
+		n += hosts
+	}
+	if o.Histograms {
+		n += (len(apiBucketsNs) + 3) * count(timed) // the bounds, +Inf, sum, count
+	}
+	return n
 }
 
 // ProcLabels name a process in the series.
@@ -236,10 +325,15 @@ func (c *Collector) proc(pid uint32) *proc {
 				oldest, at = id, p.seen
 			}
 		}
-		delete(c.procs, oldest)
+		c.forget(oldest)
 		c.evicted++
 	}
-	p := &proc{ProcLabels: c.label(pid), pid: strconv.FormatUint(uint64(pid), 10), seen: c.seq, probability: 1,
+	l := c.label(pid)
+	labels := []string{l.Comm, l.Container, l.Pod, l.Namespace}
+	if c.o.PID {
+		labels = append([]string{strconv.FormatUint(uint64(pid), 10)}, labels...)
+	}
+	p := &proc{labels: labels, group: strings.Join(labels, "\xff"), seen: c.seq, probability: 1,
 		calls: map[string]float64{}, syncs: map[string]float64{}, syncWaitNs: map[string]float64{},
 		copyBytes: map[[2]string]float64{}, ncclBytes: map[string]float64{}, ncclOps: map[string]float64{},
 		apiTime: map[string]*histogram{}, streamLaunches: map[string]float64{}}
@@ -264,9 +358,36 @@ func (c *Collector) ForgetExited(alive func(pid int) bool, now time.Time) {
 		case p.goneSince.IsZero():
 			p.goneSince = now
 		case now.Sub(p.goneSince) >= ExitedGrace:
-			delete(c.procs, pid)
+			c.forget(pid)
 		}
 	}
+}
+
+// forget drops process pid. Without Options.PID its counters stay in its
+// group's while the group has other processes: a counter of the group
+// must not go down (Prometheus would take it for a restart).
+func (c *Collector) forget(pid uint32) {
+	p := c.procs[pid]
+	delete(c.procs, pid)
+	if p == nil || c.o.PID {
+		return
+	}
+	for _, q := range c.procs {
+		if q.group == p.group {
+			set := c.retired[p.group]
+			if set == nil {
+				set = seriesSet{}
+				c.retired[p.group] = set
+			}
+			c.series(p, func(s sample) {
+				if s.kind != prometheus.GaugeValue { // a gauge is the process's own
+					set.add(s)
+				}
+			})
+			return
+		}
+	}
+	delete(c.retired, p.group) // the group's last process: its series go
 }
 
 // Call counts c.
@@ -289,7 +410,7 @@ func (c *Collector) Call(mp *model.Process, x *model.Call) {
 		if !x.Captured {
 			p.launches += w
 			if x.Args.HasStream {
-				p.streamLaunches[p.streamName(x.Args.Stream)] += w
+				p.streamLaunches[c.streamName(p, x.Args.Stream)] += w
 			}
 		}
 	case event.ClassMemcpy:
@@ -322,7 +443,7 @@ func (c *Collector) Call(mp *model.Process, x *model.Call) {
 			p.comms[x.Args.Comm] = &commState{id: x.Args.CommID, rank: x.Args.Peer, size: x.Args.Size}
 		}
 	}
-	if x.HasRet {
+	if x.HasRet && c.o.Histograms {
 		p.apiHistogram(name).observe(x.Duration())
 	}
 }
@@ -400,7 +521,7 @@ func (c *Collector) weightOf(p *proc) float64 { return c.weight / p.probability 
 
 // Describe sends the metrics' descriptions.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.calls, c.launches, c.syncs, c.syncWait, c.copyBytes, c.ncclBytes, c.ncclOps, c.apiTime, c.evictedDesc, c.commCalls, c.commLast, c.commDone, c.commDoneLast, c.sampleProb, c.sampleWindows, c.streamLaunches, c.timesLostDesc} {
+	for _, d := range []*prometheus.Desc{c.calls, c.launches, c.syncs, c.syncWait, c.copyBytes, c.ncclBytes, c.ncclOps, c.apiTime, c.evictedDesc, c.commCalls, c.commLast, c.commDone, c.commDoneLast, c.sampleProb, c.sampleWindows, c.streamLaunches, c.processes, c.timesLostDesc} {
 		ch <- d
 	}
 }
@@ -424,6 +545,9 @@ func (c *Collector) SetAggregates(a event.Aggregates) {
 	defer c.mu.Unlock()
 	c.timesLostLive = a.TimesLost
 	for pid, byAPI := range a.Times {
+		if !c.o.Histograms {
+			break
+		}
 		p := c.proc(pid)
 		p.aggCum.times = map[string]*event.TimeHistogram{}
 		p.aggTimes = map[string]*event.TimeHistogram{}
@@ -441,10 +565,16 @@ func (c *Collector) SetAggregates(a event.Aggregates) {
 	for pid, byKey := range a.Launches {
 		p := c.proc(pid)
 		p.aggCum.calls, p.aggCum.streams = map[string]uint64{}, map[string]uint64{}
-		for k, n := range byKey {
+		// Streams first seen in the same counts are numbered in the order
+		// of their handles (BPF's counts do not say which came first).
+		keys := slices.SortedFunc(maps.Keys(byKey), func(a, b event.LaunchKey) int {
+			return cmp.Or(cmp.Compare(a.Stream, b.Stream), cmp.Compare(a.API, b.API))
+		})
+		for _, k := range keys {
 			if s := event.Lookup(k.API); s != nil {
+				n := byKey[k]
 				p.aggCum.calls[s.Name] += n
-				p.aggCum.streams[p.streamName(k.Stream)] += n
+				p.aggCum.streams[c.streamName(p, k.Stream)] += n
 			}
 		}
 		p.aggLive, p.aggLiveStream = since(p.aggCum.calls, p.aggBase.calls), since(p.aggCum.streams, p.aggBase.streams)
@@ -516,119 +646,201 @@ func (c *Collector) fold(p *proc) {
 	p.aggLive, p.aggLiveStream, p.aggTimes = nil, nil, nil
 }
 
-// maxStreamNames bounds the stream labels kept per process.
-const maxStreamNames = 1024
-
-// streamName is streamLabel, made once per stream of the process; past
-// maxStreamNames streams, "other" (a label per stream would grow the
-// series, and formatting one on every launch would allocate).
-func (p *proc) streamName(handle uint64) string {
+// streamName labels a stream of p by its handle: "0" for the legacy
+// default stream (handle 0 or cudaStreamLegacy, 0x1), then "1", "2", ... in
+// the order p's streams are first seen, stable for as long as p has series
+// (the model's stream ids restart with each session; a handle is a pointer,
+// meaningless to a reader and a new series per stream ever created). Past
+// Options.MaxStreams, "other". Made once per stream: formatting one on
+// every launch would allocate.
+func (c *Collector) streamName(p *proc, handle uint64) string {
+	switch handle {
+	case 0, 1:
+		return "0"
+	case event.AggregateUnknownStream:
+		return "unknown"
+	}
 	if n, ok := p.streamNames[handle]; ok {
 		return n
 	}
-	if len(p.streamNames) >= maxStreamNames {
+	if len(p.streamNames) >= c.o.MaxStreams {
 		return "other"
 	}
-	n := streamLabel(handle)
 	if p.streamNames == nil {
 		p.streamNames = map[uint64]string{}
 	}
+	n := strconv.Itoa(len(p.streamNames) + 1)
 	p.streamNames[handle] = n
 	return n
 }
 
-// streamLabel names a stream by its handle, stable across windows (the
-// model's small ids restart with each session): the legacy and per-thread
-// default streams by name, the others in hex.
-func streamLabel(handle uint64) string {
-	switch handle {
-	case 0, 1: // cudaStreamLegacy is 0x1
-		return "legacy"
-	case 2:
-		return "per_thread"
-	case event.AggregateUnknownStream:
-		return "unknown"
-	}
-	return fmt.Sprintf("0x%x", handle)
+// sample is one series' value: a counter's or a gauge's v, or a
+// histogram's h (kind UntypedValue); merge says how the samples of
+// several processes under the same labels make one.
+type sample struct {
+	desc   *prometheus.Desc
+	kind   prometheus.ValueType
+	merge  merge
+	v      float64
+	h      histogram
+	labels []string
 }
 
-// Collect sends the current values.
+type merge uint8
+
+const (
+	mergeSum merge = iota // counters, histograms, process counts
+	mergeMax              // a process's own gauges: a rank's collectives, their times
+	mergeMin              // the sampling probability: the group's least traced
+)
+
+// seriesSet are series by desc and label values, the samples of the
+// processes that share them merged.
+type seriesSet map[seriesKey]*sample
+
+type seriesKey struct {
+	desc   *prometheus.Desc
+	labels string // joined
+}
+
+func (set seriesSet) add(s sample) {
+	key := seriesKey{s.desc, strings.Join(s.labels, "\xff")}
+	have := set[key]
+	switch {
+	case have == nil:
+		s.labels = slices.Clone(s.labels)
+		set[key] = &s
+	case s.kind == prometheus.UntypedValue:
+		have.h.add(&s.h)
+	case s.merge == mergeSum:
+		have.v += s.v
+	case s.merge == mergeMin:
+		have.v = min(have.v, s.v)
+	default:
+		have.v = max(have.v, s.v)
+	}
+}
+
+func (s *sample) metric() prometheus.Metric {
+	if s.kind != prometheus.UntypedValue {
+		return prometheus.MustNewConstMetric(s.desc, s.kind, s.v, s.labels...)
+	}
+	buckets := make(map[float64]uint64, len(apiBucketsNs))
+	for i, b := range apiBucketsNs {
+		buckets[float64(b)/1e9] = s.h.buckets[i]
+	}
+	return prometheus.MustNewConstHistogram(s.desc, s.h.count, float64(s.h.sumNs)/1e9, buckets, s.labels...)
+}
+
+// add adds o's calls to h.
+func (h *histogram) add(o *histogram) {
+	h.count += o.count
+	h.sumNs += o.sumNs
+	for i := range h.buckets {
+		h.buckets[i] += o.buckets[i]
+	}
+}
+
+// series hands emit every series of p, with their values of now. The
+// labels emit gets are reused: it copies what it keeps.
+func (c *Collector) series(p *proc, emit func(sample)) {
+	l := p.labels
+	buf := make([]string, 0, len(l)+3)
+	with := func(extra ...string) []string { return append(append(buf[:0], l...), extra...) }
+	counter := func(d *prometheus.Desc, v float64, labels []string) {
+		emit(sample{desc: d, kind: prometheus.CounterValue, v: v, labels: labels})
+	}
+	gauge := func(d *prometheus.Desc, v float64, labels []string) {
+		emit(sample{desc: d, kind: prometheus.GaugeValue, merge: mergeMax, v: v, labels: labels})
+	}
+	emit(sample{desc: c.processes, kind: prometheus.GaugeValue, merge: mergeSum, v: 1, labels: l})
+	launches := p.launches
+	live := func(api string) float64 { return float64(p.aggLive[api]) * c.weightOf(p) }
+	for api := range p.aggLive {
+		launches += live(api)
+		if _, ok := p.calls[api]; !ok {
+			counter(c.calls, live(api), with(api))
+		}
+	}
+	for api, n := range p.calls {
+		counter(c.calls, n+live(api), with(api))
+	}
+	counter(c.launches, launches, l)
+	for stream, n := range p.streamLaunches {
+		if _, ok := p.aggLiveStream[stream]; !ok {
+			counter(c.streamLaunches, n, with(stream))
+		}
+	}
+	for stream, n := range p.aggLiveStream {
+		counter(c.streamLaunches, p.streamLaunches[stream]+float64(n)*c.weightOf(p), with(stream))
+	}
+	if p.windowsIn+p.windowsOut > 0 {
+		emit(sample{desc: c.sampleProb, kind: prometheus.GaugeValue, merge: mergeMin, v: p.probability, labels: l})
+		counter(c.sampleWindows, float64(p.windowsIn), with("true"))
+		counter(c.sampleWindows, float64(p.windowsOut), with("false"))
+	}
+	for k, n := range p.syncs {
+		counter(c.syncs, n, with(k))
+		counter(c.syncWait, p.syncWaitNs[k]/1e9, with(k))
+	}
+	for k, n := range p.copyBytes {
+		counter(c.copyBytes, n, with(k[0], k[1]))
+	}
+	for op, n := range p.ncclBytes {
+		counter(c.ncclBytes, n, with(op))
+		counter(c.ncclOps, p.ncclOps[op], with(op))
+	}
+	for _, m := range p.comms {
+		cl := with(fmt.Sprintf("%016x", m.id), strconv.Itoa(int(m.rank)), strconv.FormatUint(m.size, 10))
+		gauge(c.commCalls, float64(m.calls), cl)
+		gauge(c.commDone, float64(m.completed), cl)
+		if m.completeWall > 0 {
+			gauge(c.commDoneLast, m.completeWall, cl)
+		}
+		if m.lastWall > 0 {
+			gauge(c.commLast, m.lastWall, cl)
+		}
+	}
+	if !c.o.Histograms {
+		return
+	}
+	for api, h := range p.apiTime {
+		all := *h
+		if t := p.aggTimes[api]; t != nil {
+			all.addLog2(t)
+		}
+		emit(sample{desc: c.apiTime, kind: prometheus.UntypedValue, h: all, labels: with(api)})
+	}
+	for api, t := range p.aggTimes {
+		if _, ok := p.apiTime[api]; !ok {
+			var all histogram
+			all.addLog2(t)
+			emit(sample{desc: c.apiTime, kind: prometheus.UntypedValue, h: all, labels: with(api)})
+		}
+	}
+}
+
+// Collect sends the current values: each process's series, or without
+// Options.PID each group's, its processes' added up (seriesSet).
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	counter := func(d *prometheus.Desc, v float64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
-	}
-	for _, p := range c.procs {
-		l := []string{p.pid, p.Comm, p.Container, p.Pod, p.Namespace}
-		with := func(extra ...string) []string { return append(append([]string{}, l...), extra...) }
-		launches := p.launches
-		live := func(api string) float64 { return float64(p.aggLive[api]) * c.weightOf(p) }
-		for api := range p.aggLive {
-			launches += live(api)
-			if _, ok := p.calls[api]; !ok {
-				counter(c.calls, live(api), with(api)...)
+	if c.o.PID {
+		for _, p := range c.procs {
+			c.series(p, func(s sample) { ch <- s.metric() })
+		}
+	} else {
+		all := seriesSet{}
+		for _, set := range c.retired {
+			for _, s := range set {
+				all.add(*s)
 			}
 		}
-		for api, n := range p.calls {
-			counter(c.calls, n+live(api), with(api)...)
+		for _, p := range c.procs {
+			c.series(p, all.add)
 		}
-		counter(c.launches, launches, l...)
-		for stream, n := range p.streamLaunches {
-			if _, ok := p.aggLiveStream[stream]; !ok {
-				counter(c.streamLaunches, n, with(stream)...)
-			}
-		}
-		for stream, n := range p.aggLiveStream {
-			counter(c.streamLaunches, p.streamLaunches[stream]+float64(n)*c.weightOf(p), with(stream)...)
-		}
-		if p.windowsIn+p.windowsOut > 0 {
-			ch <- prometheus.MustNewConstMetric(c.sampleProb, prometheus.GaugeValue, p.probability, l...)
-			counter(c.sampleWindows, float64(p.windowsIn), with("true")...)
-			counter(c.sampleWindows, float64(p.windowsOut), with("false")...)
-		}
-		for k, n := range p.syncs {
-			counter(c.syncs, n, with(k)...)
-			counter(c.syncWait, p.syncWaitNs[k]/1e9, with(k)...)
-		}
-		for k, n := range p.copyBytes {
-			counter(c.copyBytes, n, with(k[0], k[1])...)
-		}
-		for op, n := range p.ncclBytes {
-			counter(c.ncclBytes, n, with(op)...)
-			counter(c.ncclOps, p.ncclOps[op], with(op)...)
-		}
-		for _, m := range p.comms {
-			cl := with(fmt.Sprintf("%016x", m.id), strconv.Itoa(int(m.rank)), strconv.FormatUint(m.size, 10))
-			ch <- prometheus.MustNewConstMetric(c.commCalls, prometheus.GaugeValue, float64(m.calls), cl...)
-			ch <- prometheus.MustNewConstMetric(c.commDone, prometheus.GaugeValue, float64(m.completed), cl...)
-			if m.completeWall > 0 {
-				ch <- prometheus.MustNewConstMetric(c.commDoneLast, prometheus.GaugeValue, m.completeWall, cl...)
-			}
-			if m.lastWall > 0 {
-				ch <- prometheus.MustNewConstMetric(c.commLast, prometheus.GaugeValue, m.lastWall, cl...)
-			}
-		}
-		emit := func(api string, h histogram) {
-			buckets := make(map[float64]uint64, len(apiBucketsNs))
-			for i, b := range apiBucketsNs {
-				buckets[float64(b)/1e9] = h.buckets[i]
-			}
-			ch <- prometheus.MustNewConstHistogram(c.apiTime, h.count, float64(h.sumNs)/1e9, buckets, with(api)...)
-		}
-		for api, h := range p.apiTime {
-			all := *h
-			if t := p.aggTimes[api]; t != nil {
-				all.addLog2(t)
-			}
-			emit(api, all)
-		}
-		for api, t := range p.aggTimes {
-			if _, ok := p.apiTime[api]; !ok {
-				var all histogram
-				all.addLog2(t)
-				emit(api, all)
-			}
+		for _, s := range all {
+			ch <- s.metric()
 		}
 	}
 	ch <- prometheus.MustNewConstMetric(c.evictedDesc, prometheus.CounterValue, float64(c.evicted))

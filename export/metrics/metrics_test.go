@@ -58,7 +58,7 @@ func gather(t *testing.T, c *Collector, name string, want map[string]string) flo
 }
 
 func TestCollector(t *testing.T) {
-	c := NewCollector()
+	c := NewCollector(Options{PID: true, Histograms: true})
 	c.label = func(uint32, ...string) ProcLabels { return ProcLabels{"python3", "abc123", "pod-uid", "ml"} }
 	p := &model.Process{PID: 42}
 	call := func(api event.API, x model.Call) *model.Call { x.API = api; return &x }
@@ -100,7 +100,7 @@ func TestCollector(t *testing.T) {
 // Beyond MaxProcesses, the series of the process seen least recently go,
 // and are counted.
 func TestCollectorBounded(t *testing.T) {
-	c := NewCollector()
+	c := NewCollector(Options{PID: true, Histograms: true})
 	c.label = func(uint32, ...string) ProcLabels { return ProcLabels{Comm: "w"} }
 	for pid := uint32(1); pid <= MaxProcesses+10; pid++ {
 		c.Call(&model.Process{PID: pid}, &model.Call{API: event.CudaMemsetAsync})
@@ -119,7 +119,7 @@ func TestCollectorBounded(t *testing.T) {
 // TestLaunchCounts: launches counted in BPF show live, per API, and fold
 // into the totals when the session ends; the next session adds to them.
 func TestLaunchCounts(t *testing.T) {
-	c := NewCollector()
+	c := NewCollector(Options{PID: true, Histograms: true})
 	c.label = func(uint32, ...string) ProcLabels { return ProcLabels{Comm: "python3"} }
 	c.SetAggregates(event.Aggregates{Launches: map[uint32]map[event.LaunchKey]uint64{7: {{API: event.CuLaunchKernel}: 100}}})
 	c.SetAggregates(event.Aggregates{Launches: map[uint32]map[event.LaunchKey]uint64{7: {{API: event.CuLaunchKernel}: 150}}}) // cumulative: replaces
@@ -145,7 +145,7 @@ func TestLaunchCounts(t *testing.T) {
 // time histogram in its power-of-two bounds exactly, with the times traced
 // from user space; live, then folded, then added to by the next session.
 func TestLaunchTimes(t *testing.T) {
-	c := NewCollector()
+	c := NewCollector(Options{PID: true, Histograms: true})
 	c.label = func(uint32, ...string) ProcLabels { return ProcLabels{Comm: "python3"} }
 	var h event.TimeHistogram
 	h.Count[11], h.Ns[11] = 3, 9000 // [2048, 4096) ns
@@ -189,7 +189,7 @@ func TestLaunchTimes(t *testing.T) {
 }
 
 func TestStreamLaunches(t *testing.T) {
-	c := NewCollector()
+	c := NewCollector(Options{PID: true, Histograms: true})
 	c.label = func(uint32, ...string) ProcLabels { return ProcLabels{Comm: "python3"} }
 	k := func(api event.API, stream uint64) event.LaunchKey { return event.LaunchKey{API: api, Stream: stream} }
 	c.SetAggregates(event.Aggregates{Launches: map[uint32]map[event.LaunchKey]uint64{7: {k(event.CuLaunchKernel, 0x7f00): 100, k(event.CuLaunchKernelEx, 0x7f00): 1,
@@ -200,21 +200,22 @@ func TestStreamLaunches(t *testing.T) {
 			t.Errorf("stream %s: %v launches, want %v", stream, got, want)
 		}
 	}
-	check("0x7f00", 101)
-	check("legacy", 20)
+	check("1", 101) // 0x7f00, the first stream seen but the legacy one
+	check("0", 20)
 	check("unknown", 3)
 	c.FoldAggregates()
+	// The per-thread default stream: the next one seen.
 	c.Call(&model.Process{PID: 7}, &model.Call{API: event.CuLaunchKernel, Args: event.Args{Stream: 2, HasStream: true}})
 	c.SetAggregates(event.Aggregates{Launches: map[uint32]map[event.LaunchKey]uint64{7: {k(event.CuLaunchKernel, 0x7f00): 4}}}) // the next session
-	check("0x7f00", 105)
-	check("legacy", 20)
-	check("per_thread", 1)
+	check("1", 105)
+	check("0", 20)
+	check("2", 1)
 }
 
 // TestWeight: with a weight, every count (calls, launches counted in BPF,
 // syncs and their wait, bytes) counts that many times; histograms do not.
 func TestWeight(t *testing.T) {
-	c := NewCollector()
+	c := NewCollector(Options{PID: true, Histograms: true})
 	c.label = func(uint32, ...string) ProcLabels { return ProcLabels{Comm: "python3"} }
 	p := &model.Process{PID: 7}
 	c.SetWeight(6)
@@ -244,7 +245,7 @@ func TestWeight(t *testing.T) {
 // 1/p of it, on top of the window weight; its windows in and out and its
 // probability are series of their own.
 func TestSampling(t *testing.T) {
-	c := NewCollector()
+	c := NewCollector(Options{PID: true, Histograms: true})
 	c.label = func(uint32, ...string) ProcLabels { return ProcLabels{Comm: "python3"} }
 	p := &model.Process{PID: 7}
 	c.SetWeight(2)
@@ -275,7 +276,7 @@ func TestSampling(t *testing.T) {
 // communicator's id, exact whatever the weight: a rank behind the others
 // has stopped arriving.
 func TestCommCollectives(t *testing.T) {
-	c := NewCollector()
+	c := NewCollector(Options{PID: true, Histograms: true})
 	c.label = func(uint32, ...string) ProcLabels { return ProcLabels{Comm: "python3"} }
 	c.SetWeight(5)
 	for r := range 2 {
@@ -312,7 +313,7 @@ func TestCommCollectives(t *testing.T) {
 // ExitedGrace after it is found gone, then go; one that comes back to life
 // (found alive again) keeps them.
 func TestForgetExited(t *testing.T) {
-	c := NewCollector()
+	c := NewCollector(Options{PID: true, Histograms: true})
 	c.label = func(uint32, ...string) ProcLabels { return ProcLabels{Comm: "python3"} }
 	for _, pid := range []uint32{7, 8} {
 		c.Call(&model.Process{PID: pid}, &model.Call{API: event.CudaMemcpyAsync})
@@ -342,7 +343,7 @@ func TestForgetExited(t *testing.T) {
 // sampling intervals: each cut folds the counts since the last one with
 // the weight of its interval, and the counting goes on from there.
 func TestCutAggregates(t *testing.T) {
-	c := NewCollector()
+	c := NewCollector(Options{PID: true, Histograms: true})
 	c.label = func(uint32, ...string) ProcLabels { return ProcLabels{Comm: "python3"} }
 	launches := func(n uint64) event.Aggregates {
 		return event.Aggregates{Launches: map[uint32]map[event.LaunchKey]uint64{7: {{API: event.CuLaunchKernel}: n}}}
@@ -366,13 +367,13 @@ func TestCutAggregates(t *testing.T) {
 	}
 }
 
-// TestStreamLabelsBounded: past maxStreamNames streams, a process's
+// TestStreamLabelsBounded: past Options.MaxStreams streams, a process's
 // launches go under stream="other".
 func TestStreamLabelsBounded(t *testing.T) {
-	c := NewCollector()
+	c := NewCollector(Options{PID: true, Histograms: true})
 	c.label = func(uint32, ...string) ProcLabels { return ProcLabels{Comm: "python3"} }
 	counts := map[event.LaunchKey]uint64{}
-	for i := range maxStreamNames + 10 {
+	for i := range DefaultMaxStreams + 10 {
 		counts[event.LaunchKey{API: event.CuLaunchKernel, Stream: 0x1000 + uint64(i)}] = 1
 	}
 	c.SetAggregates(event.Aggregates{Launches: map[uint32]map[event.LaunchKey]uint64{7: counts}})
@@ -382,8 +383,8 @@ func TestStreamLabelsBounded(t *testing.T) {
 			series = len(f.GetMetric())
 		}
 	}
-	if other := gather(t, c, "cudatap_stream_launches_total", map[string]string{"stream": "other"}); other != 10 || series != maxStreamNames+1 {
-		t.Errorf("%d stream series, %v launches on \"other\"; want %d and 10", series, other, maxStreamNames+1)
+	if other := gather(t, c, "cudatap_stream_launches_total", map[string]string{"stream": "other"}); other != 10 || series != DefaultMaxStreams+1 {
+		t.Errorf("%d stream series, %v launches on \"other\"; want %d and 10", series, other, DefaultMaxStreams+1)
 	}
 }
 
@@ -391,7 +392,7 @@ func TestStreamLabelsBounded(t *testing.T) {
 // and a new process under the same PID counts from zero in the same
 // session, even after a cut set a baseline.
 func TestFinalAggregates(t *testing.T) {
-	c := NewCollector()
+	c := NewCollector(Options{PID: true, Histograms: true})
 	c.label = func(uint32, ...string) ProcLabels { return ProcLabels{Comm: "python3"} }
 	launches := func(n uint64, final ...uint32) event.Aggregates {
 		return event.Aggregates{Launches: map[uint32]map[event.LaunchKey]uint64{7: {{API: event.CuLaunchKernel}: n}}, Final: final}

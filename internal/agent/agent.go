@@ -30,7 +30,9 @@ import (
 
 // Defaults of the options the command line leaves out.
 const (
-	DefaultListen      = "127.0.0.1:9400"
+	// DefaultListen's port, 9401, is not dcgm-exporter's 9400: GPU nodes
+	// run both.
+	DefaultListen      = "127.0.0.1:9401"
 	DefaultWindow      = 10 * time.Second
 	DefaultEvery       = 60 * time.Second
 	DefaultRingBuffer  = 16 << 20
@@ -79,6 +81,17 @@ type Options struct {
 	MaxRequests     int   // --max-requests
 	CaptureMaxBytes int64 // --capture-max-bytes
 
+	// The series: a pid label on each process's (--pid-label; else the
+	// processes alike share theirs), the API time histograms
+	// (--histograms; LaunchTimes implies them), how many streams of a
+	// process are labelled (--max-streams; 0: metrics.DefaultMaxStreams),
+	// and the node every series is labelled with (--node-name, Hostname;
+	// empty: $NODE_NAME, else the host name).
+	PIDLabel   bool
+	Histograms bool
+	MaxStreams int
+	Node       string
+
 	// Version names the build in the traces /capture answers with.
 	Version string
 	// Logger takes the agent's logs (nil: discarded).
@@ -92,6 +105,7 @@ type Agent struct {
 	ln  net.Listener
 
 	reg      *prometheus.Registry
+	series   prometheus.Registerer // reg, every series labelled Hostname
 	coll     *metrics.Collector
 	gpus     *metrics.GPUCollector
 	stats    *stats
@@ -109,17 +123,29 @@ func New(o Options) (*Agent, error) {
 	if err := o.check(); err != nil {
 		return nil, err
 	}
-	a := &Agent{o: o, log: o.Logger, reg: prometheus.NewRegistry(), coll: metrics.NewCollector(), gpus: metrics.NewGPUCollector(),
+	if o.Node == "" {
+		if o.Node = os.Getenv("NODE_NAME"); o.Node == "" {
+			o.Node, _ = os.Hostname()
+		}
+	}
+	a := &Agent{o: o, log: o.Logger, reg: prometheus.NewRegistry(),
+		coll:    metrics.NewCollector(metrics.Options{PID: o.PIDLabel, Histograms: o.Histograms || o.LaunchTimes, MaxStreams: o.MaxStreams}),
+		gpus:    metrics.NewGPUCollector(metrics.GPUOptions{Host: o.Node, PID: o.PIDLabel}),
 		sampler: newProcessSampler(uint64(time.Now().UnixNano()))}
 	if a.log == nil {
 		a.log = slog.New(slog.DiscardHandler)
 	}
-	a.reg.MustRegister(a.coll, a.gpus, collectors.NewProcessCollector(collectors.ProcessCollectorOpts{Namespace: "cudatap_agent"}),
+	// Every series is labelled with the node (the GPU collector's carry
+	// it already, as dcgm-exporter's do): a dashboard filters by node
+	// whatever the scrape configuration.
+	a.series = prometheus.WrapRegistererWith(prometheus.Labels{"Hostname": o.Node}, a.reg)
+	a.reg.MustRegister(a.gpus)
+	a.series.MustRegister(a.coll, collectors.NewProcessCollector(collectors.ProcessCollectorOpts{Namespace: "cudatap_agent"}),
 		collectors.NewGoCollector())
-	a.stats = newStats(a.reg)
-	a.budget = newCPUBudget(o.MaxCPU, o.Every, a.reg)
+	a.stats = newStats(a.series)
+	a.budget = newCPUBudget(o.MaxCPU, o.Every, a.series)
 	var err error
-	if a.stores, err = newProfileStores(o.ProfilesDir, o.ProfilesMaxBytes, o.Push, a.reg, a.log); err != nil {
+	if a.stores, err = newProfileStores(o.ProfilesDir, o.ProfilesMaxBytes, o.Push, a.series, a.log); err != nil {
 		return nil, err
 	}
 	a.handler = a.routes()
@@ -157,7 +183,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	pods := newPodLabels(ctx, a.o.KubeletSocket, a.log)
 	a.coll.SetLabeler(pods.process)
 	a.gpus.SetLabelers(pods.process, pods.device)
-	a.stores.name, a.stores.ctx = pods.profile, ctx
+	a.stores.name = pods.profile
 
 	var err error
 	if a.o.Continuous {
@@ -205,6 +231,8 @@ func (o *Options) check() error {
 		return fmt.Errorf("--capture-max-bytes %d: want at least %d (1 MiB), e.g. 33554432 (32 MiB)", o.CaptureMaxBytes, MinCaptureMaxBytes)
 	case o.MaxCPU < 0:
 		return fmt.Errorf("--max-cpu %v: want a share of one core, e.g. 0.01", o.MaxCPU)
+	case o.MaxStreams < 0:
+		return fmt.Errorf("--max-streams %d: want how many streams of a process to label, e.g. %d", o.MaxStreams, metrics.DefaultMaxStreams)
 	}
 	return nil
 }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/google/pprof/profile"
 
+	"github.com/cudatap/cudatap/export/metrics"
 	"github.com/cudatap/cudatap/internal/sim"
 	"github.com/cudatap/cudatap/internal/testutil"
 )
@@ -114,7 +115,8 @@ func startAgent(t *testing.T, o *Options) string {
 func TestAgentMetrics(t *testing.T) {
 	testutil.RequireRoot(t)
 	b := testutil.Sim(t)
-	base := startAgent(t, &Options{Listen: "127.0.0.1:0", Continuous: true, Every: time.Minute, RingBufferBytes: 16 << 20, LaunchTimes: true})
+	// The process's own series: with its pid.
+	base := startAgent(t, &Options{Listen: "127.0.0.1:0", Continuous: true, Every: time.Minute, RingBufferBytes: 16 << 20, LaunchTimes: true, PIDLabel: true})
 	get := func(path string) (int, string) {
 		resp, err := http.Get(base + path)
 		if err != nil {
@@ -183,8 +185,8 @@ func TestAgentMetrics(t *testing.T) {
 		return value(body, "cudatap_kernel_launches_total") == float64(launches)
 	})
 	// By stream: the basic scenario's relu runs on the legacy default
-	// stream once an iteration (20), its gemms on its own two streams.
-	if got := value(body, "cudatap_stream_launches_total", `stream="legacy"`); got != 20 {
+	// stream (0) once an iteration (20), its gemms on its own two streams.
+	if got := value(body, "cudatap_stream_launches_total", `stream="0"`); got != 20 {
 		t.Errorf("launches on the legacy stream: /metrics says %v, want 20", got)
 	}
 	for _, api := range []string{"cudaStreamSynchronize", "cudaMemcpyAsync", "cudaEventRecord"} {
@@ -198,13 +200,7 @@ func TestAgentMetrics(t *testing.T) {
 	// Live: the session's status is once a second.
 	waitFor("the agent's own event count", func() bool {
 		_, all := get("/metrics")
-		for _, l := range strings.Split(all, "\n") {
-			if v, ok := strings.CutPrefix(l, "cudatap_agent_events_total "); ok {
-				n, _ := strconv.ParseFloat(v, 64)
-				return n > 0
-			}
-		}
-		return false
+		return metricValue(all, "cudatap_agent_events_total") > 0
 	})
 	if !strings.Contains(body, `comm="workload"`) || !strings.Contains(body, "cudatap_agent_process_resident_memory_bytes") {
 		t.Errorf("labels or the agent's own series missing:\n%s", body)
@@ -213,6 +209,7 @@ func TestAgentMetrics(t *testing.T) {
 	if code, _ := get("/etc/passwd"); code != http.StatusNotFound {
 		t.Errorf("GET /etc/passwd: %d", code)
 	}
+	promtoolCheck(t, body) // with pids and histograms
 	// A real Prometheus server scrapes the agent and its query API gives
 	// the same exact values.
 	promQuery(t, base, map[string]float64{
@@ -226,6 +223,101 @@ func TestAgentMetrics(t *testing.T) {
 		`cudatap_cuda_api_seconds_sum{pid="` + pid + `",api="cuLaunchKernel"} > bool ` + strconv.FormatFloat(float64(launches)*300e-6, 'f', -1, 64): 1,
 		`cudatap_launch_times_lost_total`: 0,
 	})
+}
+
+// TestAgentDefaultSeries: what an agent with the defaults serves of a
+// simulated process, as an operator meets it: no pid label, streams
+// labelled by small numbers, no histograms, the node on every series,
+// fewer series for the process's group than metrics.SeriesBound, and
+// nothing promtool check metrics objects to.
+func TestAgentDefaultSeries(t *testing.T) {
+	testutil.RequireRoot(t)
+	b := testutil.Sim(t)
+	base := startAgent(t, &Options{Listen: "127.0.0.1:0", Continuous: true, Every: time.Minute, RingBufferBytes: DefaultRingBuffer, Node: "node-7"})
+	get := func() string {
+		resp, err := http.Get(base + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return string(body)
+	}
+	// Workloads until one is traced to its end (its cudaFree: see
+	// TestAgentMetrics) and its launches, counted in BPF, are in too (they
+	// reach /metrics once a second).
+	var body string
+	traced := func() bool {
+		body = get()
+		return metricValue(body, "cudatap_cuda_calls_total", `comm="workload"`, `api="cudaFree"`) > 0 &&
+			metricValue(body, "cudatap_stream_launches_total", `comm="workload"`, `stream="2"`) > 0
+	}
+	for i := 0; i < 50 && !traced(); i++ {
+		testutil.RunWorkload(t, b, nil, "--scenario", "basic", "--iters", "20")
+		for deadline := time.Now().Add(2 * time.Second); !traced() && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		}
+	}
+	if !traced() {
+		t.Fatal("50 workloads ran and none was traced")
+	}
+	series, streams := 0, map[string]bool{}
+	for _, l := range strings.Split(body, "\n") {
+		if l == "" || strings.HasPrefix(l, "#") {
+			continue
+		}
+		if !strings.Contains(l, `Hostname="node-7"`) {
+			t.Errorf("a series without the node: %s", l)
+		}
+		switch {
+		case strings.Contains(l, `pid="`):
+			t.Errorf("a pid label without --pid-label: %s", l)
+		case strings.HasPrefix(l, "cudatap_cuda_api_seconds"):
+			t.Errorf("a histogram without --histograms: %s", l)
+		}
+		if !strings.Contains(l, `comm="workload"`) || !strings.HasPrefix(l, "cudatap_") {
+			continue
+		}
+		series++
+		if _, v, ok := strings.Cut(l, `stream="`); ok {
+			v, _, _ = strings.Cut(v, `"`)
+			streams[v] = true
+			if _, err := strconv.Atoi(v); err != nil && v != "other" && v != "unknown" {
+				t.Errorf("stream labelled %q, not by its number: %s", v, l)
+			}
+		}
+	}
+	// The basic scenario launches on the legacy stream and two of its own.
+	for _, want := range []string{"0", "1", "2"} {
+		if !streams[want] {
+			t.Errorf("no launches on stream %s: streams %v", want, streams)
+		}
+	}
+	bound := metrics.SeriesBound(metrics.Options{})
+	t.Logf("the workloads' group has %d series (streams %v); a group can have %d", series, streams, bound)
+	if series == 0 || series > bound {
+		t.Errorf("the workloads' group has %d series: want some, and at most %d", series, bound)
+	}
+	promtoolCheck(t, body)
+}
+
+// promtoolCheck runs promtool check metrics (Debian's prometheus package;
+// make test-deps installs it) on a /metrics answer: it must have nothing
+// to say.
+func promtoolCheck(t *testing.T, body string) {
+	t.Helper()
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("CI needs promtool (Debian's prometheus package; make test-deps installs it)")
+		}
+		t.Log("no promtool: the check of /metrics is skipped (make test-deps installs it)")
+		return
+	}
+	cmd := exec.Command(promtool, "check", "metrics")
+	cmd.Stdin = strings.NewReader(body)
+	if out, err := cmd.CombinedOutput(); err != nil || len(out) > 0 {
+		t.Errorf("promtool check metrics: %v\n%s", err, out)
+	}
 }
 
 // promQuery runs Debian's prometheus (make test-deps installs it; without
@@ -442,7 +534,7 @@ func TestAgentCapture(t *testing.T) {
 	} else {
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if !strings.Contains(string(body), "\ncudatap_agent_nvml_up ") {
+		if !strings.Contains(string(body), "\ncudatap_agent_nvml_up{") {
 			t.Error("/metrics has no cudatap_agent_nvml_up")
 		}
 	}
@@ -511,13 +603,13 @@ func TestAgentSamplesBusyProcess(t *testing.T) {
 	// 3% of a core is 15 ms a 500 ms cycle (30 ms a 1 s interval), far less
 	// than tracing a workload that launches flat out costs.
 	t.Run("windows", func(t *testing.T) {
-		testAgentSamples(t, &Options{Listen: "127.0.0.1:0", Window: 500 * time.Millisecond, Every: 500 * time.Millisecond,
+		testAgentSamples(t, &Options{Listen: "127.0.0.1:0", Window: 500 * time.Millisecond, Every: 500 * time.Millisecond, PIDLabel: true,
 			RingBufferBytes: 16 << 20, RecordLaunches: true, MaxCPU: 0.03})
 	})
 	// --continuous: the same, interval by interval, in one session (the
 	// process sits an interval out through its flag in BPF).
 	t.Run("continuous", func(t *testing.T) {
-		testAgentSamples(t, &Options{Listen: "127.0.0.1:0", Continuous: true, Every: time.Second,
+		testAgentSamples(t, &Options{Listen: "127.0.0.1:0", Continuous: true, Every: time.Second, PIDLabel: true,
 			RingBufferBytes: 16 << 20, RecordLaunches: true, MaxCPU: 0.03})
 	})
 }

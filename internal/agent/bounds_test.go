@@ -8,15 +8,19 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/google/pprof/profile"
 
 	"github.com/cudatap/cudatap/internal/kube"
 	"github.com/cudatap/cudatap/internal/procfs"
@@ -267,8 +271,9 @@ const (
 )
 
 // TestAgentManyClients: 200 clients at once ask /metrics (with 8,192
-// stream series: 8 processes of 1,024 streams) and /profile of an agent
-// run as the DaemonSet runs it (its GOMEMLIMIT), in a process of its own,
+// stream series: 8 processes of 1,024 streams, each labelled: --pid-label
+// --max-streams 1024, the most an agent can be made to serve) and /profile
+// of an agent run as the DaemonSet runs it (its GOMEMLIMIT), in a process of its own,
 // while it traces a busy process. Every request is answered, 200 or 503;
 // the 503s are exactly what the agent counts; no answer passes
 // maxAnswerBytes, and the clients that accept gzip get it. The agent's
@@ -279,7 +284,7 @@ const (
 func TestAgentManyClients(t *testing.T) {
 	testutil.RequireRoot(t)
 	b := testutil.Sim(t)
-	a := startAgentProcess(t, []string{daemonSetGoMem}, asDaemonSet(Options{Continuous: true, Every: time.Second, Token: "t0k"}))
+	a := startAgentProcess(t, []string{daemonSetGoMem}, asDaemonSet(Options{Continuous: true, Every: time.Second, Token: "t0k", PIDLabel: true, MaxStreams: 1024}))
 	waitReady(t, a.base)
 	get := func(path string) (int, string) {
 		req, _ := http.NewRequest("GET", a.base+path, nil)
@@ -373,6 +378,81 @@ func quietTarget(t *testing.T, b *sim.Build) int {
 		t.Fatalf("workload: %q", l)
 	}
 	return cmd.Process.Pid
+}
+
+// TestAgentPushOnSIGTERM: the last window's profiles (here the only ones:
+// --every 1h) are pushed when the agent gets SIGTERM, as it does when its
+// pod is deleted; they were cancelled with the tracing before (the
+// 2026-12-01 review: "pushing a profile failed ... terminated signal
+// received" with the receiver up).
+func TestAgentPushOnSIGTERM(t *testing.T) {
+	testutil.RequireRoot(t)
+	t.Run("windows", func(t *testing.T) { testPushOnSIGTERM(t, Options{Window: time.Hour, Every: time.Hour}) })
+	t.Run("continuous", func(t *testing.T) { testPushOnSIGTERM(t, Options{Continuous: true, Every: time.Hour}) })
+}
+
+func testPushOnSIGTERM(t *testing.T, o Options) {
+	b := testutil.Sim(t)
+	pushed := make(chan string, 64) // the names of the profiles pushed
+	rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		f, _, err := r.FormFile("profile")
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		data, _ := io.ReadAll(f)
+		if p, err := profile.ParseData(data); err != nil || len(p.Sample) == 0 {
+			http.Error(w, fmt.Sprintf("not a profile with samples: %v", err), http.StatusBadRequest)
+			return
+		}
+		select {
+		case pushed <- r.URL.Query().Get("name"):
+		default:
+		}
+	}))
+	defer rcv.Close()
+	o.Push, o.PIDLabel = rcv.URL, true
+	a := startAgentProcess(t, nil, asDaemonSet(o))
+	waitReady(t, a.base)
+	cmd := exec.Command(b.Workload, "--scenario", "launches", "--iters", "100000000") // runs until killed
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	defer cmd.Process.Kill()
+	pid := strconv.Itoa(cmd.Process.Pid)
+	// Traced: its syncs (recorded, so in the profile) are in /metrics.
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the workload was not traced within a minute")
+		}
+		resp, err := http.Get(a.base + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if metricValue(string(body), "cudatap_cuda_calls_total", `pid="`+pid+`"`, `api="cudaDeviceSynchronize"`) > 0 {
+			break
+		}
+	}
+	select {
+	case name := <-pushed:
+		t.Fatalf("a profile was pushed before the agent was stopped: %s", name)
+	default:
+	}
+	a.stop() // SIGTERM, and wait for it to exit
+	want := "cudatap.cuda{pid=" + pid + ",comm=workload,service_name=workload}"
+	var got []string
+	for len(pushed) > 0 {
+		got = append(got, <-pushed)
+	}
+	if !slices.Contains(got, want) {
+		t.Errorf("pushed after SIGTERM: %q, want %s among them", got, want)
+	}
+	if code := a.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Errorf("the agent exited %d after SIGTERM, want 0", code)
+	}
 }
 
 // TestAgentCaptureLeavesNothing: a capture's recording has no name in
@@ -507,8 +587,8 @@ func TestAgentCaptureBounded(t *testing.T) {
 
 // BenchmarkAgentClients runs the agent as the DaemonSet does (its
 // GOMEMLIMIT; --continuous here), a process of its own, with the /metrics of
-// CUDATAP_CLIENT_PROCS exited processes of 1,024 streams each (default 30:
-// 4.5 MB) and one busy process, while CUDATAP_CLIENTS clients (default 200)
+// CUDATAP_CLIENT_PROCS exited processes of 1,024 streams each, labelled
+// (--pid-label --max-streams 1024; default 30: 4.5 MB) and one busy process, while CUDATAP_CLIENTS clients (default 200)
 // ask /metrics and /profile in a loop for CUDATAP_CLIENT_SOAK (default
 // 10s). It reports the agent's CPU over that time as a share of one core,
 // its peak RSS before and after the clients, the answers 200 per second
@@ -524,7 +604,7 @@ func BenchmarkAgentClients(b *testing.B) {
 		soak = d
 	}
 	for range b.N {
-		a := startAgentProcess(b, []string{daemonSetGoMem}, asDaemonSet(Options{Continuous: true, Every: 5 * time.Second, Token: "bench"}))
+		a := startAgentProcess(b, []string{daemonSetGoMem}, asDaemonSet(Options{Continuous: true, Every: 5 * time.Second, Token: "bench", PIDLabel: true, MaxStreams: 1024}))
 		waitReady(b, a.base)
 		get := func(path string) (int, string) {
 			req, _ := http.NewRequest("GET", a.base+path, nil)

@@ -32,7 +32,7 @@ func (a *Agent) runWindows(ctx context.Context) error {
 			return err
 		}
 		a.samplingEnded()
-		a.sessionEnded(out.Result, prof, start)
+		a.sessionEnded(out.Result, prof, start, ctx.Err() != nil)
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -72,7 +72,7 @@ func (a *Agent) runContinuous(ctx context.Context) error {
 		return err
 	}
 	cutter.wait()
-	a.sessionEnded(out.Result, prof, cutter.from)
+	a.sessionEnded(out.Result, prof, cutter.from, true)
 	return nil
 }
 
@@ -101,11 +101,12 @@ func (a *Agent) samplingEnded() {
 }
 
 // sessionEnded serves and stores the profile of a session's last window
-// (interval), which began at from, and counts what the session saw.
-func (a *Agent) sessionEnded(r *model.Result, prof *pprofout.Collector, from time.Time) {
+// (interval), which began at from, and counts what the session saw; last:
+// the agent stops (its profiles are pushed whatever is still pushing).
+func (a *Agent) sessionEnded(r *model.Result, prof *pprofout.Collector, from time.Time, last bool) {
 	if p, err := pprofout.Build(r, prof, pprofout.Options{}); err == nil {
 		a.profiles.set(p)
-		a.stores.store(p, r.Processes, from, time.Now())
+		a.stores.store(p, r.Processes, from, time.Now(), last)
 	}
 	a.stats.windowEnded(r.Drops)
 	a.coll.ForgetExited(procfs.Alive, time.Now())

@@ -15,18 +15,26 @@ import (
 	"github.com/cudatap/cudatap/tracer/model"
 )
 
+// pushFlushTimeout is how long the agent, once told to stop, gives the
+// pushes of its last window (and one still running from the window
+// before) to finish: well within Kubernetes' 30 s between SIGTERM and
+// SIGKILL, with the probes to detach too.
+const pushFlushTimeout = 10 * time.Second
+
 // profileStores hand each window's per-process profiles to the directory
 // and the push endpoint the agent was given. Pushing runs beside the next
 // window; a window whose push finds the previous one still running is not
-// pushed, and counted.
+// pushed, and counted, but the last window's waits for it. Pushes run
+// under a context of their own, not the agent's: a SIGTERM ends the
+// tracing, and the last pushes still go (close).
 type profileStores struct {
 	dir    *profilestore.Dir
 	pusher *profilestore.Pusher
 	// name labels a process's profile (Run sets it: the pods' names).
-	name func(*model.Process) profilestore.Labels
-	log  *slog.Logger
-	// ctx bounds the pushes (Run sets it).
-	ctx     context.Context
+	name    func(*model.Process) profilestore.Labels
+	log     *slog.Logger
+	ctx     context.Context // of the pushes: close cancels it
+	cancel  context.CancelFunc
 	busy    sync.Mutex
 	pushing sync.WaitGroup
 	written prometheus.Counter
@@ -34,11 +42,12 @@ type profileStores struct {
 }
 
 func newProfileStores(dir string, maxBytes int64, push string, reg prometheus.Registerer, log *slog.Logger) (*profileStores, error) {
-	s := &profileStores{log: log, name: profilestore.LabelsOf, ctx: context.Background(),
+	s := &profileStores{log: log, name: profilestore.LabelsOf,
 		written: prometheus.NewCounter(prometheus.CounterOpts{Name: "cudatap_agent_profiles_written_total", Help: "Process profiles written to --profiles-dir."}),
 		skipped: prometheus.NewCounter(prometheus.CounterOpts{Name: "cudatap_agent_profiles_push_skipped_total", Help: "Process profiles not pushed (or, under --continuous, not stored): the previous window's were still being pushed (stored)."}),
 	}
 	reg.MustRegister(s.written, s.skipped)
+	s.ctx, s.cancel = context.WithCancel(context.Background())
 	var err error
 	if dir != "" {
 		if s.dir, err = profilestore.OpenDir(dir, maxBytes); err != nil {
@@ -60,8 +69,8 @@ func newProfileStores(dir string, maxBytes int64, push string, reg prometheus.Re
 }
 
 // store stores one window's profiles, of the processes procs, which cover
-// from to until.
-func (s *profileStores) store(p *profile.Profile, procs []*model.Process, from, until time.Time) {
+// from to until; the last window's waits for a push still running.
+func (s *profileStores) store(p *profile.Profile, procs []*model.Process, from, until time.Time, last bool) {
 	if s.dir == nil && s.pusher == nil {
 		return
 	}
@@ -78,7 +87,9 @@ func (s *profileStores) store(p *profile.Profile, procs []*model.Process, from, 
 	if s.pusher == nil {
 		return
 	}
-	if !s.busy.TryLock() {
+	if last {
+		s.busy.Lock()
+	} else if !s.busy.TryLock() {
 		s.skipped.Add(float64(len(per)))
 		return
 	}
@@ -109,8 +120,23 @@ func (s *profileStores) skip(p *profile.Profile) {
 	s.skipped.Add(float64(len(pids)))
 }
 
-// close lets a push in flight finish (its retries are bounded).
-func (s *profileStores) close() { s.pushing.Wait() }
+// close lets the pushes in flight finish, for pushFlushTimeout at most
+// (a push retries twice, with backoff); then it cancels them.
+func (s *profileStores) close() {
+	done := make(chan struct{})
+	go func() {
+		s.pushing.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(pushFlushTimeout):
+		s.log.Warn("the last profiles were not all pushed in time: cancelled", "after", pushFlushTimeout)
+		s.cancel()
+		<-done
+	}
+	s.cancel()
+}
 
 // profileCutter cuts --continuous's one session into intervals of --every.
 // At each cut, on the reader goroutine with the model locked, it builds
@@ -142,7 +168,7 @@ func (c *profileCutter) cut(r *model.Result) {
 			go func(from time.Time) {
 				defer c.stored.Done()
 				defer c.storing.Unlock()
-				c.a.stores.store(p, procs, from, until)
+				c.a.stores.store(p, procs, from, until, false)
 				c.a.coll.ForgetExited(procfs.Alive, until)
 			}(c.from)
 		} else {

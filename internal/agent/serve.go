@@ -43,9 +43,9 @@ const (
 // routes are what the agent serves: /metrics, /profile and /capture behind
 // the token, the first two through the request gate, and /healthz.
 func (a *Agent) routes() http.Handler {
-	gate := newRequestGate(a.o.MaxRequests, a.reg)
+	gate := newRequestGate(a.o.MaxRequests, a.series)
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", withToken(a.o.Token, gate.limit("/metrics", &metricsPage{g: a.reg, max: maxAnswerBytes})))
+	mux.Handle("/metrics", withToken(a.o.Token, gate.limit("/metrics", &metricsPage{g: a.reg, max: maxAnswerBytes, node: a.o.Node})))
 	mux.Handle("/profile", withToken(a.o.Token, gate.limit("/profile", &a.profiles)))
 	mux.Handle("/capture", withToken(a.o.Token, &capturer{gpuTimes: a.o.GPUTimes, maxBytes: a.o.CaptureMaxBytes, version: a.o.Version,
 		busy: gate.rejected.WithLabelValues("/capture"), log: a.log}))
@@ -177,6 +177,7 @@ const (
 type metricsPage struct {
 	g    prometheus.Gatherer
 	max  int        // bytes of an answer (maxAnswerBytes)
+	node string     // the Hostname label of the agent's series
 	mu   sync.Mutex // held while rendering: who asks meanwhile waits for it
 	at   time.Time
 	last *answer
@@ -217,7 +218,7 @@ func (m *metricsPage) answer() (*answer, error) {
 			cut += len(mf.Metric)
 		}
 	}
-	fmt.Fprintf(&page, "# HELP %s %s\n# TYPE %s gauge\n%s %d\n", metricsCutName, metricsCutHelp, metricsCutName, metricsCutName, cut)
+	fmt.Fprintf(&page, "# HELP %s %s\n# TYPE %s gauge\n%s{Hostname=%q} %d\n", metricsCutName, metricsCutHelp, metricsCutName, metricsCutName, m.node, cut)
 	m.at, m.last = time.Now(), &answer{plain: page.Bytes()}
 	return m.last, nil
 }
