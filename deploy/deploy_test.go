@@ -5,6 +5,7 @@ package deploy
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +19,10 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	"sigs.k8s.io/yaml"
 )
+
+// metricsPort is the agent's port (its default, --listen 127.0.0.1:9401):
+// not dcgm-exporter's 9400, which GPU nodes often run too.
+const metricsPort = 9401
 
 // TestManifests: every document of daemonset.yaml decodes strictly into
 // its Kubernetes API type (a misspelt or misplaced field fails), the
@@ -176,6 +181,26 @@ func checkLeast(t *testing.T, ds *appsv1.DaemonSet) {
 			t.Errorf("--%s: the agent has no such flag", name)
 		}
 	}
+	checkPort(t, flags["listen"], c)
+}
+
+// checkPort: the agent listens on metricsPort, its default, which the
+// container declares (the probes use it by name).
+func checkPort(t *testing.T, listen string, c corev1.Container) {
+	t.Helper()
+	if _, port, _ := strings.Cut(listen, ":"); port != strconv.Itoa(metricsPort) {
+		t.Errorf("--listen %q: want port %d", listen, metricsPort)
+	}
+	if len(c.Ports) != 1 || c.Ports[0].ContainerPort != metricsPort || c.Ports[0].Name != "metrics" {
+		t.Errorf("container ports %v: want metrics, %d", c.Ports, metricsPort)
+	}
+	src, err := os.ReadFile("../internal/agent/agent.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(fmt.Sprintf(`DefaultListen\s*=\s*"127\.0\.0\.1:%d"`, metricsPort)).Match(src) {
+		t.Errorf("the agent's default port is not %d (internal/agent.DefaultListen)", metricsPort)
+	}
 }
 
 // goBytes parses a Go memory limit ("200MiB", as GOMEMLIMIT takes it).
@@ -210,8 +235,8 @@ func checkNetwork(t *testing.T, np *networkingv1.NetworkPolicy) {
 	if !types[networkingv1.PolicyTypeEgress] || len(np.Spec.Egress) != 0 {
 		t.Errorf("egress %v (policy types %v): want none allowed", np.Spec.Egress, np.Spec.PolicyTypes)
 	}
-	if !types[networkingv1.PolicyTypeIngress] || len(np.Spec.Ingress) != 1 || len(np.Spec.Ingress[0].Ports) != 1 || np.Spec.Ingress[0].Ports[0].Port.IntValue() != 9400 {
-		t.Errorf("ingress %v: want the metrics port, 9400, alone", np.Spec.Ingress)
+	if !types[networkingv1.PolicyTypeIngress] || len(np.Spec.Ingress) != 1 || len(np.Spec.Ingress[0].Ports) != 1 || np.Spec.Ingress[0].Ports[0].Port.IntValue() != metricsPort {
+		t.Errorf("ingress %v: want the metrics port, %d, alone", np.Spec.Ingress, metricsPort)
 	}
 }
 
@@ -269,5 +294,94 @@ func TestMetricNames(t *testing.T) {
 			continue
 		}
 		t.Errorf("%s: the agent exports no such series", m)
+	}
+}
+
+// dashboard is what the tests read of dashboard.json.
+type dashboard struct {
+	Templating struct {
+		List []struct {
+			Name, Query, AllValue string
+		}
+	}
+	Panels []struct {
+		Title   string
+		Targets []struct{ Expr string }
+	}
+}
+
+// TestDashboard: every panel filters every cudatap series it shows by the
+// node, namespace and pod variables (the agent's own series by the node:
+// they belong to no pod of the workloads), each variable's All matches an
+// empty label too (a GPU no pod holds, a process outside Kubernetes), a
+// panel shows the NCCL ranks, and promtool parses every query.
+func TestDashboard(t *testing.T) {
+	data, err := os.ReadFile("dashboard.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d dashboard
+	if err := json.Unmarshal(data, &d); err != nil {
+		t.Fatal(err)
+	}
+	filters := map[string]string{"node": `Hostname=~"$node"`, "namespace": `namespace=~"$namespace"`, "pod": `pod=~"$pod"`}
+	vars := map[string]bool{}
+	for _, v := range d.Templating.List {
+		if _, ok := filters[v.Name]; ok {
+			vars[v.Name] = true
+			if v.AllValue != ".*" {
+				t.Errorf("variable %s: All is %q, want .* (series with the label empty)", v.Name, v.AllValue)
+			}
+		}
+	}
+	if len(vars) != len(filters) {
+		t.Errorf("variables %v: want node, namespace and pod", vars)
+	}
+	selector := regexp.MustCompile(`(cudatap_[a-z0-9_]+)(\{[^}]*\})?`)
+	var exprs []string
+	nccl := false
+	for _, p := range d.Panels {
+		if len(p.Targets) == 0 {
+			t.Errorf("panel %q has no query", p.Title)
+		}
+		for _, q := range p.Targets {
+			exprs = append(exprs, q.Expr)
+			for _, m := range selector.FindAllStringSubmatch(q.Expr, -1) {
+				name, labels := m[1], m[2]
+				nccl = nccl || strings.HasPrefix(name, "cudatap_nccl_comm_")
+				for v, f := range filters {
+					if v != "node" && strings.HasPrefix(name, "cudatap_agent_") {
+						continue // the agent's own series: no pod
+					}
+					if !strings.Contains(labels, f) {
+						t.Errorf("panel %q: %s%s is not filtered by $%s", p.Title, name, labels, v)
+					}
+				}
+			}
+		}
+	}
+	if !nccl {
+		t.Error("no panel shows the NCCL ranks (cudatap_nccl_comm_*), which the alerts watch")
+	}
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("CI needs promtool (Debian's prometheus package; make test-deps installs it)")
+		}
+		t.Skip("no promtool: the queries are not parsed (make test-deps installs it)")
+	}
+	// The queries as recording rules, Grafana's variables put in.
+	vals := strings.NewReplacer("$node", ".*", "$namespace", ".*", "$pod", ".*", "$__rate_interval", "1m")
+	rules := "groups:\n  - name: dashboard\n    rules:\n"
+	for i, e := range exprs {
+		q, _ := json.Marshal(vals.Replace(e))
+		rules += fmt.Sprintf("      - record: dashboard_query_%d\n        expr: %s\n", i, q)
+	}
+	path := filepath.Join(t.TempDir(), "queries.yaml")
+	if err := os.WriteFile(path, []byte(rules), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(promtool, "check", "rules", path).CombinedOutput(); err != nil {
+		t.Errorf("the dashboard's queries: promtool check rules: %v\n%s", err, out)
 	}
 }

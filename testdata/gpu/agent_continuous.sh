@@ -8,7 +8,7 @@
 set -u
 BIN=$(realpath "$1"); OUT=$(realpath -m "$2"); mkdir -p "$OUT"
 here=$(cd "$(dirname "$0")" && pwd)
-"$BIN" agent --continuous --every 5s --listen 127.0.0.1:9400 >"$OUT/agent.out" 2>&1 &
+"$BIN" agent --continuous --every 5s --pid-label --listen 127.0.0.1:9400 >"$OUT/agent.out" 2>&1 &
 A=$!
 until curl -sf 127.0.0.1:9400/healthz >/dev/null 2>&1; do sleep 0.2; done
 python3 "$here/launch_times.py" 3000000 >"$OUT/loop.stdout" &

@@ -9,7 +9,7 @@ set -u
 BIN=$(realpath "$1"); OUT=$(realpath -m "$2"); mkdir -p "$OUT"
 here=$(cd "$(dirname "$0")" && pwd)
 agent() { # agent ARGS...: start it and wait until it serves
-	"$BIN" agent --continuous --listen 127.0.0.1:9400 "$@" >>"$OUT/agent.out" 2>&1 &
+	"$BIN" agent --continuous --pid-label --listen 127.0.0.1:9400 "$@" >>"$OUT/agent.out" 2>&1 &
 	A=$!
 	until curl -sf 127.0.0.1:9400/healthz >/dev/null 2>&1; do sleep 0.2; done
 	sleep 1 # attached: shared probes on the host's libraries
