@@ -16,8 +16,9 @@ PROTOC_VERSION = 3.21.12
 # compiler on every cold build, none of them about cudatap's code.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 # What `cudatap version` says about the build (besides what Go records:
-# commit, its time, a modified tree): the release, and the BPF object.
-BPF_OBJECT := $(shell sha256sum tracer/probe/cudatap_bpfel.o 2>/dev/null | cut -c1-16)
+# commit, its time, a modified tree): the release, and the BPF objects (one
+# id for the x86-64 and arm64 pair, built from the same sources).
+BPF_OBJECT := $(shell cat tracer/probe/cudatap_x86_bpfel.o tracer/probe/cudatap_arm64_bpfel.o 2>/dev/null | sha256sum | cut -c1-16)
 LDFLAGS ?= -X main.version=$(VERSION) -X main.bpfObject=$(BPF_OBJECT)
 
 .PHONY: all build demo test fuzz check-pure test-deps test-short bench generate check-generate vet gpu-check clean man release release-deps release-check
@@ -80,6 +81,7 @@ bench:
 
 generate:
 	@command -v $(BPF_CLANG) >/dev/null || { echo "make generate needs $(BPF_CLANG) and $(BPF_STRIP): apt-get install clang-19 llvm-19 libbpf-dev" >&2; exit 1; }
+	$(call debian-install,test -f /usr/aarch64-linux-gnu/include/asm/ptrace.h,linux-libc-dev-arm64-cross)
 	cd tracer/probe && BPF_CLANG=$(BPF_CLANG) BPF_STRIP=$(BPF_STRIP) $(GO) generate ./...
 	cd tracer/gputime/collector && $(GO) generate .
 	cd internal/inject && $(GO) generate .

@@ -22,6 +22,33 @@
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
+/*
+ * Where a call's arguments are at a function-entry uprobe. A record's
+ * args[] are argument slots: the integer argument registers in order, then
+ * the stack words past them. For every hooked call slot i is its i-th
+ * argument eightbyte on both ABIs (a dim3 by value takes two: x|y, then
+ * z), so user space decodes the same slots; the one exception is a struct
+ * larger than 16 bytes by value (ncclCommInitRank's ncclUniqueId), which
+ * x86-64 passes on the stack, taking no register, and arm64 as a pointer to
+ * a copy (tracer/event, docs/arm64.md).
+ *
+ * x86-64 (System V): rdi rsi rdx rcx r8 r9; at entry rsp points at the
+ * return address and stack word k (1-based) is at rsp + 8k.
+ * arm64 (AAPCS64): x0..x7; stack word k is at sp + 8(k-1), and the return
+ * address is in the link register x30.
+ */
+#if defined(__TARGET_ARCH_x86)
+#define STACK_WORD(ctx, k) (PT_REGS_SP(ctx) + 8 * (k))
+/* Only launch configs are copied, from behind argument 0. */
+#define DEREF_ARG(cookie) 0
+#elif defined(__TARGET_ARCH_arm64)
+#define STACK_WORD(ctx, k) (PT_REGS_SP(ctx) + 8 * ((k) - 1))
+#define ARG_REGS(ctx) (((const struct user_pt_regs *)(ctx))->regs)
+#define DEREF_ARG(cookie) COOKIE_DEREF_ARG(cookie)
+#else
+#error "cudatap's programs read arguments as x86-64 or arm64 pass them: compile with bpf2go -target amd64 or arm64"
+#endif
+
 /* Size of the ring buffer; the loader overrides max_entries. */
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -317,7 +344,16 @@ static __always_inline __u64 launch_stream(struct pt_regs *ctx, __u64 cookie)
 	__u64 where = COOKIE_AGG_STREAM(cookie), stream = 0;
 	if (!where)
 		return AGG_STREAM_UNKNOWN;
-	void *at = where < 8 ? (void *)(PT_REGS_SP(ctx) + 8 * where) : (void *)(PT_REGS_PARM1(ctx) + 8 * (where - 8));
+#if defined(__TARGET_ARCH_arm64)
+	if (where >= 4 && where < 8) {
+		/* A register (cudaLaunchKernel's stream is x7). Read all four:
+		 * the verifier rejects a computed offset into ctx. */
+		__u64 x4 = ARG_REGS(ctx)[4], x5 = ARG_REGS(ctx)[5], x6 = ARG_REGS(ctx)[6], x7 = ARG_REGS(ctx)[7];
+		asm volatile("" : "+r"(x4), "+r"(x5), "+r"(x6), "+r"(x7));
+		return where == 4 ? x4 : where == 5 ? x5 : where == 6 ? x6 : x7;
+	}
+#endif
+	void *at = where < 8 ? (void *)(STACK_WORD(ctx, where)) : (void *)(PT_REGS_PARM1(ctx) + 8 * (where - 8));
 	if (bpf_probe_read_user(&stream, sizeof stream, at) < 0)
 		return AGG_STREAM_UNKNOWN;
 	return stream;
@@ -438,11 +474,12 @@ static __always_inline bool aggregate(struct pt_regs *ctx, __u64 cookie, __u64 p
 
 #include "pycode.h"
 
-/* Copy registers, stack arguments and the config struct per the cookie;
- * for a driver launch also the return address (*caller): whether the
- * runtime called it tells which API the program used, at no extra read
- * where stack arguments are copied anyway. */
-static __always_inline __u32 read_args(struct pt_regs *ctx, __u64 cookie, __u64 *args, __u64 *ext, __u64 *caller)
+/* Copy the argument slots per the cookie (the registers, then the stack
+ * words it asks for); for a driver launch also the return address
+ * (*caller): whether the runtime called it tells which API the program
+ * used. */
+#if defined(__TARGET_ARCH_x86)
+static __always_inline __u32 read_slots(struct pt_regs *ctx, __u64 cookie, __u64 *args, __u64 *caller)
 {
 	__u32 flags = 0;
 	args[0] = PT_REGS_PARM1(ctx);
@@ -453,8 +490,8 @@ static __always_inline __u32 read_args(struct pt_regs *ctx, __u64 cookie, __u64 
 	args[5] = ctx->r9;
 
 	__u32 nstack = COOKIE_NSTACK(cookie);
-	/* At a function-entry probe, rsp points at the return address and
-	 * stack argument k (1-based) lives at rsp + 8k. */
+	/* The return address sits below the stack words: one read takes
+	 * both where stack words are copied anyway. */
 	__u64 sp = PT_REGS_SP(ctx);
 	if (nstack && caller && (cookie & COOKIE_TAKE_STUB)) {
 		__u64 words[4] = {};
@@ -465,13 +502,44 @@ static __always_inline __u32 read_args(struct pt_regs *ctx, __u64 cookie, __u64 
 		args[7] = words[2];
 		args[8] = words[3];
 	} else if (nstack) {
-		if (bpf_probe_read_user(&args[6], 8 * 3 < 8 * nstack ? 24 : 8 * nstack, (void *)(sp + 8)) < 0)
+		if (bpf_probe_read_user(&args[6], 8 * 3 < 8 * nstack ? 24 : 8 * nstack, (void *)STACK_WORD(ctx, 1)) < 0)
 			flags |= EV_STACKARG_FAULT;
 	} else if (caller && (cookie & COOKIE_TAKE_STUB)) {
 		bpf_probe_read_user(caller, 8, (void *)sp);
 	}
-	if (cookie & COOKIE_DEREF0) {
-		if (bpf_probe_read_user(ext, 8 * NEXT, (void *)args[0]) < 0)
+	return flags;
+}
+#elif defined(__TARGET_ARCH_arm64)
+static __always_inline __u32 read_slots(struct pt_regs *ctx, __u64 cookie, __u64 *args, __u64 *caller)
+{
+	__u32 flags = 0;
+	const __u64 *x = ARG_REGS(ctx);
+	args[0] = x[0];
+	args[1] = x[1];
+	args[2] = x[2];
+	args[3] = x[3];
+	args[4] = x[4];
+	args[5] = x[5];
+	args[6] = x[6];
+	args[7] = x[7];
+	/* One stack word fits behind the eight registers: cuLaunchKernel's
+	 * hStream, its ninth argument. */
+	if (COOKIE_NSTACK(cookie)) {
+		if (bpf_probe_read_user(&args[8], 8, (void *)STACK_WORD(ctx, 1)) < 0)
+			flags |= EV_STACKARG_FAULT;
+	}
+	if (caller && (cookie & COOKIE_TAKE_STUB))
+		*caller = PT_REGS_RET(ctx); /* the link register, x30 */
+	return flags;
+}
+#endif
+
+/* The slots, and the 48 bytes behind an argument (a launch config). */
+static __always_inline __u32 read_args(struct pt_regs *ctx, __u64 cookie, __u64 *args, __u64 *ext, __u64 *caller)
+{
+	__u32 flags = read_slots(ctx, cookie, args, caller);
+	if (cookie & COOKIE_DEREF) {
+		if (bpf_probe_read_user(ext, 8 * NEXT, (void *)args[DEREF_ARG(cookie)]) < 0)
 			flags |= EV_DEREF_FAULT;
 	}
 	if (flags)
@@ -509,6 +577,10 @@ static __always_inline void fill_common(struct event *e, __u64 cookie, __u64 pid
  * frame pointers), plus the registers and a copy of the top of the user stack
  * so that user space can unwind code built without them (CPython, PyTorch)
  * with .eh_frame. Or a string: a kernel name passed to a load-time call.
+ *
+ * On arm64 a stack is the frame-pointer walk and the registers (pc, sp,
+ * x29) only: user space unwinds with .eh_frame, and the Python walk finds
+ * its thread (python.h), on x86-64 only so far (docs/arm64.md).
  */
 static __always_inline void fill_full(struct pt_regs *ctx, struct event *e, __u64 cookie)
 {
@@ -525,7 +597,8 @@ static __always_inline void fill_full(struct pt_regs *ctx, struct event *e, __u6
 		e->nstack = n / 8;
 	e->rip = PT_REGS_IP(ctx);
 	e->rsp = PT_REGS_SP(ctx);
-	e->rbp = ctx->rbp;
+	e->rbp = PT_REGS_FP(ctx);
+#if defined(__TARGET_ARCH_x86)
 	/* The Python line that led here, when the process runs CPython, and
 	 * a copy of each code object not seen before. */
 	walk_python(e, e->pid, e->tid);
@@ -547,6 +620,7 @@ static __always_inline void fill_full(struct pt_regs *ctx, struct event *e, __u6
 		e->copy_len = STACK_COPY / 16;
 	else if (bpf_probe_read_user(e->copy, STACK_COPY / 32, sp) == 0)
 		e->copy_len = STACK_COPY / 32;
+#endif
 }
 
 static __always_inline int emit_entry(struct pt_regs *ctx, __u64 cookie, __u64 pid_tgid, __u64 now, __u64 stub, const bool full)

@@ -8,10 +8,12 @@
  *
  *   bits  0..15  API id (tracer/event.API)
  *   bits 16..23  index of the exact symbol in the API's symbol list (_ptsz, _v2, ...)
- *   bits 24..25  number of stack arguments to copy ([rsp+8], [rsp+16], [rsp+24])
+ *   bits 24..25  number of stack words to copy past the argument registers
+ *                (x86-64: [rsp+8], [rsp+16], [rsp+24]; arm64: [sp])
  *   bit  26      emit at return: entry is saved, one event carries start, end and ret
  *   bits 27..29  1 + index of an out-pointer argument dereferenced at return (0 = none)
- *   bit  30      copy 48 bytes behind argument 0 at entry (launch config structs)
+ *   bit  30      copy 48 bytes behind argument COOKIE_DEREF_ARG at entry
+ *                (launch config structs, argument 0)
  *   bit  31      capture the user stack (frame pointers)
  *   bit  32      (library-load hook) stop the process until user space resumes it
  *   bits 33..35  1 + index of a C-string argument copied (at return) into copy[],
@@ -28,18 +30,25 @@
  *   bit  41      (shared) only processes in a cgroup of the `cgroups` map
  *   bit  42      (launch) count the launch in `launch_counts`, write no record
  *   bits 43..46  (with 42) where the launch's stream is: 0 nowhere, 1..3 stack
- *                word k ([rsp+8k]), 8+w word w behind argument 0 (a config)
+ *                word k (x86-64 [rsp+8k], arm64 [sp+8(k-1)]), 4..7 register
+ *                x4..x7 (arm64), 8+w word w behind argument 0 (a config)
  *   bit  47      (with 42) time the launch: the entry keeps its time per
  *                thread, a return probe adds the call to `launch_times`
  *   bit  48      (shared, and the library-load hook) only processes of the
  *                followed tree (`tree`: record follows what its command
  *                starts)
+ *   bit  49      (user space only) the arm64 programs read the record's
+ *                arguments: its slots are as AAPCS64 lays them out
+ *   bits 50..52  (arm64) index of the argument bit 30 copies behind: 0, or
+ *                the pointer AAPCS64 passes for a struct larger than 16
+ *                bytes (ncclCommInitRank's ncclUniqueId); the x86-64
+ *                programs copy behind argument 0 only
  */
 #define COOKIE_API(c) ((c) & 0xffff)
 #define COOKIE_NSTACK(c) (((c) >> 24) & 0x3)
 #define COOKIE_RET (1ULL << 26)
 #define COOKIE_OUT(c) (((c) >> 27) & 0x7)
-#define COOKIE_DEREF0 (1ULL << 30)
+#define COOKIE_DEREF (1ULL << 30)
 #define COOKIE_STACK (1ULL << 31)
 #define COOKIE_STOP (1ULL << 32)
 #define COOKIE_STRARG(c) (((c) >> 33) & 0x7)
@@ -53,11 +62,17 @@
 #define COOKIE_AGG_STREAM(c) (((c) >> 43) & 0xf)
 #define COOKIE_AGG_TIME (1ULL << 47)
 #define COOKIE_TREE (1ULL << 48)
+/* COOKIE_ARM64 is for user space: the programs need not look. */
+#define COOKIE_ARM64 (1ULL << 49)
+#define COOKIE_DEREF_ARG(c) (((c) >> 50) & 0x7)
 /* Records with a stack or a string are full size; others end at stack[]. */
 #define COOKIE_FULL(c) (((c) & COOKIE_STACK) || (COOKIE_STRARG(c) && !((c) & COOKIE_PAIR)))
 
-#define NARGS 9   /* rdi rsi rdx rcx r8 r9 + up to 3 stack words */
-#define NEXT 6    /* 48 bytes copied from behind argument 0 */
+/* Argument slots: the integer argument registers, then the stack words
+ * past them (x86-64: rdi rsi rdx rcx r8 r9 + up to 3 words; arm64: x0..x7
+ * + 1 word). */
+#define NARGS 9
+#define NEXT 6    /* 48 bytes copied from behind an argument (COOKIE_DEREF) */
 #define MAX_STACK 32
 #define MAX_PY 24         /* Python frames kept, innermost first */
 #define STACK_COPY 8192   /* bytes of user stack copied for .eh_frame unwinding */
@@ -87,9 +102,10 @@ struct event {
 	/* Everything from here on is present only when the cookie asks for a
 	 * stack (COOKIE_STACK); other records end at stack[]. */
 	__u64 stack[MAX_STACK];   /* frame-pointer walk (bpf_get_stack) */
-	__u64 rip, rsp, rbp;      /* user registers where the stack was taken */
-	__u32 npy;                /* Python frames in py[] */
-	__u32 copy_len;           /* bytes of copy[] that hold the user stack from rsp */
+	__u64 rip, rsp, rbp;      /* user registers where the stack was taken (arm64: pc, sp, x29) */
+	__u32 npy;                /* Python frames in py[] (x86-64 only so far) */
+	__u32 copy_len;           /* bytes of copy[] that hold the user stack from rsp (x86-64 only:
+	                           * user space unwinds with .eh_frame on x86-64 only) */
 	__u64 py[MAX_PY * 2];     /* (code object, instruction pointer or lasti) pairs, innermost first */
 	__u8 copy[STACK_COPY];    /* the user stack from rsp upwards */
 };

@@ -2,7 +2,10 @@
 // the BPF programs write. It is pure Go: no cilium/ebpf, no cgo.
 package event
 
-import "strconv"
+import (
+	"runtime"
+	"strconv"
+)
 
 // API identifies one hooked CUDA call (all its symbol variants together).
 type API uint16
@@ -76,6 +79,46 @@ const (
 	ClassCommInit  // an NCCL communicator made: rank and world size
 )
 
+// ABI is a calling convention the BPF programs read arguments by. A
+// record's Args are argument slots: the integer argument registers in
+// order, then the stack words past them. For every hooked call slot i is
+// its i-th argument eightbyte on both ABIs (a dim3 by value takes two: x|y,
+// then z), so Decode reads the same slots; the one exception is a struct
+// larger than 16 bytes passed by value (Spec.MemArg).
+type ABI uint8
+
+const (
+	// SysV is x86-64's System V ABI: rdi rsi rdx rcx r8 r9, then stack
+	// word k (1-based) at [rsp+8k], above the return address at [rsp].
+	SysV ABI = iota
+	// AAPCS64 is arm64's: x0..x7, then stack word k at [sp+8(k-1)]; the
+	// return address is in the link register x30.
+	AAPCS64
+)
+
+// HostABI is the ABI of this build's BPF object: the machine's.
+func HostABI() ABI {
+	if runtime.GOARCH == "arm64" {
+		return AAPCS64
+	}
+	return SysV
+}
+
+func (a ABI) String() string {
+	if a == AAPCS64 {
+		return "arm64 AAPCS64"
+	}
+	return "x86-64 System V"
+}
+
+// registers is how many integer arguments a passes in registers.
+func (a ABI) registers() int {
+	if a == AAPCS64 {
+		return 8
+	}
+	return 6
+}
+
 // Spec describes one hooked API: its symbols and how the BPF side reads it.
 type Spec struct {
 	API     API
@@ -84,13 +127,23 @@ type Spec struct {
 	Class   Class
 	Symbols []string // exact symbols; index is carried in the cookie
 	// BPF behaviour, encoded into the cookie.
-	StackArgs int  // stack words to copy ([rsp+8]...), 0..3
-	Return    bool // emit at return with duration and result
-	OutArg    int  // 1 + index of an out-pointer read at return; 0 = none
-	Deref0    bool // copy 48 bytes behind argument 0 (launch config)
-	StrArg    int  // 1 + index of a C-string argument copied at entry; 0 = none
-	StubArg   int  // launches: index of the kernel (stub or CUfunction) argument
-	Sync      bool // the call itself may block the host on the GPU
+	//
+	// Slots is how many argument slots Decode reads where that is more
+	// than the six x86-64 passes in registers (0: six or fewer): the
+	// probes copy the slots past an ABI's registers from the stack.
+	Slots int
+	// MemArg is 1 + the index of an argument passed by value that is
+	// larger than 16 bytes (ncclUniqueId): x86-64 passes it on the stack,
+	// in no register (the arguments after it take the registers it would
+	// have), arm64 in a register that points to a copy, whose first 48
+	// bytes the arm64 probe copies into Ext.
+	MemArg  int
+	Return  bool // emit at return with duration and result
+	OutArg  int  // 1 + index of an out-pointer read at return; 0 = none
+	Deref0  bool // copy 48 bytes behind argument 0 (launch config)
+	StrArg  int  // 1 + index of a C-string argument copied at entry; 0 = none
+	StubArg int  // launches: index of the kernel (stub or CUfunction) argument
+	Sync    bool // the call itself may block the host on the GPU
 	// Handle: the allocation is a handle to physical memory (cuMemCreate,
 	// cuMemRelease), not a device address.
 	Handle bool
@@ -99,10 +152,14 @@ type Spec struct {
 	DriverOnly bool
 }
 
+// stackWords is how many stack words the probes copy on abi: the slots
+// Decode reads past abi's argument registers.
+func (s *Spec) stackWords(abi ABI) int { return max(0, s.Slots-abi.registers()) }
+
 // Cookie bits; keep in sync with bpf/cudatap.h.
 const (
 	cookieRet    = 1 << 26
-	cookieDeref0 = 1 << 30
+	cookieDeref  = 1 << 30 // behind argument 0, or (arm64) bits 50..52's
 	CookieStack  = 1 << 31
 	cookieStrArg = 33 // bits 33..35: 1 + index of a string argument
 	// CookiePair makes a runtime launch probe hand its kernel stub (argument
@@ -133,26 +190,50 @@ const (
 	// only the processes of the followed tree (record follows what its
 	// command starts; probe.Tracer.AddToTree).
 	CookieTree = 1 << 48
+	// CookieARM64: the arm64 programs wrote the record (user space only:
+	// Decode reads its slots as AAPCS64 lays them out).
+	CookieARM64    = 1 << 49
+	cookieDerefArg = 50 // bits 50..52: (arm64) the argument cookieDeref copies behind
 )
+
+// CookieABI is the ABI a record's arguments were read by.
+func CookieABI(c uint64) ABI {
+	if c&CookieARM64 != 0 {
+		return AAPCS64
+	}
+	return SysV
+}
 
 // AggregateCookie is what a launch probe's cookie adds to count the launch
 // in BPF: CookieAggregate, and where its stream is.
-func (s *Spec) AggregateCookie() uint64 {
-	return CookieAggregate | s.launchStreamSlot()<<cookieAggStream
+func (s *Spec) AggregateCookie() uint64 { return s.aggregateCookie(HostABI()) }
+
+func (s *Spec) aggregateCookie(abi ABI) uint64 {
+	return CookieAggregate | s.launchStream(abi)<<cookieAggStream
 }
 
-// launchStreamSlot says where a launch API's stream argument is at entry,
-// for the BPF side (bpf/cudatap.h, COOKIE_AGG_STREAM): 1..3 the k-th stack
-// word, 8+w the w-th word behind argument 0 (its launch config), 0 not
-// known. DecodeArgs reads the same places (TestLaunchStreamSlot).
-func (s *Spec) launchStreamSlot() uint64 {
+// launchStream says where a launch API's stream argument is at entry on
+// abi, for the BPF side (bpf/cudatap.h, COOKIE_AGG_STREAM): 1..3 the k-th
+// stack word, 4..7 register x4..x7 (arm64), 8+w the w-th word behind
+// argument 0 (its launch config), 0 not known. Decode reads the same
+// places (TestLaunchStream).
+func (s *Spec) launchStream(abi ABI) uint64 {
+	slot := 0
 	switch s.API {
 	case CudaLaunchKernel, CudaLaunchCooperativeKernel:
-		return 2 // (func, grid: 2 regs, block: 2 regs, args) in registers, then sharedMem, stream
+		slot = 7 // func, grid (2 slots), block (2), args, sharedMem, stream
 	case CuLaunchKernel, CuLaunchCooperativeKernel:
-		return 3 // f, grid x y z, block x y in registers, then block z, sharedMem, hStream
+		slot = 8 // f, grid x y z, block x y z, sharedMem, hStream
 	case CudaLaunchKernelExC, CuLaunchKernelEx:
 		return 8 + 4 // the config: grid, block, sharedMem (7 × 4 bytes, padded), then the stream
+	default:
+		return 0
+	}
+	switch regs := abi.registers(); {
+	case slot >= regs:
+		return uint64(slot - regs + 1) // stack word k
+	case abi == AAPCS64 && slot >= 4:
+		return uint64(slot) // register x4..x7
 	}
 	return 0
 }
@@ -198,18 +279,31 @@ type Aggregates struct {
 
 // PairCookie is the cookie of runtime launch symbol sym when the driver
 // counts launches.
-func (s *Spec) PairCookie(sym int) uint64 {
-	return s.Cookie(sym) | CookiePair | uint64(s.StubArg+1)<<cookieStrArg
+func (s *Spec) PairCookie(sym int) uint64 { return s.pairCookie(HostABI(), sym) }
+
+func (s *Spec) pairCookie(abi ABI, sym int) uint64 {
+	return s.cookie(abi, sym) | CookiePair | uint64(s.StubArg+1)<<cookieStrArg
 }
 
-// Cookie returns the attach cookie for symbol index sym of s.
-func (s *Spec) Cookie(sym int) uint64 {
-	c := uint64(s.API) | uint64(sym&0xff)<<16 | uint64(s.StackArgs&3)<<24 | uint64(s.OutArg&7)<<27
+// Cookie returns the attach cookie for symbol index sym of s, for this
+// build's BPF object.
+func (s *Spec) Cookie(sym int) uint64 { return s.cookie(HostABI(), sym) }
+
+// cookie is Cookie for the BPF object that reads arguments as abi passes
+// them.
+func (s *Spec) cookie(abi ABI, sym int) uint64 {
+	c := uint64(s.API) | uint64(sym&0xff)<<16 | uint64(s.stackWords(abi)&3)<<24 | uint64(s.OutArg&7)<<27
 	if s.Return {
 		c |= cookieRet
 	}
 	if s.Deref0 {
-		c |= cookieDeref0
+		c |= cookieDeref
+	}
+	if abi == AAPCS64 {
+		c |= CookieARM64
+		if s.MemArg != 0 {
+			c |= cookieDeref | uint64((s.MemArg-1)&7)<<cookieDerefArg
+		}
 	}
 	c |= uint64(s.StrArg&7) << cookieStrArg
 	if s.Layer == Driver && s.Class == ClassLaunch {
@@ -346,14 +440,14 @@ var specs = [...]Spec{
 	// CUDA 13's generated host stubs launch through __cudaLaunchKernel, with
 	// the same arguments but a kernel handle (from __cudaGetKernel) for the
 	// stub.
-	{API: CudaLaunchKernel, Name: "cudaLaunchKernel", Class: ClassLaunch, StackArgs: 2,
+	{API: CudaLaunchKernel, Name: "cudaLaunchKernel", Class: ClassLaunch, Slots: 8,
 		Symbols: []string{"cudaLaunchKernel", "cudaLaunchKernel_ptsz", "__cudaLaunchKernel", "__cudaLaunchKernel_ptsz"}},
 	{API: CudaLaunchKernelExC, Name: "cudaLaunchKernelExC", Class: ClassLaunch, Deref0: true, StubArg: 1, Symbols: ptsz("cudaLaunchKernelExC")},
-	{API: CudaLaunchCooperativeKernel, Name: "cudaLaunchCooperativeKernel", Class: ClassLaunch, StackArgs: 2, Symbols: ptsz("cudaLaunchCooperativeKernel")},
+	{API: CudaLaunchCooperativeKernel, Name: "cudaLaunchCooperativeKernel", Class: ClassLaunch, Slots: 8, Symbols: ptsz("cudaLaunchCooperativeKernel")},
 	{API: CudaMemcpy, Name: "cudaMemcpy", Class: ClassMemcpy, Return: true, Sync: true, Symbols: ptds("cudaMemcpy")},
 	{API: CudaMemcpyAsync, Name: "cudaMemcpyAsync", Class: ClassMemcpy, Return: true, Symbols: ptsz("cudaMemcpyAsync")},
-	{API: CudaMemcpy2D, Name: "cudaMemcpy2D", Class: ClassMemcpy, Return: true, Sync: true, StackArgs: 1, Symbols: ptds("cudaMemcpy2D")},
-	{API: CudaMemcpy2DAsync, Name: "cudaMemcpy2DAsync", Class: ClassMemcpy, Return: true, StackArgs: 2, Symbols: ptsz("cudaMemcpy2DAsync")},
+	{API: CudaMemcpy2D, Name: "cudaMemcpy2D", Class: ClassMemcpy, Return: true, Sync: true, Slots: 7, Symbols: ptds("cudaMemcpy2D")},
+	{API: CudaMemcpy2DAsync, Name: "cudaMemcpy2DAsync", Class: ClassMemcpy, Return: true, Slots: 8, Symbols: ptsz("cudaMemcpy2DAsync")},
 	{API: CudaMemset, Name: "cudaMemset", Class: ClassMemset, Return: true, Sync: true, Symbols: ptds("cudaMemset")},
 	{API: CudaMemsetAsync, Name: "cudaMemsetAsync", Class: ClassMemset, Symbols: ptsz("cudaMemsetAsync")},
 	{API: CudaEventCreate, Name: "cudaEventCreate", Class: ClassEventCreate, Return: true, OutArg: 1},
@@ -379,11 +473,12 @@ var specs = [...]Spec{
 	{API: CudaGraphLaunch, Name: "cudaGraphLaunch", Class: ClassGraphLaunch, Symbols: ptsz("cudaGraphLaunch")},
 	{API: CudaLaunchHostFunc, Name: "cudaLaunchHostFunc", Class: ClassHostFunc, Symbols: ptsz("cudaLaunchHostFunc")},
 
-	// cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra): bz, shmem
-	// and stream are stack arguments 1..3.
-	{API: CuLaunchKernel, Name: "cuLaunchKernel", Layer: Driver, Class: ClassLaunch, StackArgs: 3, Symbols: ptsz("cuLaunchKernel")},
+	// cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra): the
+	// stream is slot 8 (x86-64: bz, shmem and stream are stack words 1..3;
+	// arm64: stream is stack word 1); params and extra are not read.
+	{API: CuLaunchKernel, Name: "cuLaunchKernel", Layer: Driver, Class: ClassLaunch, Slots: 9, Symbols: ptsz("cuLaunchKernel")},
 	{API: CuLaunchKernelEx, Name: "cuLaunchKernelEx", Layer: Driver, Class: ClassLaunch, Deref0: true, StubArg: 1, Symbols: ptsz("cuLaunchKernelEx")},
-	{API: CuLaunchCooperativeKernel, Name: "cuLaunchCooperativeKernel", Layer: Driver, Class: ClassLaunch, StackArgs: 3, Symbols: ptsz("cuLaunchCooperativeKernel")},
+	{API: CuLaunchCooperativeKernel, Name: "cuLaunchCooperativeKernel", Layer: Driver, Class: ClassLaunch, Slots: 9, Symbols: ptsz("cuLaunchCooperativeKernel")},
 	{API: CuMemcpyHtoDAsync, Name: "cuMemcpyHtoDAsync", Layer: Driver, Class: ClassMemcpy, Return: true, Symbols: v2ptsz("cuMemcpyHtoDAsync")},
 	{API: CuMemcpyDtoHAsync, Name: "cuMemcpyDtoHAsync", Layer: Driver, Class: ClassMemcpy, Return: true, Symbols: v2ptsz("cuMemcpyDtoHAsync")},
 	{API: CuMemcpyDtoDAsync, Name: "cuMemcpyDtoDAsync", Layer: Driver, Class: ClassMemcpy, Return: true, Symbols: v2ptsz("cuMemcpyDtoDAsync")},
@@ -418,11 +513,11 @@ var specs = [...]Spec{
 	{API: CuKernelGetFunction, Name: "cuKernelGetFunction", Layer: Driver, Class: ClassFuncName, Return: true, OutArg: 1},
 
 	// NCCL: nccl* are weak aliases of pnccl*; one probe serves both.
-	{API: NcclAllReduce, Name: "ncclAllReduce", Layer: NCCL, Class: ClassCollective, StackArgs: 1},
-	{API: NcclBroadcast, Name: "ncclBroadcast", Layer: NCCL, Class: ClassCollective, StackArgs: 1},
-	{API: NcclReduce, Name: "ncclReduce", Layer: NCCL, Class: ClassCollective, StackArgs: 2},
+	{API: NcclAllReduce, Name: "ncclAllReduce", Layer: NCCL, Class: ClassCollective, Slots: 7},
+	{API: NcclBroadcast, Name: "ncclBroadcast", Layer: NCCL, Class: ClassCollective, Slots: 7},
+	{API: NcclReduce, Name: "ncclReduce", Layer: NCCL, Class: ClassCollective, Slots: 8},
 	{API: NcclAllGather, Name: "ncclAllGather", Layer: NCCL, Class: ClassCollective},
-	{API: NcclReduceScatter, Name: "ncclReduceScatter", Layer: NCCL, Class: ClassCollective, StackArgs: 1},
+	{API: NcclReduceScatter, Name: "ncclReduceScatter", Layer: NCCL, Class: ClassCollective, Slots: 7},
 	{API: NcclSend, Name: "ncclSend", Layer: NCCL, Class: ClassCollective},
 	{API: NcclRecv, Name: "ncclRecv", Layer: NCCL, Class: ClassCollective},
 	{API: NcclGroupStart, Name: "ncclGroupStart", Layer: NCCL, Class: ClassGroup},
@@ -443,12 +538,14 @@ var specs = [...]Spec{
 	// the calling thread's current device. Rare; its result matters.
 	{API: CudaSetDevice, Name: "cudaSetDevice", Class: ClassSetDevice, Return: true},
 
-	// NCCL communicators: (comm*, nranks, ncclUniqueId by value — 128 bytes
-	// on the stack, no register —, rank): the rank is the third integer
-	// register; the id's first word ([rsp+8], a random magic every rank of
-	// the communicator shares) tells communicators apart across processes.
-	// The new comm is read at return.
-	{API: NcclCommInitRank, Name: "ncclCommInitRank", Layer: NCCL, Class: ClassCommInit, Return: true, OutArg: 1, StackArgs: 1},
+	// NCCL communicators: (comm*, nranks, ncclUniqueId by value — 128
+	// bytes —, rank). The id's first word, a random magic every rank of
+	// the communicator shares, tells communicators apart across processes.
+	// x86-64 passes the id on the stack (its first word is slot 6, stack
+	// word 1) and the rank in the third register; arm64 a pointer to a
+	// copy of the id in x2 (copied into Ext) and the rank in x3. The new
+	// comm is read at return.
+	{API: NcclCommInitRank, Name: "ncclCommInitRank", Layer: NCCL, Class: ClassCommInit, Return: true, OutArg: 1, Slots: 7, MemArg: 3},
 
 	// Device allocations: each may fail for want of memory, and the
 	// model tells the out-of-memory failures (its ret) apart.

@@ -58,21 +58,24 @@ var stubArg = map[API]int{
 	CuLaunchKernelEx:    1, // (config, f, params, extra)
 }
 
-// stackArgs is the number of arguments each API passes on the stack
-// (x86-64 System V: six integer registers; a dim3 by value takes two).
-var stackArgs = map[API]int{
-	NcclCommInitRank:            1, // the unique id's first word
-	CudaLaunchKernel:            2, // sharedMem, stream
-	CudaLaunchCooperativeKernel: 2,
-	CudaMemcpy2D:                1, // kind
-	CudaMemcpy2DAsync:           2, // kind, stream
-	CuLaunchKernel:              3, // blockDimZ, sharedMemBytes, hStream
-	CuLaunchCooperativeKernel:   3,
-	NcclAllReduce:               1, // stream
-	NcclBroadcast:               1, // stream
-	NcclReduce:                  2, // comm, stream
-	NcclReduceScatter:           1, // stream
+// slots is, for the APIs whose decoded arguments go past the six x86-64
+// passes in registers, how many argument slots Decode reads (a dim3 by
+// value takes two).
+var slots = map[API]int{
+	NcclCommInitRank:            7, // x86-64: the unique id's first word
+	CudaLaunchKernel:            8, // sharedMem, stream
+	CudaLaunchCooperativeKernel: 8,
+	CudaMemcpy2D:                7, // kind
+	CudaMemcpy2DAsync:           8, // kind, stream
+	CuLaunchKernel:              9, // blockDimZ, sharedMemBytes, hStream
+	CuLaunchCooperativeKernel:   9,
+	NcclAllReduce:               7, // stream
+	NcclBroadcast:               7, // stream
+	NcclReduce:                  8, // comm, stream
+	NcclReduceScatter:           7, // stream
 }
+
+var abis = []ABI{SysV, AAPCS64}
 
 var layerPrefix = map[Layer]string{Runtime: "cuda", Driver: "cu", NCCL: "nccl"}
 
@@ -134,11 +137,18 @@ func TestSpecTable(t *testing.T) {
 		if s.Symbol(len(s.Symbols)) != s.Name || s.Symbol(-1) != s.Name || s.PerThreadDefault(len(s.Symbols)) {
 			t.Errorf("%s: out-of-range symbol index not answered by the plain name", s.Name)
 		}
-		if s.StackArgs < 0 || s.StackArgs > 3 {
-			t.Errorf("%s: StackArgs %d outside 0..3 (2 cookie bits, 3 stack words in args[])", s.Name, s.StackArgs)
+		if s.Slots != slots[s.API] {
+			t.Errorf("%s: Slots %d, want %d", s.Name, s.Slots, slots[s.API])
 		}
-		if s.StackArgs != stackArgs[s.API] {
-			t.Errorf("%s: StackArgs %d, want %d", s.Name, s.StackArgs, stackArgs[s.API])
+		for _, abi := range abis {
+			// 2 cookie bits; the BPF side copies the stack words into args[]
+			// behind the registers.
+			if n := s.stackWords(abi); n > 3 || abi.registers()+n > NArgs {
+				t.Errorf("%s: %d stack words on %v: more than args[] holds", s.Name, n, abi)
+			}
+		}
+		if (s.MemArg != 0) != (s.API == NcclCommInitRank) || (s.MemArg != 0 && s.Deref0) {
+			t.Errorf("%s: MemArg %d (Deref0 %v): only ncclCommInitRank passes a struct larger than 16 bytes", s.Name, s.MemArg, s.Deref0)
 		}
 		// An out pointer is read at return, so only return-probed APIs may have one,
 		// and it must be the pointer argument the call writes through.
@@ -166,7 +176,7 @@ func TestSpecTable(t *testing.T) {
 		if w, has := strArg[s.API]; (has && s.StrArg != w+1) || (!has && s.StrArg != 0) {
 			t.Errorf("%s: StrArg %d, want %d", s.Name, s.StrArg, w+1)
 		}
-		if s.StrArg != 0 && (s.StrArg-1 >= 6+s.StackArgs || s.Class != ClassFuncName) {
+		if s.StrArg != 0 && (s.StrArg-1 >= 6 || s.Class != ClassFuncName) {
 			t.Errorf("%s: StrArg %d is not a copied argument of a load-time call", s.Name, s.StrArg)
 		}
 		// Launches hand their kernel argument between the layers.
@@ -269,56 +279,71 @@ func TestLayer(t *testing.T) {
 func TestCookie(t *testing.T) {
 	for i := range specs {
 		s := &specs[i]
-		for sym := range s.Symbols {
-			c := s.Cookie(sym)
-			if CookieAPI(c) != s.API || CookieSymbol(c) != sym || CookieHasStack(c) {
-				t.Errorf("%s/%d: cookie %#x decodes to api %d sym %d stack %v", s.Name, sym, c,
-					CookieAPI(c), CookieSymbol(c), CookieHasStack(c))
-			}
-			// The BPF side's view (bpf/cudatap.h).
-			if got := int(c>>24) & 3; got != s.StackArgs {
-				t.Errorf("%s: COOKIE_NSTACK = %d, want %d", s.Name, got, s.StackArgs)
-			}
-			if got := c&(1<<26) != 0; got != s.Return {
-				t.Errorf("%s: COOKIE_RET = %v, want %v", s.Name, got, s.Return)
-			}
-			if got := int(c>>27) & 7; got != s.OutArg {
-				t.Errorf("%s: COOKIE_OUT = %d, want %d", s.Name, got, s.OutArg)
-			}
-			if got := c&(1<<30) != 0; got != s.Deref0 {
-				t.Errorf("%s: COOKIE_DEREF0 = %v, want %v", s.Name, got, s.Deref0)
-			}
-			if got := int(c>>33) & 7; got != s.StrArg {
-				t.Errorf("%s: COOKIE_STRARG = %d, want %d", s.Name, got, s.StrArg)
-			}
-			if got := c&(1<<37) != 0; got != (s.Layer == Driver && s.Class == ClassLaunch) {
-				t.Errorf("%s: COOKIE_TAKE_STUB = %v", s.Name, got)
-			}
-			if c&(1<<31|1<<32|1<<36) != 0 || c>>38 != 0 {
-				t.Errorf("%s: cookie %#x sets stack, stop, pair or unknown bits", s.Name, c)
-			}
-			if s.Layer == Runtime && s.Class == ClassLaunch {
-				pc := s.PairCookie(sym)
-				if pc&^(uint64(7)<<33|CookiePair) != c || int(pc>>33)&7 != s.StubArg+1 || pc&CookiePair == 0 {
-					t.Errorf("%s/%d: pair cookie %#x from %#x", s.Name, sym, pc, c)
+		for _, abi := range abis {
+			for sym := range s.Symbols {
+				c := s.cookie(abi, sym)
+				if CookieAPI(c) != s.API || CookieSymbol(c) != sym || CookieHasStack(c) || CookieABI(c) != abi {
+					t.Errorf("%s/%d: %v cookie %#x decodes to api %d sym %d stack %v abi %v", s.Name, sym, abi, c,
+						CookieAPI(c), CookieSymbol(c), CookieHasStack(c), CookieABI(c))
 				}
-			}
-			// The tracer ORs in the stack bit; nothing else moves.
-			cs := c | CookieStack
-			if CookieAPI(cs) != s.API || CookieSymbol(cs) != sym || !CookieHasStack(cs) {
-				t.Errorf("%s/%d: stack cookie %#x decodes to api %d sym %d", s.Name, sym, cs, CookieAPI(cs), CookieSymbol(cs))
+				// The BPF side's view (bpf/cudatap.h).
+				if got := int(c>>24) & 3; got != s.stackWords(abi) {
+					t.Errorf("%s: %v COOKIE_NSTACK = %d, want %d", s.Name, abi, got, s.stackWords(abi))
+				}
+				if got := c&(1<<26) != 0; got != s.Return {
+					t.Errorf("%s: COOKIE_RET = %v, want %v", s.Name, got, s.Return)
+				}
+				if got := int(c>>27) & 7; got != s.OutArg {
+					t.Errorf("%s: COOKIE_OUT = %d, want %d", s.Name, got, s.OutArg)
+				}
+				// Behind argument 0 (a launch config), or on arm64 behind the
+				// pointer to a struct passed by value.
+				wantDeref, wantArg := s.Deref0, 0
+				if abi == AAPCS64 && s.MemArg != 0 {
+					wantDeref, wantArg = true, s.MemArg-1
+				}
+				if got, arg := c&(1<<30) != 0, int(c>>50)&7; got != wantDeref || arg != wantArg {
+					t.Errorf("%s: %v COOKIE_DEREF = %v behind argument %d, want %v behind %d", s.Name, abi, got, arg, wantDeref, wantArg)
+				}
+				if got := int(c>>33) & 7; got != s.StrArg {
+					t.Errorf("%s: COOKIE_STRARG = %d, want %d", s.Name, got, s.StrArg)
+				}
+				if got := c&(1<<37) != 0; got != (s.Layer == Driver && s.Class == ClassLaunch) {
+					t.Errorf("%s: COOKIE_TAKE_STUB = %v", s.Name, got)
+				}
+				if c&(1<<31|1<<32|1<<36) != 0 || c>>38&^(1<<11|7<<12) != 0 || (abi == SysV && c>>49 != 0) {
+					t.Errorf("%s: %v cookie %#x sets stack, stop, pair or unknown bits", s.Name, abi, c)
+				}
+				if s.Layer == Runtime && s.Class == ClassLaunch {
+					pc := s.pairCookie(abi, sym)
+					if pc&^(uint64(7)<<33|CookiePair) != c || int(pc>>33)&7 != s.StubArg+1 || pc&CookiePair == 0 {
+						t.Errorf("%s/%d: pair cookie %#x from %#x", s.Name, sym, pc, c)
+					}
+				}
+				// The tracer ORs in the stack bit; nothing else moves.
+				cs := c | CookieStack
+				if CookieAPI(cs) != s.API || CookieSymbol(cs) != sym || !CookieHasStack(cs) {
+					t.Errorf("%s/%d: stack cookie %#x decodes to api %d sym %d", s.Name, sym, cs, CookieAPI(cs), CookieSymbol(cs))
+				}
 			}
 		}
 	}
 	// Hand-built cookies: every field at its extreme.
-	s := Spec{API: 0xffff, StackArgs: 3, Return: true, OutArg: 7, Deref0: true, StrArg: 7}
-	if c := s.Cookie(255); c != 0xffff|0xff<<16|3<<24|1<<26|7<<27|1<<30|7<<33 {
+	s := Spec{API: 0xffff, Slots: 9, Return: true, OutArg: 7, Deref0: true, StrArg: 7}
+	if c := s.cookie(SysV, 255); c != 0xffff|0xff<<16|3<<24|1<<26|7<<27|1<<30|7<<33 {
 		t.Errorf("cookie with every field set = %#x", c)
 	}
+	s = Spec{API: 0xffff, Slots: 9, Return: true, OutArg: 7, MemArg: 8, StrArg: 7}
+	if c := s.cookie(AAPCS64, 255); c != 0xffff|0xff<<16|1<<24|1<<26|7<<27|1<<30|7<<33|1<<49|7<<50 {
+		t.Errorf("arm64 cookie with every field set = %#x", c)
+	}
 	// Out-of-range fields are masked, never bleed into neighbours.
-	s = Spec{API: 5, StackArgs: 4 /* masked to 0 */, OutArg: 8 /* masked to 0 */, StrArg: 8 /* masked to 0 */}
-	if c := s.Cookie(256 + 3); c != 5|3<<16 {
+	s = Spec{API: 5, Slots: 6 + 4 /* masked to 0 */, OutArg: 8 /* masked to 0 */, StrArg: 8 /* masked to 0 */, MemArg: 9 /* masked to 0 */}
+	if c := s.cookie(SysV, 256+3); c != 5|3<<16 {
 		t.Errorf("masked cookie = %#x, want %#x", c, 5|3<<16)
+	}
+	if c := s.cookie(AAPCS64, 256+3); c != 5|3<<16|2<<24|1<<30|1<<49 {
+		t.Errorf("masked arm64 cookie = %#x, want %#x", c, 5|3<<16|2<<24|1<<30|1<<49)
 	}
 	if CookieStop != 1<<32 || CookieStack != 1<<31 || CookiePair != 1<<36 || cookieTakeStub != 1<<37 || cookieStrArg != 33 {
 		t.Errorf("CookieStop %#x CookieStack %#x", uint64(CookieStop), uint64(CookieStack))
@@ -350,8 +375,11 @@ func TestCookieMatchesBPFHeader(t *testing.T) {
 	if got := bit("COOKIE_RET"); got != cookieRet {
 		t.Errorf("COOKIE_RET %#x, Go %#x", got, cookieRet)
 	}
-	if got := bit("COOKIE_DEREF0"); got != cookieDeref0 {
-		t.Errorf("COOKIE_DEREF0 %#x, Go %#x", got, cookieDeref0)
+	if got := bit("COOKIE_DEREF"); got != cookieDeref {
+		t.Errorf("COOKIE_DEREF %#x, Go %#x", got, cookieDeref)
+	}
+	if got := bit("COOKIE_ARM64"); got != CookieARM64 {
+		t.Errorf("COOKIE_ARM64 %#x, Go %#x", got, uint64(CookieARM64))
 	}
 	if got := bit("COOKIE_STACK"); got != CookieStack {
 		t.Errorf("COOKIE_STACK %#x, Go %#x", got, uint64(CookieStack))
@@ -370,6 +398,7 @@ func TestCookieMatchesBPFHeader(t *testing.T) {
 		"COOKIE_NSTACK":     "(((c) >> 24) & 0x3)",
 		"COOKIE_OUT":        "(((c) >> 27) & 0x7)",
 		"COOKIE_STRARG":     "(((c) >> 33) & 0x7)",
+		"COOKIE_DEREF_ARG":  "(((c) >> " + strconv.Itoa(cookieDerefArg) + ") & 0x7)",
 		"MAX_PY":            strconv.Itoa(MaxPy),
 		"STACK_COPY":        strconv.Itoa(StackCopy),
 		"EV_PY_TRUNCATED":   "0x" + strconv.FormatUint(FlagPyTruncated, 16),
@@ -387,45 +416,6 @@ func TestCookieMatchesBPFHeader(t *testing.T) {
 		}
 		if got != want {
 			t.Errorf("bpf/cudatap.h: %s = %q, Go expects %q", name, got, want)
-		}
-	}
-}
-
-// TestLaunchStreamSlot: where the aggregate-mode BPF reads a launch's
-// stream (its cookie) is where Decode finds it, for every launch API.
-func TestLaunchStreamSlot(t *testing.T) {
-	for _, l := range []Layer{Runtime, Driver} {
-		for _, s := range Specs(l) {
-			if s.Class != ClassLaunch {
-				continue
-			}
-			var e Event
-			e.Cookie = uint64(s.API)
-			for i := range e.Args {
-				e.Args[i] = 1000 + uint64(i)
-			}
-			for w := range e.Ext {
-				e.Ext[w] = 2000 + uint64(w)
-			}
-			var a Args
-			e.Decode(&a)
-			slot := s.AggregateCookie() >> cookieAggStream & 0xf
-			var want uint64
-			switch {
-			case slot >= 1 && slot <= 3: // stack word k is argument 6+k-1
-				want = e.Args[5+slot]
-			case slot >= 8:
-				want = e.Ext[slot-8]
-			default:
-				t.Errorf("%s: no stream slot", s.Name)
-				continue
-			}
-			if !a.HasStream || a.Stream != want {
-				t.Errorf("%s: BPF reads the stream from slot %d (%d), Decode finds %d", s.Name, slot, want, a.Stream)
-			}
-			if s.AggregateCookie()&CookieAggregate == 0 {
-				t.Errorf("%s: aggregate cookie without CookieAggregate", s.Name)
-			}
 		}
 	}
 }

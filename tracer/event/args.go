@@ -77,8 +77,9 @@ func ncclBytes(count, typ uint64) uint64 {
 
 func dim3(xy, z uint64) Dim3 { return Dim3{X: uint32(xy), Y: uint32(xy >> 32), Z: uint32(z)} }
 
-// Decode names the raw arguments of e. Register and stack positions follow
-// CUDA_API.md (x86-64 System V).
+// Decode names the raw arguments of e: its argument slots (ABI), in the
+// positions CUDA_API.md gives for x86-64 System V, which are the same on
+// arm64 (docs/arm64.md) but for ncclCommInitRank's.
 func (e *Event) Decode(a *Args) {
 	*a = Args{}
 	r := &e.Args
@@ -246,7 +247,14 @@ func (e *Event) Decode(a *Args) {
 		a.Peer = -1
 		a.Bytes = ncclBytes(r[2], r[3])
 	case NcclCommInitRank:
-		a.Comm, a.Size, a.Peer, a.CommID = e.Out, r[1], int32(r[2]), r[6] // comm, nranks, rank, id
+		// (comm *, nranks, ncclUniqueId by value, rank): the id on the
+		// stack, or (arm64) behind x2 (Spec.MemArg).
+		a.Comm, a.Size = e.Out, r[1]
+		if e.ABI() == AAPCS64 {
+			a.Peer, a.CommID = int32(r[3]), e.Ext[0]
+		} else {
+			a.Peer, a.CommID = int32(r[2]), r[6]
+		}
 	case NcclSend, NcclRecv:
 		// (buf, count, type, peer, comm, stream): send reads buf, recv writes it.
 		a.Size, a.DataType, a.Peer, a.Comm, a.Stream, a.HasStream = r[1], uint8(r[2]), int32(r[3]), r[4], r[5], true

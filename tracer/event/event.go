@@ -45,7 +45,8 @@ func SetFlags(b []byte, flags uint32) {
 	}
 }
 
-// Regs are the user registers where a stack was taken.
+// Regs are the user registers where a stack was taken: on arm64 records
+// (CookieARM64) pc, sp and the frame pointer x29.
 type Regs struct{ RIP, RSP, RBP uint64 }
 
 // Event is one decoded CUDA call. It is a plain value; the decoder fills it
@@ -68,12 +69,16 @@ type Event struct {
 	NPy        int
 	Py         [MaxPy][2]uint64 // (code object, instruction) pairs, innermost first
 	// Copy is the top of the user stack from Regs.RSP, for .eh_frame
-	// unwinding. It aliases the decoded buffer: valid until the next Decode.
+	// unwinding (x86-64 records only). It aliases the decoded buffer:
+	// valid until the next Decode.
 	Copy []byte
 }
 
 // API of the event.
 func (e *Event) API() API { return CookieAPI(e.Cookie) }
+
+// ABI its arguments were read by.
+func (e *Event) ABI() ABI { return CookieABI(e.Cookie) }
 
 // Spec of the event's API, nil for an unknown id.
 func (e *Event) Spec() *Spec { return Lookup(e.API()) }
