@@ -127,6 +127,9 @@ func New(cfg Config) (*Tracer, error) {
 	if err := CheckArch(); err != nil {
 		return nil, err
 	}
+	if note := StackNote(); note != "" && cfg.Stacks != StacksNone {
+		cfg.Logger.Warn(note)
+	}
 	if err := CheckPrivileges(); err != nil {
 		return nil, err
 	}
