@@ -61,6 +61,14 @@ var (
 	buildErr  error
 )
 
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if build != nil {
+		os.RemoveAll(build.Dir) // the simulator this package's tests built
+	}
+	os.Exit(code)
+}
+
 func simBuild(t testing.TB) *sim.Build {
 	t.Helper()
 	buildOnce.Do(func() {
