@@ -274,3 +274,34 @@ func gpuCollector(pid bool) *GPUCollector {
 	g.Event(gpusample.Event{Device: 0, Kind: "xid", Data: 79})
 	return g
 }
+
+// TestOOM: a process's allocations refused for want of memory, as the
+// model counts them (one per request), exact whatever the weight, from 0
+// as soon as the process is seen (so that increase() sees the first); a
+// new session's model counts from zero again and adds to them; without
+// the pid label a group adds its processes'.
+func TestOOM(t *testing.T) {
+	c := NewCollector(Options{})
+	c.label = func(uint32, ...string) ProcLabels { return ProcLabels{Comm: "python3"} }
+	c.SetWeight(4)
+	p, q := &model.Process{PID: 7}, &model.Process{PID: 8}
+	call := func(mp *model.Process) { c.Call(mp, &model.Call{API: event.CudaMalloc, HasRet: true, Ret: 2}) }
+	check := func(when string, want float64) {
+		t.Helper()
+		if got := gather(t, c, "cudatap_oom_total", map[string]string{"comm": "python3"}); got != want {
+			t.Errorf("%s: %v out-of-memory failures, want %v", when, got, want)
+		}
+	}
+	call(p)
+	check("none yet", 0)
+	p.OOMCount = 1
+	call(p)
+	call(p) // a retry of the same request: the model counts it once
+	check("one", 1)
+	q.OOMCount = 2
+	call(q)
+	check("another process of the group", 3)
+	c.FoldAggregates() // the session ends
+	call(&model.Process{PID: 7, OOMCount: 1})
+	check("the next session", 4)
+}

@@ -83,7 +83,7 @@ type Collector struct {
 
 	calls, launches, syncs, syncWait, copyBytes, ncclBytes, ncclOps, apiTime, evictedDesc, timesLostDesc *prometheus.Desc
 	commCalls, commLast, commDone, commDoneLast                                                          *prometheus.Desc
-	sampleProb, sampleWindows, streamLaunches, processes                                                 *prometheus.Desc
+	sampleProb, sampleWindows, streamLaunches, processes, ooms                                           *prometheus.Desc
 }
 
 type proc struct {
@@ -124,6 +124,11 @@ type proc struct {
 	// NCCL communicators by handle: their collectives, exactly (not
 	// weighted: ranks are compared by them).
 	comms map[uint64]*commState
+	// Device allocations refused for want of memory (exact, not
+	// weighted), and the model's count of them when last seen
+	// (model.Process.OOMCount, which restarts with each session).
+	ooms     uint64
+	oomsSeen int64
 	// When ForgetExited first found it gone (zero: alive).
 	goneSince time.Time
 }
@@ -229,6 +234,7 @@ func NewCollector(o Options) *Collector {
 		apiTime:        d("cudatap_cuda_api_seconds", "Host time in CUDA calls whose return is traced, by API (launches only with the agent's --launch-times).", "api"),
 		sampleProb:     d("cudatap_process_sample_probability", "Probability the agent traces this process in a window (1 unless --max-cpu makes it sample the busiest processes; counts of traced windows are weighted 1/p). Of a group of processes: the smallest."),
 		sampleWindows:  d("cudatap_process_windows_total", "Windows this process (the processes of the group, added) was traced in (traced=\"true\") or sat out to keep the agent within --max-cpu (traced=\"false\").", "traced"),
+		ooms:           d("cudatap_oom_total", "Device allocations refused for want of memory (CUDA out of memory), one per request: the caching allocator's retries of a request and the driver's call inside the runtime's count once. Exact, not weighted: in a window a process sat out (--max-cpu), none is seen."),
 		processes:      d("cudatap_processes", "Processes these series are of: 1 with the pid label, else the group's (same comm, container, pod and namespace), exited ones included until their series would go (5 minutes)."),
 		evictedDesc:    prometheus.NewDesc("cudatap_metrics_processes_evicted_total", "Processes whose series were dropped to bound cardinality.", nil, nil),
 		timesLostDesc:  prometheus.NewDesc("cudatap_launch_times_lost_total", "Launches counted whose host time BPF found no room to keep (--launch-times): missing from cudatap_cuda_api_seconds.", nil, nil),
@@ -239,6 +245,7 @@ func NewCollector(o Options) *Collector {
 // (without Options.PID, one group of processes: they share them), counted
 // as Prometheus stores them (a histogram's buckets, sum and count each a
 // series): the process count; calls by API; launches, and by stream;
+// out-of-memory failures;
 // sampling; syncs and their wait by kind; bytes copied by direction and
 // host memory; NCCL bytes and operations by collective; the four gauges of
 // each communicator; with Options.Histograms, the time of each API whose
@@ -272,9 +279,9 @@ func SeriesBound(o Options) int {
 		copies[event.MemcpyKind(k).String()] = 2 // pageable, pinned
 	}
 	copies[event.DeviceToDevice.String()] = 1 // device
-	// Streams: MaxStreams, 0, other, unknown; sampling: the probability,
-	// the windows in and out.
-	n := 1 + len(apis) + 1 + o.MaxStreams + 3 + 3 + 2*syncKinds + 2*count(collectives) + 4*maxComms
+	// Streams: MaxStreams, 0, other, unknown; then out of memory;
+	// sampling: the probability, the windows in and out.
+	n := 1 + len(apis) + 1 + o.MaxStreams + 3 + 1 + 3 + 2*syncKinds + 2*count(collectives) + 4*maxComms
 	for _, hosts := range copies {
 		n += hosts
 	}
@@ -403,6 +410,13 @@ func (c *Collector) Call(mp *model.Process, x *model.Call) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	p := c.proc(mp.PID)
+	if mp.OOMCount != p.oomsSeen { // the model counted the call's
+		if mp.OOMCount < p.oomsSeen {
+			p.oomsSeen = 0 // another process under this pid
+		}
+		p.ooms += uint64(mp.OOMCount - p.oomsSeen)
+		p.oomsSeen = mp.OOMCount
+	}
 	w := c.weightOf(p)
 	p.calls[name] += w
 	switch spec.Class {
@@ -521,7 +535,7 @@ func (c *Collector) weightOf(p *proc) float64 { return c.weight / p.probability 
 
 // Describe sends the metrics' descriptions.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.calls, c.launches, c.syncs, c.syncWait, c.copyBytes, c.ncclBytes, c.ncclOps, c.apiTime, c.evictedDesc, c.commCalls, c.commLast, c.commDone, c.commDoneLast, c.sampleProb, c.sampleWindows, c.streamLaunches, c.processes, c.timesLostDesc} {
+	for _, d := range []*prometheus.Desc{c.calls, c.launches, c.syncs, c.syncWait, c.copyBytes, c.ncclBytes, c.ncclOps, c.apiTime, c.evictedDesc, c.commCalls, c.commLast, c.commDone, c.commDoneLast, c.sampleProb, c.sampleWindows, c.streamLaunches, c.processes, c.ooms, c.timesLostDesc} {
 		ch <- d
 	}
 }
@@ -585,6 +599,7 @@ func (c *Collector) SetAggregates(a event.Aggregates) {
 		if p := c.procs[pid]; p != nil {
 			c.fold(p)
 			p.aggCum, p.aggBase = aggregates{}, aggregates{}
+			p.oomsSeen = 0
 		}
 	}
 }
@@ -615,6 +630,7 @@ func (c *Collector) FoldAggregates() {
 	for _, p := range c.procs {
 		c.fold(p)
 		p.aggCum, p.aggBase = aggregates{}, aggregates{}
+		p.oomsSeen = 0 // the next session's model counts from zero
 	}
 }
 
@@ -766,6 +782,7 @@ func (c *Collector) series(p *proc, emit func(sample)) {
 		counter(c.calls, n+live(api), with(api))
 	}
 	counter(c.launches, launches, l)
+	counter(c.ooms, float64(p.ooms), l)
 	for stream, n := range p.streamLaunches {
 		if _, ok := p.aggLiveStream[stream]; !ok {
 			counter(c.streamLaunches, n, with(stream))
