@@ -55,7 +55,7 @@ once a second; answers are gzip-compressed for clients that accept it.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.Listen, "listen", agent.DefaultListen, "address to serve /metrics and /healthz on")
+	f.StringVar(&o.Listen, "listen", agent.DefaultListen, "address to serve /metrics, /profile, POST /capture and /healthz on")
 	f.StringVar(&o.Token, "token", "", "bearer token every request but /healthz must carry (required to listen beyond loopback)")
 	f.StringVar(&o.TokenFile, "token-file", "", "read the bearer token from this file (a mounted secret: not visible in the process list)")
 	f.StringVar(&o.Container, "container", "", "trace only this container's processes (id prefix or cgroup name)")
