@@ -7,6 +7,9 @@
 // on top of a modeled GPU: every stream has a clock, operations take modeled
 // time (a kernel takes 1 µs per block of its grid), and synchronizing calls
 // block the host until the model says the work is done, as real CUDA does.
+// Its device memory is unlimited unless SIM_DEVICE_MEMORY=BYTES sets it:
+// then an allocation that does not fit fails with out of memory, as on a
+// real device, and frees give memory back (scenarios oom and oom-exit).
 // The runtime (csrc/cudart_sim.c) exports the real libcudart.so.13 entry
 // points with the real symbol versions (cudaLaunchKernel@@libcudart.so.13)
 // as a thin layer that dlopen()s libcuda.so.1 at first use, as real cudart

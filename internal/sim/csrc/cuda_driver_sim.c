@@ -67,6 +67,9 @@
 
 #define DEVICE_BASE ((uintptr_t)0x7e0000000000ULL)
 #define DEVICE_ALIGN 256
+#define PITCH_ALIGN 512
+/* cuMemCreate's handles: small values, far from device addresses. */
+#define HANDLE_BASE ((uintptr_t)0x5a5a0000ULL)
 #define PAGE_SIZE 4096
 
 /* ---- call counters ---- */
@@ -231,6 +234,14 @@ static struct retired_busy {
 } retired_busy[1024];
 static int nretired_busy;
 static uintptr_t device_next = DEVICE_BASE;
+static uintptr_t handle_next = HANDLE_BASE;
+/* With a memory budget (SIM_DEVICE_MEMORY), the live allocations and
+ * cuMemCreate handles, and the bytes they hold. */
+static struct device_block {
+	uintptr_t p;
+	size_t size;
+} *device_blocks;
+static size_t nblocks, cap_blocks, device_in_use;
 static struct pinned_range *pinned;
 static size_t npinned, cap_pinned;
 static struct hostfn *hostfns;
@@ -696,6 +707,43 @@ static int pinned_remove_locked(const void *p, int owned)
 	return 0;
 }
 
+/*
+ * The device's memory: SIM_DEVICE_MEMORY=BYTES gives it that much, and an
+ * allocation (or cuMemCreate) that does not fit in what is left fails with
+ * CUDA_ERROR_OUT_OF_MEMORY, as on a real device; frees give it back. Read
+ * at each allocation, so a program may set it before its first. Unset (or
+ * 0), memory is unlimited and not followed.
+ */
+static size_t device_budget(void)
+{
+	const char *v = getenv("SIM_DEVICE_MEMORY");
+	return v ? strtoull(v, NULL, 0) : 0;
+}
+
+/* Takes len bytes for the address or handle *next, which moves on by step
+ * (mu held). */
+static CUresult take_locked(uintptr_t *next, size_t len, size_t step, uintptr_t *p)
+{
+	size_t budget = device_budget();
+	if (budget) {
+		if (len > budget - (device_in_use < budget ? device_in_use : budget))
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		if (nblocks == cap_blocks) {
+			size_t cap = cap_blocks ? 2 * cap_blocks : 64;
+			struct device_block *b = realloc(device_blocks, cap * sizeof *b);
+			if (!b)
+				return CUDA_ERROR_OUT_OF_MEMORY;
+			device_blocks = b;
+			cap_blocks = cap;
+		}
+		device_blocks[nblocks++] = (struct device_block){ *next, len };
+		device_in_use += len;
+	}
+	*p = *next;
+	*next += step;
+	return CUDA_SUCCESS;
+}
+
 /* Size 0 gives address 0, as cudaMalloc does. */
 static CUresult device_alloc(CUdeviceptr *p, size_t size)
 {
@@ -705,11 +753,28 @@ static CUresult device_alloc(CUdeviceptr *p, size_t size)
 		*p = 0;
 		return CUDA_SUCCESS;
 	}
+	uintptr_t at;
 	pthread_mutex_lock(&mu);
-	*p = device_next;
-	device_next += (size + DEVICE_ALIGN - 1) / DEVICE_ALIGN * DEVICE_ALIGN;
+	size_t len = (size + DEVICE_ALIGN - 1) / DEVICE_ALIGN * DEVICE_ALIGN;
+	CUresult err = take_locked(&device_next, len, len, &at);
 	pthread_mutex_unlock(&mu);
-	return CUDA_SUCCESS;
+	if (!err)
+		*p = at;
+	return err;
+}
+
+/* Gives back the allocation or handle p, when memory is followed. */
+static void device_release(uintptr_t p)
+{
+	pthread_mutex_lock(&mu);
+	for (size_t i = 0; i < nblocks; i++) {
+		if (device_blocks[i].p == p) {
+			device_in_use -= device_blocks[i].size;
+			device_blocks[i] = device_blocks[--nblocks];
+			break;
+		}
+	}
+	pthread_mutex_unlock(&mu);
 }
 
 static CUresult host_alloc(void **p, size_t size)
@@ -1574,12 +1639,13 @@ API CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 	return device_alloc(dptr, bytesize);
 }
 
-/* cuMemFree synchronizes the device, as in CUDA. Addresses are never reused. */
+/* cuMemFree synchronizes the device, as in CUDA. Addresses are never
+ * reused; the memory is given back to the budget. */
 API CUresult cuMemFree_v2(CUdeviceptr dptr)
 {
 	COUNT(cuMemFree_v2);
-	(void)dptr;
 	device_wait();
+	device_release(dptr);
 	return CUDA_SUCCESS;
 }
 
@@ -1601,16 +1667,82 @@ API CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream h
 API CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
 {
 	COUNT(cuMemFreeAsync);
-	(void)dptr;
 	(void)hStream;
+	device_release(dptr);
 	return CUDA_SUCCESS;
 }
 
 API CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
 {
 	COUNT(cuMemFreeAsync_ptsz);
-	(void)dptr;
 	(void)hStream;
+	device_release(dptr);
+	return CUDA_SUCCESS;
+}
+
+/* Managed memory is device memory here. */
+API CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
+{
+	COUNT(cuMemAllocManaged);
+	(void)flags;
+	return device_alloc(dptr, bytesize);
+}
+
+/* Rows of WidthInBytes rounded up to the pitch. */
+API CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height,
+				unsigned int ElementSizeBytes)
+{
+	COUNT(cuMemAllocPitch_v2);
+	(void)ElementSizeBytes;
+	if (!pPitch)
+		return CUDA_ERROR_INVALID_VALUE;
+	size_t pitch = (WidthInBytes + PITCH_ALIGN - 1) / PITCH_ALIGN * PITCH_ALIGN;
+	CUresult err = device_alloc(dptr, pitch * Height);
+	if (!err)
+		*pPitch = pitch;
+	return err;
+}
+
+/* Pools are not modeled: the allocation comes from the device. */
+API CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream)
+{
+	COUNT(cuMemAllocFromPoolAsync);
+	(void)pool;
+	(void)hStream;
+	return device_alloc(dptr, bytesize);
+}
+
+API CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream)
+{
+	COUNT(cuMemAllocFromPoolAsync_ptsz);
+	(void)pool;
+	(void)hStream;
+	return device_alloc(dptr, bytesize);
+}
+
+/* Physical memory by handle (mapped with cuMemMap, not modeled): it counts
+ * against the budget until released. */
+API CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
+			 unsigned long long flags)
+{
+	COUNT(cuMemCreate);
+	(void)prop;
+	(void)flags;
+	if (!handle || size == 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	uintptr_t h;
+	pthread_mutex_lock(&mu);
+	CUresult err = take_locked(&handle_next, (size + DEVICE_ALIGN - 1) / DEVICE_ALIGN * DEVICE_ALIGN, 16, &h);
+	pthread_mutex_unlock(&mu);
+	if (!err)
+		*handle = h;
+	return err;
+}
+
+API CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
+{
+	COUNT(cuMemRelease);
+	device_release(handle);
 	return CUDA_SUCCESS;
 }
 

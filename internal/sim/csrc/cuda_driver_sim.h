@@ -39,6 +39,9 @@ typedef struct CUkern_st *CUkernel;
 typedef struct CUgraphExec_st *CUgraphExec;
 typedef struct CUarray_st *CUarray;
 typedef void (*CUhostFn)(void *userData);
+typedef struct CUmemPoolHandle_st *CUmemoryPool;
+typedef unsigned long long CUmemGenericAllocationHandle;
+typedef struct CUmemAllocationProp_st CUmemAllocationProp; /* read by no simulated call */
 typedef int CUjit_option;
 typedef int CUlibraryOption;
 
@@ -114,7 +117,9 @@ typedef struct CUlaunchConfig_st {
 	X(cuEventRecordWithFlags_ptsz) X(cuStreamWaitEvent) X(cuStreamWaitEvent_ptsz)              \
 	X(cuEventSynchronize) X(cuEventQuery) X(cuMemAlloc_v2) X(cuMemFree_v2) X(cuMemAllocAsync)  \
 	X(cuMemAllocAsync_ptsz) X(cuMemFreeAsync) X(cuMemFreeAsync_ptsz) X(cuMemHostAlloc)         \
-	X(cuMemAllocHost_v2) X(cuMemFreeHost) X(cuMemHostRegister_v2) X(cuMemHostUnregister)
+	X(cuMemAllocHost_v2) X(cuMemFreeHost) X(cuMemHostRegister_v2) X(cuMemHostUnregister)       \
+	X(cuMemAllocManaged) X(cuMemAllocPitch_v2) X(cuMemAllocFromPoolAsync)                      \
+	X(cuMemAllocFromPoolAsync_ptsz) X(cuMemCreate) X(cuMemRelease)
 
 CUresult cuInit(unsigned int Flags);
 
@@ -205,6 +210,14 @@ CUresult cuMemAllocHost_v2(void **pp, size_t bytesize);
 CUresult cuMemFreeHost(void *p);
 CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags);
 CUresult cuMemHostUnregister(void *p);
+CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags);
+CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height,
+			    unsigned int ElementSizeBytes);
+CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream);
+CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream);
+CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
+		     unsigned long long flags);
+CUresult cuMemRelease(CUmemGenericAllocationHandle handle);
 
 /* ---- private helpers (not part of the CUDA ABI; no cu prefix) ---- */
 

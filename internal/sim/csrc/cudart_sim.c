@@ -658,6 +658,51 @@ API cudaError_t cudaFreeAsync_ptsz(void *devPtr, cudaStream_t hStream)
 	return DRIVER(cuMemFreeAsync_ptsz, DEVPTR(devPtr), hStream);
 }
 
+/* The other allocations: each made by its driver call. */
+API cudaError_t cudaMallocManaged(void **devPtr, size_t size, unsigned int flags)
+{
+	if (!devPtr)
+		return cudaErrorInvalidValue;
+	CUdeviceptr p;
+	cudaError_t err = DRIVER(cuMemAllocManaged, &p, size, flags);
+	if (!err)
+		*devPtr = (void *)(uintptr_t)p;
+	return err;
+}
+
+API cudaError_t cudaMallocPitch(void **devPtr, size_t *pitch, size_t width, size_t height)
+{
+	if (!devPtr)
+		return cudaErrorInvalidValue;
+	CUdeviceptr p;
+	cudaError_t err = DRIVER(cuMemAllocPitch_v2, &p, pitch, width, height, 4);
+	if (!err)
+		*devPtr = (void *)(uintptr_t)p;
+	return err;
+}
+
+API cudaError_t cudaMallocFromPoolAsync(void **ptr, size_t size, cudaMemPool_t memPool, cudaStream_t stream)
+{
+	if (!ptr)
+		return cudaErrorInvalidValue;
+	CUdeviceptr p;
+	cudaError_t err = DRIVER(cuMemAllocFromPoolAsync, &p, size, (CUmemoryPool)memPool, stream);
+	if (!err)
+		*ptr = (void *)(uintptr_t)p;
+	return err;
+}
+
+API cudaError_t cudaMallocFromPoolAsync_ptsz(void **ptr, size_t size, cudaMemPool_t memPool, cudaStream_t stream)
+{
+	if (!ptr)
+		return cudaErrorInvalidValue;
+	CUdeviceptr p;
+	cudaError_t err = DRIVER(cuMemAllocFromPoolAsync_ptsz, &p, size, (CUmemoryPool)memPool, stream);
+	if (!err)
+		*ptr = (void *)(uintptr_t)p;
+	return err;
+}
+
 API cudaError_t cudaHostAlloc(void **pHost, size_t size, unsigned int flags)
 {
 	return DRIVER(cuMemHostAlloc, pHost, size, flags);

@@ -16,7 +16,7 @@
  * at their functions: basic (the default), launches, ptsz, timing and all in
  * every build, and the lint scenarios (lint-legacy-nonblocking,
  * lint-cross-stream, lint-many-streams, lint-pageable-loop,
- * lint-sync-every-launch, lint-clean), each provoking one of cudatap's lints; driver, driver-all and mixed in the -DSIM_DRIVER build; nccl
+ * lint-sync-every-launch, lint-clean), each provoking one of cudatap's lints, oom and oom-exit (out of memory); driver, driver-all and mixed in the -DSIM_DRIVER build; nccl
  * in the -DSIM_NCCL build.
  *
  * Built five ways: linked against libcudart.so.13 (workload); with
@@ -74,7 +74,8 @@
 	X(cudaMallocHost) X(cudaFreeHost) X(cudaHostRegister) X(cudaHostUnregister)                \
 	X(cudaGraphLaunch) X(cudaGraphLaunch_ptsz) X(cudaLaunchHostFunc)                           \
 	X(cudaLaunchHostFunc_ptsz) X(cudaGetDevice) X(cudaSetDevice) X(cudaGetLastError)          \
-	X(__cudaRegisterFunction) X(__cudaGetKernel) X(__cudaLaunchKernel) X(__cudaLaunchKernel_ptsz)
+	X(__cudaRegisterFunction) X(__cudaGetKernel) X(__cudaLaunchKernel) X(__cudaLaunchKernel_ptsz) \
+	X(cudaMallocManaged) X(cudaMallocPitch) X(cudaMallocFromPoolAsync) X(cudaMallocFromPoolAsync_ptsz)
 
 /* Every entry point the workload may call: runtime, driver, NCCL. */
 #define ALL_API_LIST(X) API_LIST(X) DRIVER_API_LIST(X) NCCL_API_LIST(X)
@@ -492,7 +493,9 @@ static void scenario_timing(const struct options *o)
  * Launches: grid {7,3,2}, block {128,2,1}, sharedMem 4096; copies and sets
  * of ALL_BYTES; 2D copies of ALL_HEIGHT rows of ALL_WIDTH bytes at pitch
  * ALL_PITCH; memset value ALL_VALUE; graph handle ALL_GRAPH; stream priority
- * -1; event flags cudaEventDisableTiming.
+ * -1; event flags cudaEventDisableTiming. Managed and pool allocations are
+ * of ALL_BYTES, the pitched one of ALL_HEIGHT rows of ALL_WIDTH bytes, all
+ * freed with cudaFreeAsync (no synchronization).
  */
 #define ALL_BYTES (64 * KiB)
 #define ALL_WIDTH 256
@@ -537,6 +540,12 @@ static void scenario_all(const struct options *o)
 	CK(cudaHostAlloc, &pinned, ALL_BYTES, cudaHostAllocPortable);
 	CK(cudaMallocHost, &pinned2, ALL_BYTES);
 	CK(cudaHostRegister, registered, ALL_BYTES, cudaHostRegisterDefault);
+	void *dm, *dpitch, *dpool, *dpool2;
+	size_t pitch;
+	CK(cudaMallocManaged, &dm, ALL_BYTES, 1 /* cudaMemAttachGlobal */);
+	CK(cudaMallocPitch, &dpitch, &pitch, ALL_WIDTH, ALL_HEIGHT);
+	CK(cudaMallocFromPoolAsync, &dpool, ALL_BYTES, NULL, snb);
+	CK(cudaMallocFromPoolAsync_ptsz, &dpool2, ALL_BYTES, NULL, NULL);
 
 	/* Launches. */
 	dim3 grid = { 7, 3, 2 }, block = { 128, 2, 1 };
@@ -598,6 +607,10 @@ static void scenario_all(const struct options *o)
 	/* Teardown. */
 	CK(cudaFreeAsync, d2, snb);
 	CK(cudaFreeAsync_ptsz, d3, NULL);
+	CK(cudaFreeAsync, dm, snb);
+	CK(cudaFreeAsync, dpitch, snb);
+	CK(cudaFreeAsync, dpool, snb);
+	CK(cudaFreeAsync_ptsz, dpool2, NULL);
 	CK(cudaDeviceSynchronize);
 	expect(__atomic_load_n(&hostfn_runs, __ATOMIC_RELAXED) == 2, "host functions did not run by the device sync");
 	CK(cudaHostUnregister, registered);
@@ -738,7 +751,10 @@ static void scenario_mixed(const struct options *o)
  * shared memory; copies and sets of ALL_BYTES (cuMemsetD32Async:
  * ALL_BYTES / 4 words of ALL_VALUE32); 2D copies of ALL_HEIGHT rows of
  * ALL_WIDTH bytes at pitch ALL_PITCH; graph handle ALL_GRAPH; stream priority
- * -1. Also checks that function lookups return stable handles.
+ * -1; managed, pool and physical (cuMemCreate) allocations of ALL_BYTES, a
+ * pitched one of ALL_HEIGHT rows of ALL_WIDTH bytes, freed stream-ordered
+ * (cuMemFreeAsync) or released. Also checks that function lookups return
+ * stable handles.
  */
 #define ALL_VALUE32 0x5a5a5a5aU
 
@@ -791,6 +807,14 @@ static void scenario_driver_all(const struct options *o)
 	CK(cuMemHostAlloc, &pinned, ALL_BYTES, CU_MEMHOSTALLOC_PORTABLE);
 	CK(cuMemAllocHost_v2, &pinned2, ALL_BYTES);
 	CK(cuMemHostRegister_v2, registered, ALL_BYTES, 0);
+	CUdeviceptr dm, dpitch, dpool, dpool2;
+	CUmemGenericAllocationHandle phys;
+	size_t pitch;
+	CK(cuMemAllocManaged, &dm, ALL_BYTES, 1 /* CU_MEM_ATTACH_GLOBAL */);
+	CK(cuMemAllocPitch_v2, &dpitch, &pitch, ALL_WIDTH, ALL_HEIGHT, 4);
+	CK(cuMemAllocFromPoolAsync, &dpool, ALL_BYTES, NULL, snb);
+	CK(cuMemAllocFromPoolAsync_ptsz, &dpool2, ALL_BYTES, NULL, NULL);
+	CK(cuMemCreate, &phys, ALL_BYTES, NULL, 0);
 
 	/* Launches. */
 	CUlaunchConfig cfg = { 7, 3, 2, 128, 2, 1, ALL_SMEM, snb, NULL, 0 };
@@ -869,6 +893,11 @@ static void scenario_driver_all(const struct options *o)
 	/* Teardown. */
 	CK(cuMemFreeAsync, d2, snb);
 	CK(cuMemFreeAsync_ptsz, d3, NULL);
+	CK(cuMemFreeAsync, dm, snb);
+	CK(cuMemFreeAsync, dpitch, snb);
+	CK(cuMemFreeAsync, dpool, snb);
+	CK(cuMemFreeAsync_ptsz, dpool2, NULL);
+	CK(cuMemRelease, phys);
 	CK(cuCtxSynchronize);
 	expect(__atomic_load_n(&hostfn_runs, __ATOMIC_RELAXED) == 2, "host functions did not run by cuCtxSynchronize");
 	CK(cuMemHostUnregister, registered);
@@ -1384,6 +1413,125 @@ static void scenario_profiler(const struct options *o)
 	CK(cudaStreamDestroy, s);
 }
 
+/*
+ * oom, oom-exit: out of memory, as a training job meets it, on a device of
+ * SIM_DEVICE_MEMORY bytes (1 GiB unless set). Memory is held at four
+ * places, each a function of its own: oom_hold_params 400 MiB (cudaMalloc),
+ * oom_hold_grads 300 MiB (cudaMallocPitch, 1024 rows of 300 KiB),
+ * oom_hold_acts 30 × 8 MiB (cudaMallocManaged), oom_hold_segment 64 MiB
+ * (cuMemCreate, as PyTorch's expandable segments make memory), and
+ * oom_hold_cache a 4 MiB cached block (cudaMallocFromPoolAsync on the
+ * legacy stream). Then oom_ask asks for 2 GiB with cudaMalloc: it fails
+ * for want of memory; the cache is let go (cudaFreeAsync) and oom_ask asks
+ * again, as PyTorch's caching allocator does, and fails again. oom: it
+ * recovers: frees the params, allocates 100 MiB (oom_recover), frees
+ * everything and makes its last call, cudaDeviceSynchronize. oom-exit:
+ * after the second failure it prints its report and exits with status 3,
+ * as a job dies of it.
+ */
+#define OOM_PARAMS (400 * (size_t)MiB)
+#define OOM_GRAD_ROW (300 * (size_t)KiB)
+#define OOM_GRAD_ROWS 1024
+#define OOM_ACTS 30
+#define OOM_ACT (8 * (size_t)MiB)
+#define OOM_SEGMENT (64 * (size_t)MiB)
+#define OOM_CACHE (4 * (size_t)MiB)
+#define OOM_ASK (2048 * (size_t)MiB)
+
+static struct {
+	void *params, *grads, *acts[OOM_ACTS], *cache, *more;
+	CUmemGenericAllocationHandle segment;
+	__typeof__(cuMemCreate) *create;
+	__typeof__(cuMemRelease) *release;
+} oom;
+
+__attribute__((noinline, used)) void oom_hold_params(void)
+{
+	CK(cudaMalloc, &oom.params, OOM_PARAMS);
+}
+
+__attribute__((noinline, used)) void oom_hold_grads(void)
+{
+	size_t pitch;
+	CK(cudaMallocPitch, &oom.grads, &pitch, OOM_GRAD_ROW, OOM_GRAD_ROWS);
+}
+
+__attribute__((noinline, used)) void oom_hold_acts(void)
+{
+	for (int i = 0; i < OOM_ACTS; i++)
+		CK(cudaMallocManaged, &oom.acts[i], OOM_ACT, 1 /* cudaMemAttachGlobal */);
+}
+
+/* The driver's physical memory, called as a program that loaded the
+ * driver's entry points itself does (the runtime has no such call). */
+__attribute__((noinline, used)) void oom_hold_segment(void)
+{
+	void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+	oom.create = h ? (__typeof__(cuMemCreate) *)dlsym(h, "cuMemCreate") : NULL;
+	oom.release = h ? (__typeof__(cuMemRelease) *)dlsym(h, "cuMemRelease") : NULL;
+	if (!oom.create || !oom.release)
+		die("oom: the driver is not loaded or lacks cuMemCreate");
+	__atomic_fetch_add(&api_calls[API_cuMemCreate], 1, __ATOMIC_RELAXED);
+	check("cuMemCreate", oom.create(&oom.segment, OOM_SEGMENT, NULL, 0));
+}
+
+__attribute__((noinline, used)) void oom_hold_cache(void)
+{
+	CK(cudaMallocFromPoolAsync, &oom.cache, OOM_CACHE, NULL, NULL);
+}
+
+/* Returns cudaMalloc's status: out of memory is expected. */
+__attribute__((noinline, used)) int oom_ask(void)
+{
+	void *p;
+	return CALL(cudaMalloc, &p, OOM_ASK);
+}
+
+__attribute__((noinline, used)) void oom_recover(void)
+{
+	CK(cudaMalloc, &oom.more, 100 * (size_t)MiB);
+}
+
+static void print_report(void);
+
+static void scenario_oom_run(int recover)
+{
+	setenv("SIM_DEVICE_MEMORY", "1073741824", 0);
+	oom_hold_params();
+	oom_hold_grads();
+	oom_hold_acts();
+	oom_hold_segment();
+	oom_hold_cache();
+	expect(oom_ask() == cudaErrorMemoryAllocation, "oom: 2 GiB fit in the device");
+	CK(cudaFreeAsync, oom.cache, NULL);
+	expect(oom_ask() == cudaErrorMemoryAllocation, "oom: 2 GiB fit once the cache was let go");
+	if (!recover) {
+		print_report();
+		exit(3);
+	}
+	CK(cudaFree, oom.params);
+	oom_recover();
+	CK(cudaFree, oom.more);
+	CK(cudaFree, oom.grads);
+	for (int i = 0; i < OOM_ACTS; i++)
+		CK(cudaFree, oom.acts[i]);
+	__atomic_fetch_add(&api_calls[API_cuMemRelease], 1, __ATOMIC_RELAXED);
+	check("cuMemRelease", oom.release(oom.segment));
+	CK(cudaDeviceSynchronize);
+}
+
+static void scenario_oom(const struct options *o)
+{
+	(void)o;
+	scenario_oom_run(1);
+}
+
+static void scenario_oom_exit(const struct options *o)
+{
+	(void)o;
+	scenario_oom_run(0);
+}
+
 static const struct {
 	const char *name;
 	void (*run)(const struct options *);
@@ -1395,6 +1543,7 @@ static const struct {
 	{ "lint-legacy-nonblocking", scenario_lint_legacy }, { "lint-cross-stream", scenario_lint_cross_stream },
 	{ "lint-many-streams", scenario_lint_many_streams }, { "lint-pageable-loop", scenario_lint_pageable_loop },
 	{ "lint-sync-every-launch", scenario_lint_sync_every_launch }, { "lint-clean", scenario_lint_clean },
+	{ "oom", scenario_oom }, { "oom-exit", scenario_oom_exit },
 #ifdef SIM_DRIVER
 	{ "driver", scenario_driver }, { "driver-all", scenario_driver_all }, { "mixed", scenario_mixed },
 #endif
