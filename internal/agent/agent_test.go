@@ -300,6 +300,52 @@ func TestAgentDefaultSeries(t *testing.T) {
 	promtoolCheck(t, body)
 }
 
+// TestAgentOOM: the simulated job that runs out of device memory (asks
+// for 2 GiB of 1 twice, the second time after letting its cache go, as
+// PyTorch's caching allocator does) shows one request refused in
+// cudatap_oom_total, however many calls it took.
+func TestAgentOOM(t *testing.T) {
+	testutil.RequireRoot(t)
+	b := testutil.Sim(t)
+	base := startAgent(t, &Options{Listen: "127.0.0.1:0", Continuous: true, Every: time.Minute, RingBufferBytes: DefaultRingBuffer, PIDLabel: true})
+	get := func() string {
+		resp, err := http.Get(base + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return string(body)
+	}
+	// Traced to its end: its last call, cudaDeviceSynchronize, is in. The
+	// first process to map the simulated runtime is traced only once the
+	// agent has hooked the file (see TestAgentMetrics): one until traced,
+	// then the one counted.
+	traced := func(pid int) bool {
+		p := `pid="` + strconv.Itoa(pid) + `"`
+		for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			if metricValue(get(), "cudatap_cuda_calls_total", p, `api="cudaDeviceSynchronize"`) > 0 {
+				return true
+			}
+		}
+		return false
+	}
+	hooked := false
+	for i := 0; i < 50 && !hooked; i++ {
+		hooked = traced(testutil.RunWorkload(t, b, nil, "--scenario", "oom").PID)
+	}
+	if !hooked {
+		t.Fatal("50 workloads ran and none was traced")
+	}
+	rep := testutil.RunWorkload(t, b, nil, "--scenario", "oom")
+	if !traced(rep.PID) {
+		t.Fatalf("the workload (pid %d) was not traced to its end", rep.PID)
+	}
+	if got := metricValue(get(), "cudatap_oom_total", `pid="`+strconv.Itoa(rep.PID)+`"`); got != 1 {
+		t.Errorf("cudatap_oom_total of the job: %v, want 1 (one request, two attempts; %d cudaMalloc calls)", got, rep.Calls["cudaMalloc"])
+	}
+}
+
 // promtoolCheck runs promtool check metrics (Debian's prometheus package;
 // make test-deps installs it) on a /metrics answer: it must have nothing
 // to say.
