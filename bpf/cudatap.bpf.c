@@ -801,10 +801,14 @@ static __always_inline int on_ldso(struct pt_regs *ctx)
 	 * before user space reads /proc, and library loads come before any
 	 * CUDA call. */
 	bpf_get_current_comm(e->args, 16);
-	bpf_ringbuf_submit(e, BPF_RB_FORCE_WAKEUP);
-	count(STAT_SUBMITTED);
+	/* The stop before the record: user space continues the process once
+	 * it has read the record, and a SIGCONT sent before the SIGSTOP is
+	 * pending would leave it stopped for good. (No record, no stop: a
+	 * full ring buffer returned above.) */
 	if (cookie & COOKIE_STOP)
 		bpf_send_signal(19 /* SIGSTOP */);
+	bpf_ringbuf_submit(e, BPF_RB_FORCE_WAKEUP);
+	count(STAT_SUBMITTED);
 	return 0;
 }
 
@@ -824,8 +828,10 @@ struct task_struct___tree {
 	struct signal_struct___tree *signal;
 } __attribute__((preserve_access_index));
 
-/* A small record of the tree: who, whose child, its comm. */
-static __always_inline void emit_tree(__u64 cookie, __u32 tgid, __u32 tid, __u32 parent)
+/* A small record of the tree: who, whose child, its comm; with stop, the
+ * current process stopped first (see on_ldso: the SIGSTOP must be pending
+ * before user space can read the record and continue it). */
+static __always_inline void emit_tree(__u64 cookie, __u32 tgid, __u32 tid, __u32 parent, const bool stop)
 {
 	struct event *e = bpf_ringbuf_reserve(&events, __builtin_offsetof(struct event, stack), 0);
 	if (!e) {
@@ -840,6 +846,8 @@ static __always_inline void emit_tree(__u64 cookie, __u32 tgid, __u32 tid, __u32
 	e->start_ns = bpf_ktime_get_ns();
 	e->args[0] = parent;
 	bpf_get_current_comm(&e->args[1], 16);
+	if (stop)
+		bpf_send_signal(19 /* SIGSTOP */);
 	bpf_ringbuf_submit(e, BPF_RB_FORCE_WAKEUP);
 	count(STAT_SUBMITTED);
 }
@@ -858,7 +866,7 @@ int tree_fork(struct bpf_raw_tracepoint_args *ctx)
 		count(STAT_TREE_FULL);
 		return 0;
 	}
-	emit_tree(API_PROCESS_FORK, ctgid, BPF_CORE_READ(child, pid), ptgid);
+	emit_tree(API_PROCESS_FORK, ctgid, BPF_CORE_READ(child, pid), ptgid, false);
 	return 0;
 }
 
@@ -894,9 +902,10 @@ int tree_exec(struct bpf_raw_tracepoint_args *ctx)
 	__u64 cookie = API_PROCESS_EXEC;
 	if (flags & FOLLOW_HOLD_EXEC)
 		cookie |= COOKIE_STOP;
-	emit_tree(cookie, pid_tgid >> 32, (__u32)pid_tgid, 0);
 	if (flags & FOLLOW_HOLD_EXEC)
-		bpf_send_signal(19 /* SIGSTOP */);
+		emit_tree(cookie, pid_tgid >> 32, (__u32)pid_tgid, 0, true);
+	else
+		emit_tree(cookie, pid_tgid >> 32, (__u32)pid_tgid, 0, false);
 	return 0;
 }
 

@@ -86,7 +86,7 @@ type Stats struct {
 // carries two: for uprobe_multi links, and for one perf-event uprobe per
 // symbol (kernels before 6.6). New loads only the one it attaches.
 type programs struct {
-	entry, ret, ldso  *ebpf.Program
+	entry, ret, ldso *ebpf.Program
 	fork, exec, exit *ebpf.Program // the followed tree's (Config.Follow), else nil
 }
 
