@@ -38,7 +38,7 @@ func TestOOMScenarios(t *testing.T) {
 				t.Fatalf("the workload made %d %s, the test expects %d", rep.Calls[sym], sym, n)
 			}
 		}
-		r := checkOOMRecord(t, rec, rep, true)
+		r := checkOOMRecord(t, rec, rep, true, true)
 		if r.RecoveredAfterNs == 0 {
 			t.Errorf("recovered after %d ns", r.RecoveredAfterNs)
 		}
@@ -120,17 +120,22 @@ func TestOOMScenarios(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		checkOOMRecord(t, rec, rep, false)
+		// A process that dies at once may be gone before its stacks are
+		// named (as any: the names come from it while it lives).
+		if r := checkOOMRecord(t, rec, rep, false, false); r.CallsAfter != 0 {
+			t.Errorf("%d calls after the failure, the workload made none", r.CallsAfter)
+		}
 		summary, _, err := run(t, "export", rec)
-		if first := strings.SplitN(summary, "\n", 3)[1]; err != nil || !strings.Contains(first, "; did not recover: no allocation succeeded after it, and its last CUDA call came ") {
+		if first := strings.SplitN(summary, "\n", 3)[1]; err != nil || !strings.HasSuffix(first, "; did not recover: the failed allocation was its last CUDA call") {
 			t.Errorf("summary: %v\n%s", err, summary)
 		}
 	})
 }
 
 // checkOOMRecord reads the JSON summary of rec and checks its one
-// out-of-memory record against what the workload did.
-func checkOOMRecord(t *testing.T, rec string, rep *sim.Report, recovered bool) oom.Record {
+// out-of-memory record against what the workload did; with named, also
+// the lines (the workload's functions) and its thread's name.
+func checkOOMRecord(t *testing.T, rec string, rep *sim.Report, recovered, named bool) oom.Record {
 	t.Helper()
 	stdout, stderr, err := run(t, "export", "--json", rec)
 	if err != nil {
@@ -150,8 +155,11 @@ func checkOOMRecord(t *testing.T, rec string, rep *sim.Report, recovered bool) o
 		t.Fatalf("ooms %+v, processes %+v", s.OOMs, s.Processes)
 	}
 	r := s.OOMs[0]
-	if r.PID != uint32(rep.PID) || r.Call != "cudaMalloc" || r.Bytes != 2048*mib || r.Attempts != 2 || r.Site != "oom_ask (workload)" || !r.UserFrame ||
-		r.Thread != "workload" || r.Device != 0 || r.AtNs == 0 || r.Held != 1004*mib || r.HeldAllocations != 33 || r.HeldSinceAttach ||
+	if named && (r.Site != "oom_ask (workload)" || !r.UserFrame || r.Thread != "workload") {
+		t.Errorf("the failed call at %q (user frame %v), thread %q", r.Site, r.UserFrame, r.Thread)
+	}
+	if r.PID != uint32(rep.PID) || r.Call != "cudaMalloc" || r.Bytes != 2048*mib || r.Attempts != 2 ||
+		r.Device != 0 || r.AtNs == 0 || r.Held != 1004*mib || r.HeldAllocations != 33 || r.HeldSinceAttach ||
 		r.Released != 4*mib || r.Recovered != recovered || len(r.GPUs) != 0 || r.NVML != "not sampled: disabled (--nvml-interval < 0)" {
 		t.Errorf("record %+v", r)
 	}
@@ -166,7 +174,7 @@ func checkOOMRecord(t *testing.T, rec string, rep *sim.Report, recovered bool) o
 	}
 	for i, w := range want {
 		h := r.Holders[i]
-		if h.Bytes != w.Bytes || h.Count != w.Count || h.API != w.API || h.Site != w.Site || !h.UserFrame || h.Kind != "" || h.Sites != 1 {
+		if h.Bytes != w.Bytes || h.Count != w.Count || h.API != w.API || named && (h.Site != w.Site || !h.UserFrame) || h.Kind != "" || h.Sites != 1 {
 			t.Errorf("holder %d: %+v, want %+v", i, h, w)
 		}
 		if r.ByAPI[i].API != w.API || r.ByAPI[i].Bytes != w.Bytes || r.ByAPI[i].Count != w.Count {

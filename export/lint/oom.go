@@ -78,8 +78,11 @@ func oomNote(rec *oom.Record) string {
 }
 
 func outcome(rec *oom.Record) string {
-	if rec.Recovered {
+	switch {
+	case rec.Recovered:
 		return "recovered"
+	case rec.CallsAfter == 0:
+		return "did not recover"
 	}
-	return "did not recover"
+	return fmt.Sprintf("no allocation succeeded after it (%s)", plural(rec.CallsAfter, "more CUDA call", "more CUDA calls"))
 }

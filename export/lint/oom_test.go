@@ -26,7 +26,7 @@ func TestOOMFinding(t *testing.T) {
 		t.Errorf("example: %+v", ex)
 	}
 	for _, s := range []string{"200.0 GiB asked, 102.0 GiB held: 40.0 GiB at train.py:30 hold_a [PyTorch caching allocator]", "2 more",
-		"GPU 0 9.0 GiB free of 143.0 GiB (NVML)", "did not recover"} {
+		"GPU 0 9.0 GiB free of 143.0 GiB (NVML)", "; no allocation succeeded after it (1 more CUDA call)"} {
 		if !strings.Contains(ex.Note, s) {
 			t.Errorf("note lacks %q: %s", s, ex.Note)
 		}
@@ -36,7 +36,7 @@ func TestOOMFinding(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, s := range []string{"cudatap lint: 1 finding: 1 error (checked: out-of-memory, legacy-nonblocking-copy",
-		"  error: [out-of-memory] out of memory: a device allocation failed\n    python3 (pid 4200): 1 device allocation failed for want of memory; the first: cudaMalloc of 200.0 GiB at +1.999 s, holding 102.0 GiB through CUDA; did not recover\n    cost: not priced in time: a device allocation failed\n",
+		"  error: [out-of-memory] out of memory: a device allocation failed\n    python3 (pid 4200): 1 device allocation failed for want of memory; the first: cudaMalloc of 200.0 GiB at +1.999 s, holding 102.0 GiB through CUDA; no allocation succeeded after it (1 more CUDA call)\n    cost: not priced in time: a device allocation failed\n",
 		"    alloc  cudaMalloc  +1.999 s  python3 (tid 4200)  no stream  at train.py:60 <module>",
 		"  fix: make room before this allocation"} {
 		if !strings.Contains(txt.String(), s) {

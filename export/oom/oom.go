@@ -61,10 +61,13 @@ type Record struct {
 	Holders []Holder `json:"holders"`
 	ByAPI   []Holder `json:"by_api"`
 	// Recovered: a device allocation of the process succeeded after it,
-	// RecoveredAfterNs after its last attempt. LastCallAfterNs: the
-	// process's last CUDA call seen came that long after it.
+	// RecoveredAfterNs after its last attempt. Without, CallsAfter says
+	// whether the process went on (a caching allocator may serve it from
+	// memory it kept, with no CUDA call) or died: the CUDA calls it made
+	// after its last attempt, the last LastCallAfterNs after it.
 	Recovered        bool   `json:"recovered"`
 	RecoveredAfterNs uint64 `json:"recovered_after_ns,omitempty"`
+	CallsAfter       int64  `json:"calls_after"`
 	LastCallAfterNs  uint64 `json:"last_call_after_ns"`
 	// GPUs: the device as NVML sampled it then; NVML says why not, when
 	// it is empty.
@@ -163,6 +166,7 @@ func record(r *model.Result, p *model.Process, o *model.OOM) Record {
 	if o.Recovered {
 		rec.RecoveredAfterNs = o.RecoveredAt - min(o.RecoveredAt, o.End)
 	}
+	rec.CallsAfter = p.NCalls - min(p.NCalls, o.Calls)
 	rec.LastCallAfterNs = p.LastSeen - min(p.LastSeen, o.End)
 	rec.Holders = holders(r, p, o)
 	for _, h := range o.ByAPI {
@@ -331,10 +335,21 @@ func (h *Holder) short() string {
 }
 
 func (rec *Record) outcome() string {
-	if rec.Recovered {
+	switch {
+	case rec.Recovered:
 		return fmt.Sprintf("recovered: an allocation succeeded %s later", units.Duration(rec.RecoveredAfterNs))
+	case rec.CallsAfter == 0:
+		return "did not recover: the failed allocation was its last CUDA call"
 	}
-	return fmt.Sprintf("did not recover: no allocation succeeded after it, and its last CUDA call came %s later", units.Duration(rec.LastCallAfterNs))
+	return fmt.Sprintf("no allocation succeeded after it; it made %s after it, the last %s later",
+		plural(rec.CallsAfter, "more CUDA call", "more CUDA calls"), units.Duration(rec.LastCallAfterNs))
+}
+
+func plural(n int64, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
 }
 
 // Lines are the record's details, a line each: who held the memory, by

@@ -88,7 +88,7 @@ func TestRecords(t *testing.T) {
 
 	// Died: no allocation after it.
 	rec = Records(fixture.OOM(nil, false))[0]
-	if rec.Recovered || rec.LastCallAfterNs != 960_000 || !strings.HasSuffix(rec.Verdict(), "did not recover: no allocation succeeded after it, and its last CUDA call came 960.0 µs later") {
+	if rec.Recovered || rec.CallsAfter != 1 || rec.LastCallAfterNs != 960_000 || !strings.HasSuffix(rec.Verdict(), "; no allocation succeeded after it; it made 1 more CUDA call after it, the last 960.0 µs later") {
 		t.Errorf("not recovered: %+v\n%s", rec, rec.Verdict())
 	}
 

@@ -40,9 +40,11 @@ type OOM struct {
 	Rest    MemHolder
 	ByAPI   []MemHolder
 	// Recovered: a device allocation of the process succeeded after it,
-	// the first at RecoveredAt (its return, ns).
+	// the first at RecoveredAt (its return, ns). Calls: the process's calls
+	// up to its last attempt (Process.NCalls less it were made after).
 	Recovered   bool
 	RecoveredAt uint64
+	Calls       int64
 }
 
 // MemHolder is device memory held by one place that allocated it (an API
@@ -111,7 +113,7 @@ func (m *Model) outOfMemory(ps *procState, call *Call, spec *event.Spec) {
 // snapshot writes what the process holds now into r; first is what it
 // held at r's first attempt.
 func (ps *procState) snapshot(r *OOM, first uint64) {
-	r.InUse, r.Allocations = ps.mem.inUse, ps.mem.allocations()
+	r.InUse, r.Allocations, r.Calls = ps.mem.inUse, ps.mem.allocations(), ps.p.NCalls
 	r.Released = first - min(first, r.InUse)
 	r.Holders, r.Rest, r.ByAPI = ps.mem.holders()
 }

@@ -67,6 +67,9 @@ func TestOOM(t *testing.T) {
 	if len(o.ByAPI) != 1 || o.ByAPI[0].API != event.CudaMalloc || o.ByAPI[0].Bytes != 100*gib || o.ByAPI[0].Count != 32 || o.ByAPI[0].Sites != 3 {
 		t.Errorf("by API: %+v", o.ByAPI)
 	}
+	if o.Calls != 37 || p.NCalls != 39 {
+		t.Errorf("%d calls up to the last attempt, %d in all; want 37, 39", o.Calls, p.NCalls)
+	}
 	if !o.Recovered || o.RecoveredAt != 61*ms+10*us {
 		t.Errorf("recovered %v at %d, want at the allocation after the frees", o.Recovered, o.RecoveredAt)
 	}
