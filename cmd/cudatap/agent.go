@@ -69,7 +69,7 @@ once a second; answers are gzip-compressed for clients that accept it.`,
 	f.BoolVar(&o.LaunchTimes, "launch-times", false, "also time every launch in BPF (log2 histograms per process and API, in cudatap_cuda_api_seconds): a return probe per launch, a second trap")
 	f.DurationVar(&o.NVMLInterval, "nvml-interval", agent.DefaultNVML, "GPU sampling period through NVML for the device series (0: off)")
 	f.Float64Var(&o.MaxCPU, "max-cpu", agent.DefaultMaxCPU, "keep the agent's own CPU time under this share of one core: the busiest processes are traced in fewer windows (--continuous: intervals of --every), each with a probability p, its counts weighted 1/p; in window mode the pause between windows lengthens when that is not enough (0: no budget)")
-	f.BoolVar(&o.GPUTimes, "gpu-times", false, "let POST /capture measure GPU times with the target's CUPTI (record --gpu-times)")
+	onOffFlag(cmd, &o.GPUTimes, "gpu-times", true, "POST /capture measures GPU times with the target's CUPTI, as record does (the collector is loaded into the target by ptrace): on or off")
 	f.Int64Var(&o.CaptureMaxBytes, "capture-max-bytes", agent.DefaultCaptureMaxBytes, "POST /capture stops when its recording (a file without a name in $TMPDIR) reaches this many bytes; the trace then says it was truncated")
 	f.IntVar(&o.MaxRequests, "max-requests", agent.DefaultMaxRequests, "answer at most this many /metrics and /profile requests at once; the others get 503 at once (counted in cudatap_agent_requests_rejected_total)")
 	f.StringVar(&o.KubeletSocket, "kubelet-socket", kube.DefaultSocket, "the kubelet's pod-resources socket, for the pod, namespace and container labels (absent: labels from each process's own view; \"\": never asked)")
