@@ -65,7 +65,7 @@ func (s *Session) startFollowing() error {
 		return err
 	}
 	if id, err := s.tr.TreeMapID(); err == nil {
-		s.guard.followTree(uint32(id))
+		s.guard.FollowTree(uint32(id))
 	} else {
 		s.log.Warn("the guardian cannot see the followed processes: a process stopped at a program or library load when cudatap dies may stay stopped", "err", err)
 	}

@@ -109,7 +109,7 @@ func (s *Session) gpuTimesForLaunch(env []string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	s.guard.staged("/", l.Dir())
+	s.guard.Staged("/", l.Dir())
 	s.gputimes.mu.Lock()
 	s.gputimes.listeners = append(s.gputimes.listeners, l)
 	s.gputimes.launched = true
@@ -286,7 +286,7 @@ func (s *Session) applyGPUNotes(ns []gpuNote) {
 // and tells the guardian it need not.
 func (s *Session) stopListener(l *gputime.Listener, timeout time.Duration) {
 	l.Stop(timeout)
-	s.guard.unstaged(l.Root(), l.Dir())
+	s.guard.Unstaged(l.Root(), l.Dir())
 }
 
 // gpuTimesLost is what the session itself lost (the queue was full).
@@ -376,10 +376,10 @@ func (s *Session) watchCUPTI(pid uint32, h gputime.Hello) {
 	if s.gputimes.closed || h.CUPTI == "" || h.Resumed {
 		return
 	}
-	s.guard.hold(int(pid)) // before the probe can stop it: were cudatap killed, the guardian continues it
+	s.guard.Hold(int(pid)) // before the probe can stop it: were cudatap killed, the guardian continues it
 	att, err := s.tr.AttachCUPTIWatch(int(pid), fmt.Sprintf("/proc/%d/root%s", pid, h.CUPTI), h.CUPTI, s.cache)
 	if err != nil {
-		s.guard.free(int(pid))
+		s.guard.Free(int(pid))
 		s.log.Warn("GPU times: cannot watch the process's CUPTI: a profiler started in it later would find CUPTI taken", "pid", pid, "err", err)
 		return
 	}
@@ -394,7 +394,7 @@ func (s *Session) watchCUPTI(pid uint32, h gputime.Hello) {
 func (s *Session) unwatch(pid int, w *cuptiWatch) {
 	w.att.Close()
 	unix.Kill(pid, unix.SIGCONT)
-	s.guard.free(pid)
+	s.guard.Free(pid)
 }
 
 // cuptiCall handles the watch's record (reader goroutine): a thread of a
@@ -440,7 +440,7 @@ func (s *Session) cuptiCall(ev *event.Event) {
 // handOver keeps thread tid of pid at its call into CUPTI while pid's
 // collector lets CUPTI go, then lets it go on.
 func (s *Session) handOver(pid, tid int, ls []*gputime.Listener) {
-	if err := s.guard.holdThread(pid, tid); err != nil {
+	if err := s.guard.HoldThread(pid, tid); err != nil {
 		unix.Kill(pid, unix.SIGCONT)
 		s.log.Warn("GPU times: another CUPTI client started in the process, but its thread could not be held: it may find CUPTI taken",
 			"pid", pid, "tid", tid, "err", err)
@@ -455,7 +455,7 @@ func (s *Session) handOver(pid, tid int, ls []*gputime.Listener) {
 	if err != nil {
 		s.log.Warn("GPU times: CUPTI not handed over to the process's other client, which may find it taken", "pid", pid, "err", err)
 	}
-	if err := s.guard.releaseThread(tid); err != nil {
+	if err := s.guard.ReleaseThread(tid); err != nil {
 		s.log.Warn("GPU times: let the other CUPTI client's thread go", "pid", pid, "tid", tid, "err", err)
 	}
 }
@@ -488,11 +488,11 @@ func (s *Session) gpuTimesAttach(pid int) error {
 		}
 		return nil
 	}
-	s.guard.staged(root, l.Dir())
+	s.guard.Staged(root, l.Dir())
 	// The guardian borrows the process: were cudatap killed mid-call, it
 	// still gives the thread back.
 	s.gputimes.loading.Lock()
-	_, err = s.guard.inject(pid, l.LibraryPath())
+	_, err = s.guard.Inject(pid, l.LibraryPath())
 	s.gputimes.loading.Unlock()
 	if err != nil {
 		s.stopListener(l, 0)

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/cudatap/cudatap/tracer/guard"
 )
 
 // launched is a command cudatap started itself.
@@ -27,28 +29,6 @@ type Exit struct {
 	// Stopped says cudatap ended the command itself (the recording's
 	// deadline, Ctrl-C): its status is then not the command's own.
 	Stopped bool
-}
-
-// launcherEnv marks this binary re-executed as the launcher of a command
-// (its value is the command's path). See launch.
-const launcherEnv = "CUDATAP_LAUNCH_EXEC"
-
-// launchExec runs the launcher when this binary was re-executed as one: it
-// waits for cudatap's go-ahead on descriptor 3 (a byte, or the end of the
-// pipe if cudatap died: then it goes ahead untraced), then becomes the
-// command, with the environment it was given minus its own marker.
-func launchExec() {
-	path := os.Getenv(launcherEnv)
-	if path == "" {
-		return
-	}
-	os.Unsetenv(launcherEnv)
-	var b [1]byte
-	syscall.Read(3, b[:])
-	syscall.Close(3)
-	err := syscall.Exec(path, os.Args, os.Environ())
-	fmt.Fprintf(os.Stderr, "cudatap: run %s: %v\n", path, err)
-	os.Exit(127)
 }
 
 // launch starts the command stopped at its first instruction, hooks what is
@@ -103,7 +83,7 @@ func (s *Session) launch() (*launched, error) {
 		}
 		cmd := exec.Command(self, s.cfg.Command[1:]...)
 		cmd.Args[0] = name // the command's own argv[0]
-		cmd.Env = append(os.Environ(), launcherEnv+"="+path)
+		cmd.Env = append(os.Environ(), guard.LauncherEnv+"="+path)
 		if s.cfg.GPUTimes {
 			inject, err := s.gpuTimesForLaunch(cmd.Env)
 			if err != nil {
@@ -150,7 +130,7 @@ func (s *Session) launch() (*launched, error) {
 		// Trade the ptrace stop for an ordinary SIGSTOP while hooking (the
 		// guardian told first); the pending SIGSTOP is taken before the
 		// command runs an instruction.
-		s.guard.hold(pid)
+		s.guard.Hold(pid)
 		syscall.Kill(pid, syscall.SIGSTOP)
 		if s.cfg.GPUTimes {
 			s.expectGPUTimes(pid)

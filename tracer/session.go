@@ -28,6 +28,7 @@ import (
 	"github.com/cudatap/cudatap/internal/procfs"
 	"github.com/cudatap/cudatap/symbolize/unwind"
 	"github.com/cudatap/cudatap/tracer/event"
+	"github.com/cudatap/cudatap/tracer/guard"
 	"github.com/cudatap/cudatap/tracer/model"
 	"github.com/cudatap/cudatap/tracer/probe"
 	"github.com/cudatap/cudatap/tracer/recording"
@@ -89,7 +90,7 @@ type Config struct {
 	Recording    io.Writer // optional .cudatap stream
 	// Guardian, if set, is the guardian the session uses (the caller
 	// closes it); else the session starts its own when it needs one.
-	Guardian *Guardian
+	Guardian *guard.Guardian
 	// Sink, if set, receives every call, sync and GPU op as the model
 	// concludes them (aggregates for profiles and summaries): the session
 	// keeps none of them.
@@ -165,8 +166,8 @@ type Session struct {
 	encBuf     []byte     // re-encoded records (reader goroutine only)
 	modelMu    sync.Mutex // the model is fed by the reader and read by OnLive snapshots
 	names      *resolver
-	guard      *Guardian // continues held targets if cudatap dies (nil: nothing is held)
-	closer     *closer   // closes the probes of exited processes off the control loop
+	guard      *guard.Guardian // continues held targets if cudatap dies (nil: nothing is held)
+	closer     *closer         // closes the probes of exited processes off the control loop
 	// Notes from the control loop for the reader (see notes.go).
 	notesMu     sync.Mutex
 	notes       []note
@@ -268,7 +269,7 @@ func run(ctx context.Context, cfg Config, inspect func(*Session)) (*Outcome, err
 		// These targets are held at library loads, or borrowed by ptrace to
 		// load the GPU-time collector: never without a guardian.
 		if s.guard = cfg.Guardian; s.guard == nil {
-			if s.guard, err = StartGuardian(len(cfg.Command) > 0); err != nil {
+			if s.guard, err = guard.Start(len(cfg.Command) > 0); err != nil {
 				return nil, fmt.Errorf("%w; without it a cudatap killed while a target is held at a library load would leave it stopped: "+
 					"make sure the cudatap binary can be run again from where it is (not deleted, not on a noexec mount), or attach with -p instead", err)
 			}

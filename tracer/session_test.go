@@ -18,11 +18,13 @@ import (
 	"github.com/cudatap/cudatap/internal/sim"
 	"github.com/cudatap/cudatap/internal/testutil"
 	"github.com/cudatap/cudatap/tracer/event"
+	"github.com/cudatap/cudatap/tracer/guard"
 	"github.com/cudatap/cudatap/tracer/model"
 	"github.com/cudatap/cudatap/tracer/probe"
 )
 
 func TestMain(m *testing.M) {
+	guard.Init() // the test binary is its sessions' guardian and launcher too
 	code := m.Run()
 	testutil.CleanupSim()
 	os.Exit(code)

@@ -74,7 +74,7 @@ func (s *Session) attachProcess(pid int, stopOnLoad, required bool) error {
 	s.mu.Unlock()
 	if d.LdSo != nil && t.loader == nil {
 		if t.stopOnLd {
-			s.guard.hold(pid) // before the hook can stop it
+			s.guard.Hold(pid) // before the hook can stop it
 		}
 		a, err := s.tr.AttachLoader(pid, d.LdSo, t.stopOnLd, probe.AllProcesses)
 		if err != nil {
@@ -375,7 +375,7 @@ func (s *Session) markExited(pid int) {
 		// the control loop.
 		s.closer.add(t.detach(s.tr)...)
 		if t.stopOnLd {
-			s.guard.free(pid)
+			s.guard.Free(pid)
 		}
 		if s.cfg.GPUTimes {
 			s.gpuTimesExited(pid)
@@ -410,7 +410,7 @@ func (s *Session) closeAll() {
 	}
 	for pid := range held {
 		syscall.Kill(pid, syscall.SIGCONT)
-		s.guard.free(pid)
+		s.guard.Free(pid)
 	}
 }
 

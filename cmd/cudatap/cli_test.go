@@ -21,10 +21,12 @@ import (
 
 	"github.com/cudatap/cudatap/export"
 	"github.com/cudatap/cudatap/internal/testutil"
+	"github.com/cudatap/cudatap/tracer/guard"
 	"github.com/cudatap/cudatap/tracer/nvml/nvmlmock"
 )
 
 func TestMain(m *testing.M) {
+	guard.Init() // the test binary is its sessions' guardian and launcher too
 	code := m.Run()
 	testutil.CleanupSim()
 	os.Exit(code)

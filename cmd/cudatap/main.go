@@ -12,9 +12,12 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/cudatap/cudatap/tracer/guard"
 )
 
 func main() {
+	guard.Init() // this binary re-executed as cudatap's guardian or a command's launcher
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	code := reportError(newRootCmd().ExecuteContext(ctx))
 	stop()

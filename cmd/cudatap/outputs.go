@@ -13,7 +13,7 @@ import (
 	"github.com/cudatap/cudatap/export/report"
 	"github.com/cudatap/cudatap/export/straggler"
 	"github.com/cudatap/cudatap/internal/units"
-	"github.com/cudatap/cudatap/tracer"
+	"github.com/cudatap/cudatap/tracer/guard"
 	"github.com/cudatap/cudatap/tracer/model"
 	"github.com/cudatap/cudatap/tracer/recording"
 )
@@ -35,7 +35,7 @@ type traceOutputs struct {
 	pipe   io.Writer // the recording to stdout (-o - --format cudatap), or nil
 	// guardian puts the recordings in place should cudatap be killed
 	// before it does (guard).
-	guardian *tracer.Guardian
+	guardian *guard.Guardian
 
 	// Where the summary and the notes go (nil: stdout, stderr), the
 	// summary as JSON, and how a launched command ended (for the JSON).
@@ -86,12 +86,12 @@ func newTraceOutputs(outs []export.Output) (*traceOutputs, error) {
 // guard starts the guardian that puts the recordings in place under their
 // names should cudatap be killed before it does (cut where it died, which
 // readers say); the session uses it too. anchor: for a launched command
-// (tracer.StartGuardian). nil when there is no recording file.
-func (t *traceOutputs) guard(notes io.Writer, anchor bool) *tracer.Guardian {
+// (guard.Start). nil when there is no recording file.
+func (t *traceOutputs) guard(notes io.Writer, anchor bool) *guard.Guardian {
 	if t.spill || len(t.recs) == 0 {
 		return nil
 	}
-	g, err := tracer.StartGuardian(anchor)
+	g, err := guard.Start(anchor)
 	if err != nil {
 		fmt.Fprintf(notes, "cudatap: warning: %v: were cudatap killed, its recording would stay as %s\n", err, t.recs[0].Name())
 		return nil

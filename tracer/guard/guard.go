@@ -1,4 +1,12 @@
-package tracer
+// Package guard is cudatap's end: a small process of its own (this binary
+// again) that finishes what cudatap leaves when it dies, whatever killed it
+// — the targets held at library loads continued, a thread borrowed by
+// ptrace given back, collector directories removed, recordings put in place
+// — and the launcher a command starts as. Init, called first in main and in
+// the TestMain of every test binary that runs sessions, runs this binary as
+// one of them when it was re-executed so (Docker's reexec.Init pattern: no
+// init() side effect).
+package guard
 
 import (
 	"bufio"
@@ -39,11 +47,12 @@ import (
 // pid of the cudatap it guards.
 const guardianEnv = "CUDATAP_GUARDIAN_OF"
 
-// init runs the guardian instead of the program when this binary was
-// re-executed as one: the re-exec pattern (any binary that links the
-// tracer, cudatap or a test, can be its own guardian). It sets nothing.
-func init() {
-	launchExec() // or the launcher of a command (launch.go)
+// Init runs this binary as the guardian, the process-group anchor or a
+// command's launcher when it was re-executed as one, and then exits; else
+// it returns at once. Call it first in main, and in the TestMain of every
+// test binary that runs sessions (they re-execute themselves).
+func Init() {
+	launchExec() // the launcher of a command (launcher.go)
 	if v := os.Getenv(guardianEnv); v != "" {
 		pid, err := strconv.Atoi(v)
 		if err == nil {
@@ -107,7 +116,7 @@ func startAnchor(pgid int) (io.WriteCloser, *exec.Cmd) {
 // written put in place under their names ("output TEMP FINAL").
 //
 // A session starts its own when it needs one; a command that writes
-// recordings starts one first (StartGuardian) and gives it to the session
+// recordings starts one first (Start) and gives it to the session
 // (Config.Guardian), so that it also covers the outputs written after the
 // session, and closes it once they are in place.
 type Guardian struct {
@@ -118,9 +127,9 @@ type Guardian struct {
 	err error
 }
 
-// StartGuardian starts the guardian process; with anchor, for the
-// commands cudatap launches into its own process group.
-func StartGuardian(anchor bool) (*Guardian, error) {
+// Start starts the guardian process; with anchor, for the commands
+// cudatap launches into its own process group.
+func Start(anchor bool) (*Guardian, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("start the hold guardian: %w", err)
@@ -156,9 +165,9 @@ func StartGuardian(anchor bool) (*Guardian, error) {
 	return &Guardian{w: w, r: br, cmd: cmd}, nil
 }
 
-// inject has the guardian load the library at path (as pid sees it) into
+// Inject has the guardian load the library at path (as pid sees it) into
 // pid with ptrace, and returns its handle.
-func (g *Guardian) inject(pid int, path string) (uint64, error) {
+func (g *Guardian) Inject(pid int, path string) (uint64, error) {
 	if strings.ContainsAny(path, "\n") {
 		return 0, fmt.Errorf("path %q has a line break", path)
 	}
@@ -169,18 +178,18 @@ func (g *Guardian) inject(pid int, path string) (uint64, error) {
 	return strconv.ParseUint(rest, 10, 64)
 }
 
-// holdThread has the guardian keep thread tid of pid stopped, the rest of
+// HoldThread has the guardian keep thread tid of pid stopped, the rest of
 // the process continued: pid is stopped as a whole (a probe's SIGSTOP at
 // tid's call into CUPTI). The guardian, not cudatap, traces the thread: a
 // launched command is cudatap's child, whose stops cudatap's own wait for
 // it could take; and were cudatap killed, the guardian lets it go.
-func (g *Guardian) holdThread(pid, tid int) error {
+func (g *Guardian) HoldThread(pid, tid int) error {
 	_, err := g.ask(fmt.Sprintf("holdthread %d %d", pid, tid))
 	return err
 }
 
-// releaseThread lets a thread holdThread held go on.
-func (g *Guardian) releaseThread(tid int) error {
+// ReleaseThread lets a thread holdThread held go on.
+func (g *Guardian) ReleaseThread(tid int) error {
 	_, err := g.ask(fmt.Sprintf("releasethread %d", tid))
 	return err
 }
@@ -222,13 +231,13 @@ func (g *Guardian) say(verb string, pid int) {
 	}
 }
 
-// staged tells the guardian of a GPU-time collector directory, name in the
+// Staged tells the guardian of a GPU-time collector directory, name in the
 // /tmp under root: cudatap removes it when done; if cudatap dies first, the
 // guardian does.
-func (g *Guardian) staged(root, name string) { g.say2("staged", root, name) }
+func (g *Guardian) Staged(root, name string) { g.say2("staged", root, name) }
 
 // unstaged: cudatap removed that directory itself.
-func (g *Guardian) unstaged(root, name string) { g.say2("unstaged", root, name) }
+func (g *Guardian) Unstaged(root, name string) { g.say2("unstaged", root, name) }
 
 // say2 sends a verb with two strings, quoted: paths may hold spaces.
 func (g *Guardian) say2(verb, a, b string) {
@@ -253,17 +262,17 @@ func args2(arg string) (a, b string, ok bool) {
 // renames it (cut where cudatap died, which readers say).
 func (g *Guardian) Output(temp, final string) { g.say2("output", temp, final) }
 
-// followTree gives the guardian the followed tree's table (a BPF map, by
+// FollowTree gives the guardian the followed tree's table (a BPF map, by
 // id): any process of it may be stopped at a program or library load, and
 // the guardian continues those that are, should cudatap die.
-func (g *Guardian) followTree(mapID uint32) { g.say("tree", int(mapID)) }
+func (g *Guardian) FollowTree(mapID uint32) { g.say("tree", int(mapID)) }
 
-// hold tells the guardian that pid may be stopped at a library load.
-func (g *Guardian) hold(pid int) { g.say("hold", pid) }
+// Hold tells the guardian that pid may be stopped at a library load.
+func (g *Guardian) Hold(pid int) { g.say("hold", pid) }
 
-// free tells the guardian that pid is no longer held (it exited, or its
+// Free tells the guardian that pid is no longer held (it exited, or its
 // hook is gone).
-func (g *Guardian) free(pid int) { g.say("free", pid) }
+func (g *Guardian) Free(pid int) { g.say("free", pid) }
 
 // Close ends the guardian: cudatap released every hold itself and put
 // every output in place.
