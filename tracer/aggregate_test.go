@@ -43,15 +43,15 @@ func testAggregateLaunches(t *testing.T, times bool) {
 	col := &pidSink{Collector: model.NewCollector(), seen: map[uint32]bool{}, first: make(chan uint32, 64)}
 	go func() {
 		out, err := Run(ctx, Config{All: true, Stacks: probe.StacksNone, NVMLInterval: -1, NameWindow: -1, Sink: col,
-			AggregateLaunches: true, LaunchTimes: times, pruneEvery: time.Nanosecond, OnAttached: func(int) { close(attached) },
-			OnAggregates: func(a event.Aggregates) {
+			AggregateLaunches: true, LaunchTimes: times, pruneEvery: time.Nanosecond,
+			Observer: Funcs{OnAttached: func(int) { close(attached) }, OnAggregates: func(a event.Aggregates) {
 				mu.Lock()
 				defer mu.Unlock()
 				last = a
 				for pid, c := range a.Launches {
 					reported[pid] = c
 				}
-			}})
+			}}})
 		if err != nil {
 			t.Error(err)
 		}

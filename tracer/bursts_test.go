@@ -27,7 +27,7 @@ func BenchmarkAllBursts(b *testing.B) {
 		done := make(chan *Outcome, 1)
 		go func() {
 			out, err := Run(ctx, Config{All: true, Stacks: probe.StacksNone, NVMLInterval: -1,
-				OnAttached: func(int) { close(attached) }})
+				Observer: Funcs{OnAttached: func(int) { close(attached) }}})
 			if err != nil {
 				b.Error(err)
 			}

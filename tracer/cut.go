@@ -8,7 +8,7 @@ import (
 )
 
 // Cuts: a session that runs for ever (the agent's --continuous) hands out
-// what it has every Config.Cut (OnCut: the processes so far, for a profile
+// what it has every Config.Cut (Observer.Cut: the processes so far, for a profile
 // per interval) and forgets the processes that exited, so that its memory
 // follows the live processes rather than every process it ever saw.
 //
@@ -23,7 +23,7 @@ import (
 // cut asks the reader for a cut (control loop).
 func (s *Session) cut() { s.queueNote(note{kind: noteCut, start: monoNow()}) }
 
-// handCut retires the processes found gone at the cut before, gives OnCut
+// handCut retires the processes found gone at the cut before, gives the Observer
 // the processes of the interval that ends at now, named, and forgets the
 // names of the retired (reader goroutine).
 func (s *Session) handCut(now uint64) {
@@ -47,13 +47,11 @@ func (s *Session) handCut(now uint64) {
 	r.Start, r.End = max(r.Start, s.lastCut), now
 	r.WallOffsetNs = WallOffset()
 	r.Name(s.names.names)
-	if s.cfg.OnCut != nil {
-		s.cfg.OnCut(r)
-	}
+	s.obs.Cut(r)
 	s.modelMu.Unlock()
 	s.lastCut = now
-	if s.cfg.Resample != nil {
-		if err := s.resample(s.cfg.Resample()); err != nil {
+	if out := s.obs.Resample(); out != nil {
+		if err := s.resample(out); err != nil {
 			s.log.Warn("per-process sampling: every process is traced in this interval", "err", err)
 			s.resample(nil)
 		}

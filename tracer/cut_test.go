@@ -13,7 +13,7 @@ import (
 	"github.com/cudatap/cudatap/tracer/probe"
 )
 
-// TestCutRetiresExited: with Config.Cut, a session hands OnCut the
+// TestCutRetiresExited: with Config.Cut, a session hands Observer.Cut the
 // processes of each interval, named, and forgets the ones that exited:
 // an exited workload is in the cuts until it is retired, named and with
 // its calls to the last, and then in no later cut nor in the final result.
@@ -33,8 +33,8 @@ func TestCutRetiresExited(t *testing.T) {
 	col := &pidSink{Collector: model.NewCollector(), seen: map[uint32]bool{}, first: make(chan uint32, 64)}
 	go func() {
 		out, err := Run(ctx, Config{All: true, Stacks: probe.StacksNone, NVMLInterval: -1, NameWindow: -1, Sink: col,
-			OnAttached: func(int) { close(attached) }, Cut: time.Second,
-			OnCut: func(r *model.Result) {
+			Cut: time.Second,
+			Observer: Funcs{OnAttached: func(int) { close(attached) }, OnCut: func(r *model.Result) {
 				in := map[uint32]seen{}
 				for _, p := range r.Processes {
 					in[p.PID] = seen{p.NCalls, p.Info.Comm}
@@ -42,7 +42,7 @@ func TestCutRetiresExited(t *testing.T) {
 				mu.Lock()
 				cuts = append(cuts, in)
 				mu.Unlock()
-			}})
+			}}})
 		if err != nil {
 			t.Error(err)
 		}

@@ -59,7 +59,7 @@ func TestDetachLeavesNoOrphans(t *testing.T) {
 			sink := &cancelAfter{n: 5000, cancel: cancel}
 			out, err := Run(ctx, Config{PIDs: []int{cmd.Process.Pid}, Stacks: probe.StacksNone, PerSymbolUprobes: perSymbol,
 				NVMLInterval: -1, Duration: 5 * time.Minute, Sink: sink,
-				OnAttached: func(int) { stdin.Write([]byte("go\n")) }})
+				Observer: Funcs{OnAttached: func(int) { stdin.Write([]byte("go\n")) }}})
 			if err != nil {
 				t.Fatal(err)
 			}

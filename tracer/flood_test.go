@@ -83,7 +83,7 @@ func BenchmarkFlood(b *testing.B) {
 		ctx, cancel := context.WithCancel(context.Background())
 		go func() {
 			out, err := Run(ctx, Config{PIDs: []int{w.pid()}, Stacks: probe.StacksNone, NVMLInterval: -1,
-				Recording: sink, NameWindow: -1, OnAttached: func(int) { close(attached) }})
+				Recording: sink, NameWindow: -1, Observer: Funcs{OnAttached: func(int) { close(attached) }}})
 			res <- result{out, err}
 		}()
 		<-attached

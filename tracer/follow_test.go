@@ -235,7 +235,7 @@ for p in (present, future):
 		stdin.Write([]byte("go\n"))
 	}()
 	out, err := runTraced(context.Background(), Config{PIDs: []int{cmd.Process.Pid}, Follow: true, Stacks: probe.StacksSync,
-		NVMLInterval: -1, Duration: 2 * time.Minute, OnAttached: func(int) { close(attached) }})
+		NVMLInterval: -1, Duration: 2 * time.Minute, Observer: Funcs{OnAttached: func(int) { close(attached) }}})
 	if err != nil {
 		t.Fatal(err)
 	}

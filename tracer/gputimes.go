@@ -63,6 +63,7 @@ type gpuTimes struct {
 	watches   map[uint32]*cuptiWatch    // by pid: the collector holds CUPTI there
 	refusals  map[string]bool           // reasons for not measuring said already
 	launched  bool                      // the launched command loads a collector
+	misses    *missLog                  // CUDATAP_GPUTIME_DEBUG: the join's misses, or nil
 }
 
 // cuptiWatch is the watch on a process's libcupti while cudatap's
@@ -104,6 +105,7 @@ func (s *Session) gpuTimesForLaunch(env []string) (string, error) {
 			return "", nil
 		}
 	}
+	s.logMisses()
 	// The command shares cudatap's root and runs as its user.
 	l, err := gputime.Listen(gputime.Config{Root: "/", CUPTI: s.cfg.CUPTIPath, UID: -1, GID: -1, Join: os.Getenv("CUDATAP_GPU_JOIN")}, s)
 	if err != nil {
@@ -158,9 +160,7 @@ func (s *Session) setGPUStatus(pid uint32, st string) {
 	}
 	s.gputimes.status[pid] = st
 	s.gputimes.mu.Unlock()
-	if s.cfg.OnGPUTimes != nil {
-		s.cfg.OnGPUTimes(pid, st)
-	}
+	s.obs.GPUTimes(pid, st)
 }
 
 // The gputime.Sink methods, called on the listener's goroutines.
@@ -489,6 +489,7 @@ func (s *Session) gpuTimesAttach(pid int) error {
 		return nil
 	}
 	s.guard.Staged(root, l.Dir())
+	s.logMisses()
 	// The guardian borrows the process: were cudatap killed mid-call, it
 	// still gives the thread back.
 	s.gputimes.loading.Lock()

@@ -230,13 +230,12 @@ func TestGPUTimesAll(t *testing.T) {
 	done := make(chan *Outcome, 1)
 	go func() {
 		out, err := Run(ctx, Config{All: true, Stacks: probe.StacksNone, NVMLInterval: -1, NameWindow: -1, GPUTimes: true, Sink: col,
-			OnAttached: func(int) { close(attached) },
-			OnGPUTimes: func(pid uint32, st string) {
+			Observer: Funcs{OnAttached: func(int) { close(attached) }, OnGPUTimes: func(pid uint32, st string) {
 				select {
 				case statuses <- [2]string{strconv.Itoa(int(pid)), st}:
 				default: // never block the session
 				}
-			}})
+			}}})
 		if err != nil {
 			t.Error(err)
 		}

@@ -52,7 +52,7 @@ func runMapped(t *testing.T, syncs int64, args ...string) *mappedRun {
 	r := &mappedRun{agg: export.NewAggregates(), col: model.NewCollector()}
 	cfg := Config{Command: append(args, "--wait-before-exit"), Stacks: probe.StacksAll, Stdin: inR, Stdout: outW,
 		Stderr: os.Stderr, Duration: time.Minute, NVMLInterval: -1, Recording: &rec, Sink: model.Sinks{r.agg.Sink(), r.col}}
-	cfg.OnLive = func(snapshot func() []model.StreamSnap) {
+	onLive := func(snapshot func() []model.StreamSnap) {
 		go func() {
 			defer close(seen)
 			for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
@@ -66,6 +66,7 @@ func runMapped(t *testing.T, syncs int64, args ...string) *mappedRun {
 			}
 		}()
 	}
+	cfg.Observer = Funcs{OnLive: onLive}
 	type result struct {
 		out *Outcome
 		err error

@@ -24,7 +24,7 @@ const (
 	noteHold noteKind = iota + 1
 	notePinned
 	noteAttachedLate
-	noteCut   // cut.go: retire the exited, hand the interval to Config.OnCut (start: now)
+	noteCut   // cut.go: retire the exited, hand the interval to the Observer (start: now)
 	noteFlush // hand the recording's buffer to its file: a killed cudatap leaves it readable to here
 )
 

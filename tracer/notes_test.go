@@ -54,7 +54,7 @@ func TestPinnedBeforeAttach(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		out, err = runTraced(context.Background(), Config{PIDs: []int{w.pid()}, Stacks: probe.StacksNone, NVMLInterval: -1,
-			Duration: time.Minute, OnAttached: func(int) { close(attached) }})
+			Duration: time.Minute, Observer: Funcs{OnAttached: func(int) { close(attached) }}})
 		close(done)
 	}()
 	<-attached

@@ -183,7 +183,7 @@ func attachAll(aggregate, times bool) func(testing.TB, int) func() {
 		done := make(chan error, 1)
 		go func() {
 			_, err := Run(ctx, Config{All: true, Stacks: probe.StacksNone, NVMLInterval: -1, NameWindow: -1, Recording: discard{},
-				AggregateLaunches: aggregate, LaunchTimes: times, OnAggregates: func(event.Aggregates) {}, OnAttached: func(int) { close(attached) }})
+				AggregateLaunches: aggregate, LaunchTimes: times, Observer: Funcs{OnAttached: func(int) { close(attached) }}})
 			done <- err
 		}()
 		select {
@@ -288,7 +288,7 @@ func attachSession(tb testing.TB, pid int, window time.Duration, stacks probe.St
 	done := make(chan error, 1)
 	go func() {
 		_, err := Run(context.Background(), Config{PIDs: []int{pid}, Stacks: stacks, Duration: time.Minute,
-			NameWindow: window, NVMLInterval: -1, Recording: discard{}, OnAttached: func(int) { close(attached) }})
+			NameWindow: window, NVMLInterval: -1, Recording: discard{}, Observer: Funcs{OnAttached: func(int) { close(attached) }}})
 		done <- err
 	}()
 	select {
@@ -309,7 +309,7 @@ func attachFollowing(tb testing.TB, pid int) func() {
 	done := make(chan error, 1)
 	go func() {
 		_, err := Run(context.Background(), Config{PIDs: []int{pid}, Follow: true, Stacks: probe.StacksSync, Duration: time.Minute,
-			NameWindow: -1, NVMLInterval: -1, Recording: discard{}, OnAttached: func(int) { close(attached) }})
+			NameWindow: -1, NVMLInterval: -1, Recording: discard{}, Observer: Funcs{OnAttached: func(int) { close(attached) }}})
 		done <- err
 	}()
 	select {

@@ -110,7 +110,7 @@ func attachUntil(tb testing.TB, pid int, window time.Duration, stacks probe.Stac
 		ctx, cancel := contextUntil(stop)
 		defer cancel()
 		_, err := Run(ctx, Config{PIDs: []int{pid}, Stacks: stacks, NameWindow: window, NVMLInterval: -1,
-			Recording: discard{}, OnAttached: func(int) { close(attached) }})
+			Recording: discard{}, Observer: Funcs{OnAttached: func(int) { close(attached) }}})
 		done <- err
 	}()
 	select {

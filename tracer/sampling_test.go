@@ -65,7 +65,7 @@ func TestSampledOutNeedsSameProcess(t *testing.T) {
 
 // TestResampleIn: with cuts, the sampling changes inside one session (the
 // agent's --continuous): a process sampled out at the start and let back
-// in by Resample at the first cut has every launch it makes from then on
+// in by Observer.Resample at the first cut has every launch it makes from then on
 // counted, through the same shared probes.
 func TestResampleIn(t *testing.T) {
 	testutil.RequireRoot(t)
@@ -73,7 +73,7 @@ func TestResampleIn(t *testing.T) {
 	cuts := make(chan struct{}, 16)
 	stop := make(chan struct{})
 	done, attached := watch(t, Config{All: true, Stacks: probe.StacksNone, SampledOut: map[int]uint64{out.pid(): outStart},
-		Cut: time.Second, OnCut: func(*model.Result) { cuts <- struct{}{} }, Resample: func() map[int]uint64 { return nil }}, stop)
+		Cut: time.Second, Observer: Funcs{OnCut: func(*model.Result) { cuts <- struct{}{} }, OnResample: func() map[int]uint64 { return map[int]uint64{} }}}, stop)
 	s := <-attached
 	if _, err := in.finish(s); err != nil { // hooks the runtime's file for everyone
 		t.Fatal(err)

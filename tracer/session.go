@@ -52,32 +52,25 @@ type Config struct {
 	// cudatap's collector (gputime.go); CUPTIPath overrides which CUPTI.
 	GPUTimes  bool
 	CUPTIPath string
-	// OnGPUTimes, if set, hears whether each process's GPU ops are
-	// measured ("measured (…)") or why not ("not measured: …").
-	OnGPUTimes func(pid uint32, status string)
 	// AggregateLaunches counts launches in BPF maps instead of recording
-	// each (--all/--container: shared probes only); OnAggregates gets the
+	// each (--all/--container: shared probes only); the Observer gets the
 	// counts so far, per process, API and stream, about once a second and
 	// at the end. Aggregated launches reach no model, trace or profile.
 	// LaunchTimes also times them (a return probe per launch: a second
 	// trap) into log2 histograms per process and API.
 	AggregateLaunches bool
 	LaunchTimes       bool
-	OnAggregates      func(event.Aggregates)
 	// Cut, when positive, makes a session that runs for ever hold only
-	// what its live processes need: every Cut it hands OnCut (if set) the
+	// what its live processes need: every Cut it hands the Observer the
 	// processes of the interval, named, on the reader goroutine (the
-	// sinks' goroutine: OnCut may read and reset them), and it forgets the
-	// processes that exited, once concluded and handed out (cut.go). The
-	// final Result then holds only the processes not retired.
-	Cut   time.Duration
-	OnCut func(*model.Result)
+	// sinks' goroutine: it may read and reset them), asks it which
+	// processes sit the next interval out (the agent's per-process
+	// sampling under --continuous), and forgets the processes that
+	// exited, once concluded and handed out (cut.go). The final Result
+	// then holds only the processes not retired.
+	Cut time.Duration
 	// pruneEvery, when positive, replaces pruneEvery (tests).
 	pruneEvery time.Duration
-	// Resample, with Cut, is asked after each OnCut which processes sit
-	// the next interval out (as SampledOut, replacing the last set): the
-	// agent's per-process sampling under --continuous.
-	Resample func() map[int]uint64
 	// SampledOut keeps processes out of this session (--all/--container:
 	// the agent's per-process sampling): PID → start time
 	// (procfs.ProcessStat.StartTicks), so that a PID reused by a new
@@ -109,14 +102,9 @@ type Config struct {
 	// launches are also probed to name kernels loaded before cudatap came
 	// (two traps per launch meanwhile). 0 = 5 s; negative = never.
 	NameWindow time.Duration
-	// OnAttached is called once, when probes are live in every target.
-	OnAttached func(processes int)
-	// OnStatus is called about once a second while recording.
-	OnStatus func(Status)
-	// OnLive, if set, receives (once probes are live) a function that
-	// returns every traced stream's counters so far, safe to call at any
-	// time while the session runs (cudatap top).
-	OnLive func(snapshot func() []model.StreamSnap)
+	// Observer hears what the session reports as it runs (nil: nothing
+	// hears it).
+	Observer Observer
 }
 
 // Status is a snapshot for the live status line.
@@ -164,9 +152,10 @@ type Session struct {
 	rescans    map[int]rescan
 	rescanWake chan struct{}
 	encBuf     []byte     // re-encoded records (reader goroutine only)
-	modelMu    sync.Mutex // the model is fed by the reader and read by OnLive snapshots
+	modelMu    sync.Mutex // the model is fed by the reader and read by Observer.Live snapshots
 	names      *resolver
 	guard      *guard.Guardian // continues held targets if cudatap dies (nil: nothing is held)
+	obs        Observer        // Config.Observer, or one that hears nothing
 	closer     *closer         // closes the probes of exited processes off the control loop
 	// Notes from the control loop for the reader (see notes.go).
 	notesMu     sync.Mutex
@@ -193,7 +182,7 @@ type Session struct {
 	// last cut, and when it was.
 	goneAtCut map[uint32]bool
 	lastCut   uint64
-	// The processes sampled out now (SampledOut, then Resample's), guarded
+	// The processes sampled out now (SampledOut, then Observer.Resample's), guarded
 	// by mu.
 	sampled map[int]uint64
 	// Shared probes (see shared.go): by library key and layer, guarded by
@@ -224,6 +213,9 @@ func run(ctx context.Context, cfg Config, inspect func(*Session)) (*Outcome, err
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.Observer == nil {
+		cfg.Observer = Funcs{}
+	}
 	if cfg.Stdout == nil {
 		cfg.Stdout = os.Stdout
 	}
@@ -244,11 +236,11 @@ func run(ctx context.Context, cfg Config, inspect func(*Session)) (*Outcome, err
 		return nil, err
 	}
 	defer tr.Close()
-	if (len(cfg.SampledOut) > 0 || cfg.Resample != nil) && len(cfg.PIDs)+len(cfg.Command) > 0 {
-		return nil, errors.New("SampledOut and Resample need All or Container (shared probes)")
+	if len(cfg.SampledOut) > 0 && len(cfg.PIDs)+len(cfg.Command) > 0 {
+		return nil, errors.New("SampledOut needs All or Container (shared probes)")
 	}
 
-	s := &Session{cfg: cfg, log: cfg.Logger, tr: tr, cache: objfile.NewCache(512),
+	s := &Session{cfg: cfg, log: cfg.Logger, tr: tr, obs: cfg.Observer, cache: objfile.NewCache(512),
 		targets: map[int]*target{}, rescans: map[int]rescan{}, rescanWake: make(chan struct{}, 1), unwind: unwind.New(), tree: map[uint32]*treeProc{},
 		loaders: map[string]*probe.Attachment{}, seenMaps: map[int]uint64{}, plain: map[string]bool{},
 		shared: map[string]*probe.Attachment{}, cgroups: map[uint64]bool{}, cgroup2: procfs.Cgroup2Mount()}
@@ -297,12 +289,12 @@ func recordingHeader(cfg Config) recording.Header {
 const pruneEvery = 10 * time.Second
 
 // reportAggregates hands what BPF counted (aggregate mode) to
-// OnAggregates. With prune, the counters of processes that had exited
+// the Observer. With prune, the counters of processes that had exited
 // before this read are deleted once reported: their counts are final, and
 // continuous tracing of a host where processes come and go would fill the
 // maps with the dead. (The collector keeps a process's last counts.)
 func (s *Session) reportAggregates(prune bool) {
-	if !s.cfg.AggregateLaunches || s.cfg.OnAggregates == nil {
+	if !s.cfg.AggregateLaunches {
 		return
 	}
 	var dead []uint32
@@ -335,7 +327,7 @@ func (s *Session) reportAggregates(prune bool) {
 		}
 	}
 	agg.Final = dead
-	s.cfg.OnAggregates(agg)
+	s.obs.Aggregates(agg)
 	s.aggPIDs = map[uint32]bool{}
 	for pid := range agg.Launches {
 		s.aggPIDs[pid] = true
@@ -424,20 +416,16 @@ func (s *Session) run(ctx context.Context) (*Outcome, error) {
 	for _, pid := range s.livePIDs() {
 		s.gpu.markCPU(uint32(pid))
 	}
-	if s.cfg.OnAttached != nil {
-		n := len(s.targets)
-		if s.following() {
-			n = len(s.treeRoots()) // the processes followed, CUDA or not
-		}
-		s.cfg.OnAttached(n)
+	n := len(s.targets)
+	if s.following() {
+		n = len(s.treeRoots()) // the processes followed, CUDA or not
 	}
-	if s.cfg.OnLive != nil {
-		s.cfg.OnLive(func() []model.StreamSnap {
-			s.modelMu.Lock()
-			defer s.modelMu.Unlock()
-			return s.model.Snapshot()
-		})
-	}
+	s.obs.Attached(n)
+	s.obs.Live(func() []model.StreamSnap {
+		s.modelMu.Lock()
+		defer s.modelMu.Unlock()
+		return s.model.Snapshot()
+	})
 
 	readerDone := make(chan error, 1)
 	go func() { readerDone <- s.tr.Read(s.handleRecord, s.applyNotes) }()
@@ -538,17 +526,15 @@ loop:
 			if s.watching() {
 				s.discoverAll()
 			}
-			if s.cfg.OnStatus != nil {
-				ev := s.events.Load()
-				dt := now.Sub(lastStatus).Seconds()
-				st := Status{Elapsed: now.Sub(start), Processes: len(s.livePIDs()), Events: ev,
-					EventsPerSec: float64(ev-lastEvents) / dt, Lost: s.lostNow()}
-				if s.rec != nil {
-					st.Bytes = s.rec.Size()
-				}
-				s.cfg.OnStatus(st)
-				lastEvents, lastStatus = ev, now
+			ev := s.events.Load()
+			dt := now.Sub(lastStatus).Seconds()
+			st := Status{Elapsed: now.Sub(start), Processes: len(s.livePIDs()), Events: ev,
+				EventsPerSec: float64(ev-lastEvents) / dt, Lost: s.lostNow()}
+			if s.rec != nil {
+				st.Bytes = s.rec.Size()
 			}
+			s.obs.Status(st)
+			lastEvents, lastStatus = ev, now
 		}
 	}
 

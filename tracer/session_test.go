@@ -376,7 +376,7 @@ func testAttach(t *testing.T, cmd *exec.Cmd, check func(*Outcome, *sim.Report)) 
 	done := make(chan result, 1)
 	go func() {
 		out, err := runTraced(context.Background(), Config{PIDs: []int{cmd.Process.Pid}, Stacks: probe.StacksSync, Duration: time.Minute, WaitForCUDA: true,
-			OnAttached: func(int) { close(attached) }})
+			Observer: Funcs{OnAttached: func(int) { close(attached) }}})
 		done <- result{out, err}
 	}()
 	select {
@@ -603,7 +603,7 @@ func launchUntilSyncs(t *testing.T, stacks probe.StackMode, n int64, args ...str
 	pr, pw := io.Pipe()
 	cfg := Config{Command: append(args, "--wait-before-exit"), Stacks: stacks, Stdin: pr, Stderr: os.Stderr,
 		Duration: time.Minute, NVMLInterval: -1}
-	cfg.OnLive = func(snapshot func() []model.StreamSnap) {
+	onLive := func(snapshot func() []model.StreamSnap) {
 		go func() {
 			defer pw.Close()
 			for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
@@ -618,6 +618,7 @@ func launchUntilSyncs(t *testing.T, stacks probe.StackMode, n int64, args ...str
 			fmt.Fprintln(pw, "exit")
 		}()
 	}
+	cfg.Observer = Funcs{OnLive: onLive}
 	return launchWith(t, cfg)
 }
 

@@ -29,7 +29,7 @@ func TestStragglerNamed(t *testing.T) {
 	done := make(chan *Outcome, 1)
 	go func() {
 		out, err := Run(ctx, Config{All: true, Stacks: probe.StacksNone, NVMLInterval: -1, NameWindow: -1, Sink: model.Sinks{st, seen},
-			OnAttached: func(int) { close(attached) }})
+			Observer: Funcs{OnAttached: func(int) { close(attached) }}})
 		if err != nil {
 			t.Error(err)
 		}

@@ -31,7 +31,9 @@ func watch(t *testing.T, cfg Config, stop <-chan struct{}) (<-chan *Outcome, <-c
 	ctx, cancel := context.WithCancel(context.Background())
 	var sess *Session
 	attached := make(chan *Session, 1)
-	cfg.OnAttached = func(int) { attached <- sess }
+	obs, _ := cfg.Observer.(Funcs)
+	obs.OnAttached = func(int) { attached <- sess }
+	cfg.Observer = obs
 	if cfg.Stacks == 0 {
 		cfg.Stacks = probe.StacksSync
 	}
@@ -311,7 +313,7 @@ func TestSharedLibraryTwoProcesses(t *testing.T) {
 	done := make(chan *Outcome, 1)
 	go func() {
 		out, err := Run(context.Background(), Config{PIDs: pids, Stacks: probe.StacksSync, Duration: time.Minute, NVMLInterval: -1,
-			OnAttached: func(int) { close(attached) }})
+			Observer: Funcs{OnAttached: func(int) { close(attached) }}})
 		if err != nil {
 			t.Error(err)
 		}

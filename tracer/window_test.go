@@ -38,7 +38,7 @@ func TestNamingWindowClosesEarly(t *testing.T) {
 	done := make(chan result, 1)
 	go func() {
 		out, err := run(context.Background(), Config{PIDs: []int{pid}, Stacks: probe.StacksNone, NVMLInterval: -1,
-			NameWindow: time.Hour, Sink: col, Duration: 10 * time.Minute, OnAttached: func(int) { close(attached) }},
+			NameWindow: time.Hour, Sink: col, Duration: 10 * time.Minute, Observer: Funcs{OnAttached: func(int) { close(attached) }}},
 			func(s *Session) { sessions <- s })
 		done <- result{out, err}
 	}()
@@ -137,7 +137,7 @@ func attachAfterSetup(t *testing.T, cmd *exec.Cmd) (*Outcome, *model.Collector) 
 }
 
 // attachAfterSetupWith is attachAfterSetup with cfg (its PIDs, Sink,
-// Duration and OnAttached set here), inspect given the session; it also
+// Duration and the Observer set here), inspect given the session; it also
 // returns the workload's report.
 func attachAfterSetupWith(t *testing.T, cmd *exec.Cmd, cfg Config, inspect func(*Session)) (*Outcome, *model.Collector, *sim.Report) {
 	t.Helper()
@@ -147,7 +147,7 @@ func attachAfterSetupWith(t *testing.T, cmd *exec.Cmd, cfg Config, inspect func(
 	defer cancel()
 	col := model.NewCollector()
 	done := make(chan *Outcome, 1)
-	cfg.PIDs, cfg.Sink, cfg.Duration, cfg.OnAttached = []int{w.pid()}, col, time.Minute, func(int) { w.start() }
+	cfg.PIDs, cfg.Sink, cfg.Duration, cfg.Observer = []int{w.pid()}, col, time.Minute, Funcs{OnAttached: func(int) { w.start() }}
 	go func() {
 		out, err := run(ctx, cfg, inspect)
 		if err != nil {

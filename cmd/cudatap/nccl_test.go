@@ -93,7 +93,7 @@ func recordSimJob(t *testing.T, b *sim.Build, dir, name string, n, iters int, de
 		paths = append(paths, path)
 		go func() {
 			_, err := tracer.Run(ctx, tracer.Config{PIDs: []int{r.pid()}, Stacks: probe.StacksSync, NVMLInterval: -1, NameWindow: -1,
-				Recording: f, OnAttached: func(int) { attached <- struct{}{} }})
+				Recording: f, Observer: tracer.Funcs{OnAttached: func(int) { attached <- struct{}{} }}})
 			errs <- err
 		}()
 	}

@@ -166,24 +166,24 @@ func runRecord(cmd *cobra.Command, g *globalOptions, o *recordOptions, command [
 		RingBufferBytes: o.ringBuffer, WaitForCUDA: o.waitForCUDA, NVMLInterval: o.nvml, NameWindow: nameWindow(o.nameWindow), PerSymbolUprobes: o.perSymbol,
 		GPUTimes: o.gpuTimes, CUPTIPath: o.cupti, Follow: follow,
 		Stdin: os.Stdin, Stdout: commandOut, Stderr: os.Stderr, Logger: g.logger(),
-		OnAttached: printAttached(stderr),
-	}
-	if follow {
-		cfg.OnAttached = printFollowing(stderr)
 	}
 	hangs := &hangWatch{progress: to.agg.Progress, w: stderr, status: status}
-	cfg.OnStatus = func(st tracer.Status) {
+	obs := tracer.Funcs{OnAttached: printAttached(stderr), OnStatus: func(st tracer.Status) {
 		status.update(st)
 		hangs.check()
-	}
-	if o.container != "" {
-		cfg.OnAttached = func(n int) {
+	}}
+	switch {
+	case follow:
+		obs.OnAttached = printFollowing(stderr)
+	case o.container != "":
+		obs.OnAttached = func(n int) {
 			printAttached(stderr)(n)
 			if n == 0 {
 				fmt.Fprintln(stderr, "cudatap: "+containerHint(o.container))
 			}
 		}
 	}
+	cfg.Observer = obs
 	cfg.Recording, cfg.Sink = rep.tee(to.recording()), to.agg.Sink()
 	cfg.Guardian = to.guard(stderr, len(command) > 0)
 	ctx := cmd.Context()

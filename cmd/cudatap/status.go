@@ -70,7 +70,7 @@ func humanCount(v float64) string {
 	return fmt.Sprintf("%.0f", v)
 }
 
-// printAttached is the session's OnAttached callback of the tracing
+// printAttached is the session's Observer.Attached of the tracing
 // commands: one line on w once probes are live in every target.
 func printAttached(w io.Writer) func(n int) {
 	return func(n int) { fmt.Fprintf(w, "attached to %d process(es)\n", n) }

@@ -113,9 +113,8 @@ func syncsResult(cmd *cobra.Command, g *globalOptions, o *syncsOptions, args []s
 	out, err := tracer.Run(cmd.Context(), tracer.Config{
 		PIDs: o.pids, Command: command, Duration: o.duration, Stacks: probe.StacksSync, WaitForCUDA: o.wait,
 		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Logger: g.logger(),
-		OnAttached: printAttached(stderr),
-		OnStatus:   status.update,
-		Sink:       col,
+		Observer: tracer.Funcs{OnAttached: printAttached(stderr), OnStatus: status.update},
+		Sink:     col,
 	})
 	status.clear()
 	if err != nil {

@@ -29,7 +29,7 @@ func traceForTop(ctx context.Context, g *globalOptions, pids []int, all bool) (f
 		_, err := tracer.Run(ctx, tracer.Config{
 			PIDs: pids, All: all, Stacks: probe.StacksNone, NVMLInterval: -1, WaitForCUDA: true,
 			Stdout: io.Discard, Stderr: io.Discard, Logger: g.logger(),
-			OnLive: func(snap func() []model.StreamSnap) { live <- snap }, Sink: ranks,
+			Observer: tracer.Funcs{OnLive: func(snap func() []model.StreamSnap) { live <- snap }}, Sink: ranks,
 		})
 		errc <- err
 	}()

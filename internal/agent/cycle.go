@@ -27,7 +27,7 @@ func (a *Agent) runWindows(ctx context.Context) error {
 		a.coll.SetWeight(a.budget.sampleWeight(a.o.Window))
 		prof := pprofout.NewCollector()
 		out, err := a.trace(ctx, tracer.Config{Duration: a.o.Window, Sink: model.Sinks{a.coll, prof, a.sampler},
-			SampledOut: drawWindow(a.sampler, a.coll, a.log)})
+			SampledOut: drawWindow(a.sampler, a.coll, a.log)}, tracer.Funcs{})
 		if err != nil {
 			return err
 		}
@@ -54,20 +54,24 @@ func (a *Agent) runContinuous(ctx context.Context) error {
 	prof := pprofout.NewCollector()
 	cutter := &profileCutter{a: a, prof: prof, from: start}
 	sinks := model.Sinks{a.coll, prof}
-	cfg := tracer.Config{Cut: a.o.Every, OnCut: cutter.cut}
+	cfg := tracer.Config{Cut: a.o.Every}
+	obs := tracer.Funcs{OnCut: cutter.cut}
 	if a.o.MaxCPU > 0 {
 		sinks = append(sinks, a.sampler) // it learns each interval's calls
 		began := start
-		cfg.Resample = func() map[int]uint64 {
+		obs.OnResample = func() map[int]uint64 {
 			a.samplingEnded()
 			a.budget.intervalEnded(time.Since(began))
 			began = time.Now()
 			a.budget.windowStarts()
-			return drawWindow(a.sampler, a.coll, a.log)
+			if out := drawWindow(a.sampler, a.coll, a.log); out != nil {
+				return out
+			}
+			return map[int]uint64{} // nobody sits out (nil would keep the last set)
 		}
 	}
 	cfg.Sink = sinks
-	out, err := a.trace(ctx, cfg)
+	out, err := a.trace(ctx, cfg, obs)
 	if err != nil {
 		return err
 	}
@@ -80,13 +84,15 @@ func (a *Agent) runContinuous(ctx context.Context) error {
 // container's), no stacks, no NVML of its own, launches counted in BPF
 // unless --record-launches. When it ends, the launches it counted are
 // folded into the metrics' totals.
-func (a *Agent) trace(ctx context.Context, c tracer.Config) (*tracer.Outcome, error) {
+func (a *Agent) trace(ctx context.Context, c tracer.Config, obs tracer.Funcs) (*tracer.Outcome, error) {
 	c.All, c.Container = a.o.Container == "", a.o.Container
 	c.Stacks, c.RingBufferBytes, c.NVMLInterval, c.NameWindow = probe.StacksNone, a.o.RingBufferBytes, -1, -1
-	c.AggregateLaunches, c.LaunchTimes, c.OnAggregates = !a.o.RecordLaunches, a.o.LaunchTimes, a.coll.SetAggregates
+	c.AggregateLaunches, c.LaunchTimes = !a.o.RecordLaunches, a.o.LaunchTimes
 	c.Logger, c.PollInterval = a.log, pollInterval
-	c.OnAttached = func(int) { a.ready.Store(true) }
-	c.OnStatus = a.stats.status
+	obs.OnAggregates = a.coll.SetAggregates
+	obs.OnAttached = func(int) { a.ready.Store(true) }
+	obs.OnStatus = a.stats.status
+	c.Observer = obs
 	out, err := tracer.Run(ctx, c)
 	a.coll.FoldAggregates()
 	return out, err
