@@ -137,7 +137,9 @@ func listenJoin(t *testing.T, r *recorder, join string) *Listener {
 // with either join: CUPTI callbacks on the enqueuing calls (the default),
 // or CUPTI's API records (asked for, or where CUPTI names no callbacks).
 // Without CUPTI's timestamp callback (older CUPTI), the same holds after
-// the clock offset is applied.
+// the clock offset is applied. With callbacks each call's record spans it,
+// entry to exit, and where a runtime call wraps the driver's (as every
+// runtime reports its calls) the runtime call's record is the one kept.
 func TestInjectedCollector(t *testing.T) {
 	for _, tc := range []struct {
 		name, join, want string
@@ -148,6 +150,7 @@ func TestInjectedCollector(t *testing.T) {
 		{"API records", "api", "join=api", nil},
 		{"API records, CUPTI's clock", "api", "join=api", []string{"SIM_CUPTI_NO_TIMESTAMP_CALLBACK=1"}},
 		{"no callback names", "", "join=api", []string{"SIM_CUPTI_NO_CALLBACK_NAMES=1"}},
+		{"runtime calls around the driver's", "", "join=callbacks", []string{"SIM_CUPTI_RUNTIME_CALLS=1"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newRecorder()
@@ -177,6 +180,11 @@ func TestInjectedCollector(t *testing.T) {
 				measured += int64(m.End - m.Start)
 				if m.Start < before || m.End > after+uint64(time.Second) || m.APIStart < before || m.APIEnd < m.APIStart || m.APIEnd > after {
 					t.Fatalf("measurement off cudatap's clock: %+v (run [%d, %d])", m, before, after)
+				}
+				if m.APIEnd == m.APIStart {
+					// A call's entry alone: a static runtime's (cuBLASLt's)
+					// starts before the driver call cudatap traces in it.
+					t.Fatalf("measurement %+v: its call's record is an instant, not the call", m)
 				}
 				if m.TID < uint32(pid) || m.Kind == 0 {
 					t.Fatalf("measurement %+v: no thread or kind", m)

@@ -118,6 +118,37 @@ func TestMeasuredBeforeSync(t *testing.T) {
 	}
 }
 
+// TestMeasuredStaticRuntime: launches are traced at their entry only; a
+// launch cuBLASLt makes through its statically linked runtime is traced at
+// the driver call inside the runtime call CUPTI reports. The collector's
+// record spans CUPTI's call, entry to exit, so each measurement finds its
+// own op: the entry alone (1900) would name the op before (A), as it did on
+// the H200 (GPT-2's backward: measurements shifted onto their neighbours,
+// the last of each run unmeasured).
+func TestMeasuredStaticRuntime(t *testing.T) {
+	const h = 0x5000
+	c := NewCollector()
+	m := New(c)
+	m.StartMeasuring(testPID)
+	for _, e := range []*ev{streamCreate(1, 500, h), launch(1, 1000, h, 0xa), launch(1, 2000, h, 0xb), launch(1, 3000, h, 0xc)} {
+		m.Handle(&e.Event)
+	}
+	m.Measure(testPID, &Measurement{TID: 1, APIStart: 1050, APIEnd: 1300, Start: 5000, End: 6000, Kind: OpKernel}) // A: the traced call contains CUPTI's
+	m.Measure(testPID, &Measurement{TID: 1, APIStart: 1900, APIEnd: 2300, Start: 6000, End: 7000, Kind: OpKernel}) // B: CUPTI's contains the traced one
+	m.Measure(testPID, &Measurement{TID: 1, APIStart: 3050, APIEnd: 3300, Start: 7000, End: 8000, Kind: OpKernel}) // C
+	e := streamSync(1, 4000, 10_000, h)
+	m.Handle(&e.Event)
+	p := finish(m, c)[0]
+	for i, w := range [][2]uint64{{5000, 6000}, {6000, 7000}, {7000, 8000}} {
+		if op := p.GPUOps[i]; !op.Measured || op.Start != w[0] || op.End != w[1] {
+			t.Errorf("op %d: measured %v [%d, %d], want [%d, %d]", i, op.Measured, op.Start, op.End, w[0], w[1])
+		}
+	}
+	if d := m.Drops(); d.GPUTimesUnmeasured+d.GPUTimesLate+d.GPUTimesUnmatched != 0 {
+		t.Errorf("drops %+v", d)
+	}
+}
+
 // TestMeasuredWindow: ops held for a measurement that never comes stay
 // within the window; the oldest go out unmeasured, counted.
 func TestMeasuredWindow(t *testing.T) {

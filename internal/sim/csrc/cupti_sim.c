@@ -19,7 +19,14 @@
  *                                      is not supported (older CUPTI);
  *   SIM_CUPTI_NO_CALLBACK_NAMES=1      cuptiGetCallbackName is not supported;
  *   SIM_CUPTI_SUBSCRIBED=1             another client already subscribed;
- *   SIM_CUPTI_MAX_RECORDS=N            room for N records between flushes.
+ *   SIM_CUPTI_MAX_RECORDS=N            room for N records between flushes;
+ *   SIM_CUPTI_RUNTIME_CALLS=1          each enqueuing call is reported as a
+ *                                      runtime call around the driver's, as
+ *                                      a runtime (cuBLASLt's static one too)
+ *                                      reports its calls: runtime entry,
+ *                                      driver entry and exit (an id of its
+ *                                      own), runtime exit; the GPU record
+ *                                      carries the runtime call's id.
  * sim_cupti_subscribed() (not CUPTI's) says whether a client holds it, with
  * kernel activity on.
  */
@@ -56,7 +63,7 @@ static int subscribed;
 static CUpti_BuffersCallbackRequestFunc requested;
 static CUpti_BuffersCallbackCompleteFunc completed;
 static CUpti_TimestampCallbackFunc timestamp_cb;
-static int no_timestamp_cb, no_callback_names, preexisting_subscriber;
+static int no_timestamp_cb, no_callback_names, preexisting_subscriber, runtime_calls;
 static int driver_hooked;
 
 /* The subscriber's callback and the calls it enabled, by callback id in
@@ -74,14 +81,21 @@ static const char *const driver_cbids[CBID_COUNT] = {
 	[CBID_INIT] = "cuInit", [CBID_LAUNCH] = "cuLaunchKernel", [CBID_MEMCPY] = "cuMemcpyAsync",
 	[CBID_MEMSET] = "cuMemsetD8Async", [CBID_SYNC] = "cuStreamSynchronize", [CBID_HOSTFN] = "cuLaunchHostFunc",
 };
-/* A runtime-domain name that no simulated call issues. */
-static const char *const runtime_cbids[] = {NULL, "cudaGetDevice_v3020"};
+/* The runtime domain: a call that enqueues nothing, then the enqueuing
+ * ones, issued only with SIM_CUPTI_RUNTIME_CALLS (real CUPTI's ids differ). */
+enum { RT_CBID_GET_DEVICE = 1, RT_CBID_LAUNCH, RT_CBID_MEMCPY, RT_CBID_MEMSET, RT_CBID_COUNT };
+static const char *const runtime_cbids[RT_CBID_COUNT] = {
+	[RT_CBID_GET_DEVICE] = "cudaGetDevice_v3020", [RT_CBID_LAUNCH] = "cudaLaunchKernelExC_v11060",
+	[RT_CBID_MEMCPY] = "cudaMemcpyAsync_v3020", [RT_CBID_MEMSET] = "cudaMemsetAsync_v3020",
+};
+static unsigned enabled_runtime_callbacks; /* bit per runtime cbid (atomic) */
 
 static void init_knobs(void)
 {
 	no_timestamp_cb = getenv("SIM_CUPTI_NO_TIMESTAMP_CALLBACK") != NULL;
 	no_callback_names = getenv("SIM_CUPTI_NO_CALLBACK_NAMES") != NULL;
 	preexisting_subscriber = getenv("SIM_CUPTI_SUBSCRIBED") != NULL;
+	runtime_calls = getenv("SIM_CUPTI_RUNTIME_CALLS") != NULL;
 	const char *m = getenv("SIM_CUPTI_MAX_RECORDS");
 	max_records = m ? strtoul(m, NULL, 10) : 1 << 16;
 	records = calloc(max_records ? max_records : 1, sizeof *records);
@@ -160,19 +174,40 @@ static void on_api(uint32_t corr, int64_t start, int64_t end, uint32_t tid)
 	pthread_mutex_unlock(&mu);
 }
 
-/* on_call calls the subscriber back at the entry and exit of an enqueuing
- * call it enabled, on the calling thread. */
-static void on_call(int site, int kind, uint32_t corr)
+/* callback calls the subscriber back, if it enabled cbid of domain. */
+static void callback(int domain, unsigned cbid, int site, uint32_t corr)
 {
-	unsigned cbid = kind == 1 ? CBID_LAUNCH : kind == 2 ? CBID_MEMCPY : CBID_MEMSET;
-	if (!((__atomic_load_n(&enabled_callbacks, __ATOMIC_ACQUIRE) >> cbid) & 1))
+	const unsigned *enabled = domain == CUPTI_CB_DOMAIN_RUNTIME_API ? &enabled_runtime_callbacks : &enabled_callbacks;
+	if (!((__atomic_load_n(enabled, __ATOMIC_ACQUIRE) >> cbid) & 1))
 		return;
 	CUpti_CallbackFunc cb = __atomic_load_n(&subscriber_cb, __ATOMIC_ACQUIRE);
 	void *ud = __atomic_load_n(&subscriber_data, __ATOMIC_ACQUIRE);
 	if (!cb)
 		return;
-	ct_cupti_cbdata d = {.callbackSite = site, .functionName = driver_cbids[cbid], .correlationId = corr};
-	cb(ud, CUPTI_CB_DOMAIN_DRIVER_API, cbid, &d);
+	const char *name = domain == CUPTI_CB_DOMAIN_RUNTIME_API ? runtime_cbids[cbid] : driver_cbids[cbid];
+	ct_cupti_cbdata d = {.callbackSite = site, .functionName = name, .correlationId = corr};
+	cb(ud, domain, cbid, &d);
+}
+
+/* on_call calls the subscriber back at the entry and exit of an enqueuing
+ * call it enabled, on the calling thread; with SIM_CUPTI_RUNTIME_CALLS the
+ * driver call is inside a runtime call, whose id the GPU record carries. */
+static void on_call(int site, int kind, uint32_t corr)
+{
+	unsigned cbid = kind == 1 ? CBID_LAUNCH : kind == 2 ? CBID_MEMCPY : CBID_MEMSET;
+	if (!runtime_calls) {
+		callback(CUPTI_CB_DOMAIN_DRIVER_API, cbid, site, corr);
+		return;
+	}
+	unsigned rt = kind == 1 ? RT_CBID_LAUNCH : kind == 2 ? RT_CBID_MEMCPY : RT_CBID_MEMSET;
+	uint32_t driver_corr = corr | 0x80000000u; /* the driver call's own id: no GPU record carries it */
+	if (site == CUPTI_API_ENTER) {
+		callback(CUPTI_CB_DOMAIN_RUNTIME_API, rt, site, corr);
+		callback(CUPTI_CB_DOMAIN_DRIVER_API, cbid, site, driver_corr);
+	} else {
+		callback(CUPTI_CB_DOMAIN_DRIVER_API, cbid, site, driver_corr);
+		callback(CUPTI_CB_DOMAIN_RUNTIME_API, rt, site, corr);
+	}
 }
 
 static const struct sim_activity hooks = {on_op, on_api, on_call};
@@ -228,6 +263,7 @@ EXPORT CUptiResult cuptiUnsubscribe(CUpti_SubscriberHandle s)
 	__atomic_store_n(&subscriber_cb, NULL, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&mu);
 	__atomic_store_n(&enabled_callbacks, 0, __ATOMIC_RELEASE); /* the subscriber's callbacks go with it */
+	__atomic_store_n(&enabled_runtime_callbacks, 0, __ATOMIC_RELEASE);
 	rehook();
 	return CUPTI_SUCCESS;
 }
@@ -250,7 +286,7 @@ EXPORT CUptiResult cuptiGetCallbackName(CUpti_CallbackDomain domain, uint32_t cb
 	*name = NULL;
 	if (domain == CUPTI_CB_DOMAIN_DRIVER_API && cbid > 0 && cbid < CBID_COUNT)
 		*name = driver_cbids[cbid];
-	else if (domain == CUPTI_CB_DOMAIN_RUNTIME_API && cbid > 0 && cbid < sizeof runtime_cbids / sizeof runtime_cbids[0])
+	else if (domain == CUPTI_CB_DOMAIN_RUNTIME_API && cbid > 0 && cbid < RT_CBID_COUNT)
 		*name = runtime_cbids[cbid];
 	return *name ? CUPTI_SUCCESS : CUPTI_ERROR_INVALID_PARAMETER;
 }
@@ -262,12 +298,17 @@ EXPORT CUptiResult cuptiEnableCallback(uint32_t enable, CUpti_SubscriberHandle s
 	pthread_mutex_unlock(&mu);
 	if (!valid)
 		return CUPTI_ERROR_INVALID_PARAMETER;
-	if (domain != CUPTI_CB_DOMAIN_DRIVER_API || cbid == 0 || cbid >= CBID_COUNT)
-		return domain == CUPTI_CB_DOMAIN_RUNTIME_API ? CUPTI_SUCCESS : CUPTI_ERROR_INVALID_PARAMETER;
+	unsigned *enabled = NULL;
+	if (domain == CUPTI_CB_DOMAIN_DRIVER_API && cbid > 0 && cbid < CBID_COUNT)
+		enabled = &enabled_callbacks;
+	else if (domain == CUPTI_CB_DOMAIN_RUNTIME_API && cbid > 0 && cbid < RT_CBID_COUNT)
+		enabled = &enabled_runtime_callbacks;
+	if (!enabled)
+		return CUPTI_ERROR_INVALID_PARAMETER;
 	if (enable)
-		__atomic_or_fetch(&enabled_callbacks, 1u << cbid, __ATOMIC_RELEASE);
+		__atomic_or_fetch(enabled, 1u << cbid, __ATOMIC_RELEASE);
 	else
-		__atomic_and_fetch(&enabled_callbacks, ~(1u << cbid), __ATOMIC_RELEASE);
+		__atomic_and_fetch(enabled, ~(1u << cbid), __ATOMIC_RELEASE);
 	rehook();
 	return CUPTI_SUCCESS;
 }
@@ -414,6 +455,7 @@ EXPORT CUptiResult cuptiFinalize(void)
 	__atomic_store_n(&subscriber_cb, NULL, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&mu);
 	__atomic_store_n(&enabled_callbacks, 0, __ATOMIC_RELEASE);
+	__atomic_store_n(&enabled_runtime_callbacks, 0, __ATOMIC_RELEASE);
 	hook_driver(0);
 	requested = NULL, completed = NULL, timestamp_cb = NULL;
 	return CUPTI_SUCCESS;

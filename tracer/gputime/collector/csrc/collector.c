@@ -17,7 +17,7 @@
  * the correlation id of the API call that enqueued it; the collector learns
  * which thread made that call, and when, from CUPTI callbacks on the
  * enqueuing calls only (launches, copies, memsets, graph launches: join=
- * callbacks, the default), which costs far less than CUPTI's runtime and
+ * callbacks, the default; each record spans its call, entry to exit), which costs far less than CUPTI's runtime and
  * driver API records of every call (join=api, kept for comparison and for
  * a CUPTI without callback names; join=none sends GPU records only, to
  * measure what CUPTI's kernel records alone cost).
@@ -382,16 +382,26 @@ static uint64_t callbacks_lost;   /* records that found no chunk (atomic) */
 static pthread_key_t chunk_key;   /* a thread's chunk, retired when it ends */
 static int chunk_key_made;
 
-/* Per thread: its chunk, its kernel thread id, and how deep it is in
- * runtime calls (the driver calls a runtime call makes are not recorded:
- * the GPU records carry the runtime call's correlation id). A generation
- * number resets them when CUPTI is taken back (an exit callback missed
- * while CUPTI was away would leave the depth wrong). */
+/* Per thread: its chunk, its kernel thread id, and the enqueuing calls it
+ * is inside (entered, not yet returned). A call's record is written when it
+ * returns and spans it, entry to exit: a statically linked runtime's call
+ * (cuBLASLt's) starts before the driver call cudatap traces inside it, so
+ * its entry alone would point at the thread's previous op. The driver calls
+ * a runtime call makes are not recorded: the GPU records carry the runtime
+ * call's correlation id. A generation number resets the state when CUPTI
+ * is taken back (an exit callback missed while CUPTI was away). */
+enum { MAX_OPEN = 8 }; /* calls open at once per thread; deeper ones get their entry only */
+struct open_call {
+	uint32_t corr, cbid;
+	uint64_t start;
+};
 struct thread_state {
 	struct chunk *chunk;
 	uint32_t tid;
-	int depth;
+	int depth; /* runtime calls open */
+	int nopen;
 	unsigned gen;
+	struct open_call open[MAX_OPEN];
 };
 static __thread struct thread_state ts_self;
 static unsigned cb_gen = 1; /* atomic */
@@ -420,7 +430,7 @@ static struct chunk *chunk_new(void)
 
 /* callback_record writes one record on the calling thread; the callback
  * path, so no lock, no system call but the first per thread. */
-static void callback_record(struct thread_state *t, uint32_t corr, uint32_t cbid)
+static void callback_record(struct thread_state *t, int runtime, uint32_t corr, uint32_t cbid, uint64_t start, uint64_t end)
 {
 	struct chunk *c = t->chunk;
 	uint32_t n = c ? c->count : CHUNK_RECORDS; /* only this thread writes count */
@@ -437,13 +447,14 @@ static void callback_record(struct thread_state *t, uint32_t corr, uint32_t cbid
 		n = 0;
 	}
 	struct ct_record *r = &c->r[n];
-	uint64_t now = mono_ns();
-	*r = (struct ct_record){.kind = CT_API, .flags = CT_FLAG_MONOTONIC, .correlation = corr, .start = now,
-				.end = now, .a = t->tid, .b = cbid};
+	*r = (struct ct_record){.kind = CT_API, .sub = (uint8_t)runtime, .flags = CT_FLAG_MONOTONIC, .correlation = corr,
+				.start = start, .end = end, .a = t->tid, .b = cbid};
 	__atomic_store_n(&c->count, n + 1, __ATOMIC_RELEASE);
 }
 
-/* The callback on the enqueuing calls: a record at each entry. */
+/* The callback on the enqueuing calls: at the entry of a runtime call, or
+ * of a driver call outside any, the call is opened; at its exit its record
+ * is written. */
 static void on_call(void *userdata, int domain, unsigned cbid, const void *data)
 {
 	(void)userdata;
@@ -452,25 +463,38 @@ static void on_call(void *userdata, int domain, unsigned cbid, const void *data)
 	unsigned gen = __atomic_load_n(&cb_gen, __ATOMIC_RELAXED);
 	if (t->gen != gen) {
 		t->gen = gen;
-		t->depth = 0;
+		t->depth = t->nopen = 0;
 		if (!t->tid)
 			t->tid = (uint32_t)syscall(SYS_gettid);
 	}
-	if (domain == CUPTI_CB_DOMAIN_RUNTIME_API) {
-		if (d->callbackSite == CUPTI_API_EXIT) {
-			if (t->depth > 0)
-				t->depth--;
-			return;
-		}
-		t->depth++;
-	} else if (d->callbackSite == CUPTI_API_EXIT || t->depth > 0) {
+	int runtime = domain == CUPTI_CB_DOMAIN_RUNTIME_API;
+	if (!runtime && t->depth > 0)
 		return; /* inside a runtime call: its record stands for both */
+	if (d->callbackSite != CUPTI_API_EXIT) {
+		t->depth += runtime;
+		uint64_t now = mono_ns();
+		if (t->nopen < MAX_OPEN)
+			t->open[t->nopen++] = (struct open_call){d->correlationId, cbid, now};
+		else
+			callback_record(t, runtime, d->correlationId, cbid, now, now);
+		return;
 	}
-	callback_record(t, d->correlationId, cbid);
+	if (runtime && t->depth > 0)
+		t->depth--;
+	/* Its entry is the innermost open call, unless an entry was missed
+	 * (CUPTI taken while the call ran): those above it are dropped. */
+	int i = t->nopen;
+	while (i > 0 && t->open[i - 1].corr != d->correlationId)
+		i--;
+	if (i == 0)
+		return; /* entered before CUPTI was ours, or past MAX_OPEN: written at entry */
+	struct open_call *o = &t->open[i - 1];
+	t->nopen = i - 1;
+	callback_record(t, runtime, o->corr, o->cbid, o->start, mono_ns());
 }
 
 /* A forked child is another thread: its tid is its own. */
-static void forked_child(void) { ts_self.tid = 0, ts_self.gen = 0, ts_self.chunk = NULL; }
+static void forked_child(void) { ts_self.tid = 0, ts_self.gen = 0, ts_self.nopen = 0, ts_self.chunk = NULL; }
 
 /* send_callbacks sends every callback record written so far and frees
  * the chunks done with; the flusher's (and the last teardown's). */

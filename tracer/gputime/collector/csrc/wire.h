@@ -43,8 +43,8 @@ struct ct_msg_hdr {
 };
 
 enum ct_record_kind {
-	CT_API = 1,    /* a runtime or driver call: a = thread id, b = cbid; start..end
-			* its CUPTI API record, or start = end its entry (a callback's) */
+	CT_API = 1,    /* a runtime (sub 1) or driver (sub 0) call: a = thread id, b = cbid;
+			* start..end its CUPTI API record, or its callbacks' entry and exit */
 	CT_KERNEL = 2, /* a = device, b = CUPTI stream id, bytes = name hash (0: none) */
 	CT_MEMCPY = 3, /* a = device, b = stream, sub = copy kind */
 	CT_MEMSET = 4, /* a = device, b = stream */
