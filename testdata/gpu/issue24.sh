@@ -99,14 +99,15 @@ for v in launch teardown; do
 done
 rm -f "$OUT/go"; mkfifo "$OUT/go"
 timeout 150 python3 "$W" --profile-mid "$OUT/ho_attach_kineto.json" --wait <"$OUT/go" >"$OUT/ho_attach.out" 2>"$OUT/ho_attach.py.err" &
-P=$!
+J=$! # timeout's pid: the program is its child, named by its "ready PID" line (CUDA initialized by then)
 exec 3>"$OUT/go"
-until grep -q ready "$OUT/ho_attach.out" 2>/dev/null || ! kill -0 $P 2>/dev/null; do sleep 0.2; done
-timeout 150 "$BIN" -v record -p $P --nvml-interval=-1s -o "$OUT/ho_attach.json.gz" >"$OUT/ho_attach.rec.out" 2>"$OUT/ho_attach.err" &
+until grep -q ready "$OUT/ho_attach.out" 2>/dev/null || ! kill -0 $J 2>/dev/null; do sleep 0.2; done
+P=$(awk '/^ready/ {print $2; exit}' "$OUT/ho_attach.out")
+timeout 150 "$BIN" -v record -p "${P:-0}" --nvml-interval=-1s -o "$OUT/ho_attach.json.gz" >"$OUT/ho_attach.rec.out" 2>"$OUT/ho_attach.err" &
 R=$!
 until grep -q "attached to" "$OUT/ho_attach.err" 2>/dev/null || ! kill -0 $R 2>/dev/null; do sleep 0.1; done
 echo go >&3; exec 3>&-
-wait $P; echo "-- attach mode: job exit $?"; wait $R; echo "   record exit $?"
+wait $J; echo "-- attach mode: job exit $?"; wait $R; echo "   record exit $?"
 grep -hE "GPU times|handed over|not handed|could not be held|cannot watch" "$OUT/ho_attach.err" | cut -c1-250 | head -4
 python3 "$C" handover "$OUT/ho_attach.json.gz" "$OUT/ho_attach.out" "$OUT/ho_base.out"
 gzip -f "$OUT"/ho_*_kineto.json

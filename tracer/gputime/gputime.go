@@ -111,9 +111,6 @@ const (
 	maxNames          = 1 << 16 // distinct kernel names kept per process
 )
 
-// debug prints the first impossible records of each process (a diagnosis).
-var debug = os.Getenv("CUDATAP_GPUTIME_DEBUG") != ""
-
 // maxOpNs: a GPU record longer than this is not a real time.
 const maxOpNs = uint64(time.Hour)
 
@@ -343,7 +340,7 @@ func (l *Listener) Stop(timeout time.Duration) {
 
 func newPeer(pid uint32, sink Sink) *peer {
 	return &peer{pid: pid, sink: sink, api: map[uint32]apiRecord{}, waiting: map[uint32][]gpuRecord{}, names: map[uint64]string{},
-		handedOver: make(chan struct{}, 1)}
+		handedOver: make(chan struct{}, 1), dbg: openDebug(pid)}
 }
 
 // serve reads one collector's messages until it says bye or goes away.
@@ -356,6 +353,7 @@ func (l *Listener) serve(c *net.UnixConn, p *peer) {
 		c.Close()
 	}()
 	buf := make([]byte, maxMessage)
+	defer func() { p.dbg.close() }()
 	for {
 		n, _, _, _, err := c.ReadMsgUnix(buf, nil)
 		if err != nil || n == 0 {
@@ -392,6 +390,7 @@ type apiRecord struct {
 type gpuRecord struct {
 	mark       int // the marks seen when it came
 	kind       byte
+	corr       uint32
 	start, end uint64
 	device     uint32
 	bytes      uint64
@@ -420,6 +419,7 @@ type peer struct {
 
 	handedOver chan struct{} // HandOver's answer
 	conn       *net.UnixConn // to answer hello
+	dbg        *debugLog     // CUDATAP_GPUTIME_DEBUG's file, or nil
 }
 
 // message handles one message; done when nothing more will come.
@@ -440,6 +440,7 @@ func (p *peer) message(b []byte) (done bool) {
 	text := func() string { return string(body[:min(int(count), len(body))]) }
 	switch typ {
 	case msgHello:
+		p.dbg.line("hello", "%s", text())
 		h := parseHello(text())
 		if strings.Contains(h.Info, "clock=cupti") {
 			p.offset = int64(t) - int64(ct)
@@ -482,6 +483,7 @@ func (p *peer) message(b []byte) (done bool) {
 			p.record(body[i*recordSize : (i+1)*recordSize])
 		}
 	case msgMark:
+		p.dbg.line("mark", "%d", t)
 		p.marks++
 		p.settle(p.marks - 2)
 		p.sink.Mark(p.pid, uint64(int64(t)))
@@ -546,10 +548,20 @@ func (p *peer) record(r []byte) {
 	if le.Uint16(r[2:])&flagMonotonic != 0 {
 		start, end = le.Uint64(r[8:]), le.Uint64(r[16:]) // the collector's own clock
 	}
-	a, bytes := le.Uint32(r[24:]), le.Uint64(r[32:])
+	a, b, bytes := le.Uint32(r[24:]), le.Uint32(r[28:]), le.Uint64(r[32:])
 	if kind == recAPI {
+		if p.dbg != nil {
+			p.dbg.line("call", "%d\t%d\t%s\t%d\t%d\t%d", corr, p.hostTID(a), [2]string{"driver", "runtime"}[r[1]&1], b, start, end)
+		}
 		p.addAPI(corr, apiRecord{tid: p.hostTID(a), start: start, end: end})
 		return
+	}
+	if p.dbg != nil {
+		name := ""
+		if kind == recKernel {
+			name = p.names[bytes]
+		}
+		p.dbg.line("gpu", "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s", kindName(kind), corr, a, b, start, end, bytes, name)
 	}
 	if start == 0 || end < start || end-start > maxOpNs {
 		// CUPTI stamps some records it could not time with 0 or garbage
@@ -561,13 +573,14 @@ func (p *peer) record(r []byte) {
 		p.lost.Invalid++
 		return
 	}
-	g := gpuRecord{kind: kind, start: start, end: end, device: a, bytes: bytes}
+	g := gpuRecord{kind: kind, corr: corr, start: start, end: end, device: a, bytes: bytes}
 	if api, ok := p.api[corr]; ok {
 		p.emit(api, g)
 		return
 	}
 	if p.nWaiting >= maxWaitingRecords {
 		p.lost.NoAPI++
+		p.dbg.line("noapi", "%s\t%d\t%d\t%d", kindName(kind), corr, start, end)
 		return
 	}
 	g.mark = p.marks
@@ -600,7 +613,7 @@ func (p *peer) addAPI(corr uint32, a apiRecord) {
 
 func (p *peer) emit(a apiRecord, g gpuRecord) {
 	m := model.Measurement{TID: a.tid, APIStart: a.start, APIEnd: a.end, Start: g.start, End: g.end,
-		Device: int8(min(g.device, 127)), Bytes: g.bytes}
+		Device: int8(min(g.device, 127)), Bytes: g.bytes, Correlation: g.corr}
 	switch g.kind {
 	case recKernel:
 		m.Kind = model.OpKernel
@@ -625,6 +638,7 @@ func (p *peer) settle(upto int) {
 		for _, g := range gs {
 			if g.mark < upto {
 				p.lost.NoAPI++
+				p.dbg.line("noapi", "%s\t%d\t%d\t%d", kindName(g.kind), corr, g.start, g.end)
 			} else {
 				gs[n] = g
 				n++

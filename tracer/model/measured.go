@@ -33,6 +33,7 @@ type Measurement struct {
 	Device           int8
 	Bytes            uint64
 	Name             string // a kernel's mangled name, as CUPTI gives it ("" unknown)
+	Correlation      uint32 // CUPTI's correlation id: a diagnosis only, not recorded
 }
 
 // ProvenBy is the latest the op can have ended: the return of the call
@@ -178,11 +179,13 @@ func (m *Model) Measure(pid uint32, r *Measurement) {
 	ps, ok := m.procs[pid]
 	if !ok || ps.byTID == nil {
 		m.drops.GPUTimesUnmatched++
+		m.missed(pid, "not measuring", r, nil)
 		return
 	}
 	if ps.threadSeen[r.TID] < r.APIEnd && !ps.collectorDone {
 		if ps.nEarly >= maxEarly {
 			m.drops.GPUTimesUnmatched++
+			m.missed(pid, "too many early", r, nil)
 			return
 		}
 		ps.early[r.TID] = append(ps.early[r.TID], *r)
@@ -233,13 +236,18 @@ func (m *Model) join(ps *procState, r *Measurement) {
 	op, late := ps.enqueuedBy(r.TID, r.APIStart, r.APIEnd)
 	if late || (op != nil && op.released) {
 		m.drops.GPUTimesLate++
+		m.missed(ps.p.PID, "late", r, op)
 		return
 	}
 	if op == nil {
 		m.drops.GPUTimesUnmatched++
+		m.missed(ps.p.PID, "unmatched", r, nil)
 		return
 	}
 	if op.Measured {
+		if op.Kind != OpGraph {
+			m.missed(ps.p.PID, "second measurement", r, op) // not a graph: one of the two is not this op's
+		}
 		// A graph launch runs many kernels under one correlation: the op
 		// spans them all.
 		op.Start, op.End = min(op.Start, r.Start), max(op.End, r.End)
@@ -264,6 +272,13 @@ func (m *Model) join(ps *procState, r *Measurement) {
 	}
 	if op.final && op.Kind != OpGraph {
 		m.release(ps, op)
+	}
+}
+
+// missed tells OnMeasureMiss, if set.
+func (m *Model) missed(pid uint32, why string, r *Measurement, op *GPUOp) {
+	if m.OnMeasureMiss != nil {
+		m.OnMeasureMiss(pid, why, r, op)
 	}
 }
 

@@ -49,6 +49,9 @@ type Model struct {
 	syncs  []Sync // the syncs it caused
 	keyBuf []byte
 	window int // max pending ops per process (maxWindow; smaller in tests)
+	// OnMeasureMiss, if set, is told each measurement counted unmatched or
+	// late, and the op it found if any (a diagnosis: measured.go).
+	OnMeasureMiss func(pid uint32, why string, r *Measurement, op *GPUOp)
 	// Threads and streams modeled apart, over all processes, and what
 	// the bounds merged (limits.go).
 	threads, streams int
