@@ -120,8 +120,9 @@ func runMerge(cmd *cobra.Command, o *mergeOptions, ins []string) error {
 		errs = append(errs, err)
 	}
 	agg.Stragglers.ReportNamed(cmd.OutOrStdout(), straggler.Naming{Result: res, Origins: info.Where()})
-	wrote(cmd, outs)
-	if err := errors.Join(errs...); err != nil {
+	err = errors.Join(errs...)
+	wroteExcept(cmd.ErrOrStderr(), outs, err) // not the outputs that failed
+	if err != nil {
 		return err
 	}
 	if res.Truncated != "" {

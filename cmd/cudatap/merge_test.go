@@ -144,3 +144,25 @@ func TestMergeCLIBadInput(t *testing.T) {
 		t.Errorf("summary:\n%s", stdout)
 	}
 }
+
+// TestMergeCLIBadOutput: an output that cannot be written is refused
+// before any merging, naming it, and nothing is written or said written.
+func TestMergeCLIBadOutput(t *testing.T) {
+	dir := t.TempDir()
+	ins := mergetest.ThreeHosts().Write(t, dir)
+	blocker := filepath.Join(dir, "not-a-dir")
+	if err := os.WriteFile(blocker, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bad, good := filepath.Join(blocker, "job.json"), filepath.Join(dir, "job.cudatap")
+	_, stderr, err := run(t, append(append([]string{"merge"}, ins...), "-o", good, "-o", bad)...)
+	if err == nil || !strings.Contains(err.Error(), "cannot write output "+bad) {
+		t.Fatalf("merge into %s: err %v, want it refused by name:\n%s", bad, err, stderr)
+	}
+	if strings.Contains(stderr, "wrote ") {
+		t.Errorf("nothing was written, yet:\n%s", stderr)
+	}
+	if _, err := os.Stat(good); !os.IsNotExist(err) {
+		t.Errorf("%s exists after a refused merge (%v)", good, err)
+	}
+}

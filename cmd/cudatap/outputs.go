@@ -226,10 +226,6 @@ func progress(status *statusLine, what string, f *os.File) func(int64) {
 	}
 }
 
-func wrote(cmd *cobra.Command, outs []export.Output) { wroteTo(cmd.ErrOrStderr(), outs) }
-
-func wroteTo(w io.Writer, outs []export.Output) { wroteExcept(w, outs, nil) }
-
 // wroteExcept says which outputs were written: not those err says failed
 // (their file, if any, is what was there before).
 func wroteExcept(w io.Writer, outs []export.Output, err error) {
