@@ -43,8 +43,8 @@ method are printed and written into the outputs (docs/merge.md).`,
 			return runMerge(cmd, o, args)
 		},
 	}
-	cmd.Flags().StringArrayVarP(&o.outputs, "output", "o", nil, "output file, format from the extension (.json/.json.gz Chrome trace, .cudatap merged recording, .pb.gz pprof) (repeatable)")
-	cmd.Flags().StringVar(&o.format, "format", "", "the format of outputs whose extension names none: chrome, pprof or cudatap")
+	cmd.Flags().StringArrayVarP(&o.outputs, "output", "o", nil, "output file, format from the extension (.json/.json.gz Chrome trace, .perfetto-trace Perfetto trace, .cudatap merged recording, .pb.gz pprof) (repeatable)")
+	cmd.Flags().StringVar(&o.format, "format", "", "the format of outputs whose extension names none: chrome, perfetto, pprof or cudatap")
 	cmd.Flags().IntVar(&o.keep, "meetings", merge.DefaultKeep, "collectives of each rank used to align clocks, at each end of the recording")
 	return cmd
 }

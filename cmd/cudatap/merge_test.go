@@ -31,13 +31,13 @@ func processNames(tr chromeTrace) map[float64]string {
 func TestMergeCLI(t *testing.T) {
 	dir := t.TempDir()
 	ins := mergetest.ThreeHosts().Write(t, dir)
-	js, gz, rec := filepath.Join(dir, "job.json"), filepath.Join(dir, "job.json.gz"), filepath.Join(dir, "job.cudatap")
-	stdout, stderr, err := run(t, append(append([]string{"merge"}, ins...), "-o", js, "-o", gz, "-o", rec)...)
+	js, gz, rec, pf := filepath.Join(dir, "job.json"), filepath.Join(dir, "job.json.gz"), filepath.Join(dir, "job.cudatap"), filepath.Join(dir, "job.perfetto-trace")
+	stdout, stderr, err := run(t, append(append([]string{"merge"}, ins...), "-o", js, "-o", gz, "-o", rec, "-o", pf)...)
 	if err != nil {
 		t.Fatalf("merge: %v\n%s", err, stderr)
 	}
 	for _, want := range []string{"merging 3 recording(s) on the clock of " + ins[0], "(host nodeB, pid 100 as 4194304, rank 1): shifted -3.69",
-		"NCCL meeting(s)", "wrote " + js, "wrote " + rec} {
+		"NCCL meeting(s)", "wrote " + js, "wrote " + rec, "wrote " + pf + " (perfetto)"} {
 		if !strings.Contains(stderr, want) {
 			t.Errorf("stderr lacks %q:\n%s", want, stderr)
 		}
