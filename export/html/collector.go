@@ -150,7 +150,6 @@ type threadKey struct{ pid, tid uint32 }
 type threadStats struct {
 	calls       int64
 	syncs       int64
-	blockedNs   uint64
 	first, last uint64 // its first call's start, its last call's end
 	holds       []span // times cudatap held it (a few: one per library hooked)
 	heldOver    uint64 // held time past maxThreadHolds, not clipped to its calls
@@ -394,7 +393,6 @@ func (c *Collector) Sync(p *model.Process, s *model.Sync) {
 	ps.syncs++
 	if t := c.thread(ps.pid, s.TID); t != nil {
 		t.syncs++
-		t.blockedNs += s.BlockedNs
 	}
 }
 

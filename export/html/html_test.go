@@ -484,6 +484,24 @@ func TestBlockedShareLessHolds(t *testing.T) {
 	}
 }
 
+// Syncs that overlap on one thread (a sync inside another's time) count
+// each nanosecond once: the thread is never blocked longer than it ran.
+func TestBlockedOverlappingSyncs(t *testing.T) {
+	w := newWorld(Options{})
+	w.call(event.CudaLaunchKernel, 0, 10*us, func(c *model.Call) { c.GPUOp, c.Stream = 0, 0 })
+	w.syncCall(event.CudaDeviceSynchronize, 10*us, 90*us, model.SyncDevice, -1)
+	w.syncCall(event.CudaStreamSynchronize, 20*us, 80*us, model.SyncStream, 0)
+	w.call(event.CudaLaunchKernel, 100*us, 100*us, func(c *model.Call) { c.GPUOp, c.Stream = 1, 0 })
+	rep := w.c.Build(w.result())
+	pr := rep.Processes[0]
+	if pr.ThreadNs != 80*us || pr.ThreadWallNs != 100*us || pr.BlockedShare != 0.8 {
+		t.Errorf("thread blocked %d of %d ns (share %v); want 80 µs of 100 µs, 0.8", pr.ThreadNs, pr.ThreadWallNs, pr.BlockedShare)
+	}
+	if f := rep.Findings[0]; !strings.Contains(f.Detail, "blocked 80.0 µs of its 100.0 µs") || !strings.Contains(f.Detail, "all threads: 80.0 µs in 2") {
+		t.Errorf("finding: %+v", f)
+	}
+}
+
 // The thread named in "waited for the GPU" is one that launches work: a
 // background thread blocked longer (it enqueues nothing: NCCL's watchdog,
 // a poller) does not hold up the work.

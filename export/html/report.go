@@ -77,7 +77,7 @@ type ProcessReport struct {
 	GPUOps   int64
 	Measured bool // CUPTI timed its GPU ops
 
-	BlockedNs    uint64 // host time blocked in synchronizations, over all threads
+	BlockedNs    uint64 // host time blocked in synchronizations: each thread's once, added over threads
 	Syncs        int64
 	BlockedTID   uint32  // the thread blocked longest
 	ThreadNs     uint64  // its blocked time
@@ -250,24 +250,28 @@ func (c *Collector) process(r *model.Result, p *model.Process) ProcessReport {
 	// The thread blocked longest among those that launch work, as the
 	// summary judges them: a background thread (NCCL's watchdog, a poller)
 	// waits without holding up the work.
-	work := map[uint32]bool{}
+	// Its blocked time counts each nanosecond once however its syncs
+	// overlap (syncs.Thread), and never more than its wall time, from
+	// which the time cudatap held it is taken out.
 	if h := syncs.HostOf(r, c.Syncs, p.PID); h != nil {
+		anyWork := h.WorkThreads > 0
+		pr.BlockedNs = 0
 		for _, t := range h.Threads {
-			if t.Role == syncs.RoleWork {
-				work[t.TID] = true
+			pr.BlockedNs += t.BlockedNs
+			if anyWork && t.Role != syncs.RoleWork {
+				continue
+			}
+			if t.BlockedNs > pr.ThreadNs || t.BlockedNs == pr.ThreadNs && t.BlockedNs > 0 && t.TID < pr.BlockedTID {
+				pr.BlockedTID, pr.ThreadNs = t.TID, t.BlockedNs
 			}
 		}
-	}
-	for k, t := range c.threads {
-		if k.pid != p.PID || len(work) > 0 && !work[k.tid] {
-			continue
-		}
-		if t.blockedNs > pr.ThreadNs || t.blockedNs == pr.ThreadNs && t.blockedNs > 0 && k.tid < pr.BlockedTID {
-			pr.BlockedTID, pr.ThreadNs, pr.ThreadWallNs = k.tid, t.blockedNs, t.wall()
+		if ts := c.threads[threadKey{p.PID, pr.BlockedTID}]; ts != nil && pr.ThreadNs > 0 {
+			pr.ThreadWallNs = ts.wall()
+			pr.ThreadNs = min(pr.ThreadNs, pr.ThreadWallNs)
 		}
 	}
 	if pr.ThreadWallNs > 0 {
-		pr.BlockedShare = float64(min(pr.ThreadNs, pr.ThreadWallNs)) / float64(pr.ThreadWallNs)
+		pr.BlockedShare = float64(pr.ThreadNs) / float64(pr.ThreadWallNs)
 	}
 	pr.Sites = syncs.ProcessSites(r, c.Syncs, p.PID)
 	if len(pr.Sites) > topSites {
