@@ -548,14 +548,74 @@ static __always_inline __u32 read_args(struct pt_regs *ctx, __u64 cookie, __u64 
 }
 
 /*
+ * A launch's parameter values (COOKIE_KARGS; struct kernel_args says what
+ * is taken and why), into k. Two reads on the launch path: the entries of
+ * kernelParams, into the window (the values overwrite them), then the
+ * window of values. Returns EV_KARGS_FAULT when nothing could be read.
+ */
+static __always_inline __u32 read_kernel_args(struct pt_regs *ctx, __u64 cookie, const __u64 *args, struct kernel_args *k)
+{
+	__u32 where = COOKIE_KARGS(cookie);
+	__u64 params = 0;
+	k->params = k->base = 0;
+	k->nparams = k->len = 0;
+	if (where >= 1 && where <= NARGS)
+		params = args[where - 1];
+	else if (where > NARGS && bpf_probe_read_user(&params, sizeof params, (void *)STACK_WORD(ctx, where - NARGS)) < 0)
+		return EV_KARGS_FAULT;
+	if (!params)
+		return 0; /* no kernelParams: the parameters came in `extra`, or there are none */
+	k->params = params;
+	__u64 *p = (__u64 *)k->window;
+	if (bpf_probe_read_user(p, 8 * KARG_PARAMS, (void *)params) < 0) {
+		/* An array that ends within KARG_PARAMS entries of the end of its
+		 * mapping: the first entry alone. */
+		__builtin_memset(p, 0, 8 * KARG_PARAMS);
+		if (bpf_probe_read_user(p, 8, (void *)params) < 0)
+			return EV_KARGS_FAULT;
+	}
+	__u64 first = p[0], lo = first;
+	__u32 n = 0;
+	for (int i = 0; i < KARG_PARAMS; i++) {
+		__s64 d = (__s64)(p[i] - first);
+		if (d < -(KARG_WINDOW / 2) || d >= KARG_WINDOW / 2)
+			break;
+		if (p[i] < lo)
+			lo = p[i];
+		n++;
+	}
+	for (int i = 0; i < KARG_PARAMS; i++)
+		k->off[i] = i < n ? (__u16)(p[i] - lo) : 0xffff;
+	k->nparams = n;
+	k->base = lo;
+	/* The values may end less than the window before the end of their
+	 * mapping (a struct at the end of the heap): halve until a read fits. */
+	if (bpf_probe_read_user(k->window, KARG_WINDOW, (void *)lo) == 0)
+		k->len = KARG_WINDOW;
+	else if (bpf_probe_read_user(k->window, KARG_WINDOW / 2, (void *)lo) == 0)
+		k->len = KARG_WINDOW / 2;
+	else if (bpf_probe_read_user(k->window, KARG_WINDOW / 8, (void *)lo) == 0)
+		k->len = KARG_WINDOW / 8;
+	else
+		return EV_KARGS_FAULT;
+	return 0;
+}
+
+/*
  * Records with a stack or a string (full) are much bigger than the others
- * (small). Each size gets its own inlined copy of the emit code, with `full`
- * a compile-time constant: the verifier then knows, on every path that
+ * (small); a launch's parameter values (kargs) follow either. Each size
+ * gets its own inlined copy of the emit code, with `full` and `kargs`
+ * compile-time constants: the verifier then knows, on every path that
  * writes the big fields, that the reservation is big.
  */
-static __always_inline struct event *reserve(const bool full)
+static __always_inline __u32 body_size(const bool full)
 {
-	struct event *e = bpf_ringbuf_reserve(&events, full ? sizeof(struct event) : __builtin_offsetof(struct event, stack), 0);
+	return full ? sizeof(struct event) : __builtin_offsetof(struct event, stack);
+}
+
+static __always_inline struct event *reserve(const bool full, const bool kargs)
+{
+	struct event *e = bpf_ringbuf_reserve(&events, body_size(full) + (kargs ? sizeof(struct kernel_args) : 0), 0);
 	if (!e)
 		count(STAT_RINGBUF_FULL);
 	return e;
@@ -623,9 +683,10 @@ static __always_inline void fill_full(struct pt_regs *ctx, struct event *e, __u6
 #endif
 }
 
-static __always_inline int emit_entry(struct pt_regs *ctx, __u64 cookie, __u64 pid_tgid, __u64 now, __u64 stub, const bool full)
+static __always_inline int emit_entry(struct pt_regs *ctx, __u64 cookie, __u64 pid_tgid, __u64 now, __u64 stub,
+				      const bool full, const bool kargs)
 {
-	struct event *e = reserve(full);
+	struct event *e = reserve(full, kargs);
 	if (!e)
 		return 0;
 	fill_common(e, cookie, pid_tgid);
@@ -636,6 +697,13 @@ static __always_inline int emit_entry(struct pt_regs *ctx, __u64 cookie, __u64 p
 	e->args[6] = e->args[7] = e->args[8] = 0;
 	__builtin_memset(e->ext, 0, sizeof(e->ext));
 	e->flags = read_args(ctx, cookie, e->args, e->ext, &e->caller);
+	if (kargs) {
+		__u32 fault = read_kernel_args(ctx, cookie, e->args, (struct kernel_args *)((void *)e + body_size(full)));
+		if (fault) {
+			e->flags |= fault;
+			count(STAT_READ_FAULT);
+		}
+	}
 	if (full)
 		fill_full(ctx, e, cookie);
 	/* Stacks are resolved (Python code objects read, frames symbolized)
@@ -706,15 +774,20 @@ static __always_inline int on_entry(struct pt_regs *ctx)
 			launch_began(pid_tgid, COOKIE_API(cookie), now);
 		return 0;
 	}
+	if (COOKIE_KARGS(cookie)) {
+		if (COOKIE_FULL(cookie))
+			return emit_entry(ctx, cookie, pid_tgid, now, stub, true, true);
+		return emit_entry(ctx, cookie, pid_tgid, now, stub, false, true);
+	}
 	if (COOKIE_FULL(cookie))
-		return emit_entry(ctx, cookie, pid_tgid, now, stub, true);
-	return emit_entry(ctx, cookie, pid_tgid, now, stub, false);
+		return emit_entry(ctx, cookie, pid_tgid, now, stub, true, false);
+	return emit_entry(ctx, cookie, pid_tgid, now, stub, false, false);
 }
 
 static __always_inline int emit_return(struct pt_regs *ctx, struct inflight *in, struct inflight_key *key,
 				       __u64 cookie, __u64 pid_tgid, __u64 now, const bool full)
 {
-	struct event *e = reserve(full);
+	struct event *e = reserve(full, false);
 	if (!e) {
 		bpf_map_delete_elem(&inflight, key);
 		return 0;
@@ -929,3 +1002,4 @@ int cuda_return(struct pt_regs *ctx) { return on_return(ctx); }
 const struct event *unused_event __attribute__((unused));
 const enum stat *unused_stat __attribute__((unused));
 const struct py_code *unused_py_code __attribute__((unused));
+const struct kernel_args *unused_kernel_args __attribute__((unused));

@@ -43,6 +43,10 @@
  *                the pointer AAPCS64 passes for a struct larger than 16
  *                bytes (ncclCommInitRank's ncclUniqueId); the x86-64
  *                programs copy behind argument 0 only
+ *   bits 53..56  (launch) where its kernelParams is, to copy the kernel's
+ *                parameter values (struct kernel_args) behind the record:
+ *                0 nowhere, 1..9 slot v-1 (args[]), 10..15 stack word
+ *                v-9 (STACK_WORD)
  */
 #define COOKIE_API(c) ((c) & 0xffff)
 #define COOKIE_NSTACK(c) (((c) >> 24) & 0x3)
@@ -65,6 +69,7 @@
 /* COOKIE_ARM64 is for user space: the programs need not look. */
 #define COOKIE_ARM64 (1ULL << 49)
 #define COOKIE_DEREF_ARG(c) (((c) >> 50) & 0x7)
+#define COOKIE_KARGS(c) (((c) >> 53) & 0xf)
 /* Records with a stack or a string are full size; others end at stack[]. */
 #define COOKIE_FULL(c) (((c) & COOKIE_STACK) || (COOKIE_STRARG(c) && !((c) & COOKIE_PAIR)))
 
@@ -83,6 +88,7 @@
 #define EV_OUT_FAULT 0x4
 #define EV_HAS_RET 0x8
 #define EV_PY_TRUNCATED 0x10  /* more Python frames than MAX_PY */
+#define EV_KARGS_FAULT 0x20   /* kernelParams or the parameter values could not be read */
 
 struct event {
 	__u64 start_ns;  /* CLOCK_MONOTONIC at entry */
@@ -108,6 +114,35 @@ struct event {
 	                           * user space unwinds with .eh_frame on x86-64 only) */
 	__u64 py[MAX_PY * 2];     /* (code object, instruction pointer or lasti) pairs, innermost first */
 	__u8 copy[STACK_COPY];    /* the user stack from rsp upwards */
+};
+
+/*
+ * The parameter values of a launch (COOKIE_KARGS), behind its record: a
+ * launch record that carries them ends with this struct, whatever its size
+ * (right after the header, or after copy[] in a record with a stack).
+ *
+ * kernelParams is an array of pointers, one per kernel parameter, to its
+ * value. How many parameters and how big each is only the driver knows
+ * (cuFuncGetParamInfo), so the read is bounded and fixed: the first
+ * KARG_PARAMS entries, of which the leading ones that point within
+ * KARG_WINDOW / 2 bytes of the first are taken for the parameters (the
+ * values of a launch lie together: in the generated host stub's frame and
+ * the caller's argument area above it, or in one struct; past the last
+ * parameter the array holds whatever the stack held), then KARG_WINDOW
+ * bytes from the lowest of them. User space takes every aligned word of
+ * the window inside a live device allocation for a pointer the kernel may
+ * read or write.
+ */
+#define KARG_PARAMS 16
+#define KARG_WINDOW 512
+
+struct kernel_args {
+	__u64 params;            /* kernelParams as passed (0: none) */
+	__u64 base;              /* the address window[0] was copied from */
+	__u32 nparams;           /* leading entries taken for parameters */
+	__u32 len;               /* bytes of window[] copied (0: none) */
+	__u16 off[KARG_PARAMS];  /* where parameter i starts in window[] */
+	__u8 window[KARG_WINDOW];
 };
 
 /*

@@ -52,6 +52,10 @@ type Config struct {
 	// cudatap's collector (gputime.go); CUPTIPath overrides which CUPTI.
 	GPUTimes  bool
 	CUPTIPath string
+	// KernelArgs copies each launch's kernel parameter values
+	// (probe.Config.KernelArgs): the pointers the race lint matches
+	// against device allocations.
+	KernelArgs bool
 	// AggregateLaunches counts launches in BPF maps instead of recording
 	// each (--all/--container: shared probes only); the Observer gets the
 	// counts so far, per process, API and stream, about once a second and
@@ -229,7 +233,7 @@ func run(ctx context.Context, cfg Config, inspect func(*Session)) (*Outcome, err
 		}
 	}
 	tr, err := probe.New(probe.Config{RingBufferBytes: cfg.RingBufferBytes, Stacks: cfg.Stacks, Logger: cfg.Logger,
-		PerSymbolUprobes: cfg.PerSymbolUprobes, PollInterval: cfg.PollInterval,
+		PerSymbolUprobes: cfg.PerSymbolUprobes, PollInterval: cfg.PollInterval, KernelArgs: cfg.KernelArgs,
 		Aggregate: cfg.AggregateLaunches, LaunchTimes: cfg.AggregateLaunches && cfg.LaunchTimes,
 		Follow: cfg.Follow && (len(cfg.Command) > 0 || len(cfg.PIDs) > 0)})
 	if err != nil {

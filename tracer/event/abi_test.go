@@ -382,6 +382,74 @@ func launchStreamAt(abi ABI, c uint64, m *machine) uint64 {
 	return AggregateUnknownStream
 }
 
+// kernelParamsAt reads a launch's kernelParams where the cookie's
+// COOKIE_KARGS says, as read_kernel_args does: a slot the probe copied
+// (args[]), or a stack word past the registers.
+func kernelParamsAt(abi ABI, c uint64, m *machine, e *Event) uint64 {
+	where := int(c>>cookieKernelArgs) & 0xf
+	switch {
+	case where >= 1 && where <= NArgs:
+		return e.Args[where-1]
+	case where > NArgs && abi == SysV:
+		return m.stack[where-NArgs] // [rsp+8k]
+	case where > NArgs:
+		return m.stack[where-NArgs-1] // [sp+8(k-1)]
+	}
+	return 0
+}
+
+// TestKernelParamsOnEachABI: every launch's kernelParams, passed as each
+// ABI passes its prototype, is what its kernel-args cookie points the
+// probe at; ParamsArg names the prototype's `args` or `kernelParams`.
+func TestKernelParamsOnEachABI(t *testing.T) {
+	protos := parsePrototypes(t)
+	const params = 0x7ffc_9a9a_0000
+	for i := range specs {
+		s := &specs[i]
+		if s.Class != ClassLaunch {
+			if s.ParamsArg != 0 || s.kernelArgsCookie(SysV) != 0 {
+				t.Errorf("%s: ParamsArg %d on an API that launches no kernel", s.Name, s.ParamsArg)
+			}
+			continue
+		}
+		types := protos[s.Name]
+		proto := ""
+		for _, p := range prototypes {
+			if strings.HasPrefix(p, s.Name+"(") {
+				proto = p
+			}
+		}
+		names := strings.Split(proto[strings.IndexByte(proto, '(')+1:len(proto)-1], ",")
+		arg, slot := -1, 0
+		for j, decl := range names {
+			if strings.HasSuffix(decl, "**args") || strings.HasSuffix(decl, "**kernelParams") {
+				arg = j
+				break
+			}
+			slot += types[j].words()
+		}
+		if arg < 0 || s.ParamsArg != slot+1 {
+			t.Errorf("%s: ParamsArg %d, the prototype's kernelParams is argument %d, slot %d", s.Name, s.ParamsArg, arg, slot)
+			continue
+		}
+		values := make([][]uint64, len(types))
+		for j, p := range types {
+			for w := range p.words() {
+				values[j] = append(values[j], garbage|uint64(j<<4|w))
+			}
+		}
+		values[arg] = []uint64{params}
+		for _, abi := range abis {
+			m := call(abi, types, values, nil)
+			c := s.cookie(abi, 0) | s.kernelArgsCookie(abi)
+			e := probe(abi, c, m, 0)
+			if got := kernelParamsAt(abi, c, m, &e); got != params || !CookieHasKernelArgs(c) {
+				t.Errorf("%s on %v: the probe reads kernelParams %#x, want %#x", s.Name, abi, got, uint64(params))
+			}
+		}
+	}
+}
+
 const kernelName = "_Z6kernelPf\x00"
 
 // TestArgsOnEachABI passes every argsCases call as each ABI does and

@@ -143,7 +143,10 @@ type Spec struct {
 	Deref0  bool // copy 48 bytes behind argument 0 (launch config)
 	StrArg  int  // 1 + index of a C-string argument copied at entry; 0 = none
 	StubArg int  // launches: index of the kernel (stub or CUfunction) argument
-	Sync    bool // the call itself may block the host on the GPU
+	// ParamsArg: launches: 1 + the slot of kernelParams, whose parameter
+	// values a launch record can carry (KernelArgsCookie); 0 = none.
+	ParamsArg int
+	Sync      bool // the call itself may block the host on the GPU
 	// Handle: the allocation is a handle to physical memory (cuMemCreate,
 	// cuMemRelease), not a device address.
 	Handle bool
@@ -194,6 +197,9 @@ const (
 	// Decode reads its slots as AAPCS64 lays them out).
 	CookieARM64    = 1 << 49
 	cookieDerefArg = 50 // bits 50..52: (arm64) the argument cookieDeref copies behind
+	// Bits 53..56: where a launch's kernelParams is (KernelArgsCookie):
+	// 1..NArgs slot v-1, past that stack word v-NArgs.
+	cookieKernelArgs = 53
 )
 
 // CookieABI is the ABI a record's arguments were read by.
@@ -311,6 +317,27 @@ func (s *Spec) cookie(abi ABI, sym int) uint64 {
 	}
 	return c
 }
+
+// KernelArgsCookie is what a launch probe's cookie adds to copy the
+// kernel's parameter values behind the record (KernelArgs), for this
+// build's BPF object; 0 for an API without kernelParams.
+func (s *Spec) KernelArgsCookie() uint64 { return s.kernelArgsCookie(HostABI()) }
+
+func (s *Spec) kernelArgsCookie(abi ABI) uint64 {
+	if s.ParamsArg == 0 {
+		return 0
+	}
+	slot := s.ParamsArg - 1
+	where := slot + 1 // a register, in args[]
+	if slot >= abi.registers() {
+		where = NArgs + slot - abi.registers() + 1 // a stack word past the registers
+	}
+	return uint64(where&0xf) << cookieKernelArgs
+}
+
+// CookieHasKernelArgs reports whether a record with cookie c ends with its
+// kernel's parameter values.
+func CookieHasKernelArgs(c uint64) bool { return c>>cookieKernelArgs&0xf != 0 }
 
 // CookieAPI and CookieSymbol take a cookie apart.
 func CookieAPI(c uint64) API       { return API(c & 0xffff) }
@@ -440,10 +467,10 @@ var specs = [...]Spec{
 	// CUDA 13's generated host stubs launch through __cudaLaunchKernel, with
 	// the same arguments but a kernel handle (from __cudaGetKernel) for the
 	// stub.
-	{API: CudaLaunchKernel, Name: "cudaLaunchKernel", Class: ClassLaunch, Slots: 8,
+	{API: CudaLaunchKernel, Name: "cudaLaunchKernel", Class: ClassLaunch, Slots: 8, ParamsArg: 1 + 5,
 		Symbols: []string{"cudaLaunchKernel", "cudaLaunchKernel_ptsz", "__cudaLaunchKernel", "__cudaLaunchKernel_ptsz"}},
-	{API: CudaLaunchKernelExC, Name: "cudaLaunchKernelExC", Class: ClassLaunch, Deref0: true, StubArg: 1, Symbols: ptsz("cudaLaunchKernelExC")},
-	{API: CudaLaunchCooperativeKernel, Name: "cudaLaunchCooperativeKernel", Class: ClassLaunch, Slots: 8, Symbols: ptsz("cudaLaunchCooperativeKernel")},
+	{API: CudaLaunchKernelExC, Name: "cudaLaunchKernelExC", Class: ClassLaunch, Deref0: true, StubArg: 1, ParamsArg: 1 + 2, Symbols: ptsz("cudaLaunchKernelExC")},
+	{API: CudaLaunchCooperativeKernel, Name: "cudaLaunchCooperativeKernel", Class: ClassLaunch, Slots: 8, ParamsArg: 1 + 5, Symbols: ptsz("cudaLaunchCooperativeKernel")},
 	{API: CudaMemcpy, Name: "cudaMemcpy", Class: ClassMemcpy, Return: true, Sync: true, Symbols: ptds("cudaMemcpy")},
 	{API: CudaMemcpyAsync, Name: "cudaMemcpyAsync", Class: ClassMemcpy, Return: true, Symbols: ptsz("cudaMemcpyAsync")},
 	{API: CudaMemcpy2D, Name: "cudaMemcpy2D", Class: ClassMemcpy, Return: true, Sync: true, Slots: 7, Symbols: ptds("cudaMemcpy2D")},
@@ -475,10 +502,11 @@ var specs = [...]Spec{
 
 	// cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra): the
 	// stream is slot 8 (x86-64: bz, shmem and stream are stack words 1..3;
-	// arm64: stream is stack word 1); params and extra are not read.
-	{API: CuLaunchKernel, Name: "cuLaunchKernel", Layer: Driver, Class: ClassLaunch, Slots: 9, Symbols: ptsz("cuLaunchKernel")},
-	{API: CuLaunchKernelEx, Name: "cuLaunchKernelEx", Layer: Driver, Class: ClassLaunch, Deref0: true, StubArg: 1, Symbols: ptsz("cuLaunchKernelEx")},
-	{API: CuLaunchCooperativeKernel, Name: "cuLaunchCooperativeKernel", Layer: Driver, Class: ClassLaunch, Slots: 9, Symbols: ptsz("cuLaunchCooperativeKernel")},
+	// arm64: stream is stack word 1); params, slot 9, is read only for the
+	// parameter values behind it (stack word 4 / 2); extra is not read.
+	{API: CuLaunchKernel, Name: "cuLaunchKernel", Layer: Driver, Class: ClassLaunch, Slots: 9, ParamsArg: 1 + 9, Symbols: ptsz("cuLaunchKernel")},
+	{API: CuLaunchKernelEx, Name: "cuLaunchKernelEx", Layer: Driver, Class: ClassLaunch, Deref0: true, StubArg: 1, ParamsArg: 1 + 2, Symbols: ptsz("cuLaunchKernelEx")},
+	{API: CuLaunchCooperativeKernel, Name: "cuLaunchCooperativeKernel", Layer: Driver, Class: ClassLaunch, Slots: 9, ParamsArg: 1 + 9, Symbols: ptsz("cuLaunchCooperativeKernel")},
 	{API: CuMemcpyHtoDAsync, Name: "cuMemcpyHtoDAsync", Layer: Driver, Class: ClassMemcpy, Return: true, Symbols: v2ptsz("cuMemcpyHtoDAsync")},
 	{API: CuMemcpyDtoHAsync, Name: "cuMemcpyDtoHAsync", Layer: Driver, Class: ClassMemcpy, Return: true, Symbols: v2ptsz("cuMemcpyDtoHAsync")},
 	{API: CuMemcpyDtoDAsync, Name: "cuMemcpyDtoDAsync", Layer: Driver, Class: ClassMemcpy, Return: true, Symbols: v2ptsz("cuMemcpyDtoDAsync")},

@@ -311,7 +311,7 @@ func TestCookie(t *testing.T) {
 				if got := c&(1<<37) != 0; got != (s.Layer == Driver && s.Class == ClassLaunch) {
 					t.Errorf("%s: COOKIE_TAKE_STUB = %v", s.Name, got)
 				}
-				if c&(1<<31|1<<32|1<<36) != 0 || c>>38&^(1<<11|7<<12) != 0 || (abi == SysV && c>>49 != 0) {
+				if c&(1<<31|1<<32|1<<36) != 0 || c>>38&^(1<<11|7<<12) != 0 || (abi == SysV && c>>49 != 0) || CookieHasKernelArgs(c) {
 					t.Errorf("%s: %v cookie %#x sets stack, stop, pair or unknown bits", s.Name, abi, c)
 				}
 				if s.Layer == Runtime && s.Class == ClassLaunch {
@@ -319,6 +319,11 @@ func TestCookie(t *testing.T) {
 					if pc&^(uint64(7)<<33|CookiePair) != c || int(pc>>33)&7 != s.StubArg+1 || pc&CookiePair == 0 {
 						t.Errorf("%s/%d: pair cookie %#x from %#x", s.Name, sym, pc, c)
 					}
+				}
+				// The kernel-args bits (53..56) are apart from every other field.
+				if k := s.kernelArgsCookie(abi); k&^(0xf<<53) != 0 || (k != 0) != (s.ParamsArg != 0) ||
+					CookieAPI(c|k) != s.API || CookieSymbol(c|k) != sym || CookieABI(c|k) != abi {
+					t.Errorf("%s/%d: %v kernel-args cookie %#x", s.Name, sym, abi, k)
 				}
 				// The tracer ORs in the stack bit; nothing else moves.
 				cs := c | CookieStack
@@ -394,6 +399,10 @@ func TestCookieMatchesBPFHeader(t *testing.T) {
 		t.Errorf("COOKIE_TAKE_STUB %#x, Go %#x", got, uint64(cookieTakeStub))
 	}
 	for name, want := range map[string]string{
+		"COOKIE_KARGS":      "(((c) >> " + strconv.Itoa(cookieKernelArgs) + ") & 0xf)",
+		"KARG_PARAMS":       strconv.Itoa(KernelParams),
+		"KARG_WINDOW":       strconv.Itoa(KernelWindow),
+		"EV_KARGS_FAULT":    "0x" + strconv.FormatUint(FlagKernelArgsFault, 16),
 		"COOKIE_API":        "((c) & 0xffff)",
 		"COOKIE_NSTACK":     "(((c) >> 24) & 0x3)",
 		"COOKIE_OUT":        "(((c) >> 27) & 0x7)",

@@ -20,15 +20,23 @@ const (
 	offPy      = offRegs + 8*3 + 4*2
 	CopyOffset = offPy + 16*MaxPy // bytes before copy[]
 	RecordSize = CopyOffset + StackCopy
+	// A launch record whose cookie asks for its kernel's parameter values
+	// (CookieHasKernelArgs) ends with them (struct kernel_args), after the
+	// header or after copy[].
+	KernelParams     = 16  // kernelParams entries looked at
+	KernelWindow     = 512 // bytes of parameter values copied
+	KernelArgsSize   = 8*2 + 4*2 + 2*KernelParams + KernelWindow
+	offKernelOffsets = 8*2 + 4*2
 )
 
 // Flags set by the BPF side.
 const (
-	FlagStackArgFault = 0x1  // a stack argument could not be read
-	FlagDerefFault    = 0x2  // the config struct behind argument 0 could not be read
-	FlagOutFault      = 0x4  // the out pointer could not be read at return
-	FlagHasRet        = 0x8  // the record was written at return
-	FlagPyTruncated   = 0x10 // the thread had more Python frames than MaxPy
+	FlagStackArgFault   = 0x1  // a stack argument could not be read
+	FlagDerefFault      = 0x2  // the config struct behind argument 0 could not be read
+	FlagOutFault        = 0x4  // the out pointer could not be read at return
+	FlagHasRet          = 0x8  // the record was written at return
+	FlagPyTruncated     = 0x10 // the thread had more Python frames than MaxPy
+	FlagKernelArgsFault = 0x20 // kernelParams or the parameter values behind it could not be read
 	// Set by the tracer, not BPF: a driver launch whose caller is the CUDA
 	// runtime (the program called cudaLaunchKernel...). Recorded with the
 	// event.
@@ -72,6 +80,49 @@ type Event struct {
 	// unwinding (x86-64 records only). It aliases the decoded buffer:
 	// valid until the next Decode.
 	Copy []byte
+	// KernelArgs: a launch's parameter values, when its cookie asked for
+	// them (its Window aliases the decoded buffer, as Copy does).
+	KernelArgs KernelArgs
+}
+
+// KernelArgs is what a launch record holds of its kernel's parameters:
+// kernelParams (an array of pointers to the values), where its leading
+// entries pointed, and a window of memory from the lowest of them. How
+// many parameters there are and their sizes only the driver knows, so the
+// BPF side reads a bounded, fixed amount (bpf/cudatap.h, struct
+// kernel_args): a pointer the kernel takes is an aligned word of the
+// window, in a parameter or a struct passed by value.
+type KernelArgs struct {
+	Params  uint64 // kernelParams; 0: none (or not read)
+	Base    uint64 // the address Window[0] was copied from
+	NParams int    // leading kernelParams entries taken for parameters
+	// Offsets: where parameter i starts in Window (0xffff: past it).
+	Offsets [KernelParams]uint16
+	Window  []byte
+}
+
+// Words yields each 8-byte-aligned word of the window (by the address it
+// was copied from) with its value: the candidates for pointers the kernel
+// was given.
+func (k *KernelArgs) Words(yield func(addr, value uint64) bool) {
+	skip := (8 - k.Base%8) % 8
+	for off := skip; off+8 <= uint64(len(k.Window)); off += 8 {
+		if !yield(k.Base+off, binary.LittleEndian.Uint64(k.Window[off:])) {
+			return
+		}
+	}
+}
+
+// Param is the parameter the window byte at addr lies in (the one that
+// starts last at or before it), -1 when none does.
+func (k *KernelArgs) Param(addr uint64) int {
+	best, start := -1, uint64(0)
+	for i := 0; i < min(k.NParams, KernelParams); i++ {
+		if o := k.Offsets[i]; o != 0xffff && k.Base+uint64(o) <= addr && (best < 0 || k.Base+uint64(o) >= start) {
+			best, start = i, k.Base+uint64(o)
+		}
+	}
+	return best
 }
 
 // API of the event.
@@ -126,6 +177,12 @@ func Decode(b []byte, e *Event) error {
 	e.CPU = le.Uint32(b[off+8:])
 	e.Flags = le.Uint32(b[off+12:])
 	n := int(le.Uint32(b[off+16:]))
+	e.KernelArgs = KernelArgs{}
+	if CookieHasKernelArgs(e.Cookie) && len(b) >= HeaderSize+KernelArgsSize {
+		// The parameter values end the record, whatever comes before.
+		decodeKernelArgs(b[len(b)-KernelArgsSize:], &e.KernelArgs)
+		b = b[:len(b)-KernelArgsSize]
+	}
 	off = HeaderSize
 	if n > MaxStack || HeaderSize+8*n > len(b) {
 		n = min(MaxStack, (len(b)-HeaderSize)/8)
@@ -151,8 +208,38 @@ func Decode(b []byte, e *Event) error {
 	return nil
 }
 
+func decodeKernelArgs(b []byte, k *KernelArgs) {
+	le := binary.LittleEndian
+	k.Params, k.Base = le.Uint64(b[0:]), le.Uint64(b[8:])
+	k.NParams = min(int(le.Uint32(b[16:])), KernelParams)
+	n := min(int(le.Uint32(b[20:])), KernelWindow)
+	for i := range k.Offsets {
+		k.Offsets[i] = le.Uint16(b[offKernelOffsets+2*i:])
+	}
+	if n > 0 {
+		w := b[offKernelOffsets+2*KernelParams:]
+		k.Window = w[:n:n]
+	}
+}
+
+func appendKernelArgs(dst []byte, k *KernelArgs) []byte {
+	le := binary.LittleEndian
+	dst = le.AppendUint64(dst, k.Params)
+	dst = le.AppendUint64(dst, k.Base)
+	dst = le.AppendUint32(dst, uint32(min(max(k.NParams, 0), KernelParams)))
+	n := min(len(k.Window), KernelWindow)
+	dst = le.AppendUint32(dst, uint32(n))
+	for _, o := range k.Offsets {
+		dst = le.AppendUint16(dst, o)
+	}
+	dst = append(dst, k.Window[:n]...)
+	var zero [KernelWindow]byte
+	return append(dst, zero[:KernelWindow-n]...)
+}
+
 // Encode writes e in the raw record layout (used by recordings and tests).
-// Stack frames are written only when present, as the BPF side does.
+// Stack frames are written only when present, as the BPF side does; a
+// launch whose cookie asks for its parameter values ends with them.
 func Encode(dst []byte, e *Event) []byte {
 	le := binary.LittleEndian
 	var hdr [HeaderSize]byte
@@ -178,9 +265,19 @@ func Encode(dst []byte, e *Event) []byte {
 	n := min(max(e.NStack, 0), MaxStack)
 	le.PutUint32(hdr[off+16:], uint32(n))
 	dst = append(dst, hdr[:]...)
-	if !e.HasStack {
-		return dst
+	if e.HasStack {
+		dst = appendStack(dst, e, n)
 	}
+	if CookieHasKernelArgs(e.Cookie) {
+		dst = appendKernelArgs(dst, &e.KernelArgs)
+	}
+	return dst
+}
+
+// appendStack writes the stack fields: n frames, the registers, the Python
+// frames and the stack copy.
+func appendStack(dst []byte, e *Event, n int) []byte {
+	le := binary.LittleEndian
 	for i := 0; i < MaxStack; i++ {
 		var v uint64
 		if i < n {

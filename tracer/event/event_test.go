@@ -38,6 +38,23 @@ func withStack(e Event, frames ...uint64) Event {
 	return e
 }
 
+// withKernelArgs makes e a launch record that carries its parameter
+// values: kernelParams with three entries (int n, float *x, a struct with a
+// pointer at +8), the window of their values from n's address, ...1004.
+func withKernelArgs(e Event) Event {
+	e.Cookie |= Lookup(CudaLaunchKernel).kernelArgsCookie(SysV)
+	w := make([]byte, 40)
+	binary.LittleEndian.PutUint32(w[0:], 1<<20)             // n at ...1004
+	binary.LittleEndian.PutUint64(w[4:], 0x7f00_dead_0000)  // x at ...1008
+	binary.LittleEndian.PutUint64(w[28:], 0x7f00_beef_0100) // the struct at ...1018, its pointer at ...1020
+	e.KernelArgs = KernelArgs{Params: 0x7ffc_0000_0f00, Base: 0x7ffc_0000_1004, NParams: 3, Window: w}
+	for i := range e.KernelArgs.Offsets {
+		e.KernelArgs.Offsets[i] = 0xffff
+	}
+	e.KernelArgs.Offsets[0], e.KernelArgs.Offsets[1], e.KernelArgs.Offsets[2] = 0, 4, 20
+	return e
+}
+
 func withPy(e Event, pairs ...[2]uint64) Event {
 	e.NPy = len(pairs)
 	copy(e.Py[:], pairs)
@@ -154,7 +171,15 @@ func TestRoundTrip(t *testing.T) {
 		{"everything full", copied(withPy(withStack(sample(), full...), fullPy...), bigCopy), RecordSize},
 		{"max values", Event{Start: ^uint64(0), End: ^uint64(0), Cookie: ^uint64(0), PID: ^uint32(0),
 			TID: ^uint32(0), Ret: -1 << 63, Out: ^uint64(0), Caller: ^uint64(0), CPU: ^uint32(0),
-			Flags: ^uint32(0)}, HeaderSize},
+			Flags: ^uint32(0)}, HeaderSize + KernelArgsSize},
+		{"launch with its parameter values", withKernelArgs(sample()), HeaderSize + KernelArgsSize},
+		{"launch with a stack and its parameter values", copied(withKernelArgs(withStack(sample(), 1, 2)), []byte("stack")), CopyOffset + 5 + KernelArgsSize},
+		{"launch whose parameter values could not be read", func() Event {
+			e := sample()
+			e.Cookie |= Lookup(CuLaunchKernel).kernelArgsCookie(AAPCS64)
+			e.Flags |= FlagKernelArgsFault
+			return e
+		}(), HeaderSize + KernelArgsSize},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -376,5 +401,51 @@ func TestSetFlags(t *testing.T) {
 	var got Event
 	if err := Decode(b, &got); err != nil || got.Flags != e.Flags|FlagViaRuntime {
 		t.Errorf("flags %#x, want %#x (%v)", got.Flags, e.Flags|FlagViaRuntime, err)
+	}
+}
+
+// TestKernelArgsWords: the words of the window are its 8-byte-aligned
+// ones, by the address they were copied from, each in the parameter that
+// starts last at or before it.
+func TestKernelArgsWords(t *testing.T) {
+	e := withKernelArgs(sample())
+	b := Encode(nil, &e)
+	var got Event
+	if err := Decode(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	k := &got.KernelArgs
+	type word struct {
+		addr, value uint64
+		param       int
+	}
+	var words []word
+	k.Words(func(addr, value uint64) bool {
+		words = append(words, word{addr, value, k.Param(addr)})
+		return true
+	})
+	// The window starts at ...1004: its aligned words are at ...1008 to
+	// ...1020; the last 4 bytes are no whole word.
+	want := []word{{0x7ffc_0000_1008, 0x7f00_dead_0000, 1}, {0x7ffc_0000_1010, 0, 1}, {0x7ffc_0000_1018, 0, 2},
+		{0x7ffc_0000_1020, 0x7f00_beef_0100, 2}}
+	if len(words) != len(want) {
+		t.Fatalf("words %x, want %x", words, want)
+	}
+	for i := range want {
+		if words[i] != want[i] {
+			t.Errorf("word %d = %#x, want %#x", i, words[i], want[i])
+		}
+	}
+	if p := k.Param(0x7ffc_0000_1004); p != 0 {
+		t.Errorf("the window's first byte is in parameter %d, want 0 (at offset 0)", p)
+	}
+	if p := k.Param(0x7ffc_0000_1000); p != -1 {
+		t.Errorf("a byte before the window is in parameter %d", p)
+	}
+	// Stopping early stops.
+	n := 0
+	k.Words(func(uint64, uint64) bool { n++; return false })
+	if n != 1 {
+		t.Errorf("%d words after the first returned false", n)
 	}
 }

@@ -23,6 +23,10 @@ func FuzzDecode(f *testing.F) {
 	f.Add(full[:CopyOffset-1])
 	f.Add(full[:HeaderSize-1])
 	f.Add([]byte{})
+	e = withKernelArgs(sample())
+	f.Add(Encode(nil, &e))
+	e = withKernelArgs(withStack(sample(), 0x401000))
+	f.Add(Encode(nil, &e))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var got Event
 		err := Decode(b, &got)
@@ -38,8 +42,15 @@ func FuzzDecode(f *testing.F) {
 		if got.NStack < 0 || got.NStack > MaxStack || HeaderSize+8*got.NStack > len(b) {
 			t.Fatalf("NStack %d for a %d-byte record", got.NStack, len(b))
 		}
-		if got.HasStack != (len(b) >= CopyOffset) || got.NPy < 0 || got.NPy > MaxPy || len(got.Copy) > StackCopy ||
-			(got.HasStack && CopyOffset+len(got.Copy) > len(b)) || (!got.HasStack && (got.NPy != 0 || got.Copy != nil)) {
+		body := len(b)
+		if CookieHasKernelArgs(got.Cookie) && body >= HeaderSize+KernelArgsSize {
+			body -= KernelArgsSize // the parameter values end the record
+		}
+		if len(got.KernelArgs.Window) > KernelWindow || got.KernelArgs.NParams > KernelParams {
+			t.Fatalf("kernel args %d bytes, %d parameters", len(got.KernelArgs.Window), got.KernelArgs.NParams)
+		}
+		if got.HasStack != (body >= CopyOffset) || got.NPy < 0 || got.NPy > MaxPy || len(got.Copy) > StackCopy ||
+			(got.HasStack && CopyOffset+len(got.Copy) > body) || (!got.HasStack && (got.NPy != 0 || got.Copy != nil)) {
 			t.Fatalf("HasStack %v NPy %d Copy %d bytes for a %d-byte record", got.HasStack, got.NPy, len(got.Copy), len(b))
 		}
 		// Decode(Encode(e)) == e for a valid event. Frames of a record too

@@ -358,6 +358,9 @@ func (m *Model) Handle(ev *event.Event) {
 	if ev.NPy > 0 {
 		call.PyStack = m.addPyStack(ps, ev)
 	}
+	if len(ev.KernelArgs.Window) > 0 && spec.Class == event.ClassLaunch {
+		call.KernelArgs = &ev.KernelArgs
+	}
 
 	switch spec.Class {
 	case event.ClassStreamCreate:

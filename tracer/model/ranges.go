@@ -76,5 +76,14 @@ func (r *Ranges) Contains(p, n uint64) bool {
 	return ok && p+n <= end
 }
 
+// Bounds returns the start of the first range and the end of the last;
+// ok is false when there is none.
+func (r *Ranges) Bounds() (start, end uint64, ok bool) {
+	if len(r.start) == 0 {
+		return 0, 0, false
+	}
+	return r.start[0], r.end[len(r.end)-1], true
+}
+
 // Len is the number of ranges.
 func (r *Ranges) Len() int { return len(r.start) }

@@ -196,6 +196,10 @@ type Call struct {
 	Captured    bool // enqueued on a capturing stream: recorded into a graph, not executed
 	Pageable    bool // a copy whose host side is not pinned
 	ViaRuntime  bool // a driver launch the CUDA runtime made: the program called the runtime's launch
+	// KernelArgs: a launch's kernel parameter values, when the record
+	// carries them (record --kernel-args); nil otherwise. It aliases the
+	// event: valid only while the Sink handles the call.
+	KernelArgs *event.KernelArgs
 }
 
 // Duration of the call on the host (0 when only the entry was probed),

@@ -115,7 +115,7 @@ func (t *Tracer) attach(pid int, lib *Library, want func(*event.Spec) bool, bits
 				a.Missing = append(a.Missing, sym)
 				continue
 			}
-			cookie := spec.Cookie(i)
+			cookie := spec.Cookie(i) | t.kernelArgs(spec)
 			if bits != nil {
 				cookie |= bits(spec)
 			}
@@ -146,6 +146,15 @@ func (t *Tracer) attach(pid int, lib *Library, want func(*event.Spec) bool, bits
 	return a, nil
 }
 
+// kernelArgs is the cookie bits that make a launch probe copy the
+// kernel's parameter values, when the config asks for them.
+func (t *Tracer) kernelArgs(spec *event.Spec) uint64 {
+	if !t.cfg.KernelArgs {
+		return 0
+	}
+	return spec.KernelArgsCookie()
+}
+
 // AttachRuntimeLaunches hooks the runtime's launch symbols of lib. Each
 // probe hands its kernel stub to the driver launch it makes underneath (so
 // that CUfunctions created before cudatap attached get names) and emits the
@@ -165,7 +174,7 @@ func (t *Tracer) AttachRuntimeLaunches(pid int, lib *Library) (*Attachment, erro
 				a.Missing = append(a.Missing, sym)
 				continue
 			}
-			cookie := spec.PairCookie(i)
+			cookie := spec.PairCookie(i) | t.kernelArgs(spec)
 			if t.cfg.Stacks == StacksAll {
 				cookie |= event.CookieStack
 			}

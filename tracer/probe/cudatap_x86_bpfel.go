@@ -61,6 +61,16 @@ type cudatapInflightKey struct {
 	Api uint32
 }
 
+type cudatapKernelArgs struct {
+	_       structs.HostLayout
+	Params  uint64
+	Base    uint64
+	Nparams uint32
+	Len     uint32
+	Off     [16]uint16
+	Window  [512]uint8
+}
+
 type cudatapLaunchStart struct {
 	_       structs.HostLayout
 	StartNs uint64
@@ -185,6 +195,7 @@ const (
 	cudatapProgTreeExit        = "tree_exit"
 	cudatapProgTreeFork        = "tree_fork"
 	cudatapVarUnusedEvent      = "unused_event"
+	cudatapVarUnusedKernelArgs = "unused_kernel_args"
 	cudatapVarUnusedPyCode     = "unused_py_code"
 	cudatapVarUnusedStat       = "unused_stat"
 	cudatapVarWakeupBytes      = "wakeup_bytes"
@@ -272,10 +283,11 @@ type cudatapMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type cudatapVariableSpecs struct {
-	UnusedEvent  *ebpf.VariableSpec `ebpf:"unused_event"`
-	UnusedPyCode *ebpf.VariableSpec `ebpf:"unused_py_code"`
-	UnusedStat   *ebpf.VariableSpec `ebpf:"unused_stat"`
-	WakeupBytes  *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
+	UnusedEvent      *ebpf.VariableSpec `ebpf:"unused_event"`
+	UnusedKernelArgs *ebpf.VariableSpec `ebpf:"unused_kernel_args"`
+	UnusedPyCode     *ebpf.VariableSpec `ebpf:"unused_py_code"`
+	UnusedStat       *ebpf.VariableSpec `ebpf:"unused_stat"`
+	WakeupBytes      *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
 }
 
 // cudatapObjects contains all objects after they have been loaded into the kernel.
@@ -347,10 +359,11 @@ func (m *cudatapMaps) Close() error {
 //
 // It can be passed to loadCudatapObjects or ebpf.CollectionSpec.LoadAndAssign.
 type cudatapVariables struct {
-	UnusedEvent  *ebpf.Variable `ebpf:"unused_event"`
-	UnusedPyCode *ebpf.Variable `ebpf:"unused_py_code"`
-	UnusedStat   *ebpf.Variable `ebpf:"unused_stat"`
-	WakeupBytes  *ebpf.Variable `ebpf:"wakeup_bytes"`
+	UnusedEvent      *ebpf.Variable `ebpf:"unused_event"`
+	UnusedKernelArgs *ebpf.Variable `ebpf:"unused_kernel_args"`
+	UnusedPyCode     *ebpf.Variable `ebpf:"unused_py_code"`
+	UnusedStat       *ebpf.Variable `ebpf:"unused_stat"`
+	WakeupBytes      *ebpf.Variable `ebpf:"wakeup_bytes"`
 }
 
 // cudatapPrograms contains all programs after they have been loaded into the kernel.

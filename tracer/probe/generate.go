@@ -8,5 +8,5 @@ package probe
 // user_pt_regs, from Debian's linux-libc-dev-arm64-cross, searched after
 // the common headers so that both objects share linux/bpf.h). Each build
 // embeds its own; the types are the same in both.
-//go:generate go tool bpf2go -cc ${BPF_CLANG} -cflags "-O2 -g -Wall -Werror -I/usr/include/x86_64-linux-gnu" -target amd64 -type event -type stat -type inflight_key -type py_code -strip ${BPF_STRIP} cudatap ../../bpf/cudatap.bpf.c -- -I../../bpf
-//go:generate go tool bpf2go -cc ${BPF_CLANG} -cflags "-O2 -g -Wall -Werror -idirafter /usr/aarch64-linux-gnu/include" -target arm64 -type event -type stat -type inflight_key -type py_code -strip ${BPF_STRIP} cudatap ../../bpf/cudatap.bpf.c -- -I../../bpf
+//go:generate go tool bpf2go -cc ${BPF_CLANG} -cflags "-O2 -g -Wall -Werror -I/usr/include/x86_64-linux-gnu" -target amd64 -type event -type stat -type inflight_key -type py_code -type kernel_args -strip ${BPF_STRIP} cudatap ../../bpf/cudatap.bpf.c -- -I../../bpf
+//go:generate go tool bpf2go -cc ${BPF_CLANG} -cflags "-O2 -g -Wall -Werror -idirafter /usr/aarch64-linux-gnu/include" -target arm64 -type event -type stat -type inflight_key -type py_code -type kernel_args -strip ${BPF_STRIP} cudatap ../../bpf/cudatap.bpf.c -- -I../../bpf

@@ -137,19 +137,60 @@ func TestObjectsReadTheirRegisters(t *testing.T) {
 }
 
 // ctxLoads returns the offsets of 8-byte loads from the program's context:
-// r1 at entry, and the registers and stack slots it is copied to. A
-// straight walk: clang keeps ctx where it put it for the whole program.
+// r1 at entry, and the registers and stack slots it is copied to on some
+// path (clang may keep ctx in a register on one branch and reuse that
+// register on another, so the walk follows the jumps to a fixed point).
 func ctxLoads(insns asm.Instructions) []int16 {
-	var regs [11]bool
-	regs[asm.R1] = true
-	slots := map[int16]bool{} // r10 offsets holding ctx
-	var offs []int16
-	for _, ins := range insns {
+	type state struct {
+		regs  [11]bool
+		slots map[int16]bool // r10 offsets holding ctx
+	}
+	// Jumps count raw instruction slots (a 64-bit immediate load takes two).
+	index := map[asm.RawInstructionOffset]int{}
+	raw := make([]asm.RawInstructionOffset, len(insns))
+	var off asm.RawInstructionOffset
+	for i, ins := range insns {
+		index[off], raw[i] = i, off
+		off += asm.RawInstructionOffset(ins.Size() / asm.InstructionSize)
+	}
+	in := make([]*state, len(insns))
+	in[0] = &state{slots: map[int16]bool{}}
+	in[0].regs[asm.R1] = true
+	// merge ORs s into instruction i's state; it reports a change.
+	merge := func(i int, s *state) bool {
+		if i >= len(insns) {
+			return false
+		}
+		if in[i] == nil {
+			in[i] = &state{regs: s.regs, slots: maps.Clone(s.slots)}
+			return true
+		}
+		changed := false
+		for r, v := range s.regs {
+			if v && !in[i].regs[r] {
+				in[i].regs[r], changed = true, true
+			}
+		}
+		for k, v := range s.slots {
+			if v && !in[i].slots[k] {
+				in[i].slots[k], changed = true, true
+			}
+		}
+		return changed
+	}
+	loads := map[int16]bool{}
+	work := []int{0}
+	for len(work) > 0 {
+		i := work[len(work)-1]
+		work = work[:len(work)-1]
+		ins := insns[i]
+		s := &state{regs: in[i].regs, slots: maps.Clone(in[i].slots)}
 		op := ins.OpCode
+		regs, slots := &s.regs, s.slots
 		switch {
 		case op.Class().IsLoad() && op.Mode() == asm.MemMode:
 			if regs[ins.Src] && ins.Src != asm.R10 && op.Size() == asm.DWord {
-				offs = append(offs, ins.Offset)
+				loads[ins.Offset] = true
 			}
 			regs[ins.Dst] = ins.Src == asm.R10 && slots[ins.Offset]
 		case op.Class().IsStore() && op.Mode() == asm.MemMode && ins.Dst == asm.R10:
@@ -158,11 +199,28 @@ func ctxLoads(insns asm.Instructions) []int16 {
 			regs[ins.Dst] = regs[ins.Src]
 		case op.Class().IsALU() || op.Class().IsLoad():
 			regs[ins.Dst] = false
-		case op.JumpOp() == asm.Call:
+		case op.Class().IsJump() && op.JumpOp() == asm.Call:
 			for r := asm.R0; r <= asm.R5; r++ {
 				regs[r] = false
 			}
 		}
+		next := []int{i + 1}
+		if op.Class().IsJump() {
+			switch jo := op.JumpOp(); {
+			case jo == asm.Exit:
+				next = nil
+			case jo == asm.Call:
+			case jo == asm.Ja:
+				next = []int{index[raw[i]+1+asm.RawInstructionOffset(ins.Offset)]}
+			default:
+				next = append(next, index[raw[i]+1+asm.RawInstructionOffset(ins.Offset)])
+			}
+		}
+		for _, j := range next {
+			if merge(j, s) {
+				work = append(work, j)
+			}
+		}
 	}
-	return offs
+	return slices.Sorted(maps.Keys(loads))
 }

@@ -48,6 +48,10 @@ type Config struct {
 	// (a process started by one of it joins it before it runs): see
 	// StartFollow and AddToTree.
 	Follow bool
+	// KernelArgs has each launch record carry its kernel's parameter
+	// values (event.KernelArgs): the pointers the kernel was given, for
+	// the race lint.
+	KernelArgs bool
 	// Aggregate and LaunchTimes size the launch counters and the launch
 	// time tables (aggregate mode, event.CookieAggregate and
 	// event.CookieAggregateTime): without them the tables hold one entry,
