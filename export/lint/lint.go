@@ -9,7 +9,8 @@
 //     legacy default stream, which serializes with every blocking stream;
 //   - cross-stream-race: device memory written on one stream and used on
 //     another with no event wait or synchronization between (a possible
-//     race; copies and memsets only: kernel arguments are not traced);
+//     race; copies and memsets, and kernels where the recording has their
+//     parameter values: record --kernel-args);
 //   - many-busy-streams: more than MaxBusyStreams streams with GPU work at
 //     once on one device;
 //   - pageable-copy-loop: one call site copying pageable host memory to or
@@ -109,24 +110,39 @@ type ref struct {
 	tid       uint32
 	stream    int32
 	stack, py int32
+	fn        uint64 // launches: the kernel
 	api       event.API
 	symbol    uint8
 	valid     bool
 }
 
 func refOf(c *model.Call) ref {
-	return ref{start: c.Start, bytes: c.Args.Bytes, seq: c.Seq, tid: c.TID, stream: c.Stream,
+	r := ref{start: c.Start, bytes: c.Args.Bytes, seq: c.Seq, tid: c.TID, stream: c.Stream,
 		stack: c.Stack, py: c.PyStack, api: c.API, symbol: c.Symbol, valid: true}
+	if r.kernel() {
+		r.fn = c.Args.Func
+	}
+	return r
 }
 
-// site is a raw call site: the exact symbol and the captured stacks.
+// kernel reports whether the call launched a kernel.
+func (r ref) kernel() bool {
+	s := event.Lookup(r.api)
+	return s != nil && s.Class == event.ClassLaunch
+}
+
+// site is a raw call site: the exact symbol, the captured stacks and, for
+// a launch, the kernel.
 type site struct {
 	api       event.API
 	symbol    uint8
 	stack, py int32
+	fn        uint64
 }
 
-func (r ref) site() site { return site{api: r.api, symbol: r.symbol, stack: r.stack, py: r.py} }
+func (r ref) site() site {
+	return site{api: r.api, symbol: r.symbol, stack: r.stack, py: r.py, fn: r.fn}
+}
 
 // unnamed reports whether the call has no stack to name its site by.
 func (s site) unnamed() bool { return s.stack < 0 && s.py < 0 }
@@ -236,6 +252,9 @@ type proc struct {
 	legacy  legacyPrices // lint 1's costs
 	holds   holds        // not the process's time
 	groups  [nLints]groups
+	// kernelArgs: some launch of the process carried its parameter
+	// values (record --kernel-args): lint 2 sees kernels.
+	kernelArgs bool
 }
 
 // Lint indexes.
@@ -366,6 +385,10 @@ func (c *Collector) Call(p *model.Process, x *model.Call) {
 	case event.ClassEventCreate, event.ClassEventDestroy:
 		ps.order.forget(a.Event)
 	case event.ClassLaunch, event.ClassGraphLaunch:
+		if ordered && x.KernelArgs != nil {
+			ps.kernelArgs = true
+			c.kernelAccesses(ps, x, sid, pos)
+		}
 		if enqueued && th != nil {
 			c.launch(ps, th, x)
 		}
@@ -401,7 +424,7 @@ func (c *Collector) hostKnows(p *model.Process, ps *proc, x *model.Call, spec *e
 	switch x.Sync {
 	case model.SyncDevice, model.SyncFree:
 		o.hostAll()
-		ps.mem.writes.clear()
+		ps.mem.clear()
 	case model.SyncStream, model.SyncMemcpy, model.SyncMemset, model.SyncPageableMemcpy:
 		o.hostStream(p, sid)
 	}

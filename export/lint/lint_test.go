@@ -3,6 +3,7 @@ package lint
 import (
 	"bytes"
 	"cmp"
+	"encoding/binary"
 	"encoding/json"
 	"regexp"
 	"slices"
@@ -202,8 +203,117 @@ func TestCrossStreamRace(t *testing.T) {
 	if w.Role != "write" || w.Site != "load_batch (train)" || w.Stream != 1 || u.Role != "use" || u.Stream != 2 || u.Site != "" || u.Seq != w.Seq+1 {
 		t.Errorf("evidence %+v / %+v", w, u)
 	}
-	if !strings.Contains(f.Examples[0].Note, "offset 4.0 KiB into a 16.0 MiB allocation") || !strings.Contains(f.Scope, "kernel arguments are not traced") {
+	if !strings.Contains(f.Examples[0].Note, "offset 4.0 KiB into a 16.0 MiB allocation") || !strings.Contains(f.Scope, "kernel arguments were not recorded (record --kernel-args)") ||
+		f.Examples[0].Proof != "copies" {
 		t.Errorf("note %q, scope %q", f.Examples[0].Note, f.Scope)
+	}
+}
+
+// kernelLaunch launches kernel fn on stream h with its parameter values
+// recorded (--kernel-args): an int, then each of ptrs, as a generated host
+// stub lays them out in its frame.
+func (r *rec) kernelLaunch(h, fn uint64, ptrs ...uint64) *event.Event {
+	e := r.Launch(tid, r.tick(), h, fn)
+	e.Cookie |= event.Lookup(event.CudaLaunchKernel).KernelArgsCookie()
+	w := binary.LittleEndian.AppendUint64(nil, 1<<20) // int n, padded
+	for _, p := range ptrs {
+		w = binary.LittleEndian.AppendUint64(w, p)
+	}
+	w = binary.LittleEndian.AppendUint64(w, 0x7ffe_0000_1000) // past the parameters: the stack (no device memory)
+	e.KernelArgs = event.KernelArgs{Params: 0x7ffe_0000_0f00, Base: 0x7ffe_0000_2000, NParams: 1 + len(ptrs), Window: w}
+	for i := range e.KernelArgs.Offsets {
+		e.KernelArgs.Offsets[i] = 0xffff
+		if i < e.KernelArgs.NParams {
+			e.KernelArgs.Offsets[i] = uint16(8 * i)
+		}
+	}
+	return e
+}
+
+// Kernels given device memory (their parameter values, --kernel-args) use
+// it and may write it: races of kernels with copies and with each other,
+// ranked by what the calls prove; waits order them as they order copies.
+func TestKernelRaces(t *testing.T) {
+	const gemm, relu, reduce = 0x401000, 0x402000, 0x403000
+	r := newRec()
+	r.Names.Kernels[model.NameKey{PID: pid, Key: gemm}] = "_Z11gemm_kernelPKfS0_Pfi"
+	r.stream(sA, true)
+	r.stream(sB, true)
+	x, y, z := uint64(dev), uint64(dev+(1<<20)), uint64(dev+(2<<20))
+	// kernels: y = x @ x on A (a side stream), then a kernel on B reads y:
+	// three times, each followed by a device sync (else the next gemm
+	// would race with the kernel on B too).
+	for range 3 {
+		r.kernelLaunch(sA, gemm, x, x, y)
+		r.kernelLaunch(sB, relu, y, z)
+		r.DeviceSync(tid, r.tick(), 200*us)
+	}
+	// write then kernel: a copy writes x on A, a kernel on A is given it
+	// (ordered), then a kernel on B: the race is with the copy, the better
+	// evidence, not with the kernel on A.
+	r.copy(x, pinned, 4096, event.HostToDevice, sA, frameLoad)
+	r.kernelLaunch(sA, gemm, x, x, y)
+	r.kernelLaunch(sB, reduce, x+64, z)
+	r.DeviceSync(tid, r.tick(), 200*us)
+	// kernel then use: a kernel on A is given z, a copy on B reads it back.
+	r.kernelLaunch(sA, relu, z, z)
+	r.copy(pinned, z, 4, event.DeviceToHost, sB, frameStep)
+	r.DeviceSync(tid, r.tick(), 200*us)
+	// Ordered by an event wait: no race.
+	r.kernelLaunch(sA, gemm, x, x, y)
+	r.record(0xe1, sA)
+	r.wait(sB, 0xe1)
+	r.kernelLaunch(sB, relu, y, z)
+	// Not device memory: the pointers lie in no allocation.
+	r.kernelLaunch(sA, gemm, 0x7f00_0000_0000, 0x7f00_0000_1000)
+	r.kernelLaunch(sB, relu, 0x7f00_0000_0000)
+	_, _, fs := run(t, r, Options{})
+	got := only(t, fs, CrossStreamRace)
+	if len(got) != 1 {
+		t.Fatalf("findings %+v", fs)
+	}
+	f := got[0]
+	// 3 + 1 + 1 uses: the kernel on B uses y (the gemm on A was given it)
+	// but not z, which nothing on A was given.
+	if f.Count != 5 || f.Sites != 3 || len(f.Examples) != 3 || f.Level != LevelError ||
+		!strings.Contains(f.Summary, "copies, memsets and kernels used") || !strings.Contains(f.Scope, "a kernel is taken to use each device pointer among the first 512 bytes") {
+		t.Fatalf("finding %+v", f)
+	}
+	want := []struct {
+		proof      string
+		count      int64
+		roles      [2]string
+		kernels    [2]string
+		calls      [2]string
+		wantStream [2]int
+	}{
+		{"write then kernel", 1, [2]string{"write", "use"}, [2]string{"", "kernel@0x403000"}, [2]string{"cudaMemcpyAsync", "cudaLaunchKernel"}, [2]int{1, 2}},
+		{"kernel then use", 1, [2]string{"may write", "use"}, [2]string{"kernel@0x402000", ""}, [2]string{"cudaLaunchKernel", "cudaMemcpyAsync"}, [2]int{1, 2}},
+		{"kernels", 3, [2]string{"may write", "use"}, [2]string{"gemm_kernel", "kernel@0x402000"}, [2]string{"cudaLaunchKernel", "cudaLaunchKernel"}, [2]int{1, 2}},
+	}
+	for i, w := range want {
+		ex := f.Examples[i]
+		if ex.Proof != w.proof || ex.Count != w.count || !strings.Contains(ex.Note, "a pointer a kernel was given") {
+			t.Errorf("example %d: %+v, want proof %q ×%d", i, ex, w.proof, w.count)
+			continue
+		}
+		for k, c := range ex.Calls {
+			if c.Role != w.roles[k] || c.Kernel != w.kernels[k] || c.Call != w.calls[k] || c.Stream != w.wantStream[k] {
+				t.Errorf("example %d call %d: %+v, want %s %s %q on stream %d", i, k, c, w.roles[k], w.calls[k], w.kernels[k], w.wantStream[k])
+			}
+		}
+	}
+	if n := f.Examples[2].Calls; !strings.Contains(f.Examples[2].Note, "first at 0x7f5500100000, offset 1.0 MiB") || n[1].Seq != n[0].Seq+1 {
+		t.Errorf("the first kernel race: %+v", f.Examples[2])
+	}
+	var b bytes.Buffer
+	if err := WriteText(&b, &model.Result{}, nil, fs, TextOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"may write  cudaLaunchKernel kernel@0x402000", "[a kernel given memory a copy or memset wrote]", "use    cudaLaunchKernel kernel@0x403000"} {
+		if !strings.Contains(b.String(), s) {
+			t.Errorf("text lacks %q:\n%s", s, b.String())
+		}
 	}
 }
 

@@ -7,14 +7,22 @@ import (
 	"github.com/cudatap/cudatap/tracer/model"
 )
 
-// cross-stream-race: device memory a copy or memset wrote on one stream,
-// then read or written by a copy or memset on another stream, with nothing
-// known to order the second after the first (no event wait, no legacy
-// stream rule, no host synchronization that proved the write complete).
+// cross-stream-race: device memory written on one stream, then used on
+// another with nothing known to order the use after the write (no event
+// wait, no legacy stream rule, no host synchronization that proved the
+// write complete). Copies and memsets say what they read and write. A
+// kernel says only which pointers it was given (its parameter values, in
+// records made with --kernel-args): each one inside a live device
+// allocation is memory the kernel uses, and may have written; how far from
+// the pointer it reads or writes is not known, so it stands for one byte.
 // Only memory inside device allocations seen made (cudaMalloc and the
 // like) counts: an address there is device memory, whatever the copy's
-// direction says. Kernels read and write memory too, but their arguments
-// are not traced: the lint sees copies and memsets only.
+// direction says.
+//
+// What each pair of calls proves ranks its races (evidence): a copy or
+// memset on both sides; a copy or memset then a kernel given the memory;
+// a kernel then a copy or memset (the kernel may only have read it); two
+// kernels (both may only have read it).
 
 // write is a range of device memory an op wrote, until it is known
 // complete.
@@ -67,10 +75,37 @@ func (s *writes) put(w write) {
 	s.w = slices.Replace(s.w, i, j, keep[:n]...)
 }
 
+// cut drops what lies in [start, end): writes inside it, and the parts of
+// those across its ends.
+func (s *writes) cut(start, end uint64) {
+	i, j := s.overlapping(start, end)
+	if i == j {
+		return
+	}
+	var keep [2]write
+	n := 0
+	if s.w[i].start < start {
+		keep[n] = s.w[i]
+		keep[n].end = start
+		n++
+	}
+	if s.w[j-1].end > end {
+		keep[n] = s.w[j-1]
+		keep[n].start = end
+		n++
+	}
+	s.w = slices.Replace(s.w, i, j, keep[:n]...)
+}
+
 // memory is what the race lint knows of a process's device memory.
 type memory struct {
 	allocs model.Ranges
-	writes writes
+	writes writes // what copies and memsets wrote
+	// kernels: what kernels may have written, the pointers they were
+	// given, a byte each. Apart from writes, so that a kernel given memory
+	// a copy wrote leaves the copy's write standing: a later use races
+	// with the copy, the better evidence.
+	kernels writes
 }
 
 func (m *memory) alloc(p, size uint64, limits *Limits) {
@@ -85,12 +120,18 @@ func (m *memory) free(p uint64) {
 	if !ok {
 		return
 	}
-	i, j := m.writes.overlapping(start, end)
-	if i < j {
-		// An allocation's writes lie inside it: no cutting needed.
-		m.writes.w = slices.Delete(m.writes.w, i, j)
-	}
+	m.writes.cut(start, end)
+	m.kernels.cut(start, end)
 }
+
+// clear forgets every write: the host knows them all complete.
+func (m *memory) clear() {
+	m.writes.clear()
+	m.kernels.clear()
+}
+
+// live is how many writes are kept.
+func (m *memory) live() int { return len(m.writes.w) + len(m.kernels.w) }
 
 // direction infers a cudaMemcpyDefault copy's direction, as the model does.
 func (m *memory) direction(dst, src uint64) event.MemcpyKind {
@@ -136,20 +177,59 @@ func (c *Collector) accesses(ps *proc, x *model.Call, class event.Class, sid int
 	if !raced {
 		c.check(ps, x, sid, start, end, as, ae)
 	}
-	if len(m.writes.w) >= maxWrites {
+	if m.live() >= maxWrites {
 		c.compact(ps)
 	}
 	m.writes.put(write{start: start, end: end, stream: int32(sid), pos: pos, call: refOf(x)})
+	m.kernels.cut(start, end) // the copy's now
+}
+
+// kernelPointers bounds the pointers of one launch the lint follows: every
+// aligned word of the parameter values copied.
+const kernelPointers = event.KernelWindow / 8
+
+// kernelAccesses checks the memory a kernel on stream sid (its op at pos)
+// was given, each pointer among its parameter values that lies in a live
+// device allocation, against the live writes of other streams, then
+// records each as a write the kernel may have made.
+func (c *Collector) kernelAccesses(ps *proc, x *model.Call, sid int, pos uint64) {
+	m := &ps.mem
+	lo, hi, ok := m.allocs.Bounds()
+	if !ok {
+		return
+	}
+	var seen [kernelPointers]uint64
+	n := 0
+	for _, v := range x.KernelArgs.Words {
+		if v < lo || v >= hi || slices.Contains(seen[:n], v) {
+			continue // most words are no device pointer: one comparison
+		}
+		as, ae, ok := m.allocs.Find(v)
+		if !ok {
+			continue
+		}
+		seen[n] = v
+		n++
+		c.check(ps, x, sid, v, v+1, as, ae)
+		if m.live() >= maxWrites {
+			c.compact(ps)
+		}
+		m.kernels.put(write{start: v, end: v + 1, stream: int32(sid), pos: pos, call: refOf(x)})
+	}
 }
 
 // check looks for a live write of another stream overlapping [start, end)
-// that is not known to come before the op; the first one found is booked
-// as a possible race.
+// that is not known to come before the op, a copy's or memset's before a
+// kernel's; the first one found is booked as a possible race.
 func (c *Collector) check(ps *proc, x *model.Call, sid int, start, end, allocStart, allocEnd uint64) bool {
-	m := &ps.mem
-	i, j := m.writes.overlapping(start, end)
+	return c.checkIn(ps, &ps.mem.writes, x, sid, start, end, allocStart, allocEnd) ||
+		c.checkIn(ps, &ps.mem.kernels, x, sid, start, end, allocStart, allocEnd)
+}
+
+func (c *Collector) checkIn(ps *proc, ws *writes, x *model.Call, sid int, start, end, allocStart, allocEnd uint64) bool {
+	i, j := ws.overlapping(start, end)
 	for k := i; k < j; k++ {
-		w := &m.writes.w[k]
+		w := &ws.w[k]
 		if ps.order.before(w.stream, w.pos, sid) {
 			continue
 		}
@@ -165,7 +245,9 @@ func (c *Collector) check(ps *proc, x *model.Call, sid int, start, end, allocSta
 			g.addr, g.allocStart, g.allocSize = lo, allocStart, allocEnd-allocStart
 		}
 		g.count++
-		g.bytes += hi - lo
+		if !w.call.kernel() && !use.kernel() {
+			g.bytes += hi - lo // a kernel's extent is not known
+		}
 		return true
 	}
 	return false
@@ -174,18 +256,24 @@ func (c *Collector) check(ps *proc, x *model.Call, sid int, start, end, allocSta
 // compact drops the writes the host knows complete and, if that is not
 // enough, the oldest half (counted: races with them go unseen).
 func (c *Collector) compact(ps *proc) {
-	w := ps.mem.writes.w
-	w = slices.DeleteFunc(w, func(x write) bool { return ps.order.done(x.stream, x.pos) })
-	if len(w) > maxWrites/2 {
-		starts := make([]uint64, len(w))
-		for i := range w {
-			starts[i] = w[i].call.start
-		}
-		slices.Sort(starts)
-		cut := starts[len(starts)-maxWrites/2]
-		n := len(w)
-		w = slices.DeleteFunc(w, func(x write) bool { return x.call.start < cut })
-		c.limits.Writes += int64(n - len(w))
+	m := &ps.mem
+	done := func(x write) bool { return ps.order.done(x.stream, x.pos) }
+	m.writes.w = slices.DeleteFunc(m.writes.w, done)
+	m.kernels.w = slices.DeleteFunc(m.kernels.w, done)
+	if m.live() <= maxWrites/2 {
+		return
 	}
-	ps.mem.writes.w = w
+	starts := make([]uint64, 0, m.live())
+	for _, ws := range []*writes{&m.writes, &m.kernels} {
+		for i := range ws.w {
+			starts = append(starts, ws.w[i].call.start)
+		}
+	}
+	slices.Sort(starts)
+	cut := starts[len(starts)-maxWrites/2]
+	n := m.live()
+	old := func(x write) bool { return x.call.start < cut }
+	m.writes.w = slices.DeleteFunc(m.writes.w, old)
+	m.kernels.w = slices.DeleteFunc(m.kernels.w, old)
+	c.limits.Writes += int64(n - m.live())
 }

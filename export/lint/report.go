@@ -14,6 +14,7 @@ import (
 	"github.com/cudatap/cudatap/export/oom"
 	"github.com/cudatap/cudatap/export/syncs"
 	"github.com/cudatap/cudatap/internal/units"
+	"github.com/cudatap/cudatap/tracer/event"
 	"github.com/cudatap/cudatap/tracer/model"
 )
 
@@ -45,20 +46,27 @@ type Finding struct {
 // fired there, what that cost (in the finding's kind of cost; at most
 // when CostAtMost), and the calls of its first occurrence.
 type Example struct {
-	Count      int64      `json:"count"`
-	CostNs     uint64     `json:"cost_ns"`
-	CostAtMost bool       `json:"cost_at_most,omitempty"`
-	Note       string     `json:"note,omitempty"`
-	Calls      []Evidence `json:"calls"`
+	Count      int64  `json:"count"`
+	CostNs     uint64 `json:"cost_ns"`
+	CostAtMost bool   `json:"cost_at_most,omitempty"`
+	Note       string `json:"note,omitempty"`
+	// Proof (races): what the calls prove, strongest first: "copies"
+	// (a copy or memset on both sides), "write then kernel" (a kernel
+	// given memory a copy or memset wrote), "kernel then use" (a copy or
+	// memset of memory a kernel was given: the kernel may only have read
+	// it), "kernels" (both may only have read it).
+	Proof string     `json:"proof,omitempty"`
+	Calls []Evidence `json:"calls"`
 }
 
 // Evidence is one call: what it was, when (since the recording began),
 // on which thread and stream, and where: the innermost user Python frame,
 // else the innermost user native frame (syncs.UserSite).
 type Evidence struct {
-	Role        string `json:"role"` // copy, write, use, op, launch, sync
-	Call        string `json:"call"` // the exact symbol
-	Seq         int    `json:"seq"`  // the call's position in its process
+	Role        string `json:"role"`             // copy, write, may write (a kernel given the memory), use, op, launch, sync
+	Call        string `json:"call"`             // the exact symbol
+	Kernel      string `json:"kernel,omitempty"` // a launch's kernel
+	Seq         int    `json:"seq"`              // the call's position in its process
 	AtNs        uint64 `json:"at_ns"`
 	TID         uint32 `json:"tid"`
 	Thread      string `json:"thread,omitempty"`
@@ -97,9 +105,9 @@ func collectorRules(opts Options) []Rule {
 			"",
 			pricing(LegacyNonBlocking, opts)},
 		{CrossStreamRace, "possible race: device memory written on one stream, used on another without a wait",
-			"a copy or memset reads or writes device memory that a copy or memset wrote on another stream, with no event wait, legacy-stream rule or host synchronization known to order them",
+			"a copy, memset or kernel uses device memory that a copy or memset wrote, or a kernel was given (and may have written), on another stream, with no event wait, legacy-stream rule or host synchronization known to order them; a kernel uses the device pointers among its parameter values (record --kernel-args); ranked by what the calls prove: copies and memsets on both sides, then a kernel given memory a copy or memset wrote, then a copy or memset of memory a kernel was given, then two kernels",
 			"order the use after the write: cudaEventRecord(e, writing stream) then cudaStreamWaitEvent(using stream, e) (PyTorch: using_stream.wait_stream(writing_stream), and tensor.record_stream(using_stream) when the memory is freed while still in use there)",
-			"copies and memsets only: kernel arguments are not traced, so what kernels read and write is not seen; only memory allocated while traced (cudaMalloc and the like) is followed",
+			raceScope(true),
 			pricing(CrossStreamRace, opts)},
 		{ManyBusyStreams, fmt.Sprintf("more than %d streams busy at once on one device", opts.MaxBusyStreams),
 			fmt.Sprintf("more than %d streams of a process with GPU work at the same instant on one device", opts.MaxBusyStreams),
@@ -117,6 +125,17 @@ func collectorRules(opts Options) []Rule {
 			"",
 			pricing(SyncEveryLaunch, opts)},
 	}
+}
+
+// raceScope says what the race lint cannot see, in a recording with
+// kernel parameter values or without.
+func raceScope(kernels bool) string {
+	const allocs = "only memory allocated while traced (cudaMalloc and the like) is followed"
+	if !kernels {
+		return "copies and memsets only: kernel arguments were not recorded (record --kernel-args), so what kernels read and write is not seen; " + allocs
+	}
+	return fmt.Sprintf("a kernel is taken to use each device pointer among the first %d bytes of its parameter values (a pointer inside a larger struct passed by value, or past them, is not seen), one byte at it (a race elsewhere in what it reads or writes is missed); whether it reads or writes is not known, so a race with a kernel is possible, not proven: two streams that only read the same memory show as one; %s",
+		event.KernelWindow, allocs)
 }
 
 // pricing says how a lint's findings are priced.
@@ -171,6 +190,9 @@ func (n *namer) site(p *model.Process, s site) named {
 func (n *namer) evidence(p *model.Process, r ref, role string) Evidence {
 	e := Evidence{Role: role, Call: (&model.Call{API: r.api, Symbol: r.symbol}).SymbolName(), Seq: r.seq, TID: r.tid,
 		Stream: int(r.stream), Bytes: r.bytes}
+	if r.kernel() {
+		e.Kernel = describe.KernelOf(n.r.Names, p, r.fn).Display
+	}
 	if r.start > n.r.Start {
 		e.AtNs = r.start - n.r.Start
 	}
@@ -254,9 +276,12 @@ func (c *Collector) groupFinding(n *namer, p *model.Process, ps *proc, l int, ru
 			if role == "" {
 				continue
 			}
+			if l == lRace && k == 0 && g.calls[0].kernel() {
+				role = "may write"
+			}
 			e := n.evidence(p, g.calls[k], role)
 			calls = append(calls, e)
-			fmt.Fprintf(&key, "%s|%s|", e.Call, e.Site)
+			fmt.Fprintf(&key, "%s|%s|%s|", e.Call, e.Kernel, e.Site)
 			if e.Site == "" {
 				// No stack: the raw key's thread and stream tell sites apart.
 				fmt.Fprintf(&key, "%d|%d|", g.key.tid, e.Stream)
@@ -290,7 +315,9 @@ func (c *Collector) groupFinding(n *namer, p *model.Process, ps *proc, l int, ru
 		return Finding{}, false
 	}
 	slices.SortStableFunc(list, func(a, b *merged) int {
-		return cmp.Or(cmp.Compare(b.cost(), a.cost()), cmp.Compare(b.count, a.count), cmp.Compare(a.first, b.first))
+		// Races: what the calls prove first (their cost is no time).
+		return cmp.Or(cmp.Compare(proofOf(a.calls).rank, proofOf(b.calls).rank), cmp.Compare(b.cost(), a.cost()),
+			cmp.Compare(b.count, a.count), cmp.Compare(a.first, b.first))
 	})
 	f := Finding{ID: rule.ID, Title: rule.Title, PID: p.PID, Process: p.Label(), Sites: len(list), Fix: rule.Fix, Scope: rule.Scope}
 	var bytes uint64
@@ -305,7 +332,8 @@ func (c *Collector) groupFinding(n *namer, p *model.Process, ps *proc, l int, ru
 		f.Cost.AtMost = f.Cost.AtMost || m.atMost
 	}
 	for _, m := range list[:min(len(list), c.opts.Examples)] {
-		f.Examples = append(f.Examples, Example{Count: m.count, CostNs: m.cost(), CostAtMost: m.atMost, Note: note(l, m), Calls: m.calls})
+		f.Examples = append(f.Examples, Example{Count: m.count, CostNs: m.cost(), CostAtMost: m.atMost, Note: note(l, m),
+			Proof: proofOf(m.calls).name, Calls: m.calls})
 	}
 	switch l {
 	case lLegacy:
@@ -313,6 +341,7 @@ func (c *Collector) groupFinding(n *namer, p *model.Process, ps *proc, l int, ru
 		f.Cost.Kind, f.Cost.Ns = CostSerialized, f.Cost.Ns+ps.legacy.bound.total()
 	case lRace:
 		f.Cost.Kind = CostCorrectness
+		f.Scope = raceScope(ps.kernelArgs)
 	case lPageable, lSync:
 		f.Cost.Kind = CostBlocked
 	}
@@ -325,6 +354,10 @@ func (c *Collector) groupFinding(n *namer, p *model.Process, ps *proc, l int, ru
 		f.Unit = "uses"
 		f.Summary = fmt.Sprintf("%s device memory another stream wrote, with no event wait or synchronization known between (%s, at %s)",
 			plural(f.Count, "copy or memset used", "copies and memsets used"), units.Bytes(bytes), plural(f.Sites, "pair of sites", "pairs of sites"))
+		if ps.kernelArgs {
+			f.Summary = fmt.Sprintf("%s device memory another stream wrote or gave a kernel, with no event wait or synchronization known between (at %s; the strongest evidence: %s)",
+				plural(f.Count, "copy, memset or kernel used", "copies, memsets and kernels used"), plural(f.Sites, "pair of sites", "pairs of sites"), proofOf(list[0].calls).words)
+		}
 	case lPageable:
 		f.Unit = "copies"
 		f.Summary = fmt.Sprintf("%s (%s) from %s, each at least %d times",
@@ -342,14 +375,39 @@ func note(l int, m *merged) string {
 	case lLegacy:
 		return fmt.Sprintf("%s %s", units.Bytes(m.bytes), m.key.kind)
 	case lRace:
-		return fmt.Sprintf("%s in all; first at 0x%x, offset %s into a %s allocation at 0x%x",
-			units.Bytes(m.bytes), m.addr, units.Bytes(m.addr-m.allocStart), units.Bytes(m.allocSize), m.allocStart)
+		where := fmt.Sprintf("at 0x%x, offset %s into a %s allocation at 0x%x", m.addr, units.Bytes(m.addr-m.allocStart), units.Bytes(m.allocSize), m.allocStart)
+		if m.calls[0].Kernel != "" || m.calls[1].Kernel != "" {
+			return "first " + where + ", a pointer a kernel was given" // the extent a kernel uses is not known
+		}
+		return fmt.Sprintf("%s in all; first %s", units.Bytes(m.bytes), where)
 	case lPageable:
 		return fmt.Sprintf("%s %s in all", units.Bytes(m.bytes), m.key.kind)
 	case lSync:
 		return fmt.Sprintf("%s, the longest %d launches", plural(m.runs, "run", "runs"), m.longest)
 	}
 	return ""
+}
+
+// proof is what a race's calls prove: its rank (0 strongest), its name
+// (Example.Proof) and its words.
+type proof struct {
+	rank        int
+	name, words string
+}
+
+func proofOf(calls []Evidence) proof {
+	if len(calls) < 2 {
+		return proof{}
+	}
+	switch w, u := calls[0].Kernel != "", calls[1].Kernel != ""; {
+	case !w && !u:
+		return proof{0, "copies", "copies or memsets on both sides"}
+	case !w:
+		return proof{1, "write then kernel", "a kernel given memory a copy or memset wrote"}
+	case !u:
+		return proof{2, "kernel then use", "a copy or memset of memory a kernel was given, which it may only have read"}
+	}
+	return proof{3, "kernels", "two kernels given the same memory, which both may only have read"}
 }
 
 func (c *Collector) streamFindings(n *namer, p *model.Process, ps *proc, rule Rule) []Finding {
@@ -514,6 +572,9 @@ func writeFinding(b *strings.Builder, f *Finding, opts TextOptions) {
 			} else if e.Note != "" {
 				head += ": " + e.Note
 			}
+			if e.Proof != "" {
+				head += " [" + proofOf(e.Calls).words + "]"
+			}
 			if e.CostNs > 0 {
 				at := ""
 				if e.CostAtMost {
@@ -536,7 +597,11 @@ func writeFinding(b *strings.Builder, f *Finding, opts TextOptions) {
 			if f.ID == ManyBusyStreams {
 				extra = "\t" + e.Note
 			}
-			fmt.Fprintf(tw, "%s    %s\t%s\t+%s\t%s\t%s\tat %s%s\n", indent, ev.Role, ev.Call, units.Offset(ev.AtNs), threadLabel(ev), streamLabel(ev), where, extra)
+			call := ev.Call
+			if ev.Kernel != "" {
+				call += " " + ev.Kernel
+			}
+			fmt.Fprintf(tw, "%s    %s\t%s\t+%s\t%s\t%s\tat %s%s\n", indent, ev.Role, call, units.Offset(ev.AtNs), threadLabel(ev), streamLabel(ev), where, extra)
 		}
 	}
 	tw.Flush()
