@@ -17,7 +17,15 @@ const (
 	Runtime Layer = iota + 1 // libcudart (shared or linked statically)
 	Driver                   // libcuda.so.1
 	NCCL                     // libnccl.so.2
+	// NVTX is the NVIDIA Tools Extension: annotations a program makes
+	// (ranges, marks), hooked where a library exports them (NVTX v2's
+	// libnvToolsExt.so.1); NVTX v3, header-only, reaches cudatap through
+	// its injection library instead (tracer/gputime, launch mode).
+	NVTX
 )
+
+// Layers lists every layer, in id order.
+var Layers = []Layer{Runtime, Driver, NCCL, NVTX}
 
 func (l Layer) String() string {
 	switch l {
@@ -27,6 +35,8 @@ func (l Layer) String() string {
 		return "driver"
 	case NCCL:
 		return "nccl"
+	case NVTX:
+		return "nvtx"
 	}
 	return "unknown"
 }
@@ -38,9 +48,16 @@ func (l Layer) Category() string {
 		return "cuda_driver"
 	case NCCL:
 		return "nccl"
+	case NVTX:
+		return AnnotationCategory
 	}
 	return "cuda_runtime"
 }
+
+// AnnotationCategory is the Chrome-trace category of NVTX ranges and
+// marks: Kineto's for the program's own annotations (record_function,
+// ProfilerStep#N), which HTA reads as such.
+const AnnotationCategory = "user_annotation"
 
 // Class says what a call does to the stream model.
 type Class uint8
@@ -77,6 +94,9 @@ const (
 	ClassGraphInstantiate
 	ClassSetDevice // the calling thread's current device
 	ClassCommInit  // an NCCL communicator made: rank and world size
+	// ClassAnnotation: an NVTX range pushed or popped, started or ended, or
+	// a mark: the program's own annotation, no CUDA work.
+	ClassAnnotation
 )
 
 // ABI is a calling convention the BPF programs read arguments by. A
@@ -456,6 +476,16 @@ const (
 	CuMemAllocFromPoolAsync
 	CuMemCreate
 	CuMemRelease
+
+	// NVTX (appended): the program's annotations. A message is copied as
+	// a string (Args.Ptr keys it: MessageKey); the injection library's
+	// records (tracer/gputime) carry the same APIs, with the domain in
+	// Ext[0] and the message of any NVTX call (Ex, W and domain variants).
+	NvtxRangePushA
+	NvtxRangePop
+	NvtxRangeStartA
+	NvtxRangeEnd
+	NvtxMarkA
 	numAPIs
 )
 
@@ -587,6 +617,14 @@ var specs = [...]Spec{
 	// makes these, so they are hooked under a runtime too.
 	{API: CuMemCreate, Name: "cuMemCreate", Layer: Driver, Class: ClassMalloc, Return: true, OutArg: 1, Handle: true, DriverOnly: true},
 	{API: CuMemRelease, Name: "cuMemRelease", Layer: Driver, Class: ClassFree, Handle: true, DriverOnly: true},
+
+	// NVTX: nvtxRangePushA(message), nvtxRangePop(), nvtxRangeStartA(message)
+	// → id (read at return), nvtxRangeEnd(id), nvtxMarkA(message).
+	{API: NvtxRangePushA, Name: "nvtxRangePushA", Layer: NVTX, Class: ClassAnnotation, StrArg: 1},
+	{API: NvtxRangePop, Name: "nvtxRangePop", Layer: NVTX, Class: ClassAnnotation},
+	{API: NvtxRangeStartA, Name: "nvtxRangeStartA", Layer: NVTX, Class: ClassAnnotation, Return: true, StrArg: 1},
+	{API: NvtxRangeEnd, Name: "nvtxRangeEnd", Layer: NVTX, Class: ClassAnnotation},
+	{API: NvtxMarkA, Name: "nvtxMarkA", Layer: NVTX, Class: ClassAnnotation, StrArg: 1},
 }
 
 // The per-thread-default-stream builds export each stream call twice.
@@ -715,6 +753,8 @@ func (l Layer) ProbeSymbol() string {
 		return "cuLaunchKernel"
 	case NCCL:
 		return "ncclAllReduce"
+	case NVTX:
+		return "nvtxRangePushA"
 	}
 	return ""
 }

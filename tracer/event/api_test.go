@@ -49,6 +49,9 @@ var outPointerArg = map[API]int{
 var strArg = map[API]int{
 	CuModuleGetFunction: 2, // (CUfunction *, CUmodule, const char *name)
 	CuLibraryGetKernel:  2, // (CUkernel *, CUlibrary, const char *name)
+	NvtxRangePushA:      0, // (const char *message)
+	NvtxRangeStartA:     0,
+	NvtxMarkA:           0,
 }
 
 // stubArg is, for launches, the index of the kernel argument (host stub or
@@ -77,7 +80,7 @@ var slots = map[API]int{
 
 var abis = []ABI{SysV, AAPCS64}
 
-var layerPrefix = map[Layer]string{Runtime: "cuda", Driver: "cu", NCCL: "nccl"}
+var layerPrefix = map[Layer]string{Runtime: "cuda", Driver: "cu", NCCL: "nccl", NVTX: "nvtx"}
 
 func TestSpecTable(t *testing.T) {
 	if int(numAPIs)-1 != len(specs) {
@@ -172,12 +175,13 @@ func TestSpecTable(t *testing.T) {
 		if s.Deref0 != (s.API == CudaLaunchKernelExC || s.API == CuLaunchKernelEx) {
 			t.Errorf("%s: Deref0 = %v", s.Name, s.Deref0)
 		}
-		// The kernel name argument of load-time calls, copied as a string.
+		// The kernel name argument of load-time calls, and NVTX messages,
+		// copied as a string.
 		if w, has := strArg[s.API]; (has && s.StrArg != w+1) || (!has && s.StrArg != 0) {
 			t.Errorf("%s: StrArg %d, want %d", s.Name, s.StrArg, w+1)
 		}
-		if s.StrArg != 0 && (s.StrArg-1 >= 6 || s.Class != ClassFuncName) {
-			t.Errorf("%s: StrArg %d is not a copied argument of a load-time call", s.Name, s.StrArg)
+		if s.StrArg != 0 && (s.StrArg-1 >= 6 || (s.Class != ClassFuncName && s.Class != ClassAnnotation)) {
+			t.Errorf("%s: StrArg %d is not a copied argument of a load-time call or an annotation", s.Name, s.StrArg)
 		}
 		// Launches hand their kernel argument between the layers.
 		if s.StubArg != stubArg[s.API] || (s.StubArg != 0 && s.Class != ClassLaunch) {
@@ -231,7 +235,7 @@ func TestLookup(t *testing.T) {
 	}
 	// Every spec is in exactly one layer's list, in id order.
 	seen := map[API]bool{}
-	for _, l := range []Layer{Runtime, Driver, NCCL} {
+	for _, l := range Layers {
 		got := Specs(l)
 		if len(got) == 0 {
 			t.Errorf("no %v specs", l)
@@ -265,6 +269,7 @@ func TestLayer(t *testing.T) {
 		{Runtime, "runtime", "cuda_runtime", "cudaLaunchKernel"},
 		{Driver, "driver", "cuda_driver", "cuLaunchKernel"},
 		{NCCL, "nccl", "nccl", "ncclAllReduce"},
+		{NVTX, "nvtx", "user_annotation", "nvtxRangePushA"},
 		{0, "unknown", "cuda_runtime", ""},
 		{9, "unknown", "cuda_runtime", ""},
 	}

@@ -42,15 +42,15 @@ type Args struct {
 	SharedMem uint64
 	Dst, Src  uint64
 	Bytes     uint64
-	Event     uint64
+	Event     uint64 // a CUDA event; NVTX: the id of a started range
 	Flags     uint32
 	Priority  int32
-	Ptr       uint64 // allocation, pinned range, graph exec; the handle a load-time call names
+	Ptr       uint64 // allocation, pinned range, graph exec; the handle a load-time call names; NVTX: the message (MessageKey)
 	Graph     uint64 // the graph a capture made or an instantiation used
 	Size      uint64 // allocation or pinned-range size; NCCL: element count
 	// NCCL
-	Comm     uint64
-	Peer     int32 // root (broadcast, reduce) or peer (send, recv); -1 = none
+	Comm     uint64 // the communicator; NVTX: the domain (0: the default one)
+	Peer     int32  // root (broadcast, reduce) or peer (send, recv); -1 = none
 	DataType uint8
 	RedOp    uint8
 
@@ -255,6 +255,17 @@ func (e *Event) Decode(a *Args) {
 		} else {
 			a.Peer, a.CommID = int32(r[2]), r[6]
 		}
+	case NvtxRangePushA, NvtxMarkA:
+		a.Ptr, a.Comm = MessageKey(e.Copy), e.nvtxDomain()
+	case NvtxRangeStartA:
+		a.Ptr, a.Comm = MessageKey(e.Copy), e.nvtxDomain()
+		if e.HasReturn() {
+			a.Event = uint64(e.Ret) // the range's id, which nvtxRangeEnd is given
+		}
+	case NvtxRangePop:
+		a.Comm = e.nvtxDomain()
+	case NvtxRangeEnd:
+		a.Event, a.Comm = r[0], e.nvtxDomain()
 	case NcclSend, NcclRecv:
 		// (buf, count, type, peer, comm, stream): send reads buf, recv writes it.
 		a.Size, a.DataType, a.Peer, a.Comm, a.Stream, a.HasStream = r[1], uint8(r[2]), int32(r[3]), r[4], r[5], true
@@ -279,8 +290,41 @@ func driverCopyKind(a API) MemcpyKind {
 	return DefaultKind
 }
 
-// String returns the C string a load-time call named (cuModuleGetFunction's
-// kernel name), copied by the BPF side into the record.
+// FlagInjected marks an NVTX record the tracer made from what cudatap's
+// NVTX injection library reported (tracer/gputime) rather than a probe's:
+// Ext[0] holds the call's domain. Recorded with the event.
+const FlagInjected = 0x20000
+
+// nvtxDomain is the domain of an NVTX record: 0, the default one, for a
+// hooked library's calls (its domain variants are not hooked).
+func (e *Event) nvtxDomain() uint64 {
+	if e.Flags&FlagInjected != 0 {
+		return e.Ext[0]
+	}
+	return 0
+}
+
+// MessageKey is the key of an NVTX message (Args.Ptr of its calls): FNV-1a
+// of its bytes up to the first NUL, never 0; 0 for an empty one. The model
+// names it (model.Process.Messages).
+func MessageKey(s []byte) uint64 {
+	h := uint64(14695981039346656037)
+	n := 0
+	for _, c := range s {
+		if c == 0 {
+			break
+		}
+		h = (h ^ uint64(c)) * 1099511628211
+		n++
+	}
+	if n == 0 {
+		return 0
+	}
+	return max(h, 1)
+}
+
+// String returns the C string a call named (cuModuleGetFunction's kernel
+// name, an NVTX message), copied by the BPF side into the record.
 func (e *Event) String() string {
 	b := e.Copy
 	for i, c := range b {

@@ -233,6 +233,14 @@ var argsCases = []argsCase{
 		want: Args{Ptr: 0x55aa0010, Size: 2 << 20}},
 	{api: CuMemRelease, args: regs(0x55aa0010),
 		want: Args{Ptr: 0x55aa0010}},
+	// NVTX: the message is copied as a string (Ptr keys it, 0 when none
+	// was copied, as here); the domain is the injection library's
+	// (FlagInjected: TestNVTXMessage), 0 for a hooked library's calls.
+	{api: NvtxRangePushA, args: regs(0x7f0010), ext: [NExt]uint64{0xd0}, want: Args{}},
+	{api: NvtxRangePop, want: Args{}},
+	{api: NvtxRangeStartA, args: regs(0x7f0010), want: Args{}},
+	{api: NvtxRangeEnd, args: regs(42), want: Args{Event: 42}},
+	{api: NvtxMarkA, args: regs(0x7f0010), want: Args{}},
 	{api: CuMemFreeAsync, args: regs(0x7f3100000000, 0x5500aa),
 		want: Args{Ptr: 0x7f3100000000, Stream: 0x5500aa, HasStream: true}},
 	{api: CuMemHostAlloc, args: regs(0x7ffd5000, 1<<22, 2), out: 0x7f4600000000,
@@ -387,5 +395,29 @@ func TestMemcpyKindString(t *testing.T) {
 	// cudaMemcpyKind values are the ABI's.
 	if HostToHost != 0 || HostToDevice != 1 || DeviceToHost != 2 || DeviceToDevice != 3 || DefaultKind != 4 {
 		t.Error("MemcpyKind values differ from cudaMemcpyKind")
+	}
+}
+
+// TestNVTXMessage: an NVTX call's message is keyed by its bytes up to the
+// first NUL (the BPF side copies the NUL, the injection library may not),
+// never 0 but for an empty one; a started range's id is its return value.
+func TestNVTXMessage(t *testing.T) {
+	step := MessageKey([]byte("step 3\x00garbage"))
+	if step == 0 || step != MessageKey([]byte("step 3")) || step == MessageKey([]byte("step 4")) {
+		t.Errorf("MessageKey: step 3 = %#x, without its NUL %#x, step 4 %#x", step, MessageKey([]byte("step 3")), MessageKey([]byte("step 4")))
+	}
+	if MessageKey(nil) != 0 || MessageKey([]byte{0, 'x'}) != 0 {
+		t.Error("an empty message has a key")
+	}
+	for _, api := range []API{NvtxRangePushA, NvtxRangeStartA, NvtxMarkA} {
+		e := Event{Cookie: Lookup(api).Cookie(0), Copy: []byte("step 3\x00"), Ret: 7, Flags: FlagHasRet | FlagInjected, Ext: [NExt]uint64{0xd0}}
+		var a Args
+		e.Decode(&a)
+		if a.Ptr != step || e.String() != "step 3" || a.Comm != 0xd0 {
+			t.Errorf("%v: Ptr %#x, want %#x; String %q; domain %#x, want 0xd0", api, a.Ptr, step, e.String(), a.Comm)
+		}
+		if want := map[bool]uint64{true: 7}[api == NvtxRangeStartA]; a.Event != want {
+			t.Errorf("%v: Event %d, want %d", api, a.Event, want)
+		}
 	}
 }
