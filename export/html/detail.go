@@ -38,7 +38,6 @@ type opSlice struct {
 	bytes           uint64
 	fn              uint64
 	id, call, after int
-	graphOps        int32
 	kind            model.OpKind
 	copy            event.MemcpyKind
 	api             event.API
@@ -139,7 +138,7 @@ func (d *detail) op(row int, pid uint32, op *model.GPUOp, afterRow int) {
 	}
 	d.ops = append(d.ops, opSlice{row: int32(row), afterRow: int32(afterRow), pid: pid, tid: op.TID, start: op.Start, end: op.End,
 		enq: op.Enqueued, proven: proven(op), afterStart: op.AfterStart, bytes: op.Bytes, fn: op.Func, id: op.ID, call: op.Call,
-		after: op.After, graphOps: op.GraphOps, kind: op.Kind, copy: op.CopyKind, api: op.API, device: op.Device,
+		after: op.After, kind: op.Kind, copy: op.CopyKind, api: op.API, device: op.Device,
 		measured: op.Measured, bound: op.Bounded, pageable: op.Pageable, grid: op.Grid, block: op.Block, stream: int32(op.Stream)})
 }
 

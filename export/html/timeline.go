@@ -230,9 +230,6 @@ func (c *Collector) timeline(r *model.Result, byPID map[uint32]*model.Process, s
 		p := byPID[s.pid]
 		k := opKey{pid: s.pid, kind: s.kind, fn: s.fn, api: s.api, copy: s.copy, pageable: s.pageable}
 		name, kind := opName(r, p, k)
-		if s.kind == model.OpGraph && s.graphOps > 0 {
-			name = fmt.Sprintf("Graph launch (%d ops)", s.graphOps)
-		}
 		timing := int64(2)
 		switch {
 		case s.measured:

@@ -45,10 +45,11 @@ type Limits struct {
 	Streams   uint64 // streams merged into their process's other-streams stream (distinct, up to maxDistinct)
 	// Not followed: event records whose position was not kept (a wait on
 	// them is then not a dependency), graph captures and instantiations
-	// (their launches count no operations), kernel names and stubs (the
-	// kernels keep their raw address), allocations and pinned ranges (not
-	// counted in memory in use; copies from such a range count as
-	// pageable), and query poll loops (not reported as a synchronization).
+	// (their launches are one op each, their nodes unknown), kernel names
+	// and stubs (the kernels keep their raw address), allocations and
+	// pinned ranges (not counted in memory in use; copies from such a
+	// range count as pageable), and query poll loops (not reported as a
+	// synchronization).
 	Events      uint64
 	Graphs      uint64
 	KernelNames uint64
@@ -202,13 +203,4 @@ func (m *Model) track(r *Ranges, ptr, size uint64) bool {
 func removed(r *Ranges, p uint64) uint64 {
 	start, end, _ := r.RemoveAt(p)
 	return end - start
-}
-
-// keepGraph remembers that graph g holds n operations, while there is room.
-func (m *Model) keepGraph(graphs map[uint64]int32, g uint64, n int32) {
-	if _, known := graphs[g]; !known && len(graphs) >= maxGraphs {
-		m.drops.Limits.Graphs++
-		return
-	}
-	graphs[g] = n
 }

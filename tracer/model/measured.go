@@ -33,6 +33,7 @@ type Measurement struct {
 	Device           int8
 	Bytes            uint64
 	Name             string // a kernel's mangled name, as CUPTI gives it ("" unknown)
+	GraphNode        uint64 // CUPTI's id of the graph node that ran it; 0: not run by a graph launch
 	Correlation      uint32 // CUPTI's correlation id: a diagnosis only, not recorded
 }
 
@@ -159,6 +160,7 @@ func (m *Model) endMeasuring(ps *procState) {
 	m.releaseHeld(ps, ^uint64(0), false)
 	ps.measuring, ps.collectorDone = false, false
 	ps.byTID = map[uint32]*tidOps{}
+	m.dropAllParked(ps)
 	clear(ps.shared)
 }
 
@@ -234,6 +236,20 @@ func (m *Model) joinEarly(ps *procState) {
 
 func (m *Model) join(ps *procState, r *Measurement) {
 	op, late := ps.enqueuedBy(r.TID, r.APIStart, r.APIEnd)
+	if op != nil && op.InGraph() {
+		// One of the ops a graph launch ran: its node says which
+		// (graphs.go).
+		var wait bool
+		if op, wait = m.nodeOp(ps, op, r); wait {
+			return
+		}
+	}
+	m.apply(ps, op, r, late)
+}
+
+// apply draws op where measurement r says it ran (op nil: r matched no
+// op; late: its op went to the sink already).
+func (m *Model) apply(ps *procState, op *GPUOp, r *Measurement, late bool) {
 	if late || (op != nil && op.released) {
 		m.drops.GPUTimesLate++
 		m.missed(ps.p.PID, "late", r, op)

@@ -59,9 +59,10 @@ type Model struct {
 }
 
 type eventPos struct {
-	stream int
-	op     int // ID of the last GPU op on the stream at record time, -1 if none
-	call   int // Seq of the record call
+	stream  int
+	op      int      // ID of the last GPU op on the stream at record time, -1 if none
+	call    int      // Seq of the record call
+	capture *capture // the capture its stream recorded into, nil if none: a wait on it joins the capture
 }
 
 type pollKey struct {
@@ -141,7 +142,7 @@ type procState struct {
 	polls      map[pollKey]pollState
 	lastLegacy uint64
 	calls      int
-	capturing  map[int]int32 // stream id → operations captured so far
+	capturing  map[int]*capture // stream id → the capture it records into (graphs.go)
 	// NCCL groups open per thread, and the collectives called inside
 	// them: NCCL enqueues those only at the outermost ncclGroupEnd, so no
 	// synchronization or query before it proves them complete.
@@ -151,8 +152,13 @@ type procState struct {
 	// measured process, until their thread's ops are trimmed past them
 	// (measured.go): their GPU records cannot be told apart.
 	shared map[int]bool
-	graphs map[uint64]int32 // captured graph → its operations
-	execs  map[uint64]int32 // instantiated graph → its operations
+	// Graphs and executable graphs by handle, the nodes they hold, and
+	// the measured launches not all released (graphs.go).
+	graphs     map[uint64]*graphDef
+	execs      map[uint64]*execDef
+	graphNodes int
+	launches   map[uint64]*launchState
+	nParked    int
 	// GPU ops by ID modulo len(ops): the pending ones and the most recent
 	// final ones. oldest is the lowest ID that may not be final yet.
 	ops     []GPUOp
@@ -256,7 +262,8 @@ func (m *Model) newProc(pid uint32) *procState {
 	p := &Process{PID: pid, Threads: map[uint32]struct{}{}, KernelNames: map[uint64]string{}, Stubs: map[uint64]uint64{}}
 	ps := &procState{p: p, byHandle: map[uint64]int{}, perThread: map[uint32]int{},
 		events: map[uint64]eventPos{}, polls: map[pollKey]pollState{},
-		capturing: map[int]int32{}, groups: map[uint32]*ncclGroup{}, deferred: map[int]bool{}, shared: map[int]bool{}, graphs: map[uint64]int32{}, execs: map[uint64]int32{},
+		capturing: map[int]*capture{}, groups: map[uint32]*ncclGroup{}, deferred: map[int]bool{}, shared: map[int]bool{},
+		graphs: map[uint64]*graphDef{}, execs: map[uint64]*execDef{}, launches: map[uint64]*launchState{},
 		ops: newOps(64), stacks: map[string]int32{}, pyIndex: map[string]int32{}, devices: map[uint32]int8{}}
 	// Stream 0 always exists: the legacy default stream.
 	ps.addStream(&Stream{Kind: StreamLegacy})
@@ -409,7 +416,7 @@ func (m *Model) Handle(ev *event.Event) {
 		m.enqueue(ps, GPUOp{Kind: OpKernel, Func: a.Func, Grid: a.Grid, Block: a.Block})
 	case event.ClassGraphLaunch:
 		p.Streams[call.Stream].Stats.GraphLaunches++
-		m.enqueue(ps, GPUOp{Kind: OpGraph, GraphOps: ps.execs[a.Ptr]})
+		m.graphLaunch(ps, a.Ptr)
 	case event.ClassHostFunc:
 		m.enqueue(ps, GPUOp{Kind: OpHostFunc, Func: a.Func})
 	case event.ClassMemcpy:
@@ -419,7 +426,7 @@ func (m *Model) Handle(ev *event.Event) {
 	case event.ClassEventRecord:
 		sid := int(call.Stream)
 		if _, known := ps.events[a.Event]; known || len(ps.events) < maxEvents {
-			ps.events[a.Event] = eventPos{stream: sid, op: ps.st[sid].lastOp, call: call.Seq}
+			ps.events[a.Event] = eventPos{stream: sid, op: ps.st[sid].lastOp, call: call.Seq, capture: ps.capturing[sid]}
 		} else {
 			m.drops.Limits.Events++
 		}
@@ -432,7 +439,9 @@ func (m *Model) Handle(ev *event.Event) {
 		if pos, found := ps.events[a.Event]; found {
 			m.sink.Dependency(p, &Dependency{Event: a.Event, RecordCall: pos.call, WaitCall: call.Seq,
 				FromStream: pos.stream, ToStream: int(call.Stream)})
-			if pos.op >= 0 {
+			if c := pos.capture; c != nil && ps.capturing[pos.stream] == c {
+				ps.capturing[int(call.Stream)] = c // forked into the capture: its work is the graph's
+			} else if pos.op >= 0 && ps.capturing[int(call.Stream)] == nil {
 				ps.st[call.Stream].waitAfter = pos.op
 			}
 		}
@@ -512,18 +521,11 @@ func (m *Model) Handle(ev *event.Event) {
 			}
 		}
 	case event.ClassCaptureBegin:
-		ps.capturing[int(call.Stream)] = 0
+		ps.beginCapture(int(call.Stream))
 	case event.ClassCaptureEnd:
-		if n, ok := ps.capturing[int(call.Stream)]; ok {
-			delete(ps.capturing, int(call.Stream))
-			if ok && a.Graph != 0 {
-				m.keepGraph(ps.graphs, a.Graph, n)
-			}
-		}
+		m.endCapture(ps, call)
 	case event.ClassGraphInstantiate:
-		if n, ok := ps.graphs[a.Graph]; ok && a.Ptr != 0 {
-			m.keepGraph(ps.execs, a.Ptr, n)
-		}
+		m.instantiate(ps, call)
 	case event.ClassCollective:
 		st := &p.Streams[call.Stream].Stats
 		st.Collectives++
@@ -707,23 +709,31 @@ func (m *Model) reserve(ps *procState) {
 // enqueue adds GPU work for the current call on its stream and returns the
 // op's ID (-1 when captured into a graph).
 func (m *Model) enqueue(ps *procState, op GPUOp) int {
+	m.corr++
+	return m.enqueueAs(ps, op, m.corr)
+}
+
+// enqueueAs enqueues op with correlation id corr (a graph launch gives
+// every op it runs its own).
+func (m *Model) enqueueAs(ps *procState, op GPUOp, corr uint64) int {
 	p := ps.p
 	call := &m.call
 	sid := int(call.Stream)
 	if sid < 0 {
 		sid = 0
 	}
-	if n, ok := ps.capturing[sid]; ok {
+	if c := ps.capturing[sid]; c != nil {
 		// Recorded into the graph being captured: it runs when the graph
 		// is launched, not now.
-		ps.capturing[sid] = n + 1
-		call.Captured = true
+		m.captured(ps, c, &op)
 		return -1
 	}
 	m.reserve(ps)
-	m.corr++
 	st := ps.st[sid]
-	op.ID, op.Stream, op.Call, op.Correlation, op.Enqueued, op.API, op.TID = ps.nextOp, sid, call.Seq, m.corr, call.Start, call.API, call.TID
+	op.ID, op.Stream, op.Call, op.Correlation, op.Enqueued, op.TID = ps.nextOp, sid, call.Seq, corr, call.Start, call.TID
+	if op.API == 0 {
+		op.API = call.API // a graph's op has the API of the call its node captured
+	}
 	op.EnqueueOnly = call.End <= call.Start
 	// A created stream belongs to the device it was created on; work on a
 	// default stream goes to the calling thread's current device.
@@ -749,7 +759,7 @@ func (m *Model) enqueue(ps *procState, op GPUOp) int {
 	ps.nextOp++
 	p.NGPUOps++
 	p.Streams[sid].Stats.GPUOps++
-	call.GPUOp, call.Correlation = op.ID, m.corr
+	call.GPUOp, call.Correlation = op.ID, corr
 
 	if sid == 0 {
 		// The legacy default stream waits for every blocking stream with
@@ -1111,6 +1121,9 @@ func (m *Model) release(ps *procState, op *GPUOp) {
 	if ps.p.Measured && !op.Measured {
 		m.drops.GPUTimesUnmeasured++
 	}
+	if op.Node != 0 {
+		ps.launchReleased(op)
+	}
 	ps.overlap.add(op)
 	m.sink.GPUOp(ps.p, op)
 }
@@ -1141,6 +1154,7 @@ func (m *Model) conclude(ps *procState) {
 		}
 	}
 	m.joinEarly(ps)
+	m.dropAllParked(ps)
 	m.releaseHeld(ps, ^uint64(0), false)
 	ps.p.CommNs, ps.p.OverlapNs = ps.overlap.finish()
 	for sid, st := range ps.st {

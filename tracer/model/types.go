@@ -84,7 +84,8 @@ type StreamStats struct {
 	SyncBlockedNs uint64 // host time blocked in them
 	Collectives   int64  // NCCL operations enqueued
 	CommBytes     uint64 // their payload bytes
-	GPUOps        int64  // GPU operations enqueued (not captured into a graph)
+	GPUOps        int64  // GPU operations enqueued (not captured into a graph), a graph launch's included
+	GraphOps      int64  // of them, those graph launches ran: each launch's nodes (graphs.go)
 	// The stream's GPU busy time lies in [BusyNs, BusyMaxNs]. BusyMaxNs
 	// bounds it from above without kernel timings (see busyBounds);
 	// BusyNs is what CUPTI measured (the union of the measured ops'
@@ -240,8 +241,11 @@ type GPUOp struct {
 	AfterStream int32  // and its stream, -1 when unknown (it left the window)
 	TID         uint32 // thread of the enqueue call
 	Grid, Block event.Dim3
-	GraphOps    int32     // graph launches: operations captured into the graph, 0 if unknown
-	API         event.API // the call that enqueued it (names collectives)
+	// Node: run by a graph launch (InGraph), as one of its graph's nodes:
+	// 1 + the index of that node in Process.GraphNodes (NodeOf), -1 when
+	// the node's call was not kept; 0 = not a graph's op.
+	Node        int32
+	API         event.API // the call that enqueued it (names collectives); a graph's op: the call its node captured
 	Kind        OpKind
 	CopyKind    event.MemcpyKind
 	Device      int8 // the device it ran on, DeviceUnknown when cudatap cannot tell
@@ -325,6 +329,9 @@ type Process struct {
 	// before cudatap attached, by a statically linked runtime).
 	MeasuredNames map[uint64]string
 	Stubs         map[uint64]uint64
+	// GraphNodes: the calls that made the nodes of its CUDA graphs (the
+	// capture sites), which the ops of graph launches point at (NodeOf).
+	GraphNodes []GraphNode
 	// Distinct captured user stacks (raw addresses, innermost first) and
 	// Python stacks (innermost first); calls and syncs index them.
 	Stacks   [][]uint64
@@ -332,7 +339,7 @@ type Process struct {
 
 	NCalls         int64   // calls handled
 	BySymbol       []int64 // calls per exact symbol: index API*symbolsPerAPI + symbol index
-	NGPUOps        int64   // GPU operations enqueued (not captured)
+	NGPUOps        int64   // GPU operations enqueued (not captured), a graph launch's nodes each
 	CommNs         uint64
 	OverlapNs      uint64 // communication time covered by compute on other streams (inferred)
 	DeviceMemInUse uint64

@@ -103,9 +103,10 @@ func CallName(c *model.Call) (spec *event.Spec, cat, name string) {
 
 // AppendOpName appends the name of a GPU op's slice that is not a kernel
 // (kernels are named by their full demangled name), as Kineto names it:
-// "Memcpy HtoD (Pinned -> Device)", "Memset (Device)"; and "Graph launch
-// (12 ops)", the collective. Only printable ASCII, which needs no
-// escaping in JSON.
+// "Memcpy HtoD (Pinned -> Device)", "Memset (Device)"; the collective; and
+// "Graph launch" for the launch of a graph whose nodes cudatap did not see
+// made (the ops of one it saw are named as their nodes). Only printable
+// ASCII, which needs no escaping in JSON.
 func AppendOpName(b []byte, op *model.GPUOp) []byte {
 	switch op.Kind {
 	case model.OpMemcpy:
@@ -136,11 +137,6 @@ func AppendOpName(b []byte, op *model.GPUOp) []byte {
 		b = append(b, "Memset (Device)"...)
 	case model.OpGraph:
 		b = append(b, "Graph launch"...)
-		if op.GraphOps > 0 {
-			b = append(b, " ("...)
-			b = strconv.AppendInt(b, int64(op.GraphOps), 10)
-			b = append(b, " ops)"...)
-		}
 	case model.OpCollective:
 		name := "nccl"
 		if s := event.Lookup(op.API); s != nil {
