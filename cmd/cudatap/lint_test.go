@@ -49,10 +49,11 @@ func (l *lastCall) Call(_ *model.Process, c *model.Call) {
 }
 
 // recordScenario records a simulated workload's scenario to a .cudatap file
-// with the stacks record takes by default, and returns it with the
-// workload's report. syncs is the number of cudaDeviceSynchronize calls
-// the scenario makes, its last call last.
-func recordScenario(t *testing.T, b *sim.Build, scenario string, iters, syncs int) (string, *sim.Report) {
+// with the stacks record takes by default (configure, if given, changes
+// the session's config), and returns it with the workload's report. syncs
+// is the number of cudaDeviceSynchronize calls the scenario makes, its
+// last call last.
+func recordScenario(t *testing.T, b *sim.Build, scenario string, iters, syncs int, configure ...func(*tracer.Config)) (string, *sim.Report) {
 	t.Helper()
 	rec := filepath.Join(t.TempDir(), scenario+".cudatap")
 	f, err := os.Create(rec)
@@ -63,12 +64,16 @@ func recordScenario(t *testing.T, b *sim.Build, scenario string, iters, syncs in
 	pr, pw := io.Pipe()
 	var stdout bytes.Buffer
 	last := &lastCall{n: syncs, exit: pw}
-	out, err := tracer.Run(context.Background(), tracer.Config{
+	cfg := tracer.Config{
 		Command: []string{b.Workload, "--scenario", scenario, "--iters", strconv.Itoa(iters), "--wait-before-exit"},
 		Stacks:  probe.StacksSync, NVMLInterval: -1, Duration: time.Minute,
 		Stdin: pr, Stdout: &stdout, Stderr: os.Stderr,
 		Recording: f, Sink: last,
-	})
+	}
+	for _, c := range configure {
+		c(&cfg)
+	}
+	out, err := tracer.Run(context.Background(), cfg)
 	if err != nil {
 		t.Fatalf("%s: %v", scenario, err)
 	}
@@ -190,6 +195,60 @@ func TestLintScenarios(t *testing.T) {
 			if !strings.Contains(stdout, s) {
 				t.Errorf("lint text lacks %q:\n%s", s, stdout)
 			}
+		}
+	})
+
+	// Kernels given device memory through their parameters (record
+	// --kernel-args, and --stacks all for the launches' lines): a kernel
+	// reading what a kernel on another stream was given (y = x @ x, then
+	// relu(y)), the same after an event wait (no race), a kernel given
+	// what a copy on another stream wrote, a read-back of what a kernel on
+	// another stream was given; ranked copy first. Without the parameter
+	// values none of them is seen.
+	t.Run("kernel-race", func(t *testing.T) {
+		const syncs = 4*n + 1
+		rec, rep := recordScenario(t, b, "lint-kernel-race", n, syncs, func(c *tracer.Config) {
+			c.KernelArgs, c.Stacks = true, probe.StacksAll
+		})
+		doc := lintJSON(t, rec)
+		if !slices.Equal(lintIDs(doc.Findings), []lint.ID{lint.CrossStreamRace}) {
+			t.Fatalf("findings %v", lintIDs(doc.Findings))
+		}
+		f := doc.Findings[0]
+		if rep.Calls["cudaLaunchKernel"] != 6*n || f.Count != 3*n || f.Sites != 3 || len(f.Examples) != 3 || f.Level != lint.LevelError ||
+			!strings.Contains(f.Scope, "a kernel is taken to use each device pointer") {
+			t.Fatalf("finding %+v (%d launches made)", f, rep.Calls["cudaLaunchKernel"])
+		}
+		launch := []string{"cuLaunchKernel", "cudaLaunchKernel"}
+		for i, want := range []struct {
+			proof                string
+			writeRole, writeSite string
+			writeCalls           []string
+			useSite              string
+			useCalls             []string
+		}{
+			{"write then kernel", "write", "lint_produce (workload)", []string{"cudaMemcpyAsync"}, "race_consume_input (workload)", launch},
+			{"kernel then use", "may write", "race_produce (workload)", launch, "race_read_back (workload)", []string{"cudaMemcpyAsync"}},
+			{"kernels", "may write", "race_produce (workload)", launch, "race_consume (workload)", launch},
+		} {
+			ex := f.Examples[i]
+			if ex.Proof != want.proof || ex.Count != n {
+				t.Errorf("example %d: %+v, want %q ×%d", i, ex, want.proof, n)
+				continue
+			}
+			w, u := ex.Calls[0], ex.Calls[1]
+			checkCall(t, want.proof+" write", w, want.writeRole, want.writeSite, 1, want.writeCalls...)
+			checkCall(t, want.proof+" use", u, "use", want.useSite, 2, want.useCalls...)
+			for _, c := range ex.Calls {
+				if slices.Contains(launch, c.Call) != (c.Kernel != "") || c.Kernel != "" && !strings.HasPrefix(c.Kernel, "sim_") {
+					t.Errorf("%s: %s names kernel %q", want.proof, c.Call, c.Kernel)
+				}
+			}
+		}
+		// Without the kernels' parameter values, no race is seen.
+		rec, _ = recordScenario(t, b, "lint-kernel-race", 1, 5)
+		if doc := lintJSON(t, rec); len(doc.Findings) != 0 {
+			t.Errorf("without --kernel-args: findings %+v", doc.Findings)
 		}
 	})
 

@@ -35,6 +35,7 @@ type recordOptions struct {
 	perSymbol   bool
 	gpuTimes    bool
 	cupti       string
+	kernelArgs  bool
 	json        bool
 	report      string
 	follow      bool // -p: also what the processes start from now on
@@ -67,6 +68,7 @@ func newRecordCmd(g *globalOptions) *cobra.Command {
 	f.DurationVar(&o.nvml, "nvml-interval", 100*time.Millisecond, "GPU sampling period through NVML (negative: off)")
 	f.BoolVar(&o.waitForCUDA, "wait-for-cuda", false, "accept target processes that have not loaded CUDA yet and hook it when they do")
 	onOffFlag(cmd, &o.gpuTimes, "gpu-times", true, "measure GPU ops with the target's own CUPTI (a collector loaded through CUDA_INJECTION64_PATH for a command, by ptrace into a running process), handed over to a profiler the target starts itself: on or off (--all and --container: off unless given); without CUPTI, or off, GPU ops are drawn within proven bounds")
+	f.BoolVar(&o.kernelArgs, "kernel-args", false, "copy each launch's kernel parameter values (512 bytes behind kernelParams), so that the cross-stream-race lint sees which device memory each kernel was given (docs/lints.md; a launch record grows from 192 to 760 bytes)")
 	f.StringVar(&o.cupti, "cupti", "", "the libcupti GPU times use, as the target sees it (default: the one it loaded, the one next to its libcudart, or the toolkit's)")
 	f.BoolVar(&o.json, "json", false, "write the summary as JSON (schema: docs/formats.md, \"JSON output\"); also with --quiet")
 	f.StringVar(&o.report, "report", "", "also write the HTML report (see cudatap report) to this file, and the device memory profile beside it")
@@ -164,7 +166,7 @@ func runRecord(cmd *cobra.Command, g *globalOptions, o *recordOptions, command [
 	cfg := tracer.Config{
 		PIDs: o.pids, Command: command, All: o.all, Container: o.container, Duration: o.duration, Stacks: stacks,
 		RingBufferBytes: o.ringBuffer, WaitForCUDA: o.waitForCUDA, NVMLInterval: o.nvml, NameWindow: nameWindow(o.nameWindow), PerSymbolUprobes: o.perSymbol,
-		GPUTimes: o.gpuTimes, CUPTIPath: o.cupti, Follow: follow,
+		GPUTimes: o.gpuTimes, CUPTIPath: o.cupti, Follow: follow, KernelArgs: o.kernelArgs,
 		Stdin: os.Stdin, Stdout: commandOut, Stderr: os.Stderr, Logger: g.logger(),
 	}
 	hangs := &hangWatch{progress: to.agg.Progress, w: stderr, status: status}

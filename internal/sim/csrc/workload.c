@@ -15,7 +15,7 @@
  * until PATH exists; then it sleeps --sleep-ms. The scenarios are described
  * at their functions: basic (the default), launches, ptsz, timing and all in
  * every build, and the lint scenarios (lint-legacy-nonblocking,
- * lint-cross-stream, lint-many-streams, lint-pageable-loop,
+ * lint-cross-stream, lint-kernel-race, lint-many-streams, lint-pageable-loop,
  * lint-sync-every-launch, lint-clean), each provoking one of cudatap's lints, oom and oom-exit (out of memory); driver, driver-all and mixed in the -DSIM_DRIVER build; nccl
  * in the -DSIM_NCCL build.
  *
@@ -1263,6 +1263,91 @@ static void scenario_lint_sync_every_launch(const struct options *o)
 	CK(cudaDeviceSynchronize);
 }
 
+/*
+ * Kernels launched as nvcc's generated host stubs launch them: the
+ * kernel's parameters are the stub's own, and kernelParams points at them
+ * on its stack (inlined here, so that each launch's site is the function
+ * that launches it). A tracer that copies the parameter values finds the
+ * device pointers each kernel was given.
+ */
+static inline __attribute__((always_inline)) void launch_gemm(const float *a, const float *b, float *c, int n, cudaStream_t s)
+{
+	void *args[] = { &a, &b, &c, &n };
+	dim3 grid = { 4, 1, 1 }, block = { 128, 1, 1 };
+	CK(cudaLaunchKernel, GEMM, grid, block, args, 0, s);
+}
+
+static inline __attribute__((always_inline)) void launch_relu(float *x, int n, cudaStream_t s)
+{
+	void *args[] = { &x, &n };
+	dim3 grid = { 4, 1, 1 }, block = { 128, 1, 1 };
+	CK(cudaLaunchKernel, RELU, grid, block, args, 0, s);
+}
+
+/* y = x @ x: a gemm given x (lint_mem.dev) twice and y (lint_mem.dev2). */
+__attribute__((noinline, used)) void race_produce(cudaStream_t s)
+{
+	launch_gemm(lint_mem.dev, lint_mem.dev, lint_mem.dev2, 256, s);
+}
+
+/* relu(y) */
+__attribute__((noinline, used)) void race_consume(cudaStream_t s)
+{
+	launch_relu(lint_mem.dev2, 256, s);
+}
+
+/* relu(x) */
+__attribute__((noinline, used)) void race_consume_input(cudaStream_t s)
+{
+	launch_relu(lint_mem.dev, 256, s);
+}
+
+/* y.cpu(): 4 KiB of y read back into pinned memory. */
+__attribute__((noinline, used)) void race_read_back(cudaStream_t s)
+{
+	CK(cudaMemcpyAsync, (char *)lint_mem.pinned + MiB, lint_mem.dev2, 4 * KiB, cudaMemcpyDeviceToHost, s);
+}
+
+/* lint-kernel-race: a producer and a consumer stream, both non-blocking;
+ * kernels given device buffers through their parameters. Per iteration,
+ * each case followed by cudaDeviceSynchronize: kernel → kernel, the
+ * producer computes y = x @ x (race_produce) and the consumer a relu of y
+ * (race_consume) with nothing between; the same ordered by an event the
+ * consumer waits for; copy → kernel, the producer uploads 256 KiB into x
+ * (lint_produce) and the consumer runs a relu of x (race_consume_input);
+ * kernel → copy, the producer computes y and the consumer reads 4 KiB of it
+ * back (race_read_back). 3N races at 3 pairs of sites (none without the
+ * kernels' parameter values); 4N+1 cudaDeviceSynchronize. */
+static void scenario_lint_kernel_race(const struct options *o)
+{
+	cudaStream_t producer, consumer;
+	cudaEvent_t ready;
+	lint_setup();
+	CK(cudaStreamCreateWithFlags, &producer, cudaStreamNonBlocking);
+	CK(cudaStreamCreateWithFlags, &consumer, cudaStreamNonBlocking);
+	CK(cudaEventCreateWithFlags, &ready, cudaEventDisableTiming);
+	for (long it = 0; it < o->iters; it++) {
+		race_produce(producer);
+		race_consume(consumer);
+		CK(cudaDeviceSynchronize);
+		race_produce(producer);
+		CK(cudaEventRecord, ready, producer);
+		CK(cudaStreamWaitEvent, consumer, ready, 0);
+		race_consume(consumer);
+		CK(cudaDeviceSynchronize);
+		lint_produce(producer);
+		race_consume_input(consumer);
+		CK(cudaDeviceSynchronize);
+		race_produce(producer);
+		race_read_back(consumer);
+		CK(cudaDeviceSynchronize);
+	}
+	CK(cudaEventDestroy, ready);
+	CK(cudaStreamDestroy, consumer);
+	CK(cudaStreamDestroy, producer);
+	lint_teardown();
+}
+
 /* lint-clean: what the lints ask for. A copy stream and a compute stream,
  * both non-blocking, pinned host buffers and two device buffers used in
  * turn. Per iteration: the copy stream waits until compute is done with
@@ -1543,6 +1628,7 @@ static const struct {
 	{ "lint-legacy-nonblocking", scenario_lint_legacy }, { "lint-cross-stream", scenario_lint_cross_stream },
 	{ "lint-many-streams", scenario_lint_many_streams }, { "lint-pageable-loop", scenario_lint_pageable_loop },
 	{ "lint-sync-every-launch", scenario_lint_sync_every_launch }, { "lint-clean", scenario_lint_clean },
+	{ "lint-kernel-race", scenario_lint_kernel_race },
 	{ "oom", scenario_oom }, { "oom-exit", scenario_oom_exit },
 #ifdef SIM_DRIVER
 	{ "driver", scenario_driver }, { "driver-all", scenario_driver_all }, { "mixed", scenario_mixed },
