@@ -2,6 +2,7 @@ package export_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -461,7 +462,7 @@ func merged(t *testing.T, path string) {
 	plan.Report(io.Discard)
 	var out bytes.Buffer
 	agg := export.NewAggregates()
-	res, err := plan.Replay(&out, func(*recording.Replay) model.Sink { return agg.Sink() }, nil)
+	res, err := plan.Replay(context.Background(), &out, func(*recording.Replay) model.Sink { return agg.Sink() }, nil)
 	if err != nil {
 		t.Fatalf("merge replay: %v", err)
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -22,6 +23,10 @@ const (
 	exitNoCUDA     = 5 // the target process maps no CUDA runtime, driver or NCCL
 	exitPartial    = 6 // outputs written, but not all of them, or from a recording that was cut
 	exitLint       = 7 // lint --fail-on LEVEL: a finding at that level or a more severe one fired
+	// A command that reads recordings (export, report, lint, syncs,
+	// merge) stopped by SIGINT, SIGTERM or SIGHUP before it finished:
+	// 128 + SIGINT, as shells report it.
+	exitInterrupted = 130
 )
 
 const exitCodesHelp = `Exit status: 0 ok; 1 any other failure; 2 usage (bad command, flag, argument or
@@ -29,8 +34,9 @@ output name); 3 not permitted (not root, no CAP_BPF/CAP_PERFMON/CAP_SYS_PTRACE);
 4 target not found (no such process, command or recording); 5 no CUDA in the
 target process; 6 partial output (an output could not be written, or the recording
 was cut: what was written is valid); 7 lint --fail-on LEVEL: a finding at that
-level or a more severe one fired. record with a command after --: the
-command's own status, unless cudatap itself failed.`
+level or a more severe one fired; 130 interrupted: export, report, lint, syncs
+or merge stopped by a signal before it finished (no half-written output). record
+with a command after --: the command's own status, unless cudatap itself failed.`
 
 // exitError ends cudatap with a status and prints nothing more: the traced
 // command's, or one already explained on stderr.
@@ -114,8 +120,10 @@ func checkTargets(pids []int, command []string) error {
 
 // openRecording opens a .cudatap file for a command that replays it
 // (what, in its messages): a directory, a FIFO or a missing file each get
-// an error that says what to do, before anything could block.
-func openRecording(in, what string) (*os.File, error) {
+// an error that says what to do, before anything could block. When ctx
+// ends (a signal), the file is closed: the replay stops at its next read
+// and the command's error goes through interrupted.
+func openRecording(ctx context.Context, in, what string) (*os.File, error) {
 	// Before opening: opening a FIFO would block until a writer comes.
 	if fi, err := os.Stat(in); err == nil && fi.IsDir() {
 		return nil, fmt.Errorf("%s is a directory: give the .cudatap recording inside it", in)
@@ -128,5 +136,19 @@ func openRecording(in, what string) (*os.File, error) {
 	} else if err != nil {
 		return nil, fmt.Errorf("open recording: %w", err)
 	}
+	if ctx.Err() != nil {
+		f.Close() // at once: AfterFunc's goroutine could come after the reads
+	}
+	context.AfterFunc(ctx, func() { f.Close() })
 	return f, nil
+}
+
+// interrupted is err, or, when a signal ended ctx, an error that says the
+// command what stopped and that its unfinished outputs were not written
+// (they are removed as after any failed replay), with exitInterrupted.
+func interrupted(ctx context.Context, what string, err error) error {
+	if err == nil || ctx.Err() == nil {
+		return err
+	}
+	return withCode(exitInterrupted, fmt.Errorf("%s interrupted by a signal before it finished: the outputs it had not finished were not written; run it again to write them", what))
 }

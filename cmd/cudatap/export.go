@@ -30,7 +30,7 @@ func newExportCmd(g *globalOptions) *cobra.Command {
   cudatap export -q run.cudatap -o - --format chrome | gzip > trace.json.gz`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runExport(cmd, g, o, args[0])
+			return interrupted(cmd.Context(), "export", runExport(cmd, g, o, args[0]))
 		},
 	}
 	cmd.Flags().StringArrayVarP(&o.outputs, "output", "o", nil, "output file, format from the extension (.json/.json.gz Chrome trace, .perfetto-trace Perfetto trace, .pb.gz pprof) (repeatable); - is stdout (with --format; the summary then goes to stderr)")
@@ -50,7 +50,7 @@ func runExport(cmd *cobra.Command, g *globalOptions, o *exportOptions, in string
 		}
 	}
 	summary, notes := g.summary(cmd, piped, o.json), g.notes(cmd)
-	f, err := openRecording(in, "export")
+	f, err := openRecording(cmd.Context(), in, "export")
 	if err != nil {
 		return err
 	}

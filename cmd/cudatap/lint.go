@@ -47,7 +47,7 @@ warning also on costly findings, --fail-on note on any). docs/lints.md has the d
   cudatap lint --fail-on warning run.cudatap || exit 1   # in CI`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runLint(cmd, o, args[0])
+			return interrupted(cmd.Context(), "lint", runLint(cmd, o, args[0]))
 		},
 	}
 	cmd.Flags().BoolVar(&o.json, "json", false, "write the findings, the rules and the loss account as JSON")
@@ -64,7 +64,7 @@ func runLint(cmd *cobra.Command, o *lintOptions, in string) error {
 		}
 		failOn = l
 	}
-	f, err := openRecording(in, "lint")
+	f, err := openRecording(cmd.Context(), in, "lint")
 	if err != nil {
 		return err
 	}

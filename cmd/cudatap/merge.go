@@ -40,7 +40,7 @@ method are printed and written into the outputs (docs/merge.md).`,
 		Example: "  cudatap merge node0.cudatap node1.cudatap -o job.json.gz\n  cudatap merge node*.cudatap -o job.cudatap -o job.json",
 		Args:    cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runMerge(cmd, o, args)
+			return interrupted(cmd.Context(), "merge", runMerge(cmd, o, args))
 		},
 	}
 	cmd.Flags().StringArrayVarP(&o.outputs, "output", "o", nil, "output file, format from the extension (.json/.json.gz Chrome trace, .perfetto-trace Perfetto trace, .cudatap merged recording, .pb.gz pprof) (repeatable)")
@@ -97,7 +97,7 @@ func runMerge(cmd *cobra.Command, o *mergeOptions, ins []string) error {
 	}
 	agg := export.NewAggregates()
 	var chrome *export.ChromeSet
-	res, err := plan.Replay(recs.writer(), func(all *recording.Replay) model.Sink {
+	res, err := plan.Replay(cmd.Context(), recs.writer(), func(all *recording.Replay) model.Sink {
 		var cerr error
 		if chrome, cerr = export.CreateChrome(outs, all.Names, export.Options{Version: version, Origins: info.Origins(), Merge: info.JSON()}); cerr != nil {
 			fmt.Fprintf(stderr, "cudatap: %v\n", cerr)

@@ -44,7 +44,7 @@ the terminal report (the schema of record --json, lints included).`,
   sudo cudatap record --report report.html -- python3 train.py`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runReport(cmd, g, o, args[0])
+			return interrupted(cmd.Context(), "report", runReport(cmd, g, o, args[0]))
 		},
 	}
 	f := cmd.Flags()
@@ -82,7 +82,7 @@ func runReport(cmd *cobra.Command, g *globalOptions, o *reportOptions, in string
 			return err
 		}
 	}
-	f, err := openRecording(in, "report")
+	f, err := openRecording(cmd.Context(), in, "report")
 	if err != nil {
 		return err
 	}

@@ -88,7 +88,7 @@ func syncsArgs(cmd *cobra.Command, args []string) error {
 func syncsResult(cmd *cobra.Command, g *globalOptions, o *syncsOptions, args []string, col *syncs.Collector) (*model.Result, error) {
 	dash := cmd.ArgsLenAtDash()
 	if len(o.pids) == 0 && dash < 0 {
-		f, err := openRecording(args[0], "syncs")
+		f, err := openRecording(cmd.Context(), args[0], "syncs")
 		if err != nil {
 			return nil, err
 		}
@@ -99,7 +99,7 @@ func syncsResult(cmd *cobra.Command, g *globalOptions, o *syncsOptions, args []s
 			fmt.Fprintf(cmd.ErrOrStderr(), "cudatap: warning: %s: %v; the sites of the records before the cut\n", args[0], err)
 			err = nil
 		}
-		return res, err
+		return res, interrupted(cmd.Context(), "syncs", err)
 	}
 	var command []string
 	if dash >= 0 {

@@ -2,6 +2,7 @@ package merge
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -82,7 +83,7 @@ func replay(t *testing.T, p *Plan, rec *bytes.Buffer) (*model.Result, trace, *st
 	if rec != nil {
 		recw = rec
 	}
-	res, err := p.Replay(recw, func(rp *recording.Replay) model.Sink {
+	res, err := p.Replay(context.Background(), recw, func(rp *recording.Replay) model.Sink {
 		cw = chrome.NewWriter(&js, rp.Names, chrome.Options{Origins: info.Origins(), Merge: info.JSON()})
 		return model.Sinks{cw, st}
 	}, nil)

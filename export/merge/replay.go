@@ -1,6 +1,7 @@
 package merge
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -20,8 +21,9 @@ const Tool = "cudatap merge"
 // before the first event. rec, when set, receives the merged recording:
 // every record of the inputs, on the timeline, which `cudatap export`
 // reads like any other. A truncated input contributes what it holds
-// (Result.Truncated says which); any other error stops the replay.
-func (p *Plan) Replay(rec io.Writer, newSink func(*recording.Replay) model.Sink, progress func(int64)) (*model.Result, error) {
+// (Result.Truncated says which); any other error stops the replay, and so
+// does ctx ending (the inputs are closed under it).
+func (p *Plan) Replay(ctx context.Context, rec io.Writer, newSink func(*recording.Replay) model.Sink, progress func(int64)) (*model.Result, error) {
 	ts := p.Transforms()
 	ins := make([]recording.Input, len(p.Inputs))
 	for i, in := range p.Inputs {
@@ -30,6 +32,10 @@ func (p *Plan) Replay(rec io.Writer, newSink func(*recording.Replay) model.Sink,
 			return nil, fmt.Errorf("open recording: %w", err)
 		}
 		defer f.Close()
+		if ctx.Err() != nil {
+			f.Close() // at once: AfterFunc's goroutine could come after the reads
+		}
+		defer context.AfterFunc(ctx, func() { f.Close() })()
 		ins[i] = recording.Input{R: f, Transform: ts[i]}
 	}
 	var w *recording.Writer
