@@ -57,7 +57,8 @@ type Limits struct {
 	Polls       uint64
 	// Set by a replay (tracer/recording): names not kept, NVML samples
 	// thinned out and entries of the NVML report not kept, past the
-	// bounds on what it keeps of a recording besides its events.
+	// bounds on what it keeps of a recording besides its events. Names
+	// also counts NVTX messages not kept (annotations.go).
 	Names     uint64
 	Samples   uint64
 	GPUReport uint64

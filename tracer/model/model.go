@@ -537,6 +537,8 @@ func (m *Model) Handle(ev *event.Event) {
 		}
 	case event.ClassGroup:
 		ps.group(call)
+	case event.ClassAnnotation:
+		m.annotation(p, a, ev)
 	}
 
 	m.sink.Call(p, call)

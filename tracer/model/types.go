@@ -329,6 +329,9 @@ type Process struct {
 	// before cudatap attached, by a statically linked runtime).
 	MeasuredNames map[uint64]string
 	Stubs         map[uint64]uint64
+	// Messages: what the program's NVTX ranges and marks say, by the key
+	// their calls carry (event.MessageKey; annotations.go). nil until one.
+	Messages map[uint64]string
 	// GraphNodes: the calls that made the nodes of its CUDA graphs (the
 	// capture sites), which the ops of graph launches point at (NodeOf).
 	GraphNodes []GraphNode
