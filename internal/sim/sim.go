@@ -48,6 +48,7 @@ import (
 //
 //go:embed csrc/cuda_sim.h csrc/cudart_sim.c csrc/workload.c csrc/libcudart.map csrc/pysync.py csrc/flood.c
 //go:embed csrc/cuda_driver_sim.h csrc/cuda_driver_sim.c csrc/nccl_sim.h csrc/nccl_sim.c csrc/cupti_sim.c
+//go:embed csrc/nvtx_sim.h csrc/nvtx_sim.c
 var sources embed.FS
 
 const (
@@ -61,6 +62,8 @@ const (
 	NCCLSoname = "libnccl.so.2"
 	// CUPTISoname is the soname (and file name) of CUPTI.
 	CUPTISoname = "libcupti.so.13"
+	// NVTXSoname is the soname (and file name) of NVTX v2's library.
+	NVTXSoname = "libnvToolsExt.so.1"
 )
 
 // ErrNoCompiler is what Compile returns when there is no C compiler.
@@ -115,6 +118,13 @@ type Build struct {
 	// Runtime as pip's NVIDIA wheels place it: the activity API on the
 	// modeled GPU, for cudatap's GPU-time collector.
 	CUPTI string
+	// NVTX is the simulated libnvToolsExt.so.1 (csrc/nvtx_sim.c): the NVTX
+	// API, exported (uprobes can hook it), handed to the injection library
+	// NVTX_INJECTION64_PATH names as NVTX v3's headers do.
+	NVTX string
+	// NVTXWorkload links Runtime and NVTX (rpath $ORIGIN) and adds the
+	// scenario train-nvtx.
+	NVTXWorkload string
 }
 
 // Compile writes the sources into dir (created if needed) and builds
@@ -148,6 +158,8 @@ func Compile(dir string) (*Build, error) {
 		PySync:         filepath.Join(dir, "pysync.py"),
 		Flood:          filepath.Join(dir, "flood"),
 		CUPTI:          filepath.Join(dir, CUPTISoname),
+		NVTX:           filepath.Join(dir, NVTXSoname),
+		NVTXWorkload:   filepath.Join(dir, "workload-nvtx"),
 	}
 	if err := os.WriteFile(filepath.Join(dir, "cupti_abi.h"), collector.ABIHeader, 0o644); err != nil {
 		return nil, err
@@ -188,11 +200,14 @@ func Compile(dir string) (*Build, error) {
 			compile("workload-nccl.o", "-DSIM_NCCL", "workload.c"),
 			compile("flood.o", "flood.c"),
 			compile("cupti_sim.o", "-fPIC", "cupti_sim.c"),
+			compile("nvtx_sim.o", "-fPIC", "nvtx_sim.c"),
+			compile("workload-nvtx.o", "-DSIM_NVTX", "workload.c"),
 		},
 		{
 			// No version script: the real libcuda's symbols are unversioned.
 			link(b.Driver, "-shared", "-Wl,-soname,"+DriverSoname, "cuda_driver_sim.o", "-ldl"),
 			link(b.CUPTI, "-shared", "-Wl,-soname,"+CUPTISoname, "cupti_sim.o", "-ldl"),
+			link(b.NVTX, "-shared", "-Wl,-soname,"+NVTXSoname, "nvtx_sim.o", "-ldl"),
 			runtimeLib(b.Runtime),
 			runtimeLib(b.HashedRuntime),
 			// No -rdynamic: the runtime's symbols stay out of .dynsym.
@@ -204,6 +219,7 @@ func Compile(dir string) (*Build, error) {
 			link(b.Workload, slices.Concat([]string{"workload.o"}, local(RuntimeSoname))...),
 			link(b.DriverWorkload, slices.Concat([]string{"workload-driver.o"}, local(DriverSoname))...),
 			link(b.Flood, slices.Concat([]string{"flood.o"}, local(RuntimeSoname))...),
+			link(b.NVTXWorkload, slices.Concat([]string{"workload-nvtx.o"}, local(RuntimeSoname, NVTXSoname))...),
 		},
 		{link(b.NCCLWorkload, slices.Concat([]string{"workload-nccl.o"}, local(RuntimeSoname, NCCLSoname))...)},
 	}
@@ -212,7 +228,7 @@ func Compile(dir string) (*Build, error) {
 			return nil, err
 		}
 	}
-	for _, lib := range []string{b.Runtime, b.HashedRuntime, b.Driver, b.NCCL, b.CUPTI} {
+	for _, lib := range []string{b.Runtime, b.HashedRuntime, b.Driver, b.NCCL, b.CUPTI, b.NVTX} {
 		if err := os.Chmod(lib, 0o644); err != nil {
 			return nil, err
 		}

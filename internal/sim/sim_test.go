@@ -152,6 +152,17 @@ func basicCalls(iters, k int) map[string]int {
 	}
 }
 
+// trainCalls is what scenario train must report for iters iterations:
+// setup, per iteration the batch copy, five launches and a read-back (a
+// copy and a sync), every 4th a logged one too, and teardown.
+func trainCalls(iters int) map[string]int {
+	return map[string]int{
+		"cudaStreamCreateWithFlags": 1, "cudaMalloc": 1, "cudaHostAlloc": 1, "cudaMemcpy": 1,
+		"cudaMemcpyAsync": 2*iters + iters/4, "cudaLaunchKernel": 5 * iters, "cudaStreamSynchronize": iters + iters/4,
+		"cudaDeviceSynchronize": 1, "cudaFreeHost": 1, "cudaFree": 1, "cudaStreamDestroy": 1,
+	}
+}
+
 // basicInternal is the driver calls the runtime makes underneath scenario
 // basic: one per runtime call that reaches the GPU, and cuInit once.
 func basicInternal(iters, k int) map[string]int {
@@ -214,6 +225,20 @@ func TestScenarios(t *testing.T) {
 			"cudaEventDestroy":           2,
 			"cudaDeviceSynchronize":      1,
 		})
+	})
+	t.Run("train", func(t *testing.T) {
+		r := runReport(t, b.Workload, "--scenario", "train", "--iters", "8")
+		assertCalls(t, "train", r.Calls, trainCalls(8))
+	})
+	t.Run("train-nvtx", func(t *testing.T) {
+		// Without NVTX_INJECTION64_PATH the NVTX calls do nothing.
+		r := runReport(t, b.NVTXWorkload, "--scenario", "train-nvtx", "--iters", "8")
+		want := trainCalls(8)
+		want["cudaMemcpyAsync"], want["cudaStreamSynchronize"] = 16, 8 // no logging
+		maps.Copy(want, map[string]int{"nvtxDomainCreateA": 1, "nvtxDomainRegisterStringA": 1, "nvtxRangeStartA": 1,
+			"nvtxRangePushA": 8, "nvtxDomainRangePushEx": 8, "nvtxDomainRangePop": 8, "nvtxRangePushEx": 8,
+			"nvtxRangePop": 16, "nvtxRangeEnd": 1, "nvtxMarkA": 1})
+		assertCalls(t, "train-nvtx", r.Calls, want)
 	})
 	t.Run("all", func(t *testing.T) {
 		r := runReport(t, b.Workload, "--scenario", "all")

@@ -16,10 +16,11 @@
  * at their functions: basic (the default), launches, ptsz, timing and all in
  * every build, and the lint scenarios (lint-legacy-nonblocking,
  * lint-cross-stream, lint-kernel-race, lint-many-streams, lint-pageable-loop,
- * lint-sync-every-launch, lint-clean), each provoking one of cudatap's lints, oom and oom-exit (out of memory); driver, driver-all and mixed in the -DSIM_DRIVER build; nccl
- * in the -DSIM_NCCL build.
+ * lint-sync-every-launch, lint-clean), each provoking one of cudatap's lints, oom and oom-exit (out of memory), train (a
+ * training loop); driver, driver-all and mixed in the -DSIM_DRIVER build; nccl
+ * in the -DSIM_NCCL build; train-nvtx in the -DSIM_NVTX build.
  *
- * Built five ways: linked against libcudart.so.13 (workload); with
+ * Built six ways: linked against libcudart.so.13 (workload); with
  * cudart_sim.c compiled in, symbols in .symtab only (workload-static); with
  * -DSIM_DLOPEN, where the runtime is dlopen()ed from --dlopen PATH after the
  * go-ahead and the sleep, to test late loading (workload-dlopen); with
@@ -28,8 +29,10 @@
  * against the driver API, and its other scenarios (mixed among them)
  * dlopen() the libcudart.so.13 beside the executable after the go-ahead;
  * with -DSIM_NCCL, linked against libcudart.so.13 and libnccl.so.2
- * (workload-nccl). The runtime loads libcuda.so.1 itself at its first call
- * that needs the driver.
+ * (workload-nccl); with -DSIM_NVTX, linked against libcudart.so.13 and
+ * the simulated NVTX library libnvToolsExt.so.1 (workload-nvtx). The
+ * runtime loads libcuda.so.1 itself at its first call that needs the
+ * driver.
  *
  * The report: {"pid":P,"calls":{SYMBOL:N,...},"internal":{SYMBOL:N,...},
  * "busy_ns":{...},"meeting_wait_ns":NS}. calls counts the workload's own
@@ -43,6 +46,11 @@
 #include "cuda_sim.h"
 #include "cuda_driver_sim.h"
 #include "nccl_sim.h"
+#ifdef SIM_NVTX
+#include "nvtx_sim.h"
+#else
+#define NVTX_API_LIST(X)
+#endif
 
 #include <dlfcn.h>
 #include <getopt.h>
@@ -78,7 +86,7 @@
 	X(cudaMallocManaged) X(cudaMallocPitch) X(cudaMallocFromPoolAsync) X(cudaMallocFromPoolAsync_ptsz)
 
 /* Every entry point the workload may call: runtime, driver, NCCL. */
-#define ALL_API_LIST(X) API_LIST(X) DRIVER_API_LIST(X) NCCL_API_LIST(X)
+#define ALL_API_LIST(X) API_LIST(X) DRIVER_API_LIST(X) NCCL_API_LIST(X) NVTX_API_LIST(X)
 
 enum api {
 #define X(name) API_##name,
@@ -1617,6 +1625,122 @@ static void scenario_oom_exit(const struct options *o)
 	scenario_oom_run(0);
 }
 
+/*
+ * train: a training loop, --iters N iterations, as an eager PyTorch loop
+ * makes its CUDA calls. Setup: buffers allocated and the weights copied in
+ * synchronously (a sync of its own). Each iteration, on one non-blocking
+ * stream: the batch copied in (64 KiB, pinned: no sync), a forward (gemm,
+ * relu), a backward (two gemms), an optimizer launch (reduce), then the
+ * loss read back as .item() does (train_read_loss: a 4-byte D2H copy into
+ * pinned memory and a sync of the stream, which waits for the iteration's
+ * work); every 4th iteration the accuracy is logged too (train_log: the
+ * same, at another line). Last, a cudaDeviceSynchronize. A tracer should
+ * find N steps, each ending where train_read_loss's sync returned.
+ */
+static struct {
+	cudaStream_t s;
+	void *dev, *pinned;
+} train;
+
+__attribute__((noinline, used)) void train_read_loss(void)
+{
+	CK(cudaMemcpyAsync, train.pinned, train.dev, 4, cudaMemcpyDeviceToHost, train.s);
+	CK(cudaStreamSynchronize, train.s);
+}
+
+__attribute__((noinline, used)) void train_log(void)
+{
+	CK(cudaMemcpyAsync, (char *)train.pinned + 64, train.dev, 4, cudaMemcpyDeviceToHost, train.s);
+	CK(cudaStreamSynchronize, train.s);
+}
+
+static void train_setup(void)
+{
+	char *weights = xmalloc(256 * KiB);
+	memset(weights, 1, 256 * KiB);
+	CK(cudaStreamCreateWithFlags, &train.s, cudaStreamNonBlocking);
+	CK(cudaMalloc, &train.dev, MiB);
+	CK(cudaHostAlloc, &train.pinned, MiB, cudaHostAllocDefault);
+	CK(cudaMemcpy, train.dev, weights, 256 * KiB, cudaMemcpyHostToDevice);
+	free(weights);
+}
+
+static void train_forward(void)
+{
+	dim3 big = { 200, 1, 1 }, small = { 20, 1, 1 }, block = { 256, 1, 1 };
+	CK(cudaMemcpyAsync, train.dev, train.pinned, 64 * KiB, cudaMemcpyHostToDevice, train.s);
+	CK(cudaLaunchKernel, GEMM, big, block, gemm_args, 0, train.s);
+	CK(cudaLaunchKernel, RELU, small, block, relu_args, 0, train.s);
+}
+
+static void train_backward_and_step(void)
+{
+	dim3 big = { 200, 1, 1 }, small = { 20, 1, 1 }, block = { 256, 1, 1 };
+	CK(cudaLaunchKernel, GEMM, big, block, gemm_args, 0, train.s);
+	CK(cudaLaunchKernel, GEMM, big, block, gemm_args, 0, train.s);
+	CK(cudaLaunchKernel, REDUCE, small, block, reduce_args, 0, train.s);
+}
+
+static void train_teardown(void)
+{
+	CK(cudaDeviceSynchronize);
+	CK(cudaFreeHost, train.pinned);
+	CK(cudaFree, train.dev);
+	CK(cudaStreamDestroy, train.s);
+}
+
+static void scenario_train(const struct options *o)
+{
+	train_setup();
+	for (long it = 1; it <= o->iters; it++) {
+		train_forward();
+		train_backward_and_step();
+		train_read_loss();
+		if (it % 4 == 0)
+			train_log();
+	}
+	train_teardown();
+}
+
+#ifdef SIM_NVTX
+/*
+ * train-nvtx: train, annotated with NVTX through the simulated NVTX library
+ * (its calls reach the injection library NVTX_INJECTION64_PATH names, or
+ * nothing): each iteration is the range "train step IT" (pushed), with
+ * "forward" nested in it; the batch copy is a range of the domain "data"
+ * (nvtxDomainRangePushEx, its message registered); the whole loop is a
+ * started range "epoch"; a mark "checkpoint" after it. A tracer should
+ * find N steps, one per "train step" range.
+ */
+static void scenario_train_nvtx(const struct options *o)
+{
+	train_setup();
+	nvtxDomainHandle_t data = CALL(nvtxDomainCreateA, "data");
+	nvtxEventAttributes_t batch = { .version = NVTX_VERSION, .size = sizeof batch,
+					.messageType = NVTX_MESSAGE_TYPE_REGISTERED };
+	batch.message.registered = CALL(nvtxDomainRegisterStringA, data, "batch");
+	nvtxRangeId_t epoch = CALL(nvtxRangeStartA, "epoch");
+	for (long it = 1; it <= o->iters; it++) {
+		char name[64];
+		snprintf(name, sizeof name, "train step %ld", it);
+		CALL(nvtxRangePushA, name);
+		CALL(nvtxDomainRangePushEx, data, &batch);
+		CALL(nvtxDomainRangePop, data);
+		nvtxEventAttributes_t fwd = { .version = NVTX_VERSION, .size = sizeof fwd, .messageType = NVTX_MESSAGE_TYPE_ASCII };
+		fwd.message.ascii = "forward";
+		CALL(nvtxRangePushEx, &fwd);
+		train_forward();
+		CALL(nvtxRangePop);
+		train_backward_and_step();
+		train_read_loss();
+		CALL(nvtxRangePop);
+	}
+	CALL(nvtxRangeEnd, epoch);
+	CALL(nvtxMarkA, "checkpoint");
+	train_teardown();
+}
+#endif
+
 static const struct {
 	const char *name;
 	void (*run)(const struct options *);
@@ -1629,12 +1753,15 @@ static const struct {
 	{ "lint-many-streams", scenario_lint_many_streams }, { "lint-pageable-loop", scenario_lint_pageable_loop },
 	{ "lint-sync-every-launch", scenario_lint_sync_every_launch }, { "lint-clean", scenario_lint_clean },
 	{ "lint-kernel-race", scenario_lint_kernel_race },
-	{ "oom", scenario_oom }, { "oom-exit", scenario_oom_exit },
+	{ "oom", scenario_oom }, { "oom-exit", scenario_oom_exit }, { "train", scenario_train },
 #ifdef SIM_DRIVER
 	{ "driver", scenario_driver }, { "driver-all", scenario_driver_all }, { "mixed", scenario_mixed },
 #endif
 #ifdef SIM_NCCL
 	{ "nccl", scenario_nccl },
+#endif
+#ifdef SIM_NVTX
+	{ "train-nvtx", scenario_train_nvtx },
 #endif
 };
 
