@@ -15,7 +15,8 @@ import (
 // (DetailWindow) for the timeline. progress, if set, is told which pass
 // runs and how many bytes of it are read. A truncated recording still
 // makes a report, of what was recorded before the cut (the result's
-// Truncated says so), returned with recording.ErrTruncated.
+// Truncated says so), returned with recording.ErrTruncated. A flight
+// recorder's dump leads with what made it.
 func Load(f io.ReadSeeker, opts Options, progress func(pass string, done int64)) (*Report, error) {
 	prog := func(pass string) func(int64) {
 		if progress == nil {
@@ -28,7 +29,7 @@ func Load(f io.ReadSeeker, opts Options, progress func(pass string, done int64))
 	if opts.Also != nil {
 		sink = model.Sinks{c, opts.Also}
 	}
-	res, _, err := recording.Load(f, func(*recording.Replay) model.Sink { return sink }, prog("reading"))
+	res, rp, err := recording.Load(f, func(*recording.Replay) model.Sink { return sink }, prog("reading"))
 	var truncated error
 	switch {
 	case errors.Is(err, recording.ErrTruncated) && res != nil:
@@ -46,5 +47,9 @@ func Load(f io.ReadSeeker, opts Options, progress func(pass string, done int64))
 			return nil, fmt.Errorf("timeline detail: %w", err)
 		}
 	}
-	return c.Build(res), truncated
+	rep := c.Build(res)
+	if rp != nil && rp.Header.Flight != nil {
+		rep.flightLead(rp.Header.Flight)
+	}
+	return rep, truncated
 }

@@ -70,6 +70,36 @@ type Header struct {
 	// it joins and how their clocks were aligned (export/merge reads it).
 	// Its timestamps are then on the clock of one of them, the reference.
 	Merge json.RawMessage `json:"merge,omitempty"`
+	// Flight, in a recording the flight recorder dumped, says what made
+	// it and what window it holds.
+	Flight *Flight `json:"flight,omitempty"`
+}
+
+// Flight describes a flight recorder's dump (internal/flight): the
+// trigger, then the window of each process it holds, preceded by the
+// calls from before the window that made state the window still used
+// (live allocations, streams, pending GPU work, communicators).
+type Flight struct {
+	// Trigger: oom, gpu_xid, gpu_throttle, nccl_stall, sync, signal or
+	// on_demand; Detail says it in words.
+	Trigger string `json:"trigger"`
+	Detail  string `json:"detail"`
+	// PID is the process the trigger is about (0: several, or all).
+	PID  uint32   `json:"pid,omitempty"`
+	PIDs []uint32 `json:"pids"`
+	// At is when it fired, CLOCK_MONOTONIC ns; WindowNs how much of each
+	// process's activity the recorder keeps (--flight-recorder).
+	At       uint64 `json:"at_ns"`
+	WindowNs uint64 `json:"window_ns"`
+	// Events: the events of the windows in the dump; Restated: the calls
+	// from before the windows written ahead of them.
+	Events   uint64 `json:"events"`
+	Restated uint64 `json:"restated"`
+	// Dropped: events of the windows that did not fit the per-process
+	// budget (the oldest went first); StateDropped: calls and names that
+	// did not fit what the budget leaves for them.
+	Dropped      uint64 `json:"dropped"`
+	StateDropped uint64 `json:"state_dropped"`
 }
 
 // SameClock reports whether h's and o's timestamps are on one clock: the
@@ -102,9 +132,11 @@ func NewHeader(tool string, wallOffset int64) Header {
 	return h
 }
 
-// Writer appends records to a .cudatap stream. Not safe for concurrent use.
+// Writer appends records to a .cudatap stream, or hands them to a Tap. Not
+// safe for concurrent use.
 type Writer struct {
 	w     *bufio.Writer
+	tap   Tap
 	hdr   [1 + binary.MaxVarintLen64]byte // a record's type and length (a field: a local would escape)
 	n     uint64
 	bytes int64
@@ -112,8 +144,13 @@ type Writer struct {
 	err   error
 }
 
-// NewWriter writes the file header.
+// NewWriter writes the file header; a w that is a Tap gets the header and
+// then every record instead.
 func NewWriter(w io.Writer, h Header) (*Writer, error) {
+	if t, ok := w.(Tap); ok {
+		t.Begin(h)
+		return &Writer{tap: t}, nil
+	}
 	hdr, err := json.Marshal(h)
 	if err != nil {
 		return nil, err
@@ -134,6 +171,12 @@ func (w *Writer) record(typ byte, payload []byte) {
 	}
 	w.hdr[0] = typ
 	n := 1 + binary.PutUvarint(w.hdr[1:], uint64(len(payload)))
+	if w.tap != nil {
+		w.tap.Record(typ, payload)
+		w.n++
+		w.bytes += int64(n + len(payload))
+		return
+	}
 	w.w.Write(w.hdr[:n])
 	_, w.err = w.w.Write(payload)
 	w.n++
@@ -327,6 +370,10 @@ func (w *Writer) Size() int64 { return w.bytes }
 // Flush hands what is buffered to the file, so that a recorder killed
 // after it leaves a recording readable up to here.
 func (w *Writer) Flush() {
+	if w.tap != nil {
+		w.tap.Flush()
+		return
+	}
 	if w.err == nil {
 		w.err = w.w.Flush()
 	}
@@ -335,6 +382,9 @@ func (w *Writer) Flush() {
 // Close writes the end record and flushes. It does not close the underlying writer.
 func (w *Writer) Close() error {
 	w.record(recEnd, binary.LittleEndian.AppendUint64(nil, w.n))
+	if w.tap != nil {
+		return nil
+	}
 	if w.err != nil {
 		return fmt.Errorf("write recording: %w", w.err)
 	}
