@@ -154,6 +154,11 @@ type Listener struct {
 	conns map[*net.UnixConn]*peer
 	done  bool
 
+	// The NVTX socket and its connections (nvtx.go), for a Sink that
+	// takes NVTX records.
+	nvtx      *net.UnixListener
+	nvtxConns map[*net.UnixConn]bool
+
 	readyOnce sync.Once
 	ready     chan struct{}
 }
@@ -196,7 +201,13 @@ func Listen(cfg Config, sink Sink) (*Listener, error) {
 		st.remove()
 		return nil, err
 	}
-	l := &Listener{cfg: cfg, staging: st, sink: sink, ln: ln, conns: map[*net.UnixConn]*peer{}, ready: make(chan struct{})}
+	l := &Listener{cfg: cfg, staging: st, sink: sink, ln: ln, conns: map[*net.UnixConn]*peer{}, ready: make(chan struct{}),
+		nvtxConns: map[*net.UnixConn]bool{}}
+	if err := l.listenNVTX(); err != nil {
+		ln.Close()
+		st.remove()
+		return nil, err
+	}
 	l.wg.Add(1)
 	go l.accept()
 	return l, nil
@@ -332,6 +343,7 @@ func (l *Listener) Stop(timeout time.Duration) {
 		c.Write([]byte("S"))
 		c.SetReadDeadline(deadline)
 	}
+	l.stopNVTX(deadline)
 	l.mu.Unlock()
 	l.ln.Close()
 	l.wg.Wait()

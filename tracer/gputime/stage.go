@@ -191,7 +191,7 @@ func (s *staging) close() {
 }
 
 // stagedFiles are the only entries cudatap makes in its directory.
-var stagedFiles = []string{libraryFile, configFile, socketFile}
+var stagedFiles = []string{libraryFile, configFile, socketFile, nvtxSocketFile}
 
 const (
 	libraryFile = collector.LibraryName

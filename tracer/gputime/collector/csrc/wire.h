@@ -28,6 +28,8 @@ enum ct_msg_type {
 	CT_HANDED_OVER = 7, /* CUPTI released at time, every record before it sent: nothing measured until CT_RESUMED */
 	CT_RESUMED = 8,     /* CUPTI taken back at time: measuring again (correlation ids may start over) */
 	CT_KEPT = 9,        /* text: CUPTI could not be taken back (another client still holds it) */
+	CT_NVTX = 10,       /* count NVTX records (struct ct_nvtx, each followed by its message), on
+			     * the NVTX side's own connection (nvtx.c, socket nvtx.sock) */
 };
 
 struct ct_msg_hdr {
@@ -69,5 +71,33 @@ _Static_assert(sizeof(struct ct_msg_hdr) == 48, "header");
 _Static_assert(sizeof(struct ct_record) == 40, "record");
 
 #define CT_MAX_RECORDS 1024 /* per message: 40 KiB */
+
+/* An NVTX call (nvtx.c): a range pushed or popped (per thread and domain),
+ * started or ended (by id, from any thread), or a mark. Its message, len
+ * bytes (no NUL), follows; the next record starts at the next multiple of
+ * 8 bytes. Time is CLOCK_MONOTONIC; tid is gettid() in the process's
+ * namespace; domain 0 is NVTX's default one. */
+enum ct_nvtx_kind {
+	CT_NVTX_PUSH = 1,
+	CT_NVTX_POP = 2,
+	CT_NVTX_START = 3, /* id: the range's, as nvtxRangeStart returned it */
+	CT_NVTX_END = 4,
+	CT_NVTX_MARK = 5,
+};
+
+struct ct_nvtx {
+	uint8_t kind;
+	uint8_t pad;
+	uint16_t len;
+	uint32_t tid;
+	uint64_t time;
+	uint64_t id;
+	uint64_t domain;
+};
+
+_Static_assert(sizeof(struct ct_nvtx) == 32, "nvtx record");
+
+#define CT_NVTX_BYTES (64 << 10) /* NVTX records' bytes per message, at most */
+#define CT_NVTX_MESSAGE 1024     /* an NVTX message's bytes, at most (longer ones are cut) */
 
 #endif
