@@ -73,6 +73,7 @@ type streamJSON struct {
 	Label             string `json:"label"`
 	Launches          int64  `json:"launches"`
 	GraphLaunches     int64  `json:"graph_launches"`
+	GraphOps          int64  `json:"graph_ops"` // GPU ops graph launches ran (each launch's nodes), among gpu_ops
 	Memcpys           int64  `json:"memcpys"`
 	Memsets           int64  `json:"memsets"`
 	BytesHtoD         uint64 `json:"bytes_htod"`
@@ -155,7 +156,7 @@ func writeSummaryJSON(w io.Writer, r *model.Result, agg *export.Aggregates, outs
 			}
 			t := totals[st.ID]
 			x := st.Stats
-			pj.Streams = append(pj.Streams, streamJSON{ID: st.ID, Label: st.Label(), Launches: x.Launches, GraphLaunches: x.GraphLaunches,
+			pj.Streams = append(pj.Streams, streamJSON{ID: st.ID, Label: st.Label(), Launches: x.Launches, GraphLaunches: x.GraphLaunches, GraphOps: x.GraphOps,
 				Memcpys: x.Memcpys, Memsets: x.Memsets, BytesHtoD: x.BytesHtoD, BytesDtoH: x.BytesDtoH, BytesDtoD: x.BytesDtoD,
 				BytesOther: x.BytesOther, BytesPageable: x.BytesPageable, BytesPinned: x.BytesPinned,
 				ExplicitSyncs: t.Explicit, ImplicitSyncs: t.Implicit, ExplicitSyncNs: t.ExplicitNs, ImplicitSyncNs: t.ImplicitNs,

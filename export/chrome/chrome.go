@@ -580,10 +580,19 @@ func (w *Writer) Sync(p *model.Process, s *model.Sync) {
 		w.int("polls", int64(s.Polls))
 	}
 	w.str("hint", s.Kind.Hint())
-	if s.Stack >= 0 && int(s.Stack) < len(p.Stacks) {
-		w.key("stack")
+	w.stacks(p, "", s.Stack, s.PyStack)
+	w.close()
+	w.end()
+}
+
+// stacks writes the args prefix+"stack" and prefix+"python_stack": the
+// native and Python stacks of a call (Process.Stacks and PyStacks
+// indices, -1 = none), innermost first.
+func (w *Writer) stacks(p *model.Process, prefix string, stack, py int32) {
+	if stack >= 0 && int(stack) < len(p.Stacks) {
+		w.key(prefix + "stack")
 		w.b = append(w.b, '[')
-		for i, addr := range p.Stacks[s.Stack] {
+		for i, addr := range p.Stacks[stack] {
 			if i > 0 {
 				w.b = append(w.b, ',')
 			}
@@ -591,11 +600,11 @@ func (w *Writer) Sync(p *model.Process, s *model.Sync) {
 		}
 		w.b = append(w.b, ']')
 	}
-	if s.PyStack >= 0 && int(s.PyStack) < len(p.PyStacks) && len(p.PyStacks[s.PyStack]) > 0 {
+	if py >= 0 && int(py) < len(p.PyStacks) && len(p.PyStacks[py]) > 0 {
 		// The Python line that led here, innermost first.
-		w.key("python_stack")
+		w.key(prefix + "python_stack")
 		w.b = append(w.b, '[')
-		for i, k := range p.PyStacks[s.PyStack] {
+		for i, k := range p.PyStacks[py] {
 			if i > 0 {
 				w.b = append(w.b, ',')
 			}
@@ -603,8 +612,6 @@ func (w *Writer) Sync(p *model.Process, s *model.Sync) {
 		}
 		w.b = append(w.b, ']')
 	}
-	w.close()
-	w.end()
 }
 
 // frame appends a stack frame's name as describe.Frame gives it, without
@@ -696,10 +703,20 @@ func (w *Writer) GPUOp(p *model.Process, op *model.GPUOp) {
 	case model.OpMemset, model.OpCollective:
 		w.uint("bytes", op.Bytes)
 	}
+	node := p.NodeOf(op)
+	if node != nil {
+		// Run by a graph launch: its node, and the call that captured it
+		// (the launch call is the correlation's).
+		w.int("graph_node", int64(node.Index))
+		w.str("captured_by", node.API.String())
+		w.stacks(p, "capture_", node.Stack, node.PyStack)
+	}
 	w.close()
 	w.end()
 
-	if op.Correlation != 0 {
+	// A graph launch's ops share its correlation id: one arrow, to its
+	// first node (a flow id binds once).
+	if op.Correlation != 0 && (node == nil || node.Index == 0) {
 		enq := op.Enqueued
 		if ts, ok := w.snapCall[opKey{p.PID, op.Call}]; ok {
 			enq = ts // where its call's slice is drawn

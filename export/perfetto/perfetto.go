@@ -536,26 +536,31 @@ func (w *Writer) Sync(p *model.Process, s *model.Sync) {
 		w.int("polls", int64(s.Polls))
 	}
 	w.str("hint", s.Kind.Hint())
-	if s.Stack >= 0 && int(s.Stack) < len(p.Stacks) {
-		stack := p.Stacks[s.Stack]
-		w.key("stack")
-		for _, addr := range stack {
+	w.stacks(p, "", s.Stack, s.PyStack)
+	w.send()
+	if typ == typeSliceBegin {
+		w.endAt(track, s.Start+s.BlockedNs)
+	}
+}
+
+// stacks writes the args prefix+"stack" and prefix+"python_stack": the
+// native and Python stacks of a call (Process.Stacks and PyStacks
+// indices, -1 = none), innermost first.
+func (w *Writer) stacks(p *model.Process, prefix string, stack, py int32) {
+	if stack >= 0 && int(stack) < len(p.Stacks) {
+		w.key(prefix + "stack")
+		for _, addr := range p.Stacks[stack] {
 			w.item(w.frame(p.PID, addr))
 		}
 		w.e.close()
 	}
-	if s.PyStack >= 0 && int(s.PyStack) < len(p.PyStacks) && len(p.PyStacks[s.PyStack]) > 0 {
+	if py >= 0 && int(py) < len(p.PyStacks) && len(p.PyStacks[py]) > 0 {
 		// The Python line that led here, innermost first.
-		stack := p.PyStacks[s.PyStack]
-		w.key("python_stack")
-		for _, k := range stack {
+		w.key(prefix + "python_stack")
+		for _, k := range p.PyStacks[py] {
 			w.item(w.pyFrame(p.PID, k))
 		}
 		w.e.close()
-	}
-	w.send()
-	if typ == typeSliceBegin {
-		w.endAt(track, s.Start+s.BlockedNs)
 	}
 }
 
@@ -590,7 +595,10 @@ func (w *Writer) GPUOp(p *model.Process, op *model.GPUOp) {
 		w.scratch = describe.AppendOpName(w.scratch[:0], op)
 		w.event(op.Start, typ, track, op.Kind.Category(), w.scratch)
 	}
-	if op.Correlation != 0 {
+	// A graph launch's ops share its correlation id: one arrow, to its
+	// first node.
+	node := p.NodeOf(op)
+	if op.Correlation != 0 && (node == nil || node.Index == 0) {
 		w.flow(eventTerminating, op.Correlation)
 	}
 	if dep != 0 {
@@ -620,6 +628,12 @@ func (w *Writer) GPUOp(p *model.Process, op *model.GPUOp) {
 		w.bool("pageable", op.Pageable)
 	case model.OpMemset, model.OpCollective:
 		w.uint("bytes", op.Bytes)
+	}
+	if node != nil {
+		// Run by a graph launch: its node, and the call that captured it.
+		w.int("graph_node", int64(node.Index))
+		w.str("captured_by", node.API.String())
+		w.stacks(p, "capture_", node.Stack, node.PyStack)
 	}
 	w.send()
 	if typ == typeSliceBegin {

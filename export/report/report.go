@@ -167,6 +167,8 @@ func process(buf *bytes.Buffer, r *model.Result, p *model.Process, collected *sy
 		sum.BytesPageable += st.BytesPageable
 		sum.BytesPinned += st.BytesPinned
 		sum.GPUOps += st.GPUOps
+		sum.GraphLaunches += st.GraphLaunches
+		sum.GraphOps += st.GraphOps
 		merge(&sumSyncs, sy)
 	}
 	if t, ok := totals[deviceWide]; ok {
@@ -178,6 +180,10 @@ func process(buf *bytes.Buffer, r *model.Result, p *model.Process, collected *sy
 	tw.Flush()
 	if idle > 0 {
 		fmt.Fprintf(buf, "  (%s with no work while traced not listed)\n", plural(idle, "stream", "streams"))
+	}
+	if sum.GraphLaunches > 0 {
+		fmt.Fprintf(buf, "  CUDA graphs: %s ran %s (their nodes: in GPU OPS, not in LAUNCHES)\n",
+			plural(sum.GraphLaunches, "launch", "launches"), plural(sum.GraphOps, "GPU op", "GPU ops"))
 	}
 	if sum.Collectives > 0 {
 		comm, overlap := model.CommOverlap(p)
