@@ -31,7 +31,7 @@ func newDoctorCmd(g *globalOptions, lib gonvml.Interface) *cobra.Command {
 		Short: "Check privileges, kernel support, NVML and CUPTI; with -p, show the CUDA libraries found in a process",
 		Long: `doctor checks what tracing needs (the architecture, privileges, BTF, uprobes, the BPF
 ring buffer, uprobe_multi links), what the optional parts need (NVML for GPU counters,
-CUPTI for --gpu-times: warnings, as on a machine without a GPU) and, with -p, which
+CUPTI for GPU times, on by default: warnings, as on a machine without a GPU) and, with -p, which
 CUDA libraries each process maps.
 
 It exits 0 when every check passed (warnings pass); else with the status of the first
@@ -86,7 +86,7 @@ type doctorLibrary struct {
 }
 
 // diagnose runs every check: lib is the NVML library (nil: the driver's),
-// cupti finds the CUPTI library --gpu-times would use.
+// cupti finds the CUPTI library GPU times would use.
 func diagnose(pids []int, lib gonvml.Interface, cupti func() (string, string)) *doctorReport {
 	r := &doctorReport{OK: true}
 	check := func(ok bool, name, detail string, err error) {
@@ -160,13 +160,14 @@ func nvmlCheck(lib gonvml.Interface) doctorCheck {
 	return c
 }
 
-// cuptiCheck says whether --gpu-times will find a CUPTI library: a warning
-// without one, since only --gpu-times needs it.
+// cuptiCheck says whether GPU times (on by default) will find a CUPTI
+// library: a warning without one, since tracing goes on without it, ops
+// drawn within their proven bounds.
 func cuptiCheck(cupti func() (string, string)) doctorCheck {
-	c := doctorCheck{Name: "CUPTI (--gpu-times)"}
+	c := doctorCheck{Name: "CUPTI (GPU times)"}
 	path, searched := cupti()
 	if path == "" {
-		c.Status, c.Detail = "warn", "none found ("+searched+"): --gpu-times needs the CUDA toolkit's CUPTI or pip's nvidia-cuda-cupti in the job's environment, or --cupti PATH; without it GPU ops are drawn within proven bounds"
+		c.Status, c.Detail = "warn", "none found ("+searched+"): GPU times (on by default) need the CUDA toolkit's CUPTI or pip's nvidia-cuda-cupti in the job's environment, or --cupti PATH; without it GPU ops are drawn within their proven bounds, not measured"
 		return c
 	}
 	c.Status, c.Detail = "ok", path+" (a traced process uses the CUPTI it loaded, or the one beside its libcudart, first)"
@@ -177,7 +178,7 @@ func cuptiCheck(cupti func() (string, string)) doctorCheck {
 func hostCUPTI() (string, string) { return cuptiOn("/", os.Getenv) }
 
 // cuptiOn finds a CUPTI library under root where the collector of
-// --gpu-times looks (tracer/gputime/collector/csrc/collector.c, find_cupti):
+// GPU times looks (tracer/gputime/collector/csrc/collector.c, find_cupti):
 // the toolkit's, and pip's NVIDIA wheels, which it finds beside their
 // libcudart (nvidia/cu13/lib for CUDA 13, nvidia/cuda_cupti/lib for CUDA 12),
 // in the active virtualenv or conda environment, the system's Python and

@@ -36,7 +36,7 @@ func TestDoctorWithoutGPU(t *testing.T) {
 	if c := checkNamed(t, r, "NVML (GPU counters)"); c.Status != "warn" || !strings.Contains(c.Detail, "libnvidia-ml.so.1") {
 		t.Errorf("NVML check without NVML: %+v, want a warning naming libnvidia-ml.so.1", c)
 	}
-	if c := checkNamed(t, r, "CUPTI (--gpu-times)"); c.Status != "warn" || !strings.Contains(c.Detail, "looked nowhere") || !strings.Contains(c.Detail, "--cupti PATH") {
+	if c := checkNamed(t, r, "CUPTI (GPU times)"); c.Status != "warn" || !strings.Contains(c.Detail, "looked nowhere") || !strings.Contains(c.Detail, "--cupti PATH") {
 		t.Errorf("CUPTI check without CUPTI: %+v, want a warning saying where it looked and what to do", c)
 	}
 	fails := 0
@@ -61,7 +61,7 @@ func TestDoctorWithoutGPU(t *testing.T) {
 	if err := cmd.Execute(); err != nil {
 		t.Errorf("doctor without a GPU, as root: %v, want exit status 0\n%s", err, out.String())
 	}
-	for _, want := range []string{"[warn] NVML (GPU counters)", "[warn] CUPTI (--gpu-times)", "[ok  ] architecture"} {
+	for _, want := range []string{"[warn] NVML (GPU counters)", "[warn] CUPTI (GPU times)", "[ok  ] architecture"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("doctor output lacks %q:\n%s", want, out.String())
 		}
