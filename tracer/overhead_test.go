@@ -23,28 +23,33 @@ import (
 
 // launchLoop times N cudaLaunchKernel calls of one-block kernels (the host
 // never waits for the modeled GPU, so the loop measures the host path) and
-// prints ns per launch. It waits for a line on stdin first, so probes can be
-// attached to the running process.
+// prints ns per launch. Each launch passes its kernel three device pointers
+// and an int as nvcc's generated host stubs do (kernelParams pointing at the
+// stub's own parameters), what --kernel-args copies. It waits for a line on
+// stdin first, so probes can be attached to the running process.
 const launchLoop = `
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 #include "cuda_sim.h"
-void bench_kernel(void) {}
+void bench_kernel(const float *a, const float *b, float *c, int n) { (void)a; (void)b; (void)c; (void)n; }
+__attribute__((noinline)) static void launch(const float *a, const float *b, float *c, int n) {
+	void *args[] = {&a, &b, &c, &n};
+	dim3 one = {1, 1, 1}, block = {1, 1, 1};
+	cudaLaunchKernel((const void *)bench_kernel, one, block, args, 0, NULL);
+}
 int main(int argc, char **argv) {
 	long n = atol(argv[1]);
 	char line[16];
-	void *p;
+	float *p;
 	/* Initialize CUDA (loads libcuda) before the tracer attaches. */
-	cudaMalloc(&p, 16);
-	cudaFree(p);
+	cudaMalloc((void **)&p, 3 << 20);
 	printf("ready\n"); fflush(stdout);
 	if (!fgets(line, sizeof line, stdin)) return 1;
-	dim3 one = {1, 1, 1}, block = {1, 1, 1};
 	struct timespec a, b;
 	clock_gettime(CLOCK_MONOTONIC, &a);
 	for (long i = 0; i < n; i++)
-		cudaLaunchKernel((const void *)bench_kernel, one, block, NULL, 0, NULL);
+		launch(p, p + (1 << 18), p + (2 << 18), 1 << 18);
 	clock_gettime(CLOCK_MONOTONIC, &b);
 	printf("%.1f\n", ((b.tv_sec - a.tv_sec) * 1e9 + (b.tv_nsec - a.tv_nsec)) / n);
 	return 0;
@@ -57,6 +62,9 @@ int main(int argc, char **argv) {
 // only: one trap per launch), and traced while the runtime's launch probes
 // are also attached (the naming window after attaching: two traps), and
 // reports cudatap's added cost per call as a ratio to the empty uprobe's.
+// It also traces with the kernels' parameter values copied (--kernel-args)
+// and reports what that adds as a share of a traced launch's cost
+// (traced − untraced), paired within each round.
 func BenchmarkLaunchOverhead(b *testing.B) {
 	testutil.RequireRoot(b)
 	bin := buildLaunchLoop(b)
@@ -65,7 +73,7 @@ func BenchmarkLaunchOverhead(b *testing.B) {
 	if v, err := strconv.Atoi(os.Getenv("CUDATAP_BENCH_ROUNDS")); err == nil && v > 0 {
 		rounds = v
 	}
-	var base, empty, traced, both, stacks, followed, pairedFollow []float64
+	var base, empty, traced, both, stacks, followed, pairedFollow, kargs, pairedKargs []float64
 	for r := 0; r < rounds; r++ {
 		base = append(base, runLoop(b, bin, n, nil))
 		empty = append(empty, runLoop(b, bin, n, attachEmpty))
@@ -76,6 +84,11 @@ func BenchmarkLaunchOverhead(b *testing.B) {
 		followed = append(followed, runLoop(b, bin, n, attachFollowing))
 		if k := len(base) - 1; traced[k] > base[k] {
 			pairedFollow = append(pairedFollow, (followed[k]-base[k])/(traced[k]-base[k]))
+		}
+		// --kernel-args: its cost over tracing without, in the same round.
+		kargs = append(kargs, runLoop(b, bin, n, attachKernelArgs))
+		if k := len(base) - 1; traced[k] > base[k] {
+			pairedKargs = append(pairedKargs, (kargs[k]-traced[k])/(traced[k]-base[k]))
 		}
 		both = append(both, runLoop(b, bin, n, attachCudatap(time.Hour, probe.StacksSync)))
 		stacks = append(stacks, runLoop(b, bin, n, attachCudatap(-1, probe.StacksAll)))
@@ -93,6 +106,10 @@ func BenchmarkLaunchOverhead(b *testing.B) {
 	b.ReportMetric(med(followed), "ns/launch-cudatap-followed")
 	if len(pairedFollow) > 0 {
 		b.ReportMetric(med(pairedFollow), "followed-ratio-vs-cudatap-paired-median")
+	}
+	b.ReportMetric(med(kargs), "ns/launch-cudatap-kernel-args")
+	if len(pairedKargs) > 0 {
+		b.ReportMetric(med(pairedKargs), "kernel-args-added-share-of-traced-paired-median")
 	}
 	if me > mb {
 		b.ReportMetric((mt-mb)/(me-mb), "cost-ratio-vs-empty-uprobe")
@@ -279,16 +296,24 @@ func attachEmptyOn(tb testing.TB, pid int, symbol string, ret bool) func() {
 // runtime's launch probes kept for window (negative: none).
 func attachCudatap(window time.Duration, stacks probe.StackMode) func(testing.TB, int) func() {
 	return func(tb testing.TB, pid int) func() {
-		return attachSession(tb, pid, window, stacks)
+		return attachSession(tb, pid, Config{NameWindow: window, Stacks: stacks})
 	}
 }
 
-func attachSession(tb testing.TB, pid int, window time.Duration, stacks probe.StackMode) func() {
+// attachKernelArgs is attachCudatap(-1, probe.StacksSync) copying each
+// launch's kernel parameter values (--kernel-args).
+func attachKernelArgs(tb testing.TB, pid int) func() {
+	return attachSession(tb, pid, Config{NameWindow: -1, Stacks: probe.StacksSync, KernelArgs: true})
+}
+
+// attachSession records pid with what's NameWindow, Stacks and KernelArgs.
+func attachSession(tb testing.TB, pid int, what Config) func() {
 	attached := make(chan struct{})
 	done := make(chan error, 1)
 	go func() {
-		_, err := Run(context.Background(), Config{PIDs: []int{pid}, Stacks: stacks, Duration: time.Minute,
-			NameWindow: window, NVMLInterval: -1, Recording: discard{}, Observer: Funcs{OnAttached: func(int) { close(attached) }}})
+		_, err := Run(context.Background(), Config{PIDs: []int{pid}, Stacks: what.Stacks, Duration: time.Minute,
+			NameWindow: what.NameWindow, KernelArgs: what.KernelArgs, NVMLInterval: -1, Recording: discard{},
+			Observer: Funcs{OnAttached: func(int) { close(attached) }}})
 		done <- err
 	}()
 	select {

@@ -22,7 +22,8 @@ import (
 // an empty uprobe on cuLaunchKernel (the symbol cudatap counts launches
 // on), cudatap in its steady state (default stacks, and --stacks none),
 // cudatap right after attaching (the naming window: runtime launches
-// probed too) and one second after attaching. Reports the medians and
+// probed too), one second after attaching, and with each launch's kernel
+// parameter values copied (--kernel-args). Reports the medians and
 // cudatap's added cost as a ratio to the empty uprobe's.
 // Set CUDATAP_PROBECOST_SCRIPT to the script's path; skipped otherwise.
 func BenchmarkTorchProbeCost(b *testing.B) {
@@ -76,10 +77,13 @@ func BenchmarkTorchProbeCost(b *testing.B) {
 	}{
 		{"untraced", func() func() { return func() {} }, 0},
 		{"empty_uprobe", func() func() { return attachEmptyOn(b, pid, "cuLaunchKernel", false) }, 0},
-		{"cudatap", func() func() { return attachUntil(b, pid, -1, probe.StacksSync) }, 0},
-		{"cudatap_stacks_none", func() func() { return attachUntil(b, pid, -1, probe.StacksNone) }, 0},
-		{"cudatap_window_0s", func() func() { return attachUntil(b, pid, 0, probe.StacksSync) }, 0},
-		{"cudatap_window_1s", func() func() { return attachUntil(b, pid, 0, probe.StacksSync) }, time.Second},
+		{"cudatap", func() func() { return attachUntil(b, pid, Config{NameWindow: -1, Stacks: probe.StacksSync}) }, 0},
+		{"cudatap_stacks_none", func() func() { return attachUntil(b, pid, Config{NameWindow: -1, Stacks: probe.StacksNone}) }, 0},
+		{"cudatap_window_0s", func() func() { return attachUntil(b, pid, Config{Stacks: probe.StacksSync}) }, 0},
+		{"cudatap_window_1s", func() func() { return attachUntil(b, pid, Config{Stacks: probe.StacksSync}) }, time.Second},
+		{"cudatap_kernel_args", func() func() {
+			return attachUntil(b, pid, Config{NameWindow: -1, Stacks: probe.StacksSync, KernelArgs: true})
+		}, 0},
 	}
 	got := map[string][]float64{}
 	for r := 0; r < rounds; r++ {
@@ -100,17 +104,17 @@ func BenchmarkTorchProbeCost(b *testing.B) {
 	}
 }
 
-// attachUntil runs a session on pid (naming window: negative none, 0 the
-// default) and returns what stops it.
-func attachUntil(tb testing.TB, pid int, window time.Duration, stacks probe.StackMode) func() {
+// attachUntil runs a session on pid with what's Stacks, NameWindow
+// (negative none, 0 the default) and KernelArgs, and returns what stops it.
+func attachUntil(tb testing.TB, pid int, what Config) func() {
 	stop := make(chan struct{})
 	attached := make(chan struct{})
 	done := make(chan error, 1)
 	go func() {
 		ctx, cancel := contextUntil(stop)
 		defer cancel()
-		_, err := Run(ctx, Config{PIDs: []int{pid}, Stacks: stacks, NameWindow: window, NVMLInterval: -1,
-			Recording: discard{}, Observer: Funcs{OnAttached: func(int) { close(attached) }}})
+		_, err := Run(ctx, Config{PIDs: []int{pid}, Stacks: what.Stacks, NameWindow: what.NameWindow, KernelArgs: what.KernelArgs,
+			NVMLInterval: -1, Recording: discard{}, Observer: Funcs{OnAttached: func(int) { close(attached) }}})
 		done <- err
 	}()
 	select {
