@@ -74,7 +74,7 @@ once a second; answers are gzip-compressed for clients that accept it.`,
 	f.IntVar(&o.MaxRequests, "max-requests", agent.DefaultMaxRequests, "answer at most this many /metrics and /profile requests at once; the others get 503 at once (counted in cudatap_agent_requests_rejected_total)")
 	f.StringVar(&o.KubeletSocket, "kubelet-socket", kube.DefaultSocket, "the kubelet's pod-resources socket, for the pod, namespace and container labels (absent: labels from each process's own view; \"\": never asked)")
 	f.StringVar(&o.Push, "push", "", "push each window's (interval's) profile of each process to this Pyroscope-compatible server (http://HOST:PORT; POST /ingest); on SIGTERM the last are pushed, for 10s at most")
-	f.BoolVar(&o.PIDLabel, "pid-label", false, "label each process's series with its pid (a set of series per process; by default the processes with the same comm, container, pod and namespace share theirs)")
+	f.BoolVar(&o.PIDLabel, "pid-label", false, "label each process's series and pushed profiles with its pid (a set of series per process; by default the processes with the same comm, container, pod and namespace share theirs)")
 	f.BoolVar(&o.Histograms, "histograms", false, "export the CUDA API time histograms (cudatap_cuda_api_seconds: 14 series per API timed; --launch-times implies it)")
 	f.IntVar(&o.MaxStreams, "max-streams", metrics.DefaultMaxStreams, "label the launches of at most this many streams of a process besides the legacy default stream; later ones count as stream \"other\"")
 	f.StringVar(&o.Node, "node-name", "", "the node's name, the Hostname label of every series (default: $NODE_NAME, else the host name)")

@@ -178,6 +178,9 @@ type Pusher struct {
 	ingest  string // base URL + /ingest
 	client  *http.Client
 	backoff []time.Duration // waits before the retries
+	// PIDLabel keeps the pid in the series' name and on the samples
+	// (the agent's --pid-label); without it both go, as from the metrics.
+	PIDLabel bool
 	// Pushed and Dropped count profiles delivered and given up on.
 	Pushed, Dropped atomic.Uint64
 }
@@ -193,18 +196,21 @@ func NewPusher(base string) (*Pusher, error) {
 }
 
 // AppName is the application name a process's profiles go under:
-// cudatap.cuda{pid=…,comm=…,container=…,pod=…,namespace=…,service_name=COMM}.
-func AppName(l Labels) string {
-	var b strings.Builder
-	b.WriteString("cudatap.cuda{")
-	fmt.Fprintf(&b, "pid=%d", l.PID)
+// cudatap.cuda{comm=…,container=…,pod=…,namespace=…,service_name=COMM},
+// with pid=… first when withPID (the agent's --pid-label): without it,
+// the processes with the same labels share one series (a restarted job
+// does not start a new one), as the metrics do.
+func AppName(l Labels, withPID bool) string {
+	var parts []string
+	if withPID {
+		parts = append(parts, fmt.Sprintf("pid=%d", l.PID))
+	}
 	for _, kv := range [][2]string{{"comm", l.Comm}, {"container", l.Container}, {"pod", l.Pod}, {"namespace", l.Namespace}, {"service_name", l.Comm}} {
 		if kv[1] != "" {
-			fmt.Fprintf(&b, ",%s=%s", kv[0], safe(kv[1]))
+			parts = append(parts, kv[0]+"="+safe(kv[1]))
 		}
 	}
-	b.WriteByte('}')
-	return b.String()
+	return "cudatap.cuda{" + strings.Join(parts, ",") + "}"
 }
 
 // errPermanent: the server refused the profile itself; retrying cannot help.
@@ -213,6 +219,13 @@ var errPermanent = errors.New("refused")
 // Push sends one profile covering [from, until]; on failure it retries
 // (connection errors, 5xx, 429) with backoff, then gives up and counts it.
 func (p *Pusher) Push(ctx context.Context, l Labels, from, until time.Time, prof *profile.Profile) error {
+	if !p.PIDLabel {
+		// A store makes series of sample labels too.
+		prof = prof.Copy()
+		for _, s := range prof.Sample {
+			delete(s.Label, "pid")
+		}
+	}
 	var body bytes.Buffer
 	mw := multipart.NewWriter(&body)
 	fw, err := mw.CreateFormFile("profile", "profile.pb.gz")
@@ -226,7 +239,7 @@ func (p *Pusher) Push(ctx context.Context, l Labels, from, until time.Time, prof
 		p.Dropped.Add(1)
 		return err
 	}
-	q := url.Values{"name": {AppName(l)}, "from": {strconv.FormatInt(from.Unix(), 10)},
+	q := url.Values{"name": {AppName(l, p.PIDLabel)}, "from": {strconv.FormatInt(from.Unix(), 10)},
 		"until": {strconv.FormatInt(max(until.Unix(), from.Unix()+1), 10)}, "format": {"pprof"}, "spyName": {"cudatap"}}
 	for attempt := 0; ; attempt++ {
 		err = p.post(ctx, q.Encode(), mw.FormDataContentType(), body.Bytes())

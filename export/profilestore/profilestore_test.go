@@ -145,7 +145,8 @@ func TestPush(t *testing.T) {
 	}
 	ps.backoff = []time.Duration{time.Millisecond, time.Millisecond}
 	p, procs := window()
-	for l, prof := range PerProcess(p, procs, nil) {
+	per := PerProcess(p, procs, nil)
+	for l, prof := range per {
 		if err := ps.Push(context.Background(), l, time.Unix(100, 0), time.Unix(110, 0), prof); err != nil {
 			t.Fatal(err)
 		}
@@ -153,12 +154,31 @@ func TestPush(t *testing.T) {
 	if ps.Pushed.Load() != 2 || ps.Dropped.Load() != 0 || rcv.calls != 3 {
 		t.Errorf("pushed %d dropped %d in %d requests: want 2, 0 in 3 (one retried)", ps.Pushed.Load(), ps.Dropped.Load(), rcv.calls)
 	}
-	name := "cudatap.cuda{pid=11,comm=python3,container=3f2a9c1b,pod=pod-uid-1,service_name=python3}"
-	if got := rcv.profiles[name]; got == nil || len(got.Sample) != 1 || got.Sample[0].Label["pid"][0] != "11" {
+	// No pid by default, in the name or on the samples: one series per
+	// comm, container, pod and namespace, as the metrics.
+	name := "cudatap.cuda{comm=python3,container=3f2a9c1b,pod=pod-uid-1,service_name=python3}"
+	if got := rcv.profiles[name]; got == nil || len(got.Sample) != 1 || got.Sample[0].Label["pid"] != nil || got.Sample[0].Label["comm"][0] != "python3" {
 		t.Errorf("profile under %s: %v (have %d)", name, got, len(rcv.profiles))
 	}
-	if _, ok := rcv.profiles["cudatap.cuda{pid=22,comm=train__v2,service_name=train__v2}"]; !ok {
+	if _, ok := rcv.profiles["cudatap.cuda{comm=train__v2,service_name=train__v2}"]; !ok {
 		t.Errorf("label values are not escaped: %v", rcv.profiles)
+	}
+	for l, prof := range per {
+		if prof.Sample[0].Label["pid"] == nil {
+			t.Errorf("pushing took the pid off %v's profile (--profiles-dir writes it too)", l)
+		}
+	}
+
+	// --pid-label: the pid in both.
+	ps.PIDLabel = true
+	for l, prof := range PerProcess(p, procs, nil) {
+		if err := ps.Push(context.Background(), l, time.Unix(100, 0), time.Unix(110, 0), prof); err != nil {
+			t.Fatal(err)
+		}
+	}
+	name = "cudatap.cuda{pid=11,comm=python3,container=3f2a9c1b,pod=pod-uid-1,service_name=python3}"
+	if got := rcv.profiles[name]; got == nil || len(got.Sample) != 1 || got.Sample[0].Label["pid"][0] != "11" {
+		t.Errorf("with the pid label, profile under %s: %v (have %v)", name, got, rcv.profiles)
 	}
 }
 

@@ -145,7 +145,7 @@ func New(o Options) (*Agent, error) {
 	a.stats = newStats(a.series)
 	a.budget = newCPUBudget(o.MaxCPU, o.Every, a.series)
 	var err error
-	if a.stores, err = newProfileStores(o.ProfilesDir, o.ProfilesMaxBytes, o.Push, a.series, a.log); err != nil {
+	if a.stores, err = newProfileStores(o.ProfilesDir, o.ProfilesMaxBytes, o.Push, o.PIDLabel, a.series, a.log); err != nil {
 		return nil, err
 	}
 	a.handler = a.routes()

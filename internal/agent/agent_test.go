@@ -499,14 +499,17 @@ func testAgentProfiles(t *testing.T, o *Options) {
 
 // TestAgentProfileStores: each window's profile of a workload lands in
 // --profiles-dir and at a Pyroscope-compatible receiver (--push), parsing
-// as pprof and labelled with the workload's pid and comm.
+// as pprof and labelled with the workload's comm, and its pid only with
+// --pid-label (the file's name has it either way).
 func TestAgentProfileStores(t *testing.T) {
 	testutil.RequireRoot(t)
 	t.Run("windows", func(t *testing.T) {
 		testAgentProfileStores(t, &Options{Window: time.Second, Every: time.Second})
 	})
 	// --continuous: stored from a goroutine of its own at each cut.
-	t.Run("continuous", func(t *testing.T) { testAgentProfileStores(t, &Options{Continuous: true, Every: time.Second}) })
+	t.Run("continuous", func(t *testing.T) {
+		testAgentProfileStores(t, &Options{Continuous: true, Every: time.Second, PIDLabel: true})
+	})
 }
 
 func testAgentProfileStores(t *testing.T, o *Options) {
@@ -540,7 +543,10 @@ func testAgentProfileStores(t *testing.T, o *Options) {
 	defer cmd.Wait()
 	defer cmd.Process.Kill()
 	pid := strconv.Itoa(cmd.Process.Pid)
-	name := "cudatap.cuda{pid=" + pid + ",comm=workload,service_name=workload}"
+	name, samplePID := "cudatap.cuda{comm=workload,service_name=workload}", ""
+	if o.PIDLabel {
+		name, samplePID = "cudatap.cuda{pid="+pid+",comm=workload,service_name=workload}", pid
+	}
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("no profile of pid %s pushed and written within a minute (pushed %d)", pid, len(pushed))
@@ -552,7 +558,7 @@ func testAgentProfileStores(t *testing.T, o *Options) {
 		if p == nil || len(files) == 0 {
 			continue
 		}
-		if len(p.Sample) == 0 || p.Sample[0].Label["pid"][0] != pid || p.Sample[0].Label["comm"][0] != "workload" {
+		if len(p.Sample) == 0 || strings.Join(p.Sample[0].Label["pid"], "") != samplePID || p.Sample[0].Label["comm"][0] != "workload" {
 			t.Fatalf("pushed profile: %v", p)
 		}
 		f, err := os.Open(files[0])

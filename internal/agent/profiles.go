@@ -41,7 +41,7 @@ type profileStores struct {
 	skipped prometheus.Counter
 }
 
-func newProfileStores(dir string, maxBytes int64, push string, reg prometheus.Registerer, log *slog.Logger) (*profileStores, error) {
+func newProfileStores(dir string, maxBytes int64, push string, pidLabel bool, reg prometheus.Registerer, log *slog.Logger) (*profileStores, error) {
 	s := &profileStores{log: log, name: profilestore.LabelsOf,
 		written: prometheus.NewCounter(prometheus.CounterOpts{Name: "cudatap_agent_profiles_written_total", Help: "Process profiles written to --profiles-dir."}),
 		skipped: prometheus.NewCounter(prometheus.CounterOpts{Name: "cudatap_agent_profiles_push_skipped_total", Help: "Process profiles not pushed (or, under --continuous, not stored): the previous window's were still being pushed (stored)."}),
@@ -58,6 +58,7 @@ func newProfileStores(dir string, maxBytes int64, push string, reg prometheus.Re
 		if s.pusher, err = profilestore.NewPusher(push); err != nil {
 			return nil, err
 		}
+		s.pusher.PIDLabel = pidLabel
 		p := s.pusher
 		reg.MustRegister(
 			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "cudatap_agent_profiles_pushed_total", Help: "Process profiles delivered to --push."},
