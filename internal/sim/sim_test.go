@@ -226,6 +226,28 @@ func TestScenarios(t *testing.T) {
 			"cudaDeviceSynchronize":      1,
 		})
 	})
+	t.Run("graphs", func(t *testing.T) {
+		r := runReport(t, b.Workload, "--scenario", "graphs", "--iters", "10")
+		assertCalls(t, "graphs", r.Calls, map[string]int{
+			"cudaStreamCreateWithFlags": 2, "cudaEventCreateWithFlags": 2, "cudaStreamBeginCapture": 2,
+			"cudaLaunchKernel": 10, "cudaEventRecord": 4, "cudaStreamWaitEvent": 4, "cudaStreamEndCapture": 2,
+			"cudaGraphInstantiate": 1, "cudaGraphLaunch": 50, "cudaStreamSynchronize": 4, "cudaGraphExecUpdate": 1,
+			"cudaGraphExecDestroy": 3, "cudaGraphInstantiateWithFlags": 2, "cudaGraphCreate": 1,
+			"cudaGraphAddKernelNode": 3, "cudaGraphExecKernelNodeSetParams": 1, "cudaGraphDestroy": 3,
+			"cudaEventDestroy": 2, "cudaStreamDestroy": 2,
+		})
+		// Replays run their nodes on the launch stream, captures nothing:
+		// 10 × (50 + 65 + 65 + 18 + 19) µs, the side stream idle.
+		var busy []int64
+		for _, ns := range r.BusyNs {
+			if ns > 0 {
+				busy = append(busy, ns)
+			}
+		}
+		if len(busy) != 1 || busy[0] != 10*(50+65+65+18+19)*1000 {
+			t.Errorf("busy streams %v ns, want one of %d", busy, 10*(50+65+65+18+19)*1000)
+		}
+	})
 	t.Run("train", func(t *testing.T) {
 		r := runReport(t, b.Workload, "--scenario", "train", "--iters", "8")
 		assertCalls(t, "train", r.Calls, trainCalls(8))
@@ -315,6 +337,18 @@ func TestDriverScenarios(t *testing.T) {
 			t.Errorf("scenario driver-all called\n%v\nthe driver exports\n%v", got, exported)
 		}
 		assertCalls(t, "driver-all internal", r.Internal, map[string]int{})
+	})
+	t.Run("driver-graphs", func(t *testing.T) {
+		r := runReport(t, b.DriverWorkload, "--scenario", "driver-graphs", "--iters", "10")
+		assertCalls(t, "driver-graphs", r.Calls, map[string]int{
+			"cuInit": 1, "cuModuleLoadData": 1, "cuModuleGetFunction": 2, "cuStreamCreate": 1, "cuMemAlloc_v2": 1,
+			"cuStreamBeginCapture_v2": 2, "cuLaunchKernel": 4, "cuLaunchKernelEx": 2, "cuMemsetD8Async": 2,
+			"cuStreamEndCapture": 2, "cuGraphInstantiateWithFlags": 2, "cuGraphLaunch": 40, "cuStreamSynchronize": 3,
+			"cuGraphExecUpdate_v2": 1, "cuGraphCreate": 1, "cuGraphAddKernelNode_v2": 2,
+			"cuGraphExecKernelNodeSetParams_v2": 1, "cuGraphExecDestroy": 2, "cuGraphDestroy": 3, "cuMemFree_v2": 1,
+			"cuStreamDestroy_v2": 1,
+		})
+		assertCalls(t, "driver-graphs internal", r.Internal, map[string]int{})
 	})
 	t.Run("mixed", func(t *testing.T) {
 		r := runReport(t, b.DriverWorkload, "--scenario", "mixed", "--iters", "7")

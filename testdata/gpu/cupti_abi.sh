@@ -22,9 +22,9 @@ int main(void){
   printf("THREAD_ID_TYPE_SYSTEM=%d\n", CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM);
   printf("sizeof API=%zu Kernel=%zu Memcpy=%zu Memset=%zu Sync=%zu\n", sizeof(CUpti_ActivityAPI), sizeof(CUpti_ActivityKernel10), sizeof(CUpti_ActivityMemcpy6), sizeof(CUpti_ActivityMemset4), sizeof(CUpti_ActivitySynchronization2));
   O(CUpti_ActivityAPI,kind); O(CUpti_ActivityAPI,cbid); O(CUpti_ActivityAPI,start); O(CUpti_ActivityAPI,end); O(CUpti_ActivityAPI,processId); O(CUpti_ActivityAPI,threadId); O(CUpti_ActivityAPI,correlationId);
-  O(CUpti_ActivityKernel10,start); O(CUpti_ActivityKernel10,end); O(CUpti_ActivityKernel10,deviceId); O(CUpti_ActivityKernel10,contextId); O(CUpti_ActivityKernel10,streamId);O(CUpti_ActivityKernel10,gridX);O(CUpti_ActivityKernel10,blockX); O(CUpti_ActivityKernel10,correlationId); O(CUpti_ActivityKernel10,name);
-  O(CUpti_ActivityMemcpy6,copyKind); O(CUpti_ActivityMemcpy6,bytes); O(CUpti_ActivityMemcpy6,start); O(CUpti_ActivityMemcpy6,end); O(CUpti_ActivityMemcpy6,deviceId); O(CUpti_ActivityMemcpy6,streamId); O(CUpti_ActivityMemcpy6,correlationId);
-  O(CUpti_ActivityMemset4,bytes); O(CUpti_ActivityMemset4,start); O(CUpti_ActivityMemset4,end); O(CUpti_ActivityMemset4,deviceId); O(CUpti_ActivityMemset4,streamId); O(CUpti_ActivityMemset4,correlationId);
+  O(CUpti_ActivityKernel10,start); O(CUpti_ActivityKernel10,end); O(CUpti_ActivityKernel10,deviceId); O(CUpti_ActivityKernel10,contextId); O(CUpti_ActivityKernel10,streamId);O(CUpti_ActivityKernel10,gridX);O(CUpti_ActivityKernel10,blockX); O(CUpti_ActivityKernel10,correlationId); O(CUpti_ActivityKernel10,name); O(CUpti_ActivityKernel10,graphNodeId); O(CUpti_ActivityKernel10,graphId);
+  O(CUpti_ActivityMemcpy6,copyKind); O(CUpti_ActivityMemcpy6,bytes); O(CUpti_ActivityMemcpy6,start); O(CUpti_ActivityMemcpy6,end); O(CUpti_ActivityMemcpy6,deviceId); O(CUpti_ActivityMemcpy6,streamId); O(CUpti_ActivityMemcpy6,correlationId); O(CUpti_ActivityMemcpy6,graphNodeId); O(CUpti_ActivityMemcpy6,graphId);
+  O(CUpti_ActivityMemset4,bytes); O(CUpti_ActivityMemset4,start); O(CUpti_ActivityMemset4,end); O(CUpti_ActivityMemset4,deviceId); O(CUpti_ActivityMemset4,streamId); O(CUpti_ActivityMemset4,correlationId); O(CUpti_ActivityMemset4,graphNodeId); O(CUpti_ActivityMemset4,graphId);
   O(CUpti_ActivitySynchronization2,type); O(CUpti_ActivitySynchronization2,start); O(CUpti_ActivitySynchronization2,end); O(CUpti_ActivitySynchronization2,correlationId); O(CUpti_ActivitySynchronization2,contextId); O(CUpti_ActivitySynchronization2,streamId);
   return 0;
 }

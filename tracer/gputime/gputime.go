@@ -78,9 +78,9 @@ func (l Lost) Total() uint64 { return l.Collector + l.CUPTI + l.NoAPI + l.Invali
 // Wire format (wire.h).
 const (
 	magic      = 0x50415443
-	version    = 2
+	version    = 3
 	headerSize = 48
-	recordSize = 40
+	recordSize = 48
 	maxRecords = 1024
 	maxMessage = headerSize + maxRecords*recordSize
 
@@ -406,6 +406,7 @@ type gpuRecord struct {
 	start, end uint64
 	device     uint32
 	bytes      uint64
+	node       uint64 // CUPTI's graphNodeId (0: not a graph launch's)
 }
 
 // peer is one connected collector: its clock, its threads' ids and the
@@ -560,7 +561,7 @@ func (p *peer) record(r []byte) {
 	if le.Uint16(r[2:])&flagMonotonic != 0 {
 		start, end = le.Uint64(r[8:]), le.Uint64(r[16:]) // the collector's own clock
 	}
-	a, b, bytes := le.Uint32(r[24:]), le.Uint32(r[28:]), le.Uint64(r[32:])
+	a, b, bytes, node := le.Uint32(r[24:]), le.Uint32(r[28:]), le.Uint64(r[32:]), le.Uint64(r[40:])
 	if kind == recAPI {
 		if p.dbg != nil {
 			p.dbg.line("call", "%d\t%d\t%s\t%d\t%d\t%d", corr, p.hostTID(a), [2]string{"driver", "runtime"}[r[1]&1], b, start, end)
@@ -585,7 +586,7 @@ func (p *peer) record(r []byte) {
 		p.lost.Invalid++
 		return
 	}
-	g := gpuRecord{kind: kind, corr: corr, start: start, end: end, device: a, bytes: bytes}
+	g := gpuRecord{kind: kind, corr: corr, start: start, end: end, device: a, bytes: bytes, node: node}
 	if api, ok := p.api[corr]; ok {
 		p.emit(api, g)
 		return
@@ -625,7 +626,7 @@ func (p *peer) addAPI(corr uint32, a apiRecord) {
 
 func (p *peer) emit(a apiRecord, g gpuRecord) {
 	m := model.Measurement{TID: a.tid, APIStart: a.start, APIEnd: a.end, Start: g.start, End: g.end,
-		Device: int8(min(g.device, 127)), Bytes: g.bytes, Correlation: g.corr}
+		Device: int8(min(g.device, 127)), Bytes: g.bytes, Correlation: g.corr, GraphNode: g.node}
 	switch g.kind {
 	case recKernel:
 		m.Kind = model.OpKernel

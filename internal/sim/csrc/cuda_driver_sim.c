@@ -196,11 +196,13 @@ struct CUstream_st {
 	int owner;      /* per-thread default stream: its thread's tid; else 0 */
 	int device;     /* created stream: the runtime's current device then; else -1 */
 	unsigned flags; /* CU_STREAM_NON_BLOCKING or not */
+	struct CUgraph_st *capture; /* the graph its work is captured into, or NULL */
 	struct CUstream_st *prev, *next; /* live-stream list, for implicit syncs */
 };
 
 struct CUevent_st {
 	struct when time; /* completion time of the recorded work; 0 = never recorded */
+	struct CUgraph_st *capture; /* recorded on a capturing stream: a wait on it joins the capture */
 };
 
 /* A page-locked host range: made by cuMemHostAlloc/cuMemAllocHost (owned, so
@@ -368,8 +370,9 @@ PRIVATE void sim_set_activity(const struct sim_activity *a)
 	__atomic_store_n(&activity, a, __ATOMIC_RELEASE);
 }
 
-/* The kinds of operation, as sim_activity.op reports them. */
-enum { OP_NONE, OP_KERNEL, OP_MEMCPY, OP_MEMSET };
+/* The kinds of operation, as sim_activity.op reports them; OP_GRAPH is a
+ * graph launch's call (sim_activity.call). */
+enum { OP_NONE, OP_KERNEL, OP_MEMCPY, OP_MEMSET, OP_GRAPH };
 
 /* Enqueues an operation of dur ns on s, with mu held: s->clock becomes its
  * end. With a meeting m it starts no earlier than m is met, and *ready is
@@ -426,8 +429,8 @@ PRIVATE int sim_stream_busy(int i, const void **handle, int *owner, long long *n
 struct late_op {
 	const struct sim_activity *a;
 	int kind, copy_kind, device;
-	uint32_t corr, stream;
-	uint64_t bytes;
+	uint32_t corr, stream, graph;
+	uint64_t bytes, node;
 	int64_t dur;
 	const char *name;
 	struct late_op *next;
@@ -459,52 +462,159 @@ static void report_late_ops(void)
 		known = l->next;
 		if (l->a == __atomic_load_n(&activity, __ATOMIC_ACQUIRE))
 			l->a->op(l->kind, l->corr, l->end.t - l->dur, l->end.t, l->stream, l->bytes, l->copy_kind, l->name,
-				 l->device);
+				 l->device, l->node, l->graph);
 		free(l);
 	}
+}
+
+/* A call that enqueues work, as the simulated CUPTI sees it while it
+ * records (a == NULL: it does not): its correlation id, where its API
+ * interval starts, and the device its work goes to. */
+struct activity_call {
+	const struct sim_activity *a;
+	int64_t api_start;
+	uint32_t corr;
+	int device, kind;
+};
+
+/* activity_begin starts the call (kind OP_*) that enqueues on s: the
+ * API interval starts here, inside the call. */
+static void activity_begin(struct activity_call *c, struct CUstream_st *s, int kind)
+{
+	*c = (struct activity_call){ .a = __atomic_load_n(&activity, __ATOMIC_ACQUIRE), .kind = kind };
+	if (!c->a || kind == OP_NONE) {
+		c->a = NULL;
+		return;
+	}
+	c->api_start = now_ns();
+	report_late_ops();
+	c->corr = __atomic_add_fetch(&activity_corr, 1, __ATOMIC_RELAXED);
+	/* A created stream's device; a default stream's is the caller's. */
+	c->device = s->owner || s == &legacy_stream ? runtime_device() : s->device;
+	c->a->call(0, kind, c->corr);
+}
+
+/* activity_end ends it: the API interval ends when its work is queued. */
+static void activity_end(struct activity_call *c)
+{
+	if (!c->a)
+		return;
+	c->a->api(c->corr, c->api_start, now_ns(), (uint32_t)syscall(SYS_gettid));
+	c->a->call(1, c->kind, c->corr);
+}
+
+/* A graph being built (captured, or made node by node), an executable
+ * graph, and their nodes: what each runs on the modeled GPU. Node ids are
+ * unique in the process and handed out as nodes are made, as CUPTI's
+ * graphNodeId is; instantiation clones every node in node order, and a
+ * launch's records carry the clones' ids. */
+struct CUgraphNode_st {
+	int kind; /* OP_KERNEL, OP_MEMCPY, OP_MEMSET */
+	int copy_kind;
+	int64_t dur;
+	uint64_t bytes;
+	const char *name;
+	uint64_t id;
+};
+
+struct CUgraph_st {
+	struct CUgraphNode_st **nodes;
+	int n, cap;
+	uint32_t id;
+	int capturing; /* a capture is recording into it */
+};
+
+struct exec_node {
+	struct CUgraphNode_st *orig; /* the graph's node it was made of (cuGraphExecKernelNodeSetParams names it) */
+	struct CUgraphNode_st run;   /* what it runs; run.id is the clone's */
+};
+
+struct CUgraphExec_st {
+	struct exec_node *nodes;
+	int n;
+	uint32_t id;
+	struct CUgraphExec_st *next; /* every live exec, under mu */
+};
+
+static uint64_t graph_node_ids; /* atomic */
+static uint32_t graph_ids;      /* atomic */
+static struct CUgraphExec_st *execs; /* guarded by mu */
+
+/* graph_add appends a node that runs what node says (mu held); its handle,
+ * or NULL out of memory. */
+static struct CUgraphNode_st *graph_add_locked(struct CUgraph_st *g, const struct CUgraphNode_st *node)
+{
+	if (g->n == g->cap) {
+		int cap = g->cap ? 2 * g->cap : 16;
+		struct CUgraphNode_st **grown = realloc(g->nodes, cap * sizeof *grown);
+		if (!grown)
+			return NULL;
+		g->nodes = grown;
+		g->cap = cap;
+	}
+	struct CUgraphNode_st *x = malloc(sizeof *x);
+	if (!x)
+		return NULL;
+	*x = *node;
+	x->id = __atomic_add_fetch(&graph_node_ids, 1, __ATOMIC_RELAXED);
+	g->nodes[g->n++] = x;
+	return x;
+}
+
+/* op_locked enqueues an operation of dur ns on s (mu held), after meeting
+ * m if not NULL (see enqueue_locked), and reports it for call c, as graph
+ * node node (0: none) of graph: at once if its end is known, else once it
+ * is. end, if not NULL, receives its end time; *t its end, if known. */
+static int op_locked(struct activity_call *c, struct CUstream_st *s, int64_t dur, int kind, uint64_t bytes,
+		     int copy_kind, const char *name, uint64_t node, uint32_t graph, struct sim_meeting *m,
+		     int64_t *ready, struct when *end, int64_t *t)
+{
+	uint32_t stream = (uint32_t)((uintptr_t)s >> 4);
+	enqueue_locked(s, dur, m, ready);
+	if (end)
+		when_copy(end, &s->clock);
+	int known = 1;
+	if (c->a && !(known = when_known(&s->clock, t))) {
+		struct late_op *l = malloc(sizeof *l); /* out of memory: the record is lost */
+		if (l) {
+			*l = (struct late_op){ c->a, kind, copy_kind, c->device, c->corr, stream, graph, bytes, node, dur, name,
+					       late_ops, { 0 } };
+			when_copy(&l->end, &s->clock);
+			__atomic_store_n(&late_ops, l, __ATOMIC_RELEASE);
+		}
+	}
+	return known;
 }
 
 /* enqueue_op enqueues an operation of kind (OP_*), after meeting m if not
  * NULL (see enqueue_locked), and reports it to the simulated CUPTI when it
  * records: the API interval starts here, inside the API call, and ends when
- * the operation is queued. end, if not NULL, receives its end time. */
+ * the operation is queued. end, if not NULL, receives its end time. On a
+ * capturing stream the operation is recorded into the graph instead (CUPTI
+ * sees the call, not the operation). */
 static void enqueue_op(struct CUstream_st *s, int64_t dur, int kind, uint64_t bytes, int copy_kind, const char *name,
 		       struct sim_meeting *m, int64_t *ready, struct when *end)
 {
-	const struct sim_activity *a = __atomic_load_n(&activity, __ATOMIC_ACQUIRE);
-	int64_t api_start = 0;
-	uint32_t corr = 0;
-	int device = 0;
-	if (a && kind != OP_NONE) {
-		api_start = now_ns();
-		report_late_ops();
-		corr = __atomic_add_fetch(&activity_corr, 1, __ATOMIC_RELAXED);
-		/* A created stream's device; a default stream's is the caller's. */
-		device = s->owner || s == &legacy_stream ? runtime_device() : s->device;
-		a->call(0, kind, corr);
-	}
+	struct activity_call c;
+	activity_begin(&c, s, kind);
 	uint32_t stream = (uint32_t)((uintptr_t)s >> 4);
 	int64_t t = 0;
-	int known = 1;
+	int known = 0;
 	pthread_mutex_lock(&mu);
-	enqueue_locked(s, dur, m, ready);
-	if (end)
-		when_copy(end, &s->clock);
-	if (a && kind != OP_NONE && !(known = when_known(&s->clock, &t))) {
-		struct late_op *l = malloc(sizeof *l); /* out of memory: the record is lost */
-		if (l) {
-			*l = (struct late_op){ a, kind, copy_kind, device, corr, stream, bytes, dur, name, late_ops, { 0 } };
-			when_copy(&l->end, &s->clock);
-			__atomic_store_n(&late_ops, l, __ATOMIC_RELEASE);
-		}
+	if (s->capture && kind != OP_NONE) {
+		struct CUgraphNode_st node = { .kind = kind, .copy_kind = copy_kind, .dur = dur, .bytes = bytes, .name = name };
+		graph_add_locked(s->capture, &node); /* out of memory: the node is lost */
+		if (end)
+			when_copy(end, &s->clock);
+		if (ready)
+			*ready = s->clock.t;
+	} else {
+		known = op_locked(&c, s, dur, kind, bytes, copy_kind, name, 0, 0, m, ready, end, &t);
 	}
 	pthread_mutex_unlock(&mu);
-	if (a && kind != OP_NONE) {
-		if (known)
-			a->op(kind, corr, t - dur, t, stream, bytes, copy_kind, name, device);
-		a->api(corr, api_start, now_ns(), (uint32_t)syscall(SYS_gettid));
-		a->call(1, kind, corr);
-	}
+	if (c.a && known)
+		c.a->op(kind, c.corr, t - dur, t, stream, bytes, copy_kind, name, c.device, 0, 0);
+	activity_end(&c);
 }
 
 /* NCCL's collectives run as kernels. */
@@ -956,11 +1066,240 @@ static CUresult launch_ex(const CUlaunchConfig *c, CUfunction f, int ptsz)
 		      stream_of(c->hStream, ptsz));
 }
 
-static CUresult graph_launch(CUgraphExec graph, struct CUstream_st *s)
+/* graph_launch runs exec x's nodes on s, in node order, under one call:
+ * every record carries its correlation id and its node's clone id, as
+ * CUPTI's do. A handle the simulator did not make runs one GRAPH_NS kernel
+ * (a graph nothing here built, as scenario all launches). */
+static CUresult graph_launch(CUgraphExec x, struct CUstream_st *s)
 {
-	if (!graph)
+	if (!x)
 		return CUDA_ERROR_INVALID_HANDLE;
-	enqueue_op(s, GRAPH_NS, OP_KERNEL, 0, 0, "sim_graph_kernel", NULL, NULL, NULL);
+	pthread_mutex_lock(&mu);
+	struct CUgraphExec_st *e = execs;
+	while (e && e != x)
+		e = e->next;
+	pthread_mutex_unlock(&mu);
+	if (!e) {
+		enqueue_op(s, GRAPH_NS, OP_KERNEL, 0, 0, "sim_graph_kernel", NULL, NULL, NULL);
+		return CUDA_SUCCESS;
+	}
+	struct activity_call c;
+	activity_begin(&c, s, OP_GRAPH);
+	uint32_t stream = (uint32_t)((uintptr_t)s >> 4);
+	pthread_mutex_lock(&mu);
+	if (s->capture) {
+		/* Launched into a capture: its nodes join the graph. */
+		for (int i = 0; i < x->n; i++)
+			graph_add_locked(s->capture, &x->nodes[i].run);
+		pthread_mutex_unlock(&mu);
+		activity_end(&c);
+		return CUDA_SUCCESS;
+	}
+	for (int i = 0; i < x->n; i++) {
+		const struct CUgraphNode_st *n = &x->nodes[i].run;
+		int64_t t = 0;
+		int known = op_locked(&c, s, n->dur, n->kind, n->bytes, n->copy_kind, n->name, n->id, x->id, NULL, NULL,
+				      NULL, &t);
+		if (c.a && known) {
+			/* Reported under mu: the records of one launch stay in
+			 * node order (CUPTI's client may see them in any). */
+			c.a->op(n->kind, c.corr, t - n->dur, t, stream, n->bytes, n->copy_kind, n->name, c.device, n->id,
+				x->id);
+		}
+	}
+	pthread_mutex_unlock(&mu);
+	activity_end(&c);
+	return CUDA_SUCCESS;
+}
+
+/* ---- graphs: capture, explicit construction, instantiation, update ---- */
+
+static struct CUgraph_st *graph_new(void)
+{
+	struct CUgraph_st *g = calloc(1, sizeof *g);
+	if (g)
+		g->id = __atomic_add_fetch(&graph_ids, 1, __ATOMIC_RELAXED);
+	return g;
+}
+
+static void graph_free(struct CUgraph_st *g)
+{
+	for (int i = 0; i < g->n; i++)
+		free(g->nodes[i]);
+	free(g->nodes);
+	free(g);
+}
+
+/* Capture: work enqueued on s is recorded into a new graph until
+ * cuStreamEndCapture; a stream that waits on an event recorded on it joins
+ * the capture. */
+static CUresult begin_capture(struct CUstream_st *s)
+{
+	struct CUgraph_st *g = graph_new();
+	if (!g)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	pthread_mutex_lock(&mu);
+	CUresult err = CUDA_SUCCESS;
+	if (s->capture) {
+		err = CUDA_ERROR_INVALID_VALUE; /* cudaErrorStreamCaptureUnsupported and the like */
+	} else {
+		g->capturing = 1;
+		s->capture = g;
+	}
+	pthread_mutex_unlock(&mu);
+	if (err)
+		free(g);
+	return err;
+}
+
+static CUresult end_capture(struct CUstream_st *s, CUgraph *phGraph)
+{
+	if (!phGraph)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&mu);
+	struct CUgraph_st *g = s->capture;
+	if (g) {
+		g->capturing = 0;
+		if (legacy_stream.capture == g)
+			legacy_stream.capture = NULL;
+		for (struct CUstream_st *o = streams; o; o = o->next)
+			if (o->capture == g)
+				o->capture = NULL;
+	}
+	pthread_mutex_unlock(&mu);
+	if (!g)
+		return CUDA_ERROR_INVALID_VALUE; /* not capturing */
+	*phGraph = g;
+	return CUDA_SUCCESS;
+}
+
+/* A kernel node's run: its duration from the grid, as a launch's. */
+static CUresult kernel_node(struct CUgraphNode_st *n, const CUDA_KERNEL_NODE_PARAMS *p)
+{
+	if (!p || !p->func)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!p->gridDimX || !p->gridDimY || !p->gridDimZ || !p->blockDimX || !p->blockDimY || !p->blockDimZ)
+		return CUDA_ERROR_INVALID_VALUE;
+	*n = (struct CUgraphNode_st){ .kind = OP_KERNEL, .name = func_name(p->func),
+				      .dur = (int64_t)p->gridDimX * p->gridDimY * p->gridDimZ * KERNEL_NS_PER_BLOCK };
+	return CUDA_SUCCESS;
+}
+
+static CUresult add_kernel_node(CUgraphNode *phNode, CUgraph g, const CUDA_KERNEL_NODE_PARAMS *p)
+{
+	if (!phNode || !g)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct CUgraphNode_st n;
+	CUresult err = kernel_node(&n, p);
+	if (err)
+		return err;
+	pthread_mutex_lock(&mu);
+	struct CUgraphNode_st *x = graph_add_locked(g, &n);
+	pthread_mutex_unlock(&mu);
+	if (!x)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	*phNode = x;
+	return CUDA_SUCCESS;
+}
+
+static CUresult instantiate(CUgraphExec *phExec, CUgraph g)
+{
+	if (!phExec || !g || g->capturing)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct CUgraphExec_st *x = calloc(1, sizeof *x);
+	if (!x || (g->n && !(x->nodes = calloc(g->n, sizeof *x->nodes)))) {
+		free(x);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	pthread_mutex_lock(&mu);
+	x->n = g->n;
+	x->id = __atomic_add_fetch(&graph_ids, 1, __ATOMIC_RELAXED);
+	for (int i = 0; i < g->n; i++) {
+		x->nodes[i].orig = g->nodes[i];
+		x->nodes[i].run = *g->nodes[i];
+		x->nodes[i].run.id = __atomic_add_fetch(&graph_node_ids, 1, __ATOMIC_RELAXED);
+	}
+	x->next = execs;
+	execs = x;
+	pthread_mutex_unlock(&mu);
+	*phExec = x;
+	return CUDA_SUCCESS;
+}
+
+/* exec_set_kernel gives the exec's clone of node its new parameters. */
+static CUresult exec_set_kernel(CUgraphExec x, CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS *p)
+{
+	struct CUgraphNode_st n;
+	CUresult err = kernel_node(&n, p);
+	if (err)
+		return err;
+	if (!x || !node)
+		return CUDA_ERROR_INVALID_VALUE;
+	err = CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&mu);
+	for (int i = 0; i < x->n; i++) {
+		if (x->nodes[i].orig == node && x->nodes[i].run.kind == OP_KERNEL) {
+			n.id = x->nodes[i].run.id;
+			x->nodes[i].run = n;
+			err = CUDA_SUCCESS;
+		}
+	}
+	pthread_mutex_unlock(&mu);
+	return err;
+}
+
+/* exec_update gives the exec the parameters of g's nodes: g must have the
+ * exec's topology (here: as many nodes, of the same kinds, in order). The
+ * clones keep their ids. */
+static CUresult exec_update(CUgraphExec x, CUgraph g, CUgraphExecUpdateResultInfo *info)
+{
+	if (!x || !g || !info)
+		return CUDA_ERROR_INVALID_VALUE;
+	int ok = x->n == g->n;
+	pthread_mutex_lock(&mu);
+	for (int i = 0; ok && i < x->n; i++)
+		ok = x->nodes[i].run.kind == g->nodes[i]->kind;
+	for (int i = 0; ok && i < x->n; i++) {
+		uint64_t id = x->nodes[i].run.id;
+		x->nodes[i].orig = g->nodes[i];
+		x->nodes[i].run = *g->nodes[i];
+		x->nodes[i].run.id = id;
+	}
+	pthread_mutex_unlock(&mu);
+	*info = (CUgraphExecUpdateResultInfo){ .result = ok ? 0 : 2 /* CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED */ };
+	return ok ? CUDA_SUCCESS : 910; /* CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE */
+}
+
+static CUresult exec_destroy(CUgraphExec x)
+{
+	pthread_mutex_lock(&mu);
+	struct CUgraphExec_st **pp = &execs;
+	while (*pp && *pp != x)
+		pp = &(*pp)->next;
+	if (*pp)
+		*pp = x->next;
+	pthread_mutex_unlock(&mu);
+	if (!x)
+		return CUDA_ERROR_INVALID_VALUE;
+	free(x->nodes);
+	free(x);
+	return CUDA_SUCCESS;
+}
+
+static CUresult graph_destroy(CUgraph g)
+{
+	if (!g || g->capturing)
+		return CUDA_ERROR_INVALID_VALUE;
+	/* An exec made of it keeps its clones; cuGraphExecUpdate no longer
+	 * names its nodes. */
+	pthread_mutex_lock(&mu);
+	for (struct CUgraphExec_st *x = execs; x; x = x->next)
+		for (int i = 0; i < x->n; i++)
+			for (int j = 0; j < g->n; j++)
+				if (x->nodes[i].orig == g->nodes[j])
+					x->nodes[i].orig = NULL;
+	pthread_mutex_unlock(&mu);
+	graph_free(g);
 	return CUDA_SUCCESS;
 }
 
@@ -981,18 +1320,26 @@ static CUresult event_record(CUevent e, struct CUstream_st *s)
 	if (!e)
 		return CUDA_ERROR_INVALID_HANDLE;
 	pthread_mutex_lock(&mu);
-	enqueue_locked(s, 0, NULL, NULL);
-	when_copy(&e->time, &s->clock);
+	e->capture = s->capture;
+	if (!s->capture) {
+		enqueue_locked(s, 0, NULL, NULL);
+		when_copy(&e->time, &s->clock);
+	}
 	pthread_mutex_unlock(&mu);
 	return CUDA_SUCCESS;
 }
 
+/* A wait on an event recorded in a capture joins the capture (CUDA's
+ * fork): the stream's work goes into the graph until the capture ends. */
 static CUresult stream_wait_event(struct CUstream_st *s, CUevent e)
 {
 	if (!e)
 		return CUDA_ERROR_INVALID_HANDLE;
 	pthread_mutex_lock(&mu);
-	when_max(&s->clock, &e->time);
+	if (e->capture && e->capture->capturing)
+		s->capture = e->capture;
+	else if (!s->capture)
+		when_max(&s->clock, &e->time);
 	pthread_mutex_unlock(&mu);
 	return CUDA_SUCCESS;
 }
@@ -1354,6 +1701,83 @@ API CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)
 {
 	COUNT(cuGraphLaunch_ptsz);
 	return graph_launch(hGraphExec, stream_of(hStream, 1));
+}
+
+API CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode)
+{
+	COUNT(cuStreamBeginCapture_v2);
+	(void)mode;
+	return begin_capture(stream_of(hStream, 0));
+}
+
+API CUresult cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode)
+{
+	COUNT(cuStreamBeginCapture_v2_ptsz);
+	(void)mode;
+	return begin_capture(stream_of(hStream, 1));
+}
+
+API CUresult cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
+{
+	COUNT(cuStreamEndCapture);
+	return end_capture(stream_of(hStream, 0), phGraph);
+}
+
+API CUresult cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph)
+{
+	COUNT(cuStreamEndCapture_ptsz);
+	return end_capture(stream_of(hStream, 1), phGraph);
+}
+
+API CUresult cuGraphCreate(CUgraph *phGraph, unsigned int flags)
+{
+	COUNT(cuGraphCreate);
+	if (!phGraph || flags)
+		return CUDA_ERROR_INVALID_VALUE;
+	*phGraph = graph_new();
+	return *phGraph ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+/* Dependencies are not modeled: nodes run in the order they were added. */
+API CUresult cuGraphAddKernelNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+				     size_t numDependencies, const CUDA_KERNEL_NODE_PARAMS *nodeParams)
+{
+	COUNT(cuGraphAddKernelNode_v2);
+	(void)dependencies;
+	(void)numDependencies;
+	return add_kernel_node(phGraphNode, hGraph, nodeParams);
+}
+
+API CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags)
+{
+	COUNT(cuGraphInstantiateWithFlags);
+	(void)flags;
+	return instantiate(phGraphExec, hGraph);
+}
+
+API CUresult cuGraphExecKernelNodeSetParams_v2(CUgraphExec hGraphExec, CUgraphNode hNode,
+					       const CUDA_KERNEL_NODE_PARAMS *nodeParams)
+{
+	COUNT(cuGraphExecKernelNodeSetParams_v2);
+	return exec_set_kernel(hGraphExec, hNode, nodeParams);
+}
+
+API CUresult cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph, CUgraphExecUpdateResultInfo *resultInfo)
+{
+	COUNT(cuGraphExecUpdate_v2);
+	return exec_update(hGraphExec, hGraph, resultInfo);
+}
+
+API CUresult cuGraphExecDestroy(CUgraphExec hGraphExec)
+{
+	COUNT(cuGraphExecDestroy);
+	return exec_destroy(hGraphExec);
+}
+
+API CUresult cuGraphDestroy(CUgraph hGraph)
+{
+	COUNT(cuGraphDestroy);
+	return graph_destroy(hGraph);
 }
 
 API CUresult cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userData)

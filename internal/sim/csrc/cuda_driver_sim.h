@@ -36,6 +36,8 @@ typedef struct CUfunc_st *CUfunction;
 typedef struct CUmod_st *CUmodule;
 typedef struct CUlib_st *CUlibrary;
 typedef struct CUkern_st *CUkernel;
+typedef struct CUgraph_st *CUgraph;
+typedef struct CUgraphNode_st *CUgraphNode;
 typedef struct CUgraphExec_st *CUgraphExec;
 typedef struct CUarray_st *CUarray;
 typedef void (*CUhostFn)(void *userData);
@@ -86,6 +88,31 @@ typedef struct CUDA_MEMCPY2D_st {
 
 typedef struct CUlaunchAttribute_st CUlaunchAttribute;
 
+typedef enum CUstreamCaptureMode_enum {
+	CU_STREAM_CAPTURE_MODE_GLOBAL = 0,
+	CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1,
+	CU_STREAM_CAPTURE_MODE_RELAXED = 2,
+} CUstreamCaptureMode;
+
+/* CUDA_KERNEL_NODE_PARAMS_v2: the runtime's cudaKernelNodeParams has the
+ * same layout up to extra (func, grid, block at offsets 0, 8, 20). */
+typedef struct CUDA_KERNEL_NODE_PARAMS_v2_st {
+	CUfunction func;
+	unsigned int gridDimX, gridDimY, gridDimZ;
+	unsigned int blockDimX, blockDimY, blockDimZ;
+	unsigned int sharedMemBytes;
+	void **kernelParams;
+	void **extra;
+	CUkernel kern;
+	void *ctx;
+} CUDA_KERNEL_NODE_PARAMS;
+
+typedef struct CUgraphExecUpdateResultInfo_st {
+	int result; /* CU_GRAPH_EXEC_UPDATE_SUCCESS = 0, ERROR = 1, ERROR_TOPOLOGY_CHANGED = 2, ... */
+	CUgraphNode errorNode;
+	CUgraphNode errorFromNode;
+} CUgraphExecUpdateResultInfo;
+
 /* hStream is at offset 32 on x86-64. */
 typedef struct CUlaunchConfig_st {
 	unsigned int gridDimX, gridDimY, gridDimZ;
@@ -119,7 +146,11 @@ typedef struct CUlaunchConfig_st {
 	X(cuMemAllocAsync_ptsz) X(cuMemFreeAsync) X(cuMemFreeAsync_ptsz) X(cuMemHostAlloc)         \
 	X(cuMemAllocHost_v2) X(cuMemFreeHost) X(cuMemHostRegister_v2) X(cuMemHostUnregister)       \
 	X(cuMemAllocManaged) X(cuMemAllocPitch_v2) X(cuMemAllocFromPoolAsync)                      \
-	X(cuMemAllocFromPoolAsync_ptsz) X(cuMemCreate) X(cuMemRelease)
+	X(cuMemAllocFromPoolAsync_ptsz) X(cuMemCreate) X(cuMemRelease)                             \
+	X(cuStreamBeginCapture_v2) X(cuStreamBeginCapture_v2_ptsz) X(cuStreamEndCapture)          \
+	X(cuStreamEndCapture_ptsz) X(cuGraphCreate) X(cuGraphAddKernelNode_v2)                    \
+	X(cuGraphInstantiateWithFlags) X(cuGraphExecKernelNodeSetParams_v2) X(cuGraphExecUpdate_v2) \
+	X(cuGraphExecDestroy) X(cuGraphDestroy)
 
 CUresult cuInit(unsigned int Flags);
 
@@ -158,6 +189,20 @@ CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridDimX, uns
 					void **kernelParams);
 CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream);
 CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream);
+
+CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode);
+CUresult cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode);
+CUresult cuStreamEndCapture(CUstream hStream, CUgraph *phGraph);
+CUresult cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph);
+CUresult cuGraphCreate(CUgraph *phGraph, unsigned int flags);
+CUresult cuGraphAddKernelNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+				 size_t numDependencies, const CUDA_KERNEL_NODE_PARAMS *nodeParams);
+CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags);
+CUresult cuGraphExecKernelNodeSetParams_v2(CUgraphExec hGraphExec, CUgraphNode hNode,
+					   const CUDA_KERNEL_NODE_PARAMS *nodeParams);
+CUresult cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph, CUgraphExecUpdateResultInfo *resultInfo);
+CUresult cuGraphExecDestroy(CUgraphExec hGraphExec);
+CUresult cuGraphDestroy(CUgraph hGraph);
 CUresult cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userData);
 CUresult cuLaunchHostFunc_ptsz(CUstream hStream, CUhostFn fn, void *userData);
 
@@ -266,15 +311,19 @@ long long sim_meeting_wait_ns(void);
 
 /* What the simulated CUPTI (cupti_sim.c) gets from the modeled GPU while it
  * records: every operation (kind 1 kernel, 2 copy, 3 memset; start and end
- * on the modeled GPU clock, CLOCK_MONOTONIC) and the API call that enqueued
- * it (an interval inside the call, on thread tid). */
+ * on the modeled GPU clock, CLOCK_MONOTONIC; for one a graph launch ran,
+ * the ids of its graph node and graph, as CUPTI's graphNodeId and graphId,
+ * else 0) and the API call that enqueued it (an interval inside the call,
+ * on thread tid). A graph launch is one call, kind 4, whose operations all
+ * carry its correlation id. */
 struct sim_activity {
 	void (*op)(int kind, uint32_t corr, int64_t start, int64_t end, uint32_t stream, uint64_t bytes, int copy_kind,
 		   const char *name, /* a kernel's name: lives as long as its module */
-		   int device);
+		   int device, uint64_t graph_node, uint32_t graph);
 	void (*api)(uint32_t corr, int64_t start, int64_t end, uint32_t tid);
 	/* The entry (site 0) and exit (site 1) of the call that enqueues an
-	 * operation of kind, on the calling thread: CUPTI's API callbacks. */
+	 * operation of kind (4: a graph launch), on the calling thread:
+	 * CUPTI's API callbacks. */
 	void (*call)(int site, int kind, uint32_t corr);
 };
 void sim_set_activity(const struct sim_activity *a);

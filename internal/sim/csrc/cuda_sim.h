@@ -41,6 +41,8 @@ enum cudaMemcpyKind {
 typedef struct CUstream_st *cudaStream_t;
 typedef struct CUevent_st *cudaEvent_t;
 typedef struct CUgraphExec_st *cudaGraphExec_t;
+typedef struct CUgraph_st *cudaGraph_t;
+typedef struct CUgraphNode_st *cudaGraphNode_t;
 typedef void (*cudaHostFn_t)(void *userData);
 typedef struct CUmemPoolHandle_st *cudaMemPool_t;
 
@@ -136,6 +138,44 @@ cudaError_t cudaHostUnregister(void *ptr);
 
 cudaError_t cudaGraphLaunch(cudaGraphExec_t graphExec, cudaStream_t stream);
 cudaError_t cudaGraphLaunch_ptsz(cudaGraphExec_t graphExec, cudaStream_t stream);
+
+enum cudaStreamCaptureMode {
+	cudaStreamCaptureModeGlobal = 0,
+	cudaStreamCaptureModeThreadLocal = 1,
+	cudaStreamCaptureModeRelaxed = 2,
+};
+
+/* Laid out as the driver's CUDA_KERNEL_NODE_PARAMS up to extra. */
+struct cudaKernelNodeParams {
+	void *func;
+	dim3 gridDim;
+	dim3 blockDim;
+	unsigned int sharedMemBytes;
+	void **kernelParams;
+	void **extra;
+};
+
+struct cudaGraphExecUpdateResultInfo {
+	int result;
+	cudaGraphNode_t errorNode;
+	cudaGraphNode_t errorFromNode;
+};
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMode mode);
+cudaError_t cudaStreamBeginCapture_ptsz(cudaStream_t stream, enum cudaStreamCaptureMode mode);
+cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *pGraph);
+cudaError_t cudaStreamEndCapture_ptsz(cudaStream_t stream, cudaGraph_t *pGraph);
+cudaError_t cudaGraphCreate(cudaGraph_t *pGraph, unsigned int flags);
+cudaError_t cudaGraphAddKernelNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies,
+				   size_t numDependencies, const struct cudaKernelNodeParams *pNodeParams);
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t *pGraphExec, cudaGraph_t graph, unsigned long long flags);
+cudaError_t cudaGraphInstantiateWithFlags(cudaGraphExec_t *pGraphExec, cudaGraph_t graph, unsigned long long flags);
+cudaError_t cudaGraphExecKernelNodeSetParams(cudaGraphExec_t hGraphExec, cudaGraphNode_t node,
+					     const struct cudaKernelNodeParams *pNodeParams);
+cudaError_t cudaGraphExecUpdate(cudaGraphExec_t hGraphExec, cudaGraph_t hGraph,
+				struct cudaGraphExecUpdateResultInfo *resultInfo);
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t graphExec);
+cudaError_t cudaGraphDestroy(cudaGraph_t graph);
 cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void *userData);
 cudaError_t cudaLaunchHostFunc_ptsz(cudaStream_t stream, cudaHostFn_t fn, void *userData);
 

@@ -327,6 +327,94 @@ API cudaError_t cudaGraphLaunch_ptsz(cudaGraphExec_t graphExec, cudaStream_t str
 	return DRIVER(cuGraphLaunch_ptsz, graphExec, stream);
 }
 
+/* ---- graphs ---- */
+
+API cudaError_t cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMode mode)
+{
+	return DRIVER(cuStreamBeginCapture_v2, stream, (CUstreamCaptureMode)mode);
+}
+
+API cudaError_t cudaStreamBeginCapture_ptsz(cudaStream_t stream, enum cudaStreamCaptureMode mode)
+{
+	return DRIVER(cuStreamBeginCapture_v2_ptsz, stream, (CUstreamCaptureMode)mode);
+}
+
+API cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *pGraph)
+{
+	return DRIVER(cuStreamEndCapture, stream, pGraph);
+}
+
+API cudaError_t cudaStreamEndCapture_ptsz(cudaStream_t stream, cudaGraph_t *pGraph)
+{
+	return DRIVER(cuStreamEndCapture_ptsz, stream, pGraph);
+}
+
+API cudaError_t cudaGraphCreate(cudaGraph_t *pGraph, unsigned int flags)
+{
+	return DRIVER(cuGraphCreate, pGraph, flags);
+}
+
+/* The driver's node parameters of the runtime's: the stub's CUfunction. */
+static cudaError_t kernel_params(CUDA_KERNEL_NODE_PARAMS *out, const struct cudaKernelNodeParams *p)
+{
+	if (!p)
+		return cudaErrorInvalidValue;
+	cudaError_t err = launch_check(p->func, p->gridDim, p->blockDim);
+	if (err)
+		return err;
+	*out = (CUDA_KERNEL_NODE_PARAMS){ .func = function_of(p->func), .gridDimX = p->gridDim.x, .gridDimY = p->gridDim.y,
+					  .gridDimZ = p->gridDim.z, .blockDimX = p->blockDim.x, .blockDimY = p->blockDim.y,
+					  .blockDimZ = p->blockDim.z, .sharedMemBytes = p->sharedMemBytes,
+					  .kernelParams = p->kernelParams, .extra = p->extra };
+	return cudaSuccess;
+}
+
+API cudaError_t cudaGraphAddKernelNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies,
+				       size_t numDependencies, const struct cudaKernelNodeParams *pNodeParams)
+{
+	CUDA_KERNEL_NODE_PARAMS p;
+	cudaError_t err = kernel_params(&p, pNodeParams);
+	if (err)
+		return err;
+	return (cudaError_t)drv.cuGraphAddKernelNode_v2(pGraphNode, graph, pDependencies, numDependencies, &p);
+}
+
+API cudaError_t cudaGraphInstantiate(cudaGraphExec_t *pGraphExec, cudaGraph_t graph, unsigned long long flags)
+{
+	return DRIVER(cuGraphInstantiateWithFlags, pGraphExec, graph, flags);
+}
+
+API cudaError_t cudaGraphInstantiateWithFlags(cudaGraphExec_t *pGraphExec, cudaGraph_t graph, unsigned long long flags)
+{
+	return DRIVER(cuGraphInstantiateWithFlags, pGraphExec, graph, flags);
+}
+
+API cudaError_t cudaGraphExecKernelNodeSetParams(cudaGraphExec_t hGraphExec, cudaGraphNode_t node,
+						 const struct cudaKernelNodeParams *pNodeParams)
+{
+	CUDA_KERNEL_NODE_PARAMS p;
+	cudaError_t err = kernel_params(&p, pNodeParams);
+	if (err)
+		return err;
+	return (cudaError_t)drv.cuGraphExecKernelNodeSetParams_v2(hGraphExec, node, &p);
+}
+
+API cudaError_t cudaGraphExecUpdate(cudaGraphExec_t hGraphExec, cudaGraph_t hGraph,
+				    struct cudaGraphExecUpdateResultInfo *resultInfo)
+{
+	return DRIVER(cuGraphExecUpdate_v2, hGraphExec, hGraph, (CUgraphExecUpdateResultInfo *)resultInfo);
+}
+
+API cudaError_t cudaGraphExecDestroy(cudaGraphExec_t graphExec)
+{
+	return DRIVER(cuGraphExecDestroy, graphExec);
+}
+
+API cudaError_t cudaGraphDestroy(cudaGraph_t graph)
+{
+	return DRIVER(cuGraphDestroy, graph);
+}
+
 API cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void *userData)
 {
 	return DRIVER(cuLaunchHostFunc, stream, fn, userData);

@@ -76,17 +76,19 @@ static unsigned enabled_callbacks; /* bit per cbid (atomic) */
 /* The callback ids of the driver domain: the enqueuing calls the modeled
  * GPU reports (one per kind of operation) and a few that enqueue nothing,
  * which a client must not take for enqueuing ones. */
-enum { CBID_INIT = 1, CBID_LAUNCH, CBID_MEMCPY, CBID_MEMSET, CBID_SYNC, CBID_HOSTFN, CBID_COUNT };
+enum { CBID_INIT = 1, CBID_LAUNCH, CBID_MEMCPY, CBID_MEMSET, CBID_SYNC, CBID_HOSTFN, CBID_GRAPH_LAUNCH, CBID_COUNT };
 static const char *const driver_cbids[CBID_COUNT] = {
 	[CBID_INIT] = "cuInit", [CBID_LAUNCH] = "cuLaunchKernel", [CBID_MEMCPY] = "cuMemcpyAsync",
 	[CBID_MEMSET] = "cuMemsetD8Async", [CBID_SYNC] = "cuStreamSynchronize", [CBID_HOSTFN] = "cuLaunchHostFunc",
+	[CBID_GRAPH_LAUNCH] = "cuGraphLaunch",
 };
 /* The runtime domain: a call that enqueues nothing, then the enqueuing
  * ones, issued only with SIM_CUPTI_RUNTIME_CALLS (real CUPTI's ids differ). */
-enum { RT_CBID_GET_DEVICE = 1, RT_CBID_LAUNCH, RT_CBID_MEMCPY, RT_CBID_MEMSET, RT_CBID_COUNT };
+enum { RT_CBID_GET_DEVICE = 1, RT_CBID_LAUNCH, RT_CBID_MEMCPY, RT_CBID_MEMSET, RT_CBID_GRAPH_LAUNCH, RT_CBID_COUNT };
 static const char *const runtime_cbids[RT_CBID_COUNT] = {
 	[RT_CBID_GET_DEVICE] = "cudaGetDevice_v3020", [RT_CBID_LAUNCH] = "cudaLaunchKernelExC_v11060",
 	[RT_CBID_MEMCPY] = "cudaMemcpyAsync_v3020", [RT_CBID_MEMSET] = "cudaMemsetAsync_v3020",
+	[RT_CBID_GRAPH_LAUNCH] = "cudaGraphLaunch_v10000",
 };
 static unsigned enabled_runtime_callbacks; /* bit per runtime cbid (atomic) */
 
@@ -125,7 +127,7 @@ static union record *store(void)
 }
 
 static void on_op(int kind, uint32_t corr, int64_t start, int64_t end, uint32_t stream, uint64_t bytes, int copy_kind,
-		  const char *name, int device)
+		  const char *name, int device, uint64_t graph_node, uint32_t graph)
 {
 	pthread_mutex_lock(&mu);
 	union record *r = NULL;
@@ -137,6 +139,7 @@ static void on_op(int kind, uint32_t corr, int64_t start, int64_t end, uint32_t 
 			r->kernel.streamId = stream, r->kernel.correlationId = corr;
 			r->kernel.name = name;
 			r->kernel.deviceId = (uint32_t)device;
+			r->kernel.graphNodeId = graph_node, r->kernel.graphId = graph;
 		}
 		break;
 	case 2:
@@ -147,6 +150,7 @@ static void on_op(int kind, uint32_t corr, int64_t start, int64_t end, uint32_t 
 			r->memcpy.start = stamp(start), r->memcpy.end = stamp(end);
 			r->memcpy.streamId = stream, r->memcpy.correlationId = corr;
 			r->memcpy.deviceId = (uint32_t)device;
+			r->memcpy.graphNodeId = graph_node, r->memcpy.graphId = graph;
 		}
 		break;
 	case 3:
@@ -156,6 +160,7 @@ static void on_op(int kind, uint32_t corr, int64_t start, int64_t end, uint32_t 
 			r->memset.start = stamp(start), r->memset.end = stamp(end);
 			r->memset.streamId = stream, r->memset.correlationId = corr;
 			r->memset.deviceId = (uint32_t)device;
+			r->memset.graphNodeId = graph_node, r->memset.graphId = graph;
 		}
 		break;
 	}
@@ -194,12 +199,16 @@ static void callback(int domain, unsigned cbid, int site, uint32_t corr)
  * driver call is inside a runtime call, whose id the GPU record carries. */
 static void on_call(int site, int kind, uint32_t corr)
 {
-	unsigned cbid = kind == 1 ? CBID_LAUNCH : kind == 2 ? CBID_MEMCPY : CBID_MEMSET;
+	static const unsigned cbids[] = { 0, CBID_LAUNCH, CBID_MEMCPY, CBID_MEMSET, CBID_GRAPH_LAUNCH };
+	static const unsigned rt_cbids[] = { 0, RT_CBID_LAUNCH, RT_CBID_MEMCPY, RT_CBID_MEMSET, RT_CBID_GRAPH_LAUNCH };
+	if (kind < 1 || kind > 4)
+		return;
+	unsigned cbid = cbids[kind];
 	if (!runtime_calls) {
 		callback(CUPTI_CB_DOMAIN_DRIVER_API, cbid, site, corr);
 		return;
 	}
-	unsigned rt = kind == 1 ? RT_CBID_LAUNCH : kind == 2 ? RT_CBID_MEMCPY : RT_CBID_MEMSET;
+	unsigned rt = rt_cbids[kind];
 	uint32_t driver_corr = corr | 0x80000000u; /* the driver call's own id: no GPU record carries it */
 	if (site == CUPTI_API_ENTER) {
 		callback(CUPTI_CB_DOMAIN_RUNTIME_API, rt, site, corr);

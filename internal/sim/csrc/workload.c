@@ -13,11 +13,11 @@
  * call the workload waits for the go-ahead: with --wait-stdin it prints
  * "ready <pid>" and reads one line; with --wait-file it polls every 1 ms
  * until PATH exists; then it sleeps --sleep-ms. The scenarios are described
- * at their functions: basic (the default), launches, ptsz, timing and all in
- * every build, and the lint scenarios (lint-legacy-nonblocking,
+ * at their functions: basic (the default), launches, ptsz, timing, all and
+ * graphs in every build, and the lint scenarios (lint-legacy-nonblocking,
  * lint-cross-stream, lint-kernel-race, lint-many-streams, lint-pageable-loop,
  * lint-sync-every-launch, lint-clean), each provoking one of cudatap's lints, oom and oom-exit (out of memory), train (a
- * training loop); driver, driver-all and mixed in the -DSIM_DRIVER build; nccl
+ * training loop); driver, driver-all, driver-graphs and mixed in the -DSIM_DRIVER build; nccl
  * in the -DSIM_NCCL build; train-nvtx in the -DSIM_NVTX build.
  *
  * Built six ways: linked against libcudart.so.13 (workload); with
@@ -83,7 +83,11 @@
 	X(cudaGraphLaunch) X(cudaGraphLaunch_ptsz) X(cudaLaunchHostFunc)                           \
 	X(cudaLaunchHostFunc_ptsz) X(cudaGetDevice) X(cudaSetDevice) X(cudaGetLastError)          \
 	X(__cudaRegisterFunction) X(__cudaGetKernel) X(__cudaLaunchKernel) X(__cudaLaunchKernel_ptsz) \
-	X(cudaMallocManaged) X(cudaMallocPitch) X(cudaMallocFromPoolAsync) X(cudaMallocFromPoolAsync_ptsz)
+	X(cudaMallocManaged) X(cudaMallocPitch) X(cudaMallocFromPoolAsync) X(cudaMallocFromPoolAsync_ptsz) \
+	X(cudaStreamBeginCapture) X(cudaStreamBeginCapture_ptsz) X(cudaStreamEndCapture)          \
+	X(cudaStreamEndCapture_ptsz) X(cudaGraphCreate) X(cudaGraphAddKernelNode)                 \
+	X(cudaGraphInstantiate) X(cudaGraphInstantiateWithFlags) X(cudaGraphExecKernelNodeSetParams) \
+	X(cudaGraphExecUpdate) X(cudaGraphExecDestroy) X(cudaGraphDestroy)
 
 /* Every entry point the workload may call: runtime, driver, NCCL. */
 #define ALL_API_LIST(X) API_LIST(X) DRIVER_API_LIST(X) NCCL_API_LIST(X) NVTX_API_LIST(X)
@@ -500,7 +504,9 @@ static void scenario_timing(const struct options *o)
  * all: every entry point at least once, with these known argument values.
  * Launches: grid {7,3,2}, block {128,2,1}, sharedMem 4096; copies and sets
  * of ALL_BYTES; 2D copies of ALL_HEIGHT rows of ALL_WIDTH bytes at pitch
- * ALL_PITCH; memset value ALL_VALUE; graph handle ALL_GRAPH; stream priority
+ * ALL_PITCH; memset value ALL_VALUE; graph handle ALL_GRAPH (launched as a
+ * graph the simulator did not make: one kernel, not a graph of nodes), and
+ * graphs captured, built, instantiated, updated and launched; stream priority
  * -1; event flags cudaEventDisableTiming. Managed and pool allocations are
  * of ALL_BYTES, the pitched one of ALL_HEIGHT rows of ALL_WIDTH bytes, all
  * freed with cudaFreeAsync (no synchronization).
@@ -570,6 +576,32 @@ static void scenario_all(const struct options *o)
 	CK(cudaLaunchHostFunc, sb, count_hostfn, &hostfn_runs);
 	CK(cudaLaunchHostFunc_ptsz, NULL, count_hostfn, &hostfn_runs);
 
+	/* Graphs: a launch and a set captured on sb, and again on the
+	 * per-thread stream; the first graph's exec updated to the second and
+	 * launched; a one-kernel graph built, its exec's node set, launched. */
+	cudaGraph_t g1, g2, g3;
+	cudaGraphExec_t x1, x2;
+	cudaGraphNode_t node;
+	struct cudaGraphExecUpdateResultInfo info;
+	struct cudaKernelNodeParams kp = { RELU, grid, block, ALL_SMEM, relu_args, NULL };
+	CK(cudaStreamBeginCapture, sb, cudaStreamCaptureModeGlobal);
+	CK(cudaLaunchKernel, GEMM, grid, block, gemm_args, ALL_SMEM, sb);
+	CK(cudaMemsetAsync, d1, ALL_VALUE, ALL_BYTES, sb);
+	CK(cudaStreamEndCapture, sb, &g1);
+	CK(cudaStreamBeginCapture_ptsz, NULL, cudaStreamCaptureModeThreadLocal);
+	CK(cudaLaunchKernel_ptsz, GEMM, grid, block, gemm_args, ALL_SMEM, NULL);
+	CK(cudaMemsetAsync_ptsz, d1, ALL_VALUE, ALL_BYTES, NULL);
+	CK(cudaStreamEndCapture_ptsz, NULL, &g2);
+	CK(cudaGraphInstantiate, &x1, g1, 0);
+	CK(cudaGraphExecUpdate, x1, g2, &info);
+	CK(cudaGraphLaunch, x1, sb);
+	CK(cudaGraphCreate, &g3, 0);
+	CK(cudaGraphAddKernelNode, &node, g3, NULL, 0, &kp);
+	CK(cudaGraphInstantiateWithFlags, &x2, g3, 0);
+	kp.func = (void *)REDUCE;
+	CK(cudaGraphExecKernelNodeSetParams, x2, node, &kp);
+	CK(cudaGraphLaunch_ptsz, x2, NULL);
+
 	/* Copies and sets: synchronous, pinned async, pageable async (blocking). */
 	memset(pinned, 0x11, ALL_BYTES);
 	CK(cudaMemcpy, pinned2, pinned, ALL_BYTES, cudaMemcpyDefault);
@@ -613,6 +645,11 @@ static void scenario_all(const struct options *o)
 	CK(cudaStreamSynchronize_ptsz, NULL);
 
 	/* Teardown. */
+	CK(cudaGraphExecDestroy, x2);
+	CK(cudaGraphExecDestroy, x1);
+	CK(cudaGraphDestroy, g3);
+	CK(cudaGraphDestroy, g2);
+	CK(cudaGraphDestroy, g1);
 	CK(cudaFreeAsync, d2, snb);
 	CK(cudaFreeAsync_ptsz, d3, NULL);
 	CK(cudaFreeAsync, dm, snb);
@@ -632,6 +669,131 @@ static void scenario_all(const struct options *o)
 	CK(cudaStreamDestroy, sb);
 	free(registered);
 	free(pageable);
+}
+
+/*
+ * graphs: CUDA graphs as torch.cuda.graphs captures and replays them, then
+ * as a program builds one by hand. On a non-blocking stream s, a capture of
+ * GRAPH_NODES kernels (graph_kernels: grid.x blocks of 1 µs each), the
+ * third forked onto a side stream by an event and joined back, each from
+ * its own line (capture_node); the graph instantiated and replayed --iters
+ * times on s, then cudaStreamSynchronize(s). A second capture of the same
+ * shape with other grids (graph_kernels2); cudaGraphExecUpdate of the exec to
+ * it, --iters replays, sync. The exec destroyed and the second graph
+ * instantiated anew, --iters replays, sync. Then a graph built with
+ * cudaGraphAddKernelNode (built_kernels), instantiated, --iters replays;
+ * its second node set to reduce {6} in the exec, --iters replays, sync.
+ */
+#define GRAPH_NODES 5
+static const struct {
+	const void *fn;
+	void **args;
+	unsigned blocks;
+} graph_kernels[GRAPH_NODES] = { { GEMM, gemm_args, 20 }, { RELU, relu_args, 4 }, { REDUCE, reduce_args, 8 },
+				 { GEMM, gemm_args, 16 }, { RELU, relu_args, 2 } },
+  graph_kernels2[GRAPH_NODES] = { { GEMM, gemm_args, 40 }, { RELU, relu_args, 3 }, { REDUCE, reduce_args, 9 },
+				  { GEMM, gemm_args, 12 }, { RELU, relu_args, 1 } },
+  built_kernels[3] = { { GEMM, gemm_args, 10 }, { RELU, relu_args, 5 }, { REDUCE, reduce_args, 3 } };
+
+/* One node of a capture: a launch of its own line, so each node has a
+ * capture site of its own. */
+static __attribute__((noinline)) void capture_node(int k, const void *fn, void **args, unsigned blocks, cudaStream_t s)
+{
+	dim3 grid = { blocks, 1, 1 }, block = { 128, 1, 1 };
+	switch (k) {
+	case 0:
+		CK(cudaLaunchKernel, fn, grid, block, args, 0, s);
+		break;
+	case 1:
+		CK(cudaLaunchKernel, fn, grid, block, args, 0, s);
+		break;
+	case 2:
+		CK(cudaLaunchKernel, fn, grid, block, args, 0, s);
+		break;
+	case 3:
+		CK(cudaLaunchKernel, fn, grid, block, args, 0, s);
+		break;
+	default:
+		CK(cudaLaunchKernel, fn, grid, block, args, 0, s);
+	}
+}
+
+static cudaGraph_t capture_graph(cudaStream_t s, cudaStream_t side, cudaEvent_t fork, cudaEvent_t join,
+				 const __typeof__(graph_kernels[0]) *kernels)
+{
+	cudaGraph_t g;
+	CK(cudaStreamBeginCapture, s, cudaStreamCaptureModeGlobal);
+	for (int k = 0; k < GRAPH_NODES; k++) {
+		if (k == 2) {
+			CK(cudaEventRecord, fork, s);
+			CK(cudaStreamWaitEvent, side, fork, 0);
+			capture_node(k, kernels[k].fn, kernels[k].args, kernels[k].blocks, side);
+			CK(cudaEventRecord, join, side);
+			CK(cudaStreamWaitEvent, s, join, 0);
+		} else {
+			capture_node(k, kernels[k].fn, kernels[k].args, kernels[k].blocks, s);
+		}
+	}
+	CK(cudaStreamEndCapture, s, &g);
+	return g;
+}
+
+static void scenario_graphs(const struct options *o)
+{
+	cudaStream_t s, side;
+	cudaEvent_t fork, join;
+	CK(cudaStreamCreateWithFlags, &s, cudaStreamNonBlocking);
+	CK(cudaStreamCreateWithFlags, &side, cudaStreamNonBlocking);
+	CK(cudaEventCreateWithFlags, &fork, cudaEventDisableTiming);
+	CK(cudaEventCreateWithFlags, &join, cudaEventDisableTiming);
+
+	cudaGraph_t g = capture_graph(s, side, fork, join, graph_kernels);
+	cudaGraphExec_t x;
+	CK(cudaGraphInstantiate, &x, g, 0);
+	for (long it = 0; it < o->iters; it++)
+		CK(cudaGraphLaunch, x, s);
+	CK(cudaStreamSynchronize, s);
+
+	cudaGraph_t g2 = capture_graph(s, side, fork, join, graph_kernels2);
+	struct cudaGraphExecUpdateResultInfo info;
+	CK(cudaGraphExecUpdate, x, g2, &info);
+	for (long it = 0; it < o->iters; it++)
+		CK(cudaGraphLaunch, x, s);
+	CK(cudaStreamSynchronize, s);
+
+	CK(cudaGraphExecDestroy, x);
+	CK(cudaGraphInstantiateWithFlags, &x, g2, 0);
+	for (long it = 0; it < o->iters; it++)
+		CK(cudaGraphLaunch, x, s);
+	CK(cudaStreamSynchronize, s);
+
+	cudaGraph_t g3;
+	cudaGraphNode_t nodes[3];
+	CK(cudaGraphCreate, &g3, 0);
+	for (int k = 0; k < 3; k++) {
+		struct cudaKernelNodeParams p = { (void *)built_kernels[k].fn, { built_kernels[k].blocks, 1, 1 }, { 128, 1, 1 }, 0,
+						  built_kernels[k].args, NULL };
+		CK(cudaGraphAddKernelNode, &nodes[k], g3, k ? &nodes[k - 1] : NULL, k ? 1 : 0, &p);
+	}
+	cudaGraphExec_t x3;
+	CK(cudaGraphInstantiateWithFlags, &x3, g3, 0);
+	for (long it = 0; it < o->iters; it++)
+		CK(cudaGraphLaunch, x3, s);
+	struct cudaKernelNodeParams p = { (void *)REDUCE, { 6, 1, 1 }, { 128, 1, 1 }, 0, reduce_args, NULL };
+	CK(cudaGraphExecKernelNodeSetParams, x3, nodes[1], &p);
+	for (long it = 0; it < o->iters; it++)
+		CK(cudaGraphLaunch, x3, s);
+	CK(cudaStreamSynchronize, s);
+
+	CK(cudaGraphExecDestroy, x3);
+	CK(cudaGraphExecDestroy, x);
+	CK(cudaGraphDestroy, g3);
+	CK(cudaGraphDestroy, g2);
+	CK(cudaGraphDestroy, g);
+	CK(cudaEventDestroy, join);
+	CK(cudaEventDestroy, fork);
+	CK(cudaStreamDestroy, side);
+	CK(cudaStreamDestroy, s);
 }
 
 #ifdef SIM_DRIVER
@@ -711,6 +873,85 @@ static void scenario_driver(const struct options *o)
 	CK(cuStreamDestroy_v2, s1);
 	CK(cuStreamDestroy_v2, s0);
 	free(pageable);
+}
+
+/*
+ * driver-graphs: graphs through the driver only, as a Triton program (or
+ * torch.compile's generated code) makes them: on a non-blocking stream, a
+ * capture of TRITON_MATMUL {20} (cuLaunchKernel), TRITON_SOFTMAX {4}
+ * (cuLaunchKernelEx), a 64 KiB cuMemsetD8Async and TRITON_MATMUL {8};
+ * instantiated, --iters replays, cuStreamSynchronize. A second capture of
+ * the same shape (matmul {30}, softmax {5}, memset, matmul {2}),
+ * cuGraphExecUpdate_v2 to it, --iters replays, sync. Then a graph built
+ * with cuGraphAddKernelNode_v2 (softmax {3}, matmul {7}), instantiated,
+ * --iters replays; its first node set to matmul {9} in the exec, --iters
+ * replays, sync.
+ */
+static CUgraph driver_capture(CUstream s, CUfunction matmul, CUfunction softmax, CUdeviceptr dev, unsigned b0, unsigned b1,
+			      unsigned b3)
+{
+	CUgraph g;
+	CK(cuStreamBeginCapture_v2, s, CU_STREAM_CAPTURE_MODE_GLOBAL);
+	CK(cuLaunchKernel, matmul, b0, 1, 1, 128, 1, 1, 0, s, gemm_args, NULL);
+	CUlaunchConfig cfg = { b1, 1, 1, 256, 1, 1, 0, s, NULL, 0 };
+	CK(cuLaunchKernelEx, &cfg, softmax, relu_args, NULL);
+	CK(cuMemsetD8Async, dev, 0, 64 * KiB, s);
+	CK(cuLaunchKernel, matmul, b3, 1, 1, 128, 1, 1, 0, s, gemm_args, NULL);
+	CK(cuStreamEndCapture, s, &g);
+	return g;
+}
+
+static void scenario_driver_graphs(const struct options *o)
+{
+	CUmodule mod;
+	CUfunction matmul, softmax;
+	CK(cuInit, 0);
+	CK(cuModuleLoadData, &mod, fake_image);
+	CK(cuModuleGetFunction, &matmul, mod, TRITON_MATMUL);
+	CK(cuModuleGetFunction, &softmax, mod, TRITON_SOFTMAX);
+	CUstream s;
+	CUdeviceptr dev;
+	CK(cuStreamCreate, &s, CU_STREAM_NON_BLOCKING);
+	CK(cuMemAlloc_v2, &dev, MiB);
+
+	CUgraph g = driver_capture(s, matmul, softmax, dev, 20, 4, 8);
+	CUgraphExec x;
+	CK(cuGraphInstantiateWithFlags, &x, g, 0);
+	for (long it = 0; it < o->iters; it++)
+		CK(cuGraphLaunch, x, s);
+	CK(cuStreamSynchronize, s);
+
+	CUgraph g2 = driver_capture(s, matmul, softmax, dev, 30, 5, 2);
+	CUgraphExecUpdateResultInfo info;
+	CK(cuGraphExecUpdate_v2, x, g2, &info);
+	for (long it = 0; it < o->iters; it++)
+		CK(cuGraphLaunch, x, s);
+	CK(cuStreamSynchronize, s);
+
+	CUgraph g3;
+	CUgraphNode nodes[2];
+	CK(cuGraphCreate, &g3, 0);
+	CUDA_KERNEL_NODE_PARAMS p = { softmax, 3, 1, 1, 256, 1, 1, 0, relu_args, NULL, NULL, NULL };
+	CK(cuGraphAddKernelNode_v2, &nodes[0], g3, NULL, 0, &p);
+	p = (CUDA_KERNEL_NODE_PARAMS){ matmul, 7, 1, 1, 128, 1, 1, 0, gemm_args, NULL, NULL, NULL };
+	CK(cuGraphAddKernelNode_v2, &nodes[1], g3, &nodes[0], 1, &p);
+	CUgraphExec x3;
+	CK(cuGraphInstantiateWithFlags, &x3, g3, 0);
+	for (long it = 0; it < o->iters; it++)
+		CK(cuGraphLaunch, x3, s);
+	p = (CUDA_KERNEL_NODE_PARAMS){ matmul, 9, 1, 1, 128, 1, 1, 0, gemm_args, NULL, NULL, NULL };
+	CK(cuGraphExecKernelNodeSetParams_v2, x3, nodes[0], &p);
+	for (long it = 0; it < o->iters; it++)
+		CK(cuGraphLaunch, x3, s);
+	CK(cuStreamSynchronize, s);
+
+	CK(cuGraphExecDestroy, x3);
+	CK(cuGraphExecDestroy, x);
+	CK(cuGraphDestroy, g3);
+	CK(cuGraphDestroy, g2);
+	CK(cuGraphDestroy, g);
+	CK(cuMemFree_v2, dev);
+	CK(cuStreamDestroy_v2, s);
 }
 
 /*
@@ -837,6 +1078,35 @@ static void scenario_driver_all(const struct options *o)
 	CK(cuGraphLaunch_ptsz, (CUgraphExec)ALL_GRAPH, NULL);
 	CK(cuLaunchHostFunc, sb, count_hostfn, &hostfn_runs);
 	CK(cuLaunchHostFunc_ptsz, NULL, count_hostfn, &hostfn_runs);
+
+	/* Graphs, as scenario all makes them through the runtime. */
+	CUgraph g1, g2, g3;
+	CUgraphExec x1, x2;
+	CUgraphNode node;
+	CUgraphExecUpdateResultInfo info;
+	CUDA_KERNEL_NODE_PARAMS kp = { softmax, 7, 3, 2, 128, 2, 1, ALL_SMEM, relu_args, NULL, NULL, NULL };
+	CK(cuStreamBeginCapture_v2, sb, CU_STREAM_CAPTURE_MODE_GLOBAL);
+	CK(cuLaunchKernel, matmul, 7, 3, 2, 128, 2, 1, ALL_SMEM, sb, gemm_args, NULL);
+	CK(cuMemsetD8Async, d1, ALL_VALUE, ALL_BYTES, sb);
+	CK(cuStreamEndCapture, sb, &g1);
+	CK(cuStreamBeginCapture_v2_ptsz, NULL, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+	CK(cuLaunchKernel_ptsz, softmax, 7, 3, 2, 128, 2, 1, ALL_SMEM, NULL, relu_args, NULL);
+	CK(cuMemsetD8Async_ptsz, d1, ALL_VALUE, ALL_BYTES, NULL);
+	CK(cuStreamEndCapture_ptsz, NULL, &g2);
+	CK(cuGraphInstantiateWithFlags, &x1, g1, 0);
+	CK(cuGraphExecUpdate_v2, x1, g2, &info);
+	CK(cuGraphLaunch, x1, sb);
+	CK(cuGraphCreate, &g3, 0);
+	CK(cuGraphAddKernelNode_v2, &node, g3, NULL, 0, &kp);
+	CK(cuGraphInstantiateWithFlags, &x2, g3, 0);
+	kp.func = matmul;
+	CK(cuGraphExecKernelNodeSetParams_v2, x2, node, &kp);
+	CK(cuGraphLaunch_ptsz, x2, NULL);
+	CK(cuGraphExecDestroy, x2);
+	CK(cuGraphExecDestroy, x1);
+	CK(cuGraphDestroy, g3);
+	CK(cuGraphDestroy, g2);
+	CK(cuGraphDestroy, g1);
 
 	/* Synchronous copies. */
 	memset(pinned, 0x11, ALL_BYTES);
@@ -1754,8 +2024,10 @@ static const struct {
 	{ "lint-sync-every-launch", scenario_lint_sync_every_launch }, { "lint-clean", scenario_lint_clean },
 	{ "lint-kernel-race", scenario_lint_kernel_race },
 	{ "oom", scenario_oom }, { "oom-exit", scenario_oom_exit }, { "train", scenario_train },
+	{ "graphs", scenario_graphs },
 #ifdef SIM_DRIVER
 	{ "driver", scenario_driver }, { "driver-all", scenario_driver_all }, { "mixed", scenario_mixed },
+	{ "driver-graphs", scenario_driver_graphs },
 #endif
 #ifdef SIM_NCCL
 	{ "nccl", scenario_nccl },

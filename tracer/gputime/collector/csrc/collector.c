@@ -299,6 +299,7 @@ static void translate(const CUpti_Activity *a, struct ct_record *r)
 		r->correlation = x->correlationId;
 		r->start = x->start, r->end = x->end;
 		r->a = x->deviceId, r->b = x->streamId;
+		r->graph_node = x->graphNodeId;
 		if (x->name && *x->name) {
 			r->bytes = name_hash(x->name);
 			send_name(r->bytes, x->name);
@@ -313,6 +314,7 @@ static void translate(const CUpti_Activity *a, struct ct_record *r)
 		r->start = x->start, r->end = x->end;
 		r->a = x->deviceId, r->b = x->streamId;
 		r->bytes = x->bytes;
+		r->graph_node = x->graphNodeId;
 		break;
 	}
 	case CUPTI_ACTIVITY_KIND_MEMSET: {
@@ -322,6 +324,7 @@ static void translate(const CUpti_Activity *a, struct ct_record *r)
 		r->start = x->start, r->end = x->end;
 		r->a = x->deviceId, r->b = x->streamId;
 		r->bytes = x->bytes;
+		r->graph_node = x->graphNodeId;
 		break;
 	}
 	}

@@ -4,8 +4,11 @@
  * CUDA toolkit and never links CUPTI (it dlopen()s the target's own).
  *
  * Every offset and value here was printed from CUDA 13.0's cupti.h on the
- * H200 machine (testdata/gpu/cupti_abi.sh; RESULTS-cupti-abi-h200.txt); the
- * record prefixes read here have kept these offsets since CUDA 11. The
+ * H200 machine (testdata/gpu/cupti_abi.sh; RESULTS-cupti-abi-h200.txt), but
+ * graphNodeId and graphId, taken from the published cupti_activity.h
+ * (CUpti_ActivityKernel5 on, Memcpy4, Memset3: unchanged since; cupti_abi.sh
+ * prints them too); the record prefixes read here have kept these offsets
+ * since CUDA 11. The
  * simulated CUPTI (internal/sim/csrc/cupti_sim.c) writes its records with
  * these same declarations.
  */
@@ -93,7 +96,11 @@ typedef struct {
 	uint32_t correlationId;  /* 92 */
 	int64_t gridId;          /* 96 */
 	const char *name;        /* 104 */
-	uint8_t pad2[216 - 112];
+	uint8_t pad2[144 - 112];
+	uint64_t graphNodeId;    /* 144: the graph node that ran it (a graph launch's), else 0 */
+	uint32_t shmemLimitConfig;
+	uint32_t graphId;        /* 156 */
+	uint8_t pad3[216 - 160];
 } ct_cupti_kernel;
 
 /* The prefix of CUpti_ActivityMemcpy6 (96 bytes). */
@@ -108,7 +115,10 @@ typedef struct {
 	uint32_t contextId;      /* 36 */
 	uint32_t streamId;       /* 40 */
 	uint32_t correlationId;  /* 44 */
-	uint8_t pad[96 - 48];
+	uint8_t pad[64 - 48];
+	uint64_t graphNodeId;    /* 64 */
+	uint32_t graphId;        /* 72 */
+	uint8_t pad2[96 - 76];
 } ct_cupti_memcpy;
 
 /* The prefix of CUpti_ActivityMemset4 (88 bytes). */
@@ -122,16 +132,23 @@ typedef struct {
 	uint32_t contextId;      /* 36 */
 	uint32_t streamId;       /* 40 */
 	uint32_t correlationId;  /* 44 */
-	uint8_t pad[88 - 48];
+	uint8_t pad[64 - 48];
+	uint64_t graphNodeId;    /* 64 */
+	uint32_t graphId;        /* 72 */
+	uint8_t pad2[88 - 76];
 } ct_cupti_memset;
 
 _Static_assert(offsetof(ct_cupti_cbdata, correlationId) == 64, "CUpti_CallbackData correlationId");
 _Static_assert(sizeof(ct_cupti_api) == 40, "CUpti_ActivityAPI");
 _Static_assert(offsetof(ct_cupti_kernel, correlationId) == 92, "kernel correlationId");
 _Static_assert(offsetof(ct_cupti_kernel, name) == 104, "kernel name");
+_Static_assert(offsetof(ct_cupti_kernel, graphNodeId) == 144, "kernel graphNodeId");
+_Static_assert(offsetof(ct_cupti_kernel, graphId) == 156, "kernel graphId");
 _Static_assert(sizeof(ct_cupti_kernel) == 216, "CUpti_ActivityKernel10");
 _Static_assert(offsetof(ct_cupti_memcpy, correlationId) == 44, "memcpy correlationId");
+_Static_assert(offsetof(ct_cupti_memcpy, graphNodeId) == 64, "memcpy graphNodeId");
 _Static_assert(sizeof(ct_cupti_memcpy) == 96, "CUpti_ActivityMemcpy6");
+_Static_assert(offsetof(ct_cupti_memset, graphNodeId) == 64, "memset graphNodeId");
 _Static_assert(sizeof(ct_cupti_memset) == 88, "CUpti_ActivityMemset4");
 
 #endif

@@ -16,7 +16,7 @@
 #include <stdint.h>
 
 #define CT_MAGIC 0x50415443u /* "CTAP" */
-#define CT_VERSION 2
+#define CT_VERSION 3
 
 enum ct_msg_type {
 	CT_HELLO = 1,   /* text: what CUPTI the collector uses and how */
@@ -65,12 +65,13 @@ struct ct_record {
 	uint64_t start, end; /* CLOCK_MONOTONIC ns (see HELLO: clock=) */
 	uint32_t a, b;
 	uint64_t bytes;
+	uint64_t graph_node; /* GPU records: CUPTI's graphNodeId, the graph node that ran it (0: not a graph launch's) */
 };
 
 _Static_assert(sizeof(struct ct_msg_hdr) == 48, "header");
-_Static_assert(sizeof(struct ct_record) == 40, "record");
+_Static_assert(sizeof(struct ct_record) == 48, "record");
 
-#define CT_MAX_RECORDS 1024 /* per message: 40 KiB */
+#define CT_MAX_RECORDS 1024 /* per message: 48 KiB */
 
 /* An NVTX call (nvtx.c): a range pushed or popped (per thread and domain),
  * started or ended (by id, from any thread), or a mark. Its message, len
