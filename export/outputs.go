@@ -25,6 +25,7 @@ import (
 	"github.com/cudatap/cudatap/export/lint"
 	"github.com/cudatap/cudatap/export/perfetto"
 	"github.com/cudatap/cudatap/export/pprofout"
+	"github.com/cudatap/cudatap/export/steps"
 	"github.com/cudatap/cudatap/export/straggler"
 	"github.com/cudatap/cudatap/export/syncs"
 	"github.com/cudatap/cudatap/tracer/model"
@@ -330,17 +331,19 @@ type Aggregates struct {
 	Progress *straggler.Progress
 	// Lints runs the lints of `cudatap lint` and the summary's section.
 	Lints *lint.Collector
+	// Steps finds the training steps: the summary's step times.
+	Steps *steps.Detector
 }
 
 // NewAggregates returns empty aggregates.
 func NewAggregates() *Aggregates {
 	return &Aggregates{Profile: pprofout.NewCollector(), Syncs: syncs.NewCollector(), Stragglers: straggler.NewCollector(), Progress: straggler.NewProgress(),
-		Lints: lint.NewCollector(lint.DefaultOptions())}
+		Lints: lint.NewCollector(lint.DefaultOptions()), Steps: steps.NewDetector(true)}
 }
 
 // Sink feeds every aggregate.
 func (a *Aggregates) Sink() model.Sink {
-	return model.Sinks{a.Profile, a.Syncs, a.Stragglers, a.Progress, a.Lints}
+	return model.Sinks{a.Profile, a.Syncs, a.Stragglers, a.Progress, a.Lints, a.Steps}
 }
 
 // WritePprof writes the profile of agg to every pprof output. An output

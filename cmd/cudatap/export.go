@@ -88,7 +88,7 @@ func runExport(cmd *cobra.Command, g *globalOptions, o *exportOptions, in string
 	if o.json {
 		errs = append(errs, writeSummaryJSON(summary, res, agg, outs, nil))
 	} else {
-		if err := report.Summary(summary, res, agg.Syncs, report.Options{}); err != nil {
+		if err := report.Summary(summary, res, agg.Syncs, report.Options{Steps: agg.Steps.Find(res)}); err != nil {
 			errs = append(errs, err)
 		}
 		agg.Stragglers.ReportNamed(summary, straggler.Naming{Result: res, Origins: merged.Where()})

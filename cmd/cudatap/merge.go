@@ -116,7 +116,7 @@ func runMerge(cmd *cobra.Command, o *mergeOptions, ins []string) error {
 		recs.abort() // the merged recording failed; the other outputs are still written
 	}
 	errs := []error{err, recs.commit(), export.WritePprof(outs, res, agg), chrome.Close(res)}
-	if err := report.Summary(cmd.OutOrStdout(), res, agg.Syncs, report.Options{}); err != nil {
+	if err := report.Summary(cmd.OutOrStdout(), res, agg.Syncs, report.Options{Steps: agg.Steps.Find(res)}); err != nil {
 		errs = append(errs, err)
 	}
 	agg.Stragglers.ReportNamed(cmd.OutOrStdout(), straggler.Naming{Result: res, Origins: info.Where()})

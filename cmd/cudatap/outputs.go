@@ -165,7 +165,7 @@ func (t *traceOutputs) finish(cmd *cobra.Command, res *model.Result) error {
 	if t.json {
 		errs = append(errs, writeSummaryJSON(summary, res, t.agg, t.outs, t.command))
 	} else {
-		if err := report.Summary(summary, res, t.agg.Syncs, report.Options{}); err != nil {
+		if err := report.Summary(summary, res, t.agg.Syncs, report.Options{Steps: t.agg.Steps.Find(res)}); err != nil {
 			errs = append(errs, err)
 		}
 		t.agg.Stragglers.ReportNamed(summary, straggler.Naming{Result: res})

@@ -7,6 +7,7 @@ import (
 	"github.com/cudatap/cudatap/export/lint"
 	"github.com/cudatap/cudatap/export/oom"
 	"github.com/cudatap/cudatap/export/report"
+	"github.com/cudatap/cudatap/export/steps"
 	"github.com/cudatap/cudatap/export/straggler"
 	"github.com/cudatap/cudatap/export/syncs"
 	"github.com/cudatap/cudatap/tracer"
@@ -46,6 +47,9 @@ type summaryJSON struct {
 	Lost         uint64               `json:"lost_events"`
 	Outputs      []outputJSON         `json:"outputs"`
 	Command      *commandJSON         `json:"command,omitempty"` // record with a command after --
+	// Per process: its training steps (ProfilerStep#N in the traces), what
+	// marked them and their times, or why none were found (docs/steps.md).
+	Steps []steps.Found `json:"steps"`
 }
 
 type processJSON struct {
@@ -141,6 +145,9 @@ func writeSummaryJSON(w io.Writer, r *model.Result, agg *export.Aggregates, outs
 	}
 	if s.Stragglers == nil {
 		s.Stragglers = []straggler.Comm{}
+	}
+	if s.Steps = agg.Steps.Find(r); s.Steps == nil {
+		s.Steps = []steps.Found{}
 	}
 	for _, p := range r.Processes {
 		pj := processJSON{PID: p.PID, Comm: p.Info.Comm, Cmdline: p.Info.Cmdline, Parent: p.Info.Parent, Container: p.Info.Container, Rank: -1, WorldSize: p.WorldSize,

@@ -24,6 +24,7 @@ import (
 	"strconv"
 
 	"github.com/cudatap/cudatap/export/internal/describe"
+	"github.com/cudatap/cudatap/export/steps"
 	"github.com/cudatap/cudatap/export/straggler"
 	"github.com/cudatap/cudatap/tracer/event"
 	"github.com/cudatap/cudatap/tracer/model"
@@ -183,6 +184,10 @@ type Writer struct {
 	// where it will be.
 	pendingDeps map[opKey][]pendingDep
 	nPending    int
+	// The program's NVTX ranges, paired as their calls come, and its
+	// training steps, found by Close (ProfilerStep#N, as Kineto writes).
+	ranges *steps.Ranges
+	steps  *steps.Detector
 }
 
 // pendingDep is a dependency flow waiting for the op it starts at.
@@ -219,7 +224,8 @@ func NewWriter(out io.Writer, names *model.Names, opts Options) *Writer {
 	}
 	w := &Writer{out: bufio.NewWriterSize(out, 256<<10), names: names, opts: opts, b: make([]byte, 0, 1024),
 		kernels: describe.NewKernels(names), meetings: straggler.NewMatcher[struct{}](), commPIDs: map[uint64]commTrack{},
-		trackEnd: map[trackKey]uint64{}, opStart: map[opKey]uint64{}, snapCall: map[opKey]uint64{}, pendingDeps: map[opKey][]pendingDep{}}
+		trackEnd: map[trackKey]uint64{}, opStart: map[opKey]uint64{}, snapCall: map[opKey]uint64{}, pendingDeps: map[opKey][]pendingDep{},
+		ranges: steps.NewRanges(), steps: steps.NewDetector(false)}
 	w.write([]byte(`{"schemaVersion":1,"displayTimeUnit":"ns","traceEvents":[` + "\n"))
 	return w
 }
@@ -248,6 +254,7 @@ func (w *Writer) Close(r *model.Result) error {
 			w.flow("s", "cuda_event", d.id, d.pid, d.stream, d.ts)
 		}
 	}
+	w.annotations(r)
 	for i, p := range describe.ByRank(r.Processes) {
 		w.process(i, p)
 	}
@@ -402,9 +409,16 @@ func (w *Writer) instant(pid int, ts uint64, name string) {
 	w.end()
 }
 
-// Call writes the host slice of c.
+// Call writes the host slice of c; an NVTX call draws the range it closes.
 func (w *Writer) Call(p *model.Process, c *model.Call) {
 	if w.err != nil || w.closed {
+		return
+	}
+	w.steps.Call(p, c)
+	if steps.Annotation(c) {
+		if rg, ok := w.ranges.Call(p, c); ok {
+			w.annotation(rg, false)
+		}
 		return
 	}
 	// A driver launch the runtime made is counted where it reached the
@@ -511,6 +525,73 @@ func (w *Writer) Call(p *model.Process, c *model.Call) {
 // maxArrivalsListed bounds the ranks whose arrivals a meeting's slice lists.
 const maxArrivalsListed = 64
 
+// annotation draws an NVTX range on its thread's track, as Kineto draws
+// the program's own annotations (record_function), or a mark; open: the
+// recording ended before the range did.
+func (w *Writer) annotation(rg steps.Range, open bool) {
+	if rg.Mark {
+		w.begin("i", int(rg.PID), int(rg.TID), rg.Start)
+		w.str("s", "t")
+	} else {
+		w.begin("X", int(rg.PID), int(rg.TID), rg.Start)
+		w.micros("dur", rg.End-rg.Start)
+	}
+	w.str("cat", event.AnnotationCategory)
+	w.str("name", annotationName(rg.Name))
+	w.open("args")
+	w.str("source", "nvtx")
+	if rg.Domain != 0 {
+		w.uint("domain", rg.Domain)
+	}
+	if !rg.Mark {
+		w.int("depth", int64(rg.Depth))
+	}
+	if open {
+		w.bool("open", true) // still open when the recording ended
+	}
+	w.close()
+	w.end()
+}
+
+// annotationName is how an NVTX range or mark is named: its message.
+func annotationName(msg string) string {
+	if msg == "" {
+		return "(NVTX range without a message)"
+	}
+	return msg
+}
+
+// annotations draws, at the end, the NVTX ranges still open and the
+// training steps found: ProfilerStep#N on the thread that marks them, as
+// Kineto writes them (HTA's per-step analyses read them).
+func (w *Writer) annotations(r *model.Result) {
+	proc := func(pid uint32) *model.Process {
+		for _, p := range r.Processes {
+			if p.PID == pid {
+				return p
+			}
+		}
+		return nil
+	}
+	for _, rg := range w.ranges.Open(proc, r.End) {
+		w.annotation(rg, true)
+	}
+	for _, f := range w.steps.Find(r) {
+		for _, st := range f.Steps {
+			w.begin("X", int(f.PID), int(f.TID), st.StartNs)
+			w.str("cat", event.AnnotationCategory)
+			w.str("name", steps.Name(st))
+			w.micros("dur", st.Dur())
+			w.open("args")
+			w.str("source", "cudatap")
+			w.str("found_by", f.By)
+			w.str("marker", f.Marker)
+			w.close()
+			w.end()
+		}
+	}
+}
+
 // meeting draws a meeting of a communicator's ranks on its track: from
 // the first arrival to the last, named by the collective and the rank that
 // came last.
@@ -557,6 +638,7 @@ func (w *Writer) Sync(p *model.Process, s *model.Sync) {
 	if w.err != nil || w.closed {
 		return
 	}
+	w.steps.Sync(p, s)
 	kind := s.Kind.String()
 	ts, dur := snapped(s.Start, s.BlockedNs)
 	w.begin("X", int(p.PID), int(s.TID), ts)

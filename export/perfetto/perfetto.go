@@ -17,7 +17,10 @@
 //
 // Tracks: a process track per process (named as the Chrome trace names
 // it) with its threads' tracks (API calls, holds) and under each thread a
-// track of its host-blocking syncs; a track per process and device with a
+// track of its host-blocking syncs and, where there are any, of its
+// training steps (ProfilerStep#N, export/steps) and its NVTX ranges (one
+// per domain; those started and ended by id on lanes under the process);
+// a track per process and device with a
 // track per stream (GPU ops); a track per NCCL communicator (meetings);
 // a track per GPU with a counter track per NVML series; and a "cudatap"
 // track whose slice spans the recording and carries the loss account.
@@ -43,6 +46,7 @@ import (
 	"github.com/cudatap/cudatap/export/chrome"
 	"github.com/cudatap/cudatap/export/internal/describe"
 	"github.com/cudatap/cudatap/export/perfetto/pb"
+	"github.com/cudatap/cudatap/export/steps"
 	"github.com/cudatap/cudatap/export/straggler"
 	"github.com/cudatap/cudatap/tracer/event"
 	"github.com/cudatap/cudatap/tracer/model"
@@ -74,6 +78,8 @@ const maxCommTracks = 1 << 16
 // Names of the tracks the Chrome trace has no name for.
 const (
 	syncTrackName    = "syncs (host blocked)"
+	nvtxTrackName    = "NVTX ranges"
+	stepsTrackName   = "steps"
 	recordingTrack   = "cudatap"
 	otherThreadsName = "other threads"
 )
@@ -91,7 +97,13 @@ const (
 	kindNVML                // a GPU's NVML counters
 	kindCounter             // one NVML series
 	kindRecording           // the recording and its loss account
+	kindNVTX                // a thread's NVTX ranges pushed in one domain (id: tid), or started ones (id: lane)
+	kindSteps               // the training steps found on a thread
 )
+
+// startedLanes spreads the NVTX ranges started and ended by id (which may
+// overlap) over this many tracks per process, by id.
+const startedLanes = 8
 
 // trackKey identifies a track; id is the thread, stream or communicator.
 type trackKey struct {
@@ -100,6 +112,8 @@ type trackKey struct {
 	pid    uint32
 	id     uint64
 	series string // a counter's series
+	domain uint64 // an NVTX track's domain
+	lane   bool   // an NVTX track of started ranges (id: the lane)
 }
 
 // Writer streams a Perfetto trace to its output. Not safe for concurrent
@@ -125,6 +139,10 @@ type Writer struct {
 	// Where a name or a string value is built (scratch), and a category or
 	// argument name (kb): both are passed to event, which must not mix them.
 	scratch, kb []byte
+	// The program's NVTX ranges, paired as their calls come, and its
+	// training steps, found by Close.
+	ranges *steps.Ranges
+	steps  *steps.Detector
 }
 
 var _ model.Sink = (*Writer)(nil)
@@ -139,7 +157,7 @@ func NewWriter(out io.Writer, names *model.Names, opts Options) *Writer {
 	buf := bufio.NewWriterSize(out, 256<<10)
 	return &Writer{out: buf, bundles: newBundler(buf), names: names, opts: opts,
 		intern: newInterner(), tracks: map[trackKey]uint64{}, kernels: describe.NewKernels(names),
-		meetings: straggler.NewMatcher[struct{}](), comms: map[uint64]int{}}
+		meetings: straggler.NewMatcher[struct{}](), comms: map[uint64]int{}, ranges: steps.NewRanges(), steps: steps.NewDetector(false)}
 }
 
 // track returns the uuid of a track (uuid 0 is Perfetto's root).
@@ -390,6 +408,13 @@ func (w *Writer) Call(p *model.Process, c *model.Call) {
 	if w.err != nil || w.closed {
 		return
 	}
+	w.steps.Call(p, c)
+	if steps.Annotation(c) {
+		if rg, ok := w.ranges.Call(p, c); ok {
+			w.annotation(rg, false)
+		}
+		return
+	}
 	spec, cat, name := describe.CallName(c)
 	class := event.ClassOther
 	if spec != nil {
@@ -511,12 +536,74 @@ func (w *Writer) meeting(m *straggler.Met[struct{}]) {
 // maxArrivalsListed bounds the ranks whose arrivals a meeting's slice lists.
 const maxArrivalsListed = 64
 
+// annotation draws an NVTX range, or a mark, on its NVTX track: a pushed
+// one on its thread's (per domain: they nest there), a started one on one
+// of its process's lanes; open: the recording ended before the range did.
+func (w *Writer) annotation(rg steps.Range, open bool) {
+	k := trackKey{kind: kindNVTX, pid: rg.PID, id: uint64(rg.TID), domain: rg.Domain}
+	if rg.Started {
+		k = trackKey{kind: kindNVTX, pid: rg.PID, id: rg.ID % startedLanes, lane: true}
+	}
+	track := w.track(k)
+	typ := uint64(typeSliceBegin)
+	if rg.Mark || rg.End <= rg.Start {
+		typ = typeInstant
+	}
+	w.eventNamed(rg.Start, typ, track, event.AnnotationCategory, annotationName(rg.Name))
+	w.str("source", "nvtx")
+	if rg.Domain != 0 {
+		w.uint("domain", rg.Domain)
+	}
+	if open {
+		w.bool("open", true)
+	}
+	w.send()
+	if typ == typeSliceBegin {
+		w.endAt(track, rg.End)
+	}
+}
+
+// annotationName is how an NVTX range or mark is named: its message.
+func annotationName(msg string) string {
+	if msg == "" {
+		return "(NVTX range without a message)"
+	}
+	return msg
+}
+
+// annotations draws, at the end, the NVTX ranges still open and the
+// training steps found, on each thread's steps track.
+func (w *Writer) annotations(r *model.Result) {
+	proc := func(pid uint32) *model.Process {
+		for _, p := range r.Processes {
+			if p.PID == pid {
+				return p
+			}
+		}
+		return nil
+	}
+	for _, rg := range w.ranges.Open(proc, r.End) {
+		w.annotation(rg, true)
+	}
+	for _, f := range w.steps.Find(r) {
+		track := w.track(trackKey{kind: kindSteps, pid: f.PID, id: uint64(f.TID)})
+		for _, st := range f.Steps {
+			w.eventNamed(st.StartNs, typeSliceBegin, track, event.AnnotationCategory, steps.Name(st))
+			w.str("found_by", f.By)
+			w.str("marker", f.Marker)
+			w.send()
+			w.endAt(track, st.EndNs)
+		}
+	}
+}
+
 // Sync writes the slice of a synchronization on its thread's sync track,
 // with the stacks that led to it.
 func (w *Writer) Sync(p *model.Process, s *model.Sync) {
 	if w.err != nil || w.closed {
 		return
 	}
+	w.steps.Sync(p, s)
 	kind := s.Kind.String()
 	track := w.track(trackKey{kind: kindSyncs, pid: p.PID, id: uint64(s.TID)})
 	typ := uint64(typeSliceBegin)
@@ -667,6 +754,7 @@ func (w *Writer) Close(r *model.Result) error {
 		return w.err
 	}
 	w.closed = true
+	w.annotations(r)
 	w.counters(r)
 	w.recording(r)
 	w.descriptors(r)
@@ -823,8 +911,8 @@ func (w *Writer) descriptors(r *model.Result) {
 			d.processTrack(k.pid)
 		case kindThread:
 			d.thread(k.pid, uint32(k.id))
-		case kindSyncs:
-			d.syncs(k.pid, uint32(k.id))
+		case kindSyncs, kindNVTX, kindSteps:
+			d.child(k)
 		case kindDevice:
 			d.device(k.pid, k.device)
 		case kindStream:
@@ -956,16 +1044,37 @@ func (d *describer) thread(pid, tid uint32) uint64 {
 		w.descriptor(&pb.TrackDescriptor{Uuid: proto.Uint64(w.track(k)), SiblingOrderRank: proto.Int32(int32(tid)),
 			Thread: &pb.ThreadDescriptor{Pid: proto.Int32(int32(pid)), Tid: proto.Int64(int64(tid)), ThreadName: proto.String(name)}})
 	}
-	if _, ok := w.tracks[trackKey{kind: kindSyncs, pid: pid, id: uint64(tid)}]; ok {
-		d.syncs(pid, tid)
+	for _, kind := range []trackKind{kindSteps, kindSyncs} {
+		if c := (trackKey{kind: kind, pid: pid, id: uint64(tid)}); w.tracks[c] != 0 {
+			d.child(c)
+		}
 	}
 	return w.track(k)
 }
 
-// syncs describes the track of a thread's syncs, under the thread's.
-func (d *describer) syncs(pid, tid uint32) {
-	if k := (trackKey{kind: kindSyncs, pid: pid, id: uint64(tid)}); !d.done[k] {
-		d.describe(k, d.thread(pid, tid), syncTrackName, 0)
+// child describes a track under a thread's (its syncs, its steps, its
+// NVTX ranges of a domain), or under its process's (started NVTX ranges).
+func (d *describer) child(k trackKey) {
+	if d.done[k] {
+		return
+	}
+	if k.lane {
+		d.describe(k, d.processTrack(k.pid), nvtxTrackName+" (started and ended)", int32(k.id))
+		return
+	}
+	parent := d.thread(k.pid, uint32(k.id)) // which may describe k
+	if d.done[k] {
+		return
+	}
+	switch {
+	case k.kind == kindSyncs:
+		d.describe(k, parent, syncTrackName, 1)
+	case k.kind == kindSteps:
+		d.describe(k, parent, stepsTrackName, 0)
+	case k.domain != 0:
+		d.describe(k, parent, nvtxTrackName+", domain "+strconv.FormatUint(k.domain, 10), 3)
+	default:
+		d.describe(k, parent, nvtxTrackName, 2)
 	}
 }
 

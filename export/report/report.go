@@ -14,6 +14,7 @@ import (
 
 	"github.com/cudatap/cudatap/export/internal/describe"
 	"github.com/cudatap/cudatap/export/oom"
+	"github.com/cudatap/cudatap/export/steps"
 	"github.com/cudatap/cudatap/export/syncs"
 	"github.com/cudatap/cudatap/internal/units"
 	"github.com/cudatap/cudatap/tracer/model"
@@ -23,6 +24,9 @@ import (
 type Options struct {
 	// TopSites is how many sync sites each process lists; 0 means 10.
 	TopSites int
+	// Steps: the training steps found (steps.Detector.Find), each process's
+	// step times; nil: the summary has no steps section.
+	Steps []steps.Found
 }
 
 // Summary writes the report on r to w, with the synchronization sites
@@ -52,7 +56,7 @@ func Summary(w io.Writer, r *model.Result, sites *syncs.Collector, opts Options)
 	for _, p := range r.Processes {
 		buf.WriteByte('\n')
 		calls += p.NCalls
-		if process(&buf, r, p, sites, top, ooms) {
+		if process(&buf, r, p, sites, top, ooms, opts.Steps) {
 			judged[p.PID] = true
 		}
 	}
@@ -91,7 +95,7 @@ func merge(t *syncs.Totals, o syncs.Totals) {
 
 // process writes the section of process p and reports whether a host
 // verdict was given on it.
-func process(buf *bytes.Buffer, r *model.Result, p *model.Process, collected *syncs.Collector, top int, ooms []oom.Record) bool {
+func process(buf *bytes.Buffer, r *model.Result, p *model.Process, collected *syncs.Collector, top int, ooms []oom.Record, found []steps.Found) bool {
 	fmt.Fprintf(buf, "%s\n", p.Label())
 	if p.Info.Cmdline != "" {
 		fmt.Fprintf(buf, "  command: %s\n", clip(p.Info.Cmdline, 200))
@@ -195,6 +199,9 @@ func process(buf *bytes.Buffer, r *model.Result, p *model.Process, collected *sy
 			sum.Collectives, units.Bytes(sum.CommBytes), units.Duration(comm), share)
 	}
 
+	if found != nil {
+		stepLines(buf, steps.Of(found, p.PID))
+	}
 	host := syncs.HostOf(r, collected, p.PID)
 	hostLines(buf, host)
 
@@ -230,6 +237,36 @@ func process(buf *bytes.Buffer, r *model.Result, p *model.Process, collected *sy
 		fmt.Fprintf(buf, "  verdict: %s: %s\n", v.Kind, v.Detail)
 	}
 	return len(verdicts) > 0
+}
+
+// stepLines writes the process's step times, or why none were found.
+func stepLines(buf *bytes.Buffer, f *steps.Found) {
+	switch {
+	case f == nil:
+		return
+	case len(f.Steps) == 0:
+		fmt.Fprintf(buf, "  steps: none found: %s\n", f.Why)
+		return
+	}
+	by := "the NVTX range " + strconv.Quote(f.Marker)
+	if f.By == steps.BySync {
+		by = "the wait at " + f.Marker
+	}
+	fmt.Fprintf(buf, "  steps: %s, marked by %s on thread %d (ProfilerStep#N in the traces)\n", plural(len(f.Steps), "step", "steps"), by, f.TID)
+	tw := tabwriter.NewWriter(buf, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "    STEPS\tMEAN\tMEDIAN\tP90\tGPU TIME PER STEP (median)")
+	gpu := "-"
+	switch {
+	case f.GPUMeasured:
+		gpu = units.Duration(f.GPUMedianNs) + " (measured by CUPTI)"
+	case f.GPUMedianNs > 0:
+		gpu = "≥ " + units.Duration(f.GPUMedianNs) + " (some ops not measured)"
+	}
+	fmt.Fprintf(tw, "    %d\t%s\t%s\t%s\t%s\n", len(f.Steps), units.Duration(f.MeanNs), units.Duration(f.MedianNs), units.Duration(f.P90Ns), gpu)
+	tw.Flush()
+	if f.NotSearched > 0 {
+		fmt.Fprintf(buf, "    (%d synchronizations past the bound of the step search: later steps not found)\n", f.NotSearched)
+	}
 }
 
 func streamRow(w io.Writer, label string, st *model.StreamStats, sy syncs.Totals, busy string) {

@@ -2,13 +2,16 @@
 rank 0, and fails when one raises or finds nothing where a profiler trace of
 a comparable run finds something. Prints one line per analysis.
 
-    python3 check.py TRACE.json [--comm] [--bounded]
+    python3 check.py TRACE.json [--comm] [--bounded] [--steps N]
 
 --comm: the trace has collectives (checks the comm/compute overlap too).
 --bounded: no GPU op was measured (record --gpu-times=off): HTA must read
 every kernel's duration as unknown (0, as Kineto writes one), none made up.
-Analyses that need what cudatap traces do not have (ProfilerStep markers for
-the stragglers) are not run."""
+--steps N: the program ran N training steps, which the trace marks as
+ProfilerStep#1..N (export/steps): HTA's per-step analyses must find them
+all (read with include_last_profiler_step, as HTA by default leaves the
+last step out, Kineto's being cut short), each with host calls and GPU
+kernels, and the critical path of a step."""
 import contextlib
 import io
 import logging
@@ -23,6 +26,7 @@ logging.disable(logging.WARNING)
 from hta.trace_analysis import TraceAnalysis  # noqa: E402
 
 trace, comm, bounded = sys.argv[1], "--comm" in sys.argv[2:], "--bounded" in sys.argv[2:]
+steps = int(sys.argv[sys.argv.index("--steps") + 1]) if "--steps" in sys.argv else 0
 work = tempfile.mkdtemp()
 shutil.copy(trace, os.path.join(work, "rank-0.json.gz" if trace.endswith(".gz") else "rank-0.json"))
 failed = []
@@ -111,5 +115,27 @@ if comm:
             return None
         return None if 0 <= pct <= 100 else f"overlap {pct}%"
     check("comm/compute overlap", lambda: ta.get_comm_comp_overlap(visualize=False), overlap)
+if steps:
+    every = TraceAnalysis(trace_dir=work, include_last_profiler_step=True)
+    want = list(range(1, steps + 1))
+
+    def found(got):
+        return None if [int(s) for s in got] == want else f"steps {got}, want {want}"
+
+    def per_step(df):
+        """Every step has host calls and the GPU kernels they launched (HTA
+        assigns a kernel the step of its launch, by correlation)."""
+        host = set(df[df["stream"] < 0]["iteration"].unique())
+        gpu = set(df[df["stream"] > 0]["iteration"].unique())
+        missing = [s for s in want if s not in host or s not in gpu]
+        return f"steps without host calls or GPU work: {missing}" if missing else None
+
+    def default_steps(got):  # HTA's default leaves the last step out
+        return None if [int(s) for s in got] == want[:-1] else f"steps {got}, want {want[:-1]}"
+
+    check("profiler steps", every.get_profiler_steps, found)
+    check("profiler steps (last left out, HTA's default)", ta.get_profiler_steps, default_steps)
+    check("events by step", lambda: every.t.get_trace(0), per_step)
+    check("critical path of a step", lambda: every.critical_path_analysis(rank=0, annotation="ProfilerStep", instance_id=min(2, steps - 1)), critical)
 shutil.rmtree(work, ignore_errors=True)
 sys.exit(1 if failed else 0)

@@ -1,0 +1,116 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/cudatap/cudatap/export/perfetto/perfettotest"
+	"github.com/cudatap/cudatap/export/steps"
+	"github.com/cudatap/cudatap/internal/testutil"
+)
+
+// stepsSeen are the ProfilerStep#N slices of a Chrome trace, by N: their
+// thread, category and span.
+func stepsSeen(t *testing.T, path string) map[int]map[string]any {
+	t.Helper()
+	out := map[int]map[string]any{}
+	for _, ev := range readChrome(t, path).TraceEvents {
+		name, _ := ev["name"].(string)
+		var n int
+		if _, err := fmt.Sscanf(name, "ProfilerStep#%d", &n); err == nil && ev["ph"] == "X" {
+			out[n] = ev
+		}
+	}
+	return out
+}
+
+// TestStepsFound records the simulated training loop (scenario train: N
+// iterations, each ending in a read-back as .item() makes it, every 4th
+// logging too) and checks that cudatap finds its N steps without the
+// program's help: the summary's table and JSON say N steps marked by the
+// read-back's wait, each with the GPU time CUPTI measured; both traces
+// carry ProfilerStep#1..N on the program's thread, back to back; and
+// HolisticTraceAnalysis's per-step analyses find the N steps, each with
+// host calls and kernels, and a step's critical path (testdata/hta).
+func TestStepsFound(t *testing.T) {
+	testutil.RequireRoot(t)
+	py := htaPython(t)
+	b := testutil.Sim(t)
+	const n = 12
+	dir := t.TempDir()
+	js, pf := filepath.Join(dir, "trace.json"), filepath.Join(dir, "trace.perfetto-trace")
+	stdout, stderr, err := run(t, "record", "--json", "--nvml-interval=-1s", "-o", js, "-o", pf, "--", b.Workload, "--scenario", "train", "--iters", fmt.Sprint(n))
+	if err != nil {
+		t.Fatalf("record: %v\n%s", err, stderr)
+	}
+	var sum struct {
+		Steps []steps.Found `json:"steps"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &sum); err != nil {
+		t.Fatalf("summary JSON: %v\n%s", err, stdout)
+	}
+	if len(sum.Steps) != 1 {
+		t.Fatalf("steps of %d processes, want 1: %+v", len(sum.Steps), sum.Steps)
+	}
+	f := sum.Steps[0]
+	if f.By != steps.BySync || len(f.Steps) != n || !strings.Contains(f.Marker, "train_read_loss") || !strings.Contains(f.Marker, "cudaStreamSynchronize") {
+		t.Fatalf("found %s %q, %d steps (%s), want %d marked by train_read_loss's sync", f.By, f.Marker, len(f.Steps), f.Why, n)
+	}
+	if !f.GPUMeasured || f.GPUMedianNs == 0 || f.MedianNs < f.GPUMedianNs/2 || f.P90Ns < f.MedianNs {
+		t.Errorf("step times: median %d p90 %d, GPU median %d (measured %v)", f.MedianNs, f.P90Ns, f.GPUMedianNs, f.GPUMeasured)
+	}
+	for i, s := range f.Steps {
+		// The batch copy, five launches and the read-back's copy; the
+		// step after a logged iteration the log's copy too (the log's wait
+		// comes after the read-back that ends the step).
+		want := 7
+		if i > 0 && i%4 == 0 {
+			want = 8
+		}
+		if s.N != i+1 || s.GPUOps != want || s.Unmeasured != 0 || (i > 0 && s.StartNs != f.Steps[i-1].EndNs) {
+			t.Errorf("step %d: #%d, %d GPU ops measured, %d not, want %d; [%d, %d]", i+1, s.N, s.GPUOps, s.Unmeasured, want, s.StartNs, s.EndNs)
+		}
+	}
+
+	seen := stepsSeen(t, js)
+	if len(seen) != n {
+		t.Errorf("the Chrome trace has %d ProfilerStep slices, want %d", len(seen), n)
+	}
+	for i := 1; i <= n; i++ {
+		ev := seen[i]
+		if ev == nil || ev["cat"] != "user_annotation" || ev["tid"] != float64(f.TID) {
+			t.Errorf("ProfilerStep#%d: %v", i, ev)
+		}
+	}
+	data, err := os.ReadFile(pf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := perfettotest.Read(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range tr.Problems {
+		t.Error(p)
+	}
+	pfSteps := 0
+	for _, s := range tr.Slices {
+		if strings.HasPrefix(s.Name, "ProfilerStep#") && tr.Tracks[s.Track].Name == "steps" && tr.Tracks[tr.Tracks[s.Track].Parent].TID == int64(f.TID) {
+			pfSteps++
+		}
+	}
+	if pfSteps != n {
+		t.Errorf("the Perfetto trace has %d ProfilerStep slices on the thread's steps track, want %d", pfSteps, n)
+	}
+
+	out, err := exec.Command(py, "../../testdata/hta/check.py", js, "--steps", fmt.Sprint(n)).CombinedOutput()
+	t.Logf("HTA:\n%s", out)
+	if err != nil {
+		t.Errorf("HTA's per-step analyses: %v", err)
+	}
+}
