@@ -245,6 +245,12 @@ func TestLintScenarios(t *testing.T) {
 				}
 			}
 		}
+		// Launch records without a stack carry the values too (right after
+		// the header): the same races, their launches' sites unnamed.
+		rec, _ = recordScenario(t, b, "lint-kernel-race", 1, 5, func(c *tracer.Config) { c.KernelArgs = true })
+		if doc := lintJSON(t, rec); len(doc.Findings) != 1 || doc.Findings[0].Count != 3 || doc.Findings[0].Sites != 3 {
+			t.Errorf("--kernel-args without stacks on launches: findings %+v", doc.Findings)
+		}
 		// Without the kernels' parameter values, no race is seen.
 		rec, _ = recordScenario(t, b, "lint-kernel-race", 1, 5)
 		if doc := lintJSON(t, rec); len(doc.Findings) != 0 {
