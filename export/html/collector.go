@@ -79,7 +79,6 @@ const (
 	ringSize     = 1024    // recent host calls kept per process, for what the host did in a gap
 	ringProcs    = 64      // processes that keep such a ring
 	maxDepth     = 1 << 16 // queue depth tracked exactly per stream
-	maxThreads   = 4096    // threads with their own blocked-time account, over all processes
 )
 
 // Row kinds.
@@ -144,37 +143,6 @@ func (c *Collector) occupy(r *row, cat int, start, end uint64) {
 	r.occ[cat].add(start, end)
 }
 
-// threadKey identifies a thread of a process.
-type threadKey struct{ pid, tid uint32 }
-
-type threadStats struct {
-	calls       int64
-	syncs       int64
-	first, last uint64 // its first call's start, its last call's end
-	holds       []span // times cudatap held it (a few: one per library hooked)
-	heldOver    uint64 // held time past maxThreadHolds, not clipped to its calls
-}
-
-type span struct{ start, end uint64 }
-
-// maxThreadHolds bounds the holds kept per thread.
-const maxThreadHolds = 16
-
-// wall is the thread's time from its first call to the end of its last,
-// less the time cudatap held it within.
-func (t *threadStats) wall() uint64 {
-	if t.last <= t.first {
-		return 0
-	}
-	held := t.heldOver
-	for _, h := range t.holds {
-		if lo, hi := max(h.start, t.first), min(h.end, t.last); hi > lo {
-			held += hi - lo
-		}
-	}
-	return t.last - t.first - min(held, t.last-t.first)
-}
-
 type procState struct {
 	pid      uint32
 	p        *model.Process
@@ -205,9 +173,6 @@ type Collector struct {
 	rowIdx map[rowKey]int
 	merged int // rows folded into "other" rows
 
-	threads     map[threadKey]*threadStats
-	threadsOver int64
-
 	devices map[int8]*deviceState
 
 	ops     map[opKey]*opStats
@@ -235,7 +200,7 @@ func NewCollector(opts Options) *Collector {
 	opts = opts.withDefaults()
 	c := &Collector{
 		opts: opts, clock: newClock(opts.Buckets), Syncs: syncs.NewCollector(), Lints: lint.NewCollector(lint.DefaultOptions()),
-		procs: map[uint32]*procState{}, rowIdx: map[rowKey]int{}, threads: map[threadKey]*threadStats{},
+		procs: map[uint32]*procState{}, rowIdx: map[rowKey]int{},
 		devices: map[int8]*deviceState{}, ops: map[opKey]*opStats{},
 	}
 	c.perBkt = c.clock.newSum()
@@ -302,20 +267,6 @@ func (c *Collector) see(start, end uint64) {
 	c.lastT = max(c.lastT, end, start)
 }
 
-func (c *Collector) thread(pid, tid uint32) *threadStats {
-	k := threadKey{pid, tid}
-	t := c.threads[k]
-	if t == nil {
-		if len(c.threads) >= maxThreads {
-			c.threadsOver++
-			return nil
-		}
-		t = &threadStats{}
-		c.threads[k] = t
-	}
-	return t
-}
-
 // hostCategory is what a call did, for occupancy.
 func hostCategory(x *model.Call, class event.Class) int {
 	switch {
@@ -349,13 +300,6 @@ func (c *Collector) Call(p *model.Process, x *model.Call) {
 	c.perBkt.add(c.clock, x.Start, 1)
 	c.nSlices++
 	c.detail.call(c.rowIdx[r.key], ps.pid, x)
-	if t := c.thread(ps.pid, x.TID); t != nil {
-		t.calls++
-		if t.first == 0 || x.Start < t.first {
-			t.first = x.Start
-		}
-		t.last = max(t.last, x.End)
-	}
 	if ps.ring != nil {
 		ps.ring.push(x)
 	}
@@ -377,6 +321,7 @@ func (c *Collector) Call(p *model.Process, x *model.Call) {
 // Sync records a host-blocking synchronization on its thread.
 func (c *Collector) Sync(p *model.Process, s *model.Sync) {
 	c.Syncs.Sync(p, s)
+	c.Lints.Sync(p, s)
 	ps := c.proc(p)
 	c.counts.syncs++
 	if s.Kind == model.SyncLegacyStream {
@@ -391,29 +336,23 @@ func (c *Collector) Sync(p *model.Process, s *model.Sync) {
 	c.detail.sync(c.rowIdx[r.key], s)
 	ps.blocked += s.BlockedNs
 	ps.syncs++
-	if t := c.thread(ps.pid, s.TID); t != nil {
-		t.syncs++
-	}
 }
 
 // Dependency counts event dependencies (they are drawn from the ops).
 func (c *Collector) Dependency(p *model.Process, d *model.Dependency) {
+	c.Syncs.Dependency(p, d)
+	c.Lints.Dependency(p, d)
 	c.proc(p).deps++
 	c.counts.deps++
 }
 
 // Hold records a stretch cudatap held a thread: its time, not CUDA's.
 func (c *Collector) Hold(p *model.Process, h *model.Hold) {
+	c.Syncs.Hold(p, h)
+	c.Lints.Hold(p, h)
 	ps := c.proc(p)
 	c.counts.holds++
 	c.see(h.Start, h.End)
-	if t := c.thread(ps.pid, h.TID); t != nil {
-		if len(t.holds) < maxThreadHolds {
-			t.holds = append(t.holds, span{h.Start, h.End})
-		} else {
-			t.heldOver += h.End - h.Start
-		}
-	}
 	r := c.rowFor(ps, rowHost, int64(h.TID), h.Start)
 	c.occupy(r, hostHeld, h.Start, h.End)
 	r.count.add(c.clock, h.Start, 1)
@@ -447,6 +386,7 @@ func opCategory(k model.OpKind) (gpuCat int, mask uint8) {
 // GPUOp records a GPU op on its stream's row, in its device's overlap
 // measures, the stream's gaps and queue depth, and the top operations.
 func (c *Collector) GPUOp(p *model.Process, op *model.GPUOp) {
+	c.Syncs.GPUOp(p, op)
 	c.Lints.GPUOp(p, op)
 	ps := c.proc(p)
 	c.counts.ops++

@@ -251,8 +251,8 @@ func (c *Collector) process(r *model.Result, p *model.Process) ProcessReport {
 	// summary judges them: a background thread (NCCL's watchdog, a poller)
 	// waits without holding up the work.
 	// Its blocked time counts each nanosecond once however its syncs
-	// overlap (syncs.Thread), and never more than its wall time, from
-	// which the time cudatap held it is taken out.
+	// overlap, and its wall time leaves out the time cudatap held it
+	// (syncs.Thread), as the summary's.
 	if h := syncs.HostOf(r, c.Syncs, p.PID); h != nil {
 		anyWork := h.WorkThreads > 0
 		pr.BlockedNs = 0
@@ -262,12 +262,8 @@ func (c *Collector) process(r *model.Result, p *model.Process) ProcessReport {
 				continue
 			}
 			if t.BlockedNs > pr.ThreadNs || t.BlockedNs == pr.ThreadNs && t.BlockedNs > 0 && t.TID < pr.BlockedTID {
-				pr.BlockedTID, pr.ThreadNs = t.TID, t.BlockedNs
+				pr.BlockedTID, pr.ThreadNs, pr.ThreadWallNs = t.TID, t.BlockedNs, t.WallNs
 			}
-		}
-		if ts := c.threads[threadKey{p.PID, pr.BlockedTID}]; ts != nil && pr.ThreadNs > 0 {
-			pr.ThreadWallNs = ts.wall()
-			pr.ThreadNs = min(pr.ThreadNs, pr.ThreadWallNs)
 		}
 	}
 	if pr.ThreadWallNs > 0 {
@@ -645,9 +641,6 @@ func (rep *Report) bounds(c *Collector) {
 	}
 	if c.opsOver > 0 {
 		add("top operations: %d calls and operations of kernels or copies past the limit of %d distinct ones are counted as \"other\"", c.opsOver, c.opts.MaxOps)
-	}
-	if c.threadsOver > 0 {
-		add("%d calls, synchronizations and holds of threads past the limit of %d threads are in the process totals only", c.threadsOver, maxThreads)
 	}
 	var late uint64
 	for _, d := range rep.Devices {

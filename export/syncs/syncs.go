@@ -167,7 +167,12 @@ func (c *Collector) GPUOp(p *model.Process, op *model.GPUOp) {
 }
 
 func (*Collector) Dependency(*model.Process, *model.Dependency) {}
-func (*Collector) Hold(*model.Process, *model.Hold)             {}
+
+// Hold notes a stretch cudatap held a thread: its time is taken out of
+// the thread's wall time (Thread.HeldNs).
+func (c *Collector) Hold(p *model.Process, h *model.Hold) {
+	c.thread(p.PID, h.TID).hold(h.Start, h.End)
+}
 
 // Totals counts synchronizations split by whether the program asked for
 // them (Kind.Explicit).

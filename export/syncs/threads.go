@@ -61,10 +61,13 @@ type Thread struct {
 	Launches  int64  `json:"launches"`   // kernel and graph launches among them
 	Syncs     int64  `json:"syncs"`
 	Polls     int64  `json:"poll_loops"` // query poll loops among them
-	// WallNs runs from its first call to the end of its last; BlockedNs is
-	// its time in syncs, each nanosecond once however they overlap, so it
-	// is never more than WallNs; SyncNs is the syncs' times added up.
+	// WallNs runs from its first call to the end of its last, less HeldNs,
+	// the time cudatap held it within (its own, not the program's: an
+	// attach, a library load); BlockedNs is its time in syncs, each
+	// nanosecond once however they overlap, never more than WallNs;
+	// SyncNs is the syncs' times added up.
 	WallNs    uint64 `json:"wall_ns"`
+	HeldNs    uint64 `json:"held_ns"`
 	BlockedNs uint64 `json:"blocked_ns"`
 	SyncNs    uint64 `json:"sync_ns"`
 	// Gaps ≥ LongGap between its calls (the longest maxGaps of them);
@@ -99,6 +102,38 @@ type thread struct {
 	gapMin                uint64
 	notKept               int64 // long gaps shorter than gapMin, and their time
 	notKeptNs             uint64
+	holds                 []span // times cudatap held it, the first maxHolds
+	heldOver              uint64 // held time past maxHolds, not clipped to its calls
+}
+
+// maxHolds bounds the holds kept per thread: a few are usual (one per
+// library hooked, an attach).
+const maxHolds = 16
+
+// hold notes a stretch cudatap held the thread.
+func (t *thread) hold(from, to uint64) {
+	if to <= from {
+		return
+	}
+	if len(t.holds) < maxHolds {
+		t.holds = append(t.holds, span{from, to})
+	} else {
+		t.heldOver += to - from
+	}
+}
+
+// held is the time cudatap held the thread within its calls' time.
+func (t *thread) held() uint64 {
+	if t.calls == 0 || t.lastEnd <= t.first {
+		return 0
+	}
+	n := t.heldOver
+	for _, h := range t.holds {
+		if lo, hi := max(h.from, t.first), min(h.to, t.lastEnd); hi > lo {
+			n += hi - lo
+		}
+	}
+	return min(n, t.lastEnd-t.first)
 }
 
 // call adds c to the thread.
@@ -199,10 +234,15 @@ func (c *Collector) threads(r *model.Result, pid uint32) []Thread {
 	var out []Thread
 	anyWork := false
 	for tid, t := range c.threadState[pid] {
+		if t.calls == 0 {
+			continue // only held so far: its calls will come
+		}
 		th := Thread{PID: pid, TID: tid, Calls: t.calls, WorkCalls: t.work, Launches: t.launches,
 			Syncs: t.syncs, Polls: t.polls, BlockedNs: t.blocked, SyncNs: t.raw, first: t.first, last: t.lastEnd, gaps: t.gaps}
 		if t.calls > 0 {
-			th.WallNs = t.lastEnd - t.first
+			th.HeldNs = t.held()
+			th.WallNs = t.lastEnd - t.first - th.HeldNs
+			th.BlockedNs = min(th.BlockedNs, th.WallNs) // a sync cudatap held the thread in
 		}
 		if r != nil && r.Names != nil {
 			th.Name = r.Names.Thread(pid, tid)
