@@ -84,7 +84,7 @@ const (
 type Cost struct {
 	Kind CostKind `json:"kind"`
 	// Ns is the time; with AtMost, an upper bound of it (some GPU ops had
-	// no measured times: record with --gpu-times to measure them).
+	// no measured times: CUPTI was not found or GPU times were off).
 	Ns     uint64 `json:"ns"`
 	AtMost bool   `json:"at_most"`
 	// Share is Ns over RunNs, the process's traced time: its first call
@@ -126,7 +126,7 @@ func (c Cost) String() string {
 		fmt.Fprintf(&b, " (%s of %s traced)", percent(c.Share), units.Duration(c.RunNs))
 	}
 	if c.AtMost {
-		b.WriteString(": a bound, GPU times not measured (record with --gpu-times to measure them)")
+		b.WriteString(": a bound, GPU times not measured (CUPTI not found, or --gpu-times=off: cudatap doctor says which)")
 	} else {
 		b.WriteString(", measured")
 	}
