@@ -40,6 +40,7 @@ const (
 	gpuStop
 	gpuHandOver
 	gpuRefused
+	gpuNVTX // an NVTX call the collector's NVTX side reported (nvtx.go)
 )
 
 type gpuNote struct {
@@ -47,6 +48,7 @@ type gpuNote struct {
 	pid  uint32
 	t    uint64 // start: measured since; mark, hand-over: its time; stop: records lost
 	m    model.Measurement
+	raw  []byte // NVTX: the call, as a probe's record
 }
 
 // gpuTimes is the session's side of the collectors.
@@ -141,7 +143,7 @@ func (s *Session) stopGPUTimes() {
 
 func (s *Session) queueGPU(n gpuNote) {
 	s.notesMu.Lock()
-	if len(s.gpuNotes) >= maxGPUNotes && n.kind == gpuMeasure {
+	if len(s.gpuNotes) >= maxGPUNotes && (n.kind == gpuMeasure || n.kind == gpuNVTX) {
 		s.notesMu.Unlock()
 		s.gputimes.mu.Lock()
 		s.gputimes.lost++
@@ -247,6 +249,7 @@ func (s *Session) Stopped(pid uint32, lost gputime.Lost) {
 // applyGPUNotes hands queued measurements to the model and the recording;
 // on the reader goroutine (from applyNotes).
 func (s *Session) applyGPUNotes(ns []gpuNote) {
+	ns = s.applyNVTX(ns)
 	s.modelMu.Lock()
 	for i := range ns {
 		n := &ns[i]

@@ -94,6 +94,11 @@ func (s *Session) launch() (*launched, error) {
 				cmd.Env = append(cmd.Env, inject)
 			}
 		}
+		if inject, err := s.nvtxForLaunch(cmd.Env); err != nil {
+			s.log.Warn("the program's NVTX ranges will not be drawn", "err", err)
+		} else if inject != "" {
+			cmd.Env = append(cmd.Env, inject)
+		}
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = s.cfg.Stdin, s.cfg.Stdout, s.cfg.Stderr
 		cmd.ExtraFiles = []*os.File{goAhead} // its descriptor 3
 		err = cmd.Start()

@@ -15,6 +15,12 @@ import (
 // naming and writing happen outside it.
 func (s *Session) handleRecord(raw []byte) {
 	s.applyNotes()
+	s.handleEvent(raw)
+}
+
+// handleEvent is handleRecord once the notes are applied; the NVTX calls
+// the collector reported come here too (nvtx.go).
+func (s *Session) handleEvent(raw []byte) {
 	s.names.pollKernels(false)
 	if event.IsPyCode(raw) {
 		// Not an event: a copy of a Python code object the record before

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -112,5 +113,87 @@ func TestStepsFound(t *testing.T) {
 	t.Logf("HTA:\n%s", out)
 	if err != nil {
 		t.Errorf("HTA's per-step analyses: %v", err)
+	}
+}
+
+// nvtxSlices counts a Chrome trace's NVTX slices (and marks) by name,
+// "train step N" as "train step", with the args of the first of each.
+func nvtxSlices(t *testing.T, path string) (map[string]int, map[string]map[string]any) {
+	t.Helper()
+	count, args := map[string]int{}, map[string]map[string]any{}
+	for _, ev := range readChrome(t, path).TraceEvents {
+		a, _ := ev["args"].(map[string]any)
+		if ev["cat"] != "user_annotation" || a["source"] != "nvtx" {
+			continue
+		}
+		name, _ := ev["name"].(string)
+		if strings.HasPrefix(name, "train step ") {
+			name = "train step"
+		}
+		if ev["ph"] == "i" {
+			name += " (mark)"
+		}
+		if count[name] == 0 {
+			args[name] = a
+		}
+		count[name]++
+	}
+	return count, args
+}
+
+// TestNVTXRanges launches the simulated training loop annotated with NVTX
+// (scenario train-nvtx: its NVTX library hands every call to the injection
+// library NVTX_INJECTION64_PATH names, as NVTX v3's headers do), with GPU
+// times and without (NVTX needs no CUPTI): every range is in the trace
+// once (not also seen by a probe on the library's symbols), named by its
+// message (pushed, pushed with attributes, of a domain with a registered
+// message, started and ended), the mark too; and the steps are the
+// "train step N" ranges.
+func TestNVTXRanges(t *testing.T) {
+	testutil.RequireRoot(t)
+	b := testutil.Sim(t)
+	const n = 6
+	for _, gpu := range []string{"on", "off"} {
+		t.Run("gpu-times "+gpu, func(t *testing.T) {
+			dir := t.TempDir()
+			js, rec, again := filepath.Join(dir, "trace.json"), filepath.Join(dir, "run.cudatap"), filepath.Join(dir, "again.json")
+			stdout, stderr, err := run(t, "record", "--json", "--nvml-interval=-1s", "--gpu-times="+gpu, "-o", js, "-o", rec, "--",
+				b.NVTXWorkload, "--scenario", "train-nvtx", "--iters", fmt.Sprint(n))
+			if err != nil {
+				t.Fatalf("record: %v\n%s", err, stderr)
+			}
+			count, args := nvtxSlices(t, js)
+			// The recording keeps them: its export draws the same.
+			if _, stderr, err := run(t, "export", "-q", rec, "-o", again); err != nil {
+				t.Fatalf("export: %v\n%s", err, stderr)
+			}
+			if replayed, _ := nvtxSlices(t, again); !maps.Equal(replayed, count) {
+				t.Errorf("the recording's export draws %v, the recording run %v", replayed, count)
+			}
+			want := map[string]int{"train step": n, "forward": n, "batch": n, "epoch": 1, "checkpoint (mark)": 1}
+			for name, w := range want {
+				if count[name] != w {
+					t.Errorf("%d NVTX slices %q, want %d (all: %v)", count[name], name, w, count)
+				}
+			}
+			if len(count) != len(want) {
+				t.Errorf("NVTX slices %v, want %v", count, want)
+			}
+			if args["batch"]["domain"] != float64(1) || args["forward"]["depth"] != float64(1) || args["train step"]["depth"] != float64(0) {
+				t.Errorf("args: batch %v, forward %v, train step %v", args["batch"], args["forward"], args["train step"])
+			}
+			var sum struct {
+				Steps []steps.Found `json:"steps"`
+			}
+			if err := json.Unmarshal([]byte(stdout), &sum); err != nil {
+				t.Fatal(err)
+			}
+			if len(sum.Steps) != 1 || sum.Steps[0].By != steps.ByNVTX || sum.Steps[0].Marker != "train step #" || len(sum.Steps[0].Steps) != n {
+				t.Errorf("steps: %+v", sum.Steps)
+			}
+			if seen := stepsSeen(t, js); len(seen) != n {
+				t.Errorf("%d ProfilerStep slices, want %d", len(seen), n)
+			}
+		})
 	}
 }
