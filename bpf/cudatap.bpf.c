@@ -39,12 +39,9 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
  */
 #if defined(__TARGET_ARCH_x86)
 #define STACK_WORD(ctx, k) (PT_REGS_SP(ctx) + 8 * (k))
-/* Only launch configs are copied, from behind argument 0. */
-#define DEREF_ARG(cookie) 0
 #elif defined(__TARGET_ARCH_arm64)
 #define STACK_WORD(ctx, k) (PT_REGS_SP(ctx) + 8 * ((k) - 1))
 #define ARG_REGS(ctx) (((const struct user_pt_regs *)(ctx))->regs)
-#define DEREF_ARG(cookie) COOKIE_DEREF_ARG(cookie)
 #else
 #error "cudatap's programs read arguments as x86-64 or arm64 pass them: compile with bpf2go -target amd64 or arm64"
 #endif
@@ -539,7 +536,7 @@ static __always_inline __u32 read_args(struct pt_regs *ctx, __u64 cookie, __u64 
 {
 	__u32 flags = read_slots(ctx, cookie, args, caller);
 	if (cookie & COOKIE_DEREF) {
-		if (bpf_probe_read_user(ext, 8 * NEXT, (void *)args[DEREF_ARG(cookie)]) < 0)
+		if (bpf_probe_read_user(ext, 8 * NEXT, (void *)args[COOKIE_DEREF_ARG(cookie)]) < 0)
 			flags |= EV_DEREF_FAULT;
 	}
 	if (flags)

@@ -13,7 +13,8 @@
  *   bit  26      emit at return: entry is saved, one event carries start, end and ret
  *   bits 27..29  1 + index of an out-pointer argument dereferenced at return (0 = none)
  *   bit  30      copy 48 bytes behind argument COOKIE_DEREF_ARG at entry
- *                (launch config structs, argument 0)
+ *                (launch config structs, argument 0; graph kernel node
+ *                parameters)
  *   bit  31      capture the user stack (frame pointers)
  *   bit  32      (library-load hook) stop the process until user space resumes it
  *   bits 33..35  1 + index of a C-string argument copied (at return) into copy[],
@@ -39,10 +40,10 @@
  *                starts)
  *   bit  49      (user space only) the arm64 programs read the record's
  *                arguments: its slots are as AAPCS64 lays them out
- *   bits 50..52  (arm64) index of the argument bit 30 copies behind: 0, or
- *                the pointer AAPCS64 passes for a struct larger than 16
- *                bytes (ncclCommInitRank's ncclUniqueId); the x86-64
- *                programs copy behind argument 0 only
+ *   bits 50..52  index of the argument bit 30 copies behind: a pointer
+ *                argument, or (arm64) the pointer AAPCS64 passes for a
+ *                struct larger than 16 bytes (ncclCommInitRank's
+ *                ncclUniqueId)
  *   bits 53..56  (launch) where its kernelParams is, to copy the kernel's
  *                parameter values (struct kernel_args) behind the record:
  *                0 nowhere, 1..9 slot v-1 (args[]), 10..15 stack word

@@ -3,6 +3,7 @@ package tracer
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"maps"
 	"os"
@@ -106,6 +107,91 @@ func TestGPUTimesLaunch(t *testing.T) {
 			}
 			t.Logf("%d ops measured", measured)
 		})
+	}
+}
+
+// TestGPUTimesCUPTIOnly: GPU ops CUPTI times whose calls cudatap does not
+// trace are shown from CUPTI's records, on their streams, and never measure
+// a traced op of another kind. static-runtime plays the H200's GPT-2
+// backward: cuBLASLt's statically linked runtime memsets through driver
+// calls cudatap leaves alone where a runtime is present, on PyTorch's
+// autograd thread, between the kernels it launches (traced in the driver);
+// there the old join gave 202 memset records "late" and 236 "second
+// measurements" of kernel ops. mixed: copies a program makes through the
+// driver beside the runtime. Both with CUPTI reporting the driver calls as
+// they come and wrapped in runtime calls, as a static runtime's are
+// (SIM_CUPTI_RUNTIME_CALLS). Every traced op is measured by its own record,
+// every stream's ops and busy time are the modeled GPU's, nothing is
+// unmatched, late or lost.
+func TestGPUTimesCUPTIOnly(t *testing.T) {
+	testutil.RequireRoot(t)
+	b := testutil.Sim(t)
+	for _, tc := range []struct {
+		scenario string
+		hidden   []string // the workload's calls cudatap does not trace: CUPTI alone sees their ops
+	}{
+		{"static-runtime", []string{"cuMemsetD32Async", "cuMemsetD8Async", "cuMemcpyDtoDAsync_v2"}},
+		{"mixed", []string{"cuMemcpyDtoHAsync_v2"}},
+	} {
+		for _, wrapped := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/runtime-calls=%v", tc.scenario, wrapped), func(t *testing.T) {
+				if wrapped {
+					t.Setenv("SIM_CUPTI_RUNTIME_CALLS", "1")
+				}
+				out, rep := launchWith(t, Config{Command: []string{b.DriverWorkload, "--scenario", tc.scenario, "--iters", "20"},
+					Stacks: probe.StacksNone, Stderr: os.Stderr, Duration: time.Minute, GPUTimes: true, CUPTIPath: b.CUPTI})
+				p := tracedOf(t, out, rep.PID)
+				hidden := 0
+				for _, c := range tc.hidden {
+					hidden += rep.Calls[c]
+				}
+				traced, cuptiOnly := map[int]int{}, map[int]int{}
+				for _, op := range p.GPUOps {
+					switch {
+					case op.ID < 0:
+					case op.CUPTIOnly():
+						cuptiOnly[op.Stream]++
+						if op.Kind != model.OpMemset && op.Kind != model.OpMemcpy {
+							t.Errorf("CUPTI-only op %d: %v, want a memset or a copy", op.ID, op.Kind)
+						}
+					case !op.Measured:
+						t.Errorf("op %d (%v on stream %d) not measured", op.ID, op.API, op.Stream)
+					default:
+						traced[op.Stream]++
+					}
+				}
+				n := 0
+				for sid, k := range cuptiOnly {
+					n += k
+					if traced[sid] == 0 {
+						t.Errorf("%d CUPTI-only ops on stream %d, where no traced op ran", k, sid)
+					}
+				}
+				if n != hidden {
+					t.Errorf("%d CUPTI-only ops, want the %d the workload made through calls cudatap does not trace (%v)", n, hidden, tc.hidden)
+				}
+				for handle, busy := range rep.BusyNs {
+					s := streamOfHandle(t, p, handle)
+					if s == nil {
+						if busy > 0 {
+							t.Errorf("stream %s: %d ns of GPU work, not traced", handle, busy)
+						}
+						continue
+					}
+					st := s.Stats
+					if uint64(busy) != st.BusyNs || st.BusyNs != st.BusyMaxNs || st.CUPTIOnly != int64(cuptiOnly[s.ID]) ||
+						st.GPUOps != int64(traced[s.ID]+cuptiOnly[s.ID]) {
+						t.Errorf("%s: busy [%d, %d] ns, modeled %d; %d ops, %d CUPTI only: want exactly the modeled time, %d ops, %d CUPTI only",
+							s.Label(), st.BusyNs, st.BusyMaxNs, busy, st.GPUOps, st.CUPTIOnly, traced[s.ID]+cuptiOnly[s.ID], cuptiOnly[s.ID])
+					}
+				}
+				d := out.Result.Drops
+				if d.GPUTimesLate+d.GPUTimesLost+d.GPUTimesUnmatched+d.GPUTimesUnmeasured != 0 || d.GPUOpsCUPTIOnly != uint64(hidden) {
+					t.Errorf("unmatched %d late %d lost %d unmeasured %d CUPTI only %d, want none but %d CUPTI only",
+						d.GPUTimesUnmatched, d.GPUTimesLate, d.GPUTimesLost, d.GPUTimesUnmeasured, d.GPUOpsCUPTIOnly, hidden)
+				}
+			})
+		}
 	}
 }
 

@@ -155,15 +155,16 @@ func (r *resolver) event(ev *event.Event, fn uint64) {
 	if k := (model.NameKey{PID: ev.PID, Key: uint64(ev.TID)}); !hasKey(r.names.Threads, k) {
 		r.thread(k)
 	}
-	if spec := ev.Spec(); spec.Class == event.ClassLaunch {
+	if spec := ev.Spec(); spec.Class == event.ClassLaunch || spec.Class == event.ClassGraph {
 		// A runtime launch names its host stub; a driver launch made by a
 		// runtime launch carries that stub (see model.Process.KernelSymbol).
 		// A driver launch made without a stub hand-over is named by its
 		// function argument: a CUfunction from a kernel load (named by
 		// that call, this finds no file), or with CUDA 13's runtime the
-		// host stub itself.
+		// host stub itself. So is a kernel node added to a graph, or set
+		// in an exec (fn 0 for other graph calls).
 		addr := fn
-		if spec.Layer == event.Driver && ev.Out != 0 {
+		if spec.Class == event.ClassLaunch && spec.Layer == event.Driver && ev.Out != 0 {
 			addr = ev.Out
 		}
 		if addr != 0 {

@@ -602,9 +602,16 @@ func TestStackNearStackTop(t *testing.T) {
 // however loaded the machine.
 func launchUntilSyncs(t *testing.T, stacks probe.StackMode, n int64, args ...string) (*Outcome, *sim.Report) {
 	t.Helper()
+	return launchUntilSyncsWith(t, Config{Command: args, Stacks: stacks}, n)
+}
+
+// launchUntilSyncsWith is launchUntilSyncs for cfg's command, stacks and
+// GPU times.
+func launchUntilSyncsWith(t *testing.T, cfg Config, n int64) (*Outcome, *sim.Report) {
+	t.Helper()
 	pr, pw := io.Pipe()
-	cfg := Config{Command: append(args, "--wait-before-exit"), Stacks: stacks, Stdin: pr, Stderr: os.Stderr,
-		Duration: time.Minute, NVMLInterval: -1}
+	cfg.Command = append(cfg.Command, "--wait-before-exit")
+	cfg.Stdin, cfg.Stderr, cfg.Duration, cfg.NVMLInterval = pr, os.Stderr, time.Minute, -1
 	onLive := func(snapshot func() []model.StreamSnap) {
 		go func() {
 			defer pw.Close()

@@ -760,6 +760,9 @@ func (w *Writer) GPUOp(p *model.Process, op *model.GPUOp) {
 	w.micros("dur", dur)
 	w.open("args")
 	w.str("timing", describe.Timing(op))
+	if op.CUPTIOnly() {
+		w.bool("cupti_only", true) // no traced call enqueued it: no call, no flow
+	}
 	w.bool("inferred", !op.Measured)
 	w.bool("bounded", op.Bounded)
 	if !op.Measured {
@@ -991,6 +994,7 @@ func (w *Writer) footer(r *model.Result) {
 	w.uint("gpu_times_unmatched", d.GPUTimesUnmatched)
 	w.uint("gpu_times_late", d.GPUTimesLate)
 	w.uint("gpu_ops_unmeasured", d.GPUTimesUnmeasured)
+	w.uint("gpu_ops_cupti_only", d.GPUOpsCUPTIOnly)
 	// What the model's bounds merged or did not follow (a recording from
 	// elsewhere can hold any number of processes, threads, streams...).
 	l := d.Limits

@@ -813,7 +813,8 @@ func (w *Writer) recording(r *model.Result) {
 		{"orphan_returns", d.OrphanReturns}, {"read_faults", d.ReadFaults}, {"decode_errors", d.DecodeErrors}, {"unknown_api", d.UnknownAPI},
 		{"attach_failures", d.AttachFailures}, {"nested", d.Nested}, {"program_skips", d.ProgramSkips}, {"window_full", d.WindowFull},
 		{"stacks_dropped", d.StacksDropped}, {"python_code_not_copied", d.PyCodeLost}, {"gpu_times_lost", d.GPUTimesLost},
-		{"gpu_times_unmatched", d.GPUTimesUnmatched}, {"gpu_times_late", d.GPUTimesLate}, {"gpu_ops_unmeasured", d.GPUTimesUnmeasured}} {
+		{"gpu_times_unmatched", d.GPUTimesUnmatched}, {"gpu_times_late", d.GPUTimesLate}, {"gpu_ops_unmeasured", d.GPUTimesUnmeasured},
+		{"gpu_ops_cupti_only", d.GPUOpsCUPTIOnly}} {
 		w.entryUint(f.k, f.v)
 	}
 	w.e.close()

@@ -261,7 +261,7 @@ func TestSameAsChrome(t *testing.T) {
 	drops, _ := rec.Args["drops"].(map[string]any)
 	limits, _ := rec.Args["limits"].(map[string]any)
 	gpu, _ := rec.Args["gpu 0"].(map[string]any)
-	if rec.Name != "recording: cut short, events lost unknown" || rec.Start != f.Result.Start || rec.End != f.Result.End || len(drops) != 18 || len(limits) != 10 ||
+	if rec.Name != "recording: cut short, events lost unknown" || rec.Start != f.Result.Start || rec.End != f.Result.End || len(drops) != 19 || len(limits) != 10 ||
 		rec.Args["truncated"] != "cut at byte 1234" || rec.Args["drops_known"] != false || rec.Args["merge"] != `{"clock":"one"}` ||
 		gpu["name"] != "NVIDIA H200" || rec.Args["version"] != "v-test" || !strings.Contains(str(rec.Args["loss"]), "recording truncated") {
 		t.Errorf("recording slice: %+v", rec)

@@ -306,6 +306,9 @@ func (d *Detector) GPUOp(mp *model.Process, op *model.GPUOp) {
 	if !d.gpu {
 		return
 	}
+	if op.CUPTIOnly() {
+		return // no traced call enqueued it: its step is unknown
+	}
 	p := d.proc(mp.PID)
 	var ns uint64
 	if op.Measured && op.End > op.Start {

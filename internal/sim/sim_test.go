@@ -380,6 +380,19 @@ func TestDriverScenarios(t *testing.T) {
 			"cuStreamDestroy_v2":   1,
 		})
 	})
+	t.Run("static-runtime", func(t *testing.T) {
+		r := runReport(t, b.DriverWorkload, "--scenario", "static-runtime", "--iters", "4")
+		assertCalls(t, "static-runtime", r.Calls, map[string]int{
+			"cudaStreamCreateWithFlags": 1, "cudaMalloc": 1, "cudaLaunchKernel": 4, "cudaMemsetAsync": 4,
+			"cuModuleLoadData": 1, "cuModuleGetFunction": 1, "cuMemsetD32Async": 4, "cuLaunchKernel": 4,
+			"cuLaunchKernelEx": 4, "cuMemsetD8Async": 4, "cuMemcpyDtoDAsync_v2": 4, "cudaStreamSynchronize": 1,
+			"cudaFree": 1, "cudaStreamDestroy": 1,
+		})
+		assertCalls(t, "static-runtime internal", r.Internal, map[string]int{
+			"cuInit": 1, "cuStreamCreate": 1, "cuMemAlloc_v2": 1, "cuLaunchKernel": 4, "cuMemsetD8Async": 4,
+			"cuStreamSynchronize": 1, "cuMemFree_v2": 1, "cuStreamDestroy_v2": 1,
+		})
+	})
 	t.Run("nccl", func(t *testing.T) {
 		r := runReport(t, b.NCCLWorkload, "--scenario", "nccl", "--iters", "5")
 		assertCalls(t, "nccl", r.Calls, ncclCalls(5))

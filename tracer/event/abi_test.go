@@ -59,6 +59,12 @@ var prototypes = []string{
 	"cudaGraphInstantiate(cudaGraphExec_t *pGraphExec, cudaGraph_t graph, unsigned long long flags)",
 	"cudaGraphInstantiateWithFlags(cudaGraphExec_t *pGraphExec, cudaGraph_t graph, unsigned long long flags)",
 	"cudaSetDevice(int device)",
+	"cudaGraphCreate(cudaGraph_t *pGraph, unsigned int flags)",
+	"cudaGraphAddKernelNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies, const struct cudaKernelNodeParams *pNodeParams)",
+	"cudaGraphExecKernelNodeSetParams(cudaGraphExec_t hGraphExec, cudaGraphNode_t node, const struct cudaKernelNodeParams *pNodeParams)",
+	"cudaGraphExecUpdate(cudaGraphExec_t hGraphExec, cudaGraph_t hGraph, cudaGraphExecUpdateResultInfo *resultInfo)",
+	"cudaGraphDestroy(cudaGraph_t graph)",
+	"cudaGraphExecDestroy(cudaGraphExec_t graphExec)",
 	"cudaMallocManaged(void **devPtr, size_t size, unsigned int flags)",
 	"cudaMallocPitch(void **devPtr, size_t *pitch, size_t width, size_t height)",
 	"cudaMallocFromPoolAsync(void **ptr, size_t size, cudaMemPool_t memPool, cudaStream_t stream)",
@@ -101,6 +107,12 @@ var prototypes = []string{
 	"cuStreamBeginCapture(CUstream hStream, CUstreamCaptureMode mode)",
 	"cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)",
 	"cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags)",
+	"cuGraphCreate(CUgraph *phGraph, unsigned int flags)",
+	"cuGraphAddKernelNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_KERNEL_NODE_PARAMS *nodeParams)",
+	"cuGraphExecKernelNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_KERNEL_NODE_PARAMS *nodeParams)",
+	"cuGraphExecUpdate(CUgraphExec hGraphExec, CUgraph hGraph, CUgraphExecUpdateResultInfo *resultInfo)",
+	"cuGraphDestroy(CUgraph hGraph)",
+	"cuGraphExecDestroy(CUgraphExec hGraphExec)",
 	"cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)",
 	"cuMemAllocPitch(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height, unsigned int ElementSizeBytes)",
 	"cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream)",
@@ -353,10 +365,7 @@ func probe(abi ABI, c uint64, m *machine, fill uint64) Event {
 		}
 	}
 	if c&cookieDeref != 0 {
-		arg := 0 // DEREF_ARG: argument 0 on x86-64
-		if abi == AAPCS64 {
-			arg = int(c>>cookieDerefArg) & 7
-		}
+		arg := int(c>>cookieDerefArg) & 7
 		for w := range e.Ext {
 			e.Ext[w] = m.readWord(e.Args[arg], 8*w)
 		}
@@ -489,8 +498,8 @@ func TestArgsOnEachABI(t *testing.T) {
 		// The memory the arguments point to: a launch config behind
 		// argument 0, the handle an out pointer gets, a kernel's name.
 		mem := map[uint64][]byte{}
-		if spec.Deref0 {
-			mem[values[0][0]] = wordBytes(tc.ext[:])
+		if spec.DerefArg != 0 {
+			mem[values[spec.DerefArg-1][0]] = wordBytes(tc.ext[:])
 		}
 		if spec.OutArg != 0 {
 			mem[values[spec.OutArg-1][0]] = wordBytes([]uint64{tc.out})

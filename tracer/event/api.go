@@ -97,6 +97,9 @@ const (
 	// ClassAnnotation: an NVTX range pushed or popped, started or ended, or
 	// a mark: the program's own annotation, no CUDA work.
 	ClassAnnotation
+	// ClassGraph: a graph made, given a kernel node, changed or destroyed,
+	// or an executable graph changed or destroyed (model: graphs.go).
+	ClassGraph
 )
 
 // ABI is a calling convention the BPF programs read arguments by. A
@@ -157,12 +160,15 @@ type Spec struct {
 	// in no register (the arguments after it take the registers it would
 	// have), arm64 in a register that points to a copy, whose first 48
 	// bytes the arm64 probe copies into Ext.
-	MemArg  int
-	Return  bool // emit at return with duration and result
-	OutArg  int  // 1 + index of an out-pointer read at return; 0 = none
-	Deref0  bool // copy 48 bytes behind argument 0 (launch config)
-	StrArg  int  // 1 + index of a C-string argument copied at entry; 0 = none
-	StubArg int  // launches: index of the kernel (stub or CUfunction) argument
+	MemArg int
+	Return bool // emit at return with duration and result
+	OutArg int  // 1 + index of an out-pointer read at return; 0 = none
+	// DerefArg is 1 + the index of a pointer argument whose first 48
+	// bytes are copied at entry, into Ext (a launch config, a graph
+	// kernel node's parameters); 0 = none.
+	DerefArg int
+	StrArg   int // 1 + index of a C-string argument copied at entry; 0 = none
+	StubArg  int // launches: index of the kernel (stub or CUfunction) argument
 	// ParamsArg: launches: 1 + the slot of kernelParams, whose parameter
 	// values a launch record can carry (KernelArgsCookie); 0 = none.
 	ParamsArg int
@@ -182,7 +188,7 @@ func (s *Spec) stackWords(abi ABI) int { return max(0, s.Slots-abi.registers()) 
 // Cookie bits; keep in sync with bpf/cudatap.h.
 const (
 	cookieRet    = 1 << 26
-	cookieDeref  = 1 << 30 // behind argument 0, or (arm64) bits 50..52's
+	cookieDeref  = 1 << 30 // behind the argument bits 50..52 name
 	CookieStack  = 1 << 31
 	cookieStrArg = 33 // bits 33..35: 1 + index of a string argument
 	// CookiePair makes a runtime launch probe hand its kernel stub (argument
@@ -216,7 +222,7 @@ const (
 	// CookieARM64: the arm64 programs wrote the record (user space only:
 	// Decode reads its slots as AAPCS64 lays them out).
 	CookieARM64    = 1 << 49
-	cookieDerefArg = 50 // bits 50..52: (arm64) the argument cookieDeref copies behind
+	cookieDerefArg = 50 // bits 50..52: the argument cookieDeref copies behind
 	// Bits 53..56: where a launch's kernelParams is (KernelArgsCookie):
 	// 1..NArgs slot v-1, past that stack word v-NArgs.
 	cookieKernelArgs = 53
@@ -322,8 +328,8 @@ func (s *Spec) cookie(abi ABI, sym int) uint64 {
 	if s.Return {
 		c |= cookieRet
 	}
-	if s.Deref0 {
-		c |= cookieDeref
+	if s.DerefArg != 0 {
+		c |= cookieDeref | uint64((s.DerefArg-1)&7)<<cookieDerefArg
 	}
 	if abi == AAPCS64 {
 		c |= CookieARM64
@@ -486,6 +492,22 @@ const (
 	NvtxRangeStartA
 	NvtxRangeEnd
 	NvtxMarkA
+
+	// Graphs built node by node, changed and destroyed (appended): with
+	// stream capture (above), what the model needs to follow the nodes a
+	// graph launch runs.
+	CudaGraphCreate
+	CudaGraphAddKernelNode
+	CudaGraphExecKernelNodeSetParams
+	CudaGraphExecUpdate
+	CudaGraphDestroy
+	CudaGraphExecDestroy
+	CuGraphCreate
+	CuGraphAddKernelNode
+	CuGraphExecKernelNodeSetParams
+	CuGraphExecUpdate
+	CuGraphDestroy
+	CuGraphExecDestroy
 	numAPIs
 )
 
@@ -499,7 +521,7 @@ var specs = [...]Spec{
 	// stub.
 	{API: CudaLaunchKernel, Name: "cudaLaunchKernel", Class: ClassLaunch, Slots: 8, ParamsArg: 1 + 5,
 		Symbols: []string{"cudaLaunchKernel", "cudaLaunchKernel_ptsz", "__cudaLaunchKernel", "__cudaLaunchKernel_ptsz"}},
-	{API: CudaLaunchKernelExC, Name: "cudaLaunchKernelExC", Class: ClassLaunch, Deref0: true, StubArg: 1, ParamsArg: 1 + 2, Symbols: ptsz("cudaLaunchKernelExC")},
+	{API: CudaLaunchKernelExC, Name: "cudaLaunchKernelExC", Class: ClassLaunch, DerefArg: 1, StubArg: 1, ParamsArg: 1 + 2, Symbols: ptsz("cudaLaunchKernelExC")},
 	{API: CudaLaunchCooperativeKernel, Name: "cudaLaunchCooperativeKernel", Class: ClassLaunch, Slots: 8, ParamsArg: 1 + 5, Symbols: ptsz("cudaLaunchCooperativeKernel")},
 	{API: CudaMemcpy, Name: "cudaMemcpy", Class: ClassMemcpy, Return: true, Sync: true, Symbols: ptds("cudaMemcpy")},
 	{API: CudaMemcpyAsync, Name: "cudaMemcpyAsync", Class: ClassMemcpy, Return: true, Symbols: ptsz("cudaMemcpyAsync")},
@@ -535,7 +557,7 @@ var specs = [...]Spec{
 	// arm64: stream is stack word 1); params, slot 9, is read only for the
 	// parameter values behind it (stack word 4 / 2); extra is not read.
 	{API: CuLaunchKernel, Name: "cuLaunchKernel", Layer: Driver, Class: ClassLaunch, Slots: 9, ParamsArg: 1 + 9, Symbols: ptsz("cuLaunchKernel")},
-	{API: CuLaunchKernelEx, Name: "cuLaunchKernelEx", Layer: Driver, Class: ClassLaunch, Deref0: true, StubArg: 1, ParamsArg: 1 + 2, Symbols: ptsz("cuLaunchKernelEx")},
+	{API: CuLaunchKernelEx, Name: "cuLaunchKernelEx", Layer: Driver, Class: ClassLaunch, DerefArg: 1, StubArg: 1, ParamsArg: 1 + 2, Symbols: ptsz("cuLaunchKernelEx")},
 	{API: CuLaunchCooperativeKernel, Name: "cuLaunchCooperativeKernel", Layer: Driver, Class: ClassLaunch, Slots: 9, ParamsArg: 1 + 9, Symbols: ptsz("cuLaunchCooperativeKernel")},
 	{API: CuMemcpyHtoDAsync, Name: "cuMemcpyHtoDAsync", Layer: Driver, Class: ClassMemcpy, Return: true, Symbols: v2ptsz("cuMemcpyHtoDAsync")},
 	{API: CuMemcpyDtoHAsync, Name: "cuMemcpyDtoHAsync", Layer: Driver, Class: ClassMemcpy, Return: true, Symbols: v2ptsz("cuMemcpyDtoHAsync")},
@@ -625,6 +647,29 @@ var specs = [...]Spec{
 	{API: NvtxRangeStartA, Name: "nvtxRangeStartA", Layer: NVTX, Class: ClassAnnotation, Return: true, StrArg: 1},
 	{API: NvtxRangeEnd, Name: "nvtxRangeEnd", Layer: NVTX, Class: ClassAnnotation},
 	{API: NvtxMarkA, Name: "nvtxMarkA", Layer: NVTX, Class: ClassAnnotation, StrArg: 1},
+
+	// Graphs: cudaGraphCreate(cudaGraph_t *, flags) → the graph;
+	// cudaGraphAddKernelNode(cudaGraphNode_t *, graph, deps, n, const
+	// cudaKernelNodeParams *) → the node, and the parameters (func, grid,
+	// block: the driver's CUDA_KERNEL_NODE_PARAMS has the same prefix);
+	// cudaGraphExecKernelNodeSetParams(exec, node, params *);
+	// cudaGraphExecUpdate(exec, graph, resultInfo *); the destroys. The
+	// driver's v1 symbols take the same arguments as far as they are read.
+	{API: CudaGraphCreate, Name: "cudaGraphCreate", Class: ClassGraph, Return: true, OutArg: 1},
+	{API: CudaGraphAddKernelNode, Name: "cudaGraphAddKernelNode", Class: ClassGraph, Return: true, OutArg: 1, DerefArg: 1 + 4},
+	{API: CudaGraphExecKernelNodeSetParams, Name: "cudaGraphExecKernelNodeSetParams", Class: ClassGraph, Return: true, DerefArg: 1 + 2},
+	{API: CudaGraphExecUpdate, Name: "cudaGraphExecUpdate", Class: ClassGraph, Return: true},
+	{API: CudaGraphDestroy, Name: "cudaGraphDestroy", Class: ClassGraph},
+	{API: CudaGraphExecDestroy, Name: "cudaGraphExecDestroy", Class: ClassGraph},
+	{API: CuGraphCreate, Name: "cuGraphCreate", Layer: Driver, Class: ClassGraph, Return: true, OutArg: 1},
+	{API: CuGraphAddKernelNode, Name: "cuGraphAddKernelNode", Layer: Driver, Class: ClassGraph, Return: true, OutArg: 1, DerefArg: 1 + 4,
+		Symbols: []string{"cuGraphAddKernelNode_v2", "cuGraphAddKernelNode"}},
+	{API: CuGraphExecKernelNodeSetParams, Name: "cuGraphExecKernelNodeSetParams", Layer: Driver, Class: ClassGraph, Return: true, DerefArg: 1 + 2,
+		Symbols: []string{"cuGraphExecKernelNodeSetParams_v2", "cuGraphExecKernelNodeSetParams"}},
+	{API: CuGraphExecUpdate, Name: "cuGraphExecUpdate", Layer: Driver, Class: ClassGraph, Return: true,
+		Symbols: []string{"cuGraphExecUpdate_v2", "cuGraphExecUpdate"}},
+	{API: CuGraphDestroy, Name: "cuGraphDestroy", Layer: Driver, Class: ClassGraph},
+	{API: CuGraphExecDestroy, Name: "cuGraphExecDestroy", Layer: Driver, Class: ClassGraph},
 }
 
 // The per-thread-default-stream builds export each stream call twice.

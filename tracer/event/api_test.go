@@ -42,10 +42,25 @@ var outPointerArg = map[API]int{
 	CuMemAllocPitch:               0,
 	CuMemAllocFromPoolAsync:       0,
 	CuMemCreate:                   0, // CUmemGenericAllocationHandle *handle
+	CudaGraphCreate:               0, // cudaGraph_t *pGraph
+	CuGraphCreate:                 0, // CUgraph *phGraph
+	CudaGraphAddKernelNode:        0, // cudaGraphNode_t *pGraphNode
+	CuGraphAddKernelNode:          0, // CUgraphNode *phGraphNode
 }
 
 // strArg is, for the load-time calls that name a kernel, the index of the
 // const char *name argument.
+// derefArg is the index of the pointer argument whose struct the probe
+// copies.
+var derefArg = map[API]int{
+	CudaLaunchKernelExC:              0, // (const cudaLaunchConfig_t *, func, args)
+	CuLaunchKernelEx:                 0, // (const CUlaunchConfig *, f, params, extra)
+	CudaGraphAddKernelNode:           4, // (node *, graph, deps, n, const cudaKernelNodeParams *)
+	CuGraphAddKernelNode:             4,
+	CudaGraphExecKernelNodeSetParams: 2, // (exec, node, const cudaKernelNodeParams *)
+	CuGraphExecKernelNodeSetParams:   2,
+}
+
 var strArg = map[API]int{
 	CuModuleGetFunction: 2, // (CUfunction *, CUmodule, const char *name)
 	CuLibraryGetKernel:  2, // (CUkernel *, CUlibrary, const char *name)
@@ -150,8 +165,8 @@ func TestSpecTable(t *testing.T) {
 				t.Errorf("%s: %d stack words on %v: more than args[] holds", s.Name, n, abi)
 			}
 		}
-		if (s.MemArg != 0) != (s.API == NcclCommInitRank) || (s.MemArg != 0 && s.Deref0) {
-			t.Errorf("%s: MemArg %d (Deref0 %v): only ncclCommInitRank passes a struct larger than 16 bytes", s.Name, s.MemArg, s.Deref0)
+		if (s.MemArg != 0) != (s.API == NcclCommInitRank) || (s.MemArg != 0 && s.DerefArg != 0) {
+			t.Errorf("%s: MemArg %d (DerefArg %d): only ncclCommInitRank passes a struct larger than 16 bytes", s.Name, s.MemArg, s.DerefArg)
 		}
 		// An out pointer is read at return, so only return-probed APIs may have one,
 		// and it must be the pointer argument the call writes through.
@@ -171,9 +186,10 @@ func TestSpecTable(t *testing.T) {
 		if s.Sync && !s.Return {
 			t.Errorf("%s: Sync without Return", s.Name)
 		}
-		// Deref0 only for the launch config structs.
-		if s.Deref0 != (s.API == CudaLaunchKernelExC || s.API == CuLaunchKernelEx) {
-			t.Errorf("%s: Deref0 = %v", s.Name, s.Deref0)
+		// DerefArg only for the launch config structs (argument 0) and a
+		// graph kernel node's parameters.
+		if w, has := derefArg[s.API]; (has && s.DerefArg != w+1) || (!has && s.DerefArg != 0) {
+			t.Errorf("%s: DerefArg = %d", s.Name, s.DerefArg)
 		}
 		// The kernel name argument of load-time calls, and NVTX messages,
 		// copied as a string.
@@ -301,9 +317,10 @@ func TestCookie(t *testing.T) {
 				if got := int(c>>27) & 7; got != s.OutArg {
 					t.Errorf("%s: COOKIE_OUT = %d, want %d", s.Name, got, s.OutArg)
 				}
-				// Behind argument 0 (a launch config), or on arm64 behind the
-				// pointer to a struct passed by value.
-				wantDeref, wantArg := s.Deref0, 0
+				// Behind a pointer argument (a launch config, a node's
+				// parameters), or on arm64 behind the pointer to a struct
+				// passed by value.
+				wantDeref, wantArg := s.DerefArg != 0, max(0, s.DerefArg-1)
 				if abi == AAPCS64 && s.MemArg != 0 {
 					wantDeref, wantArg = true, s.MemArg-1
 				}
@@ -316,7 +333,7 @@ func TestCookie(t *testing.T) {
 				if got := c&(1<<37) != 0; got != (s.Layer == Driver && s.Class == ClassLaunch) {
 					t.Errorf("%s: COOKIE_TAKE_STUB = %v", s.Name, got)
 				}
-				if c&(1<<31|1<<32|1<<36) != 0 || c>>38&^(1<<11|7<<12) != 0 || (abi == SysV && c>>49 != 0) || CookieHasKernelArgs(c) {
+				if c&(1<<31|1<<32|1<<36) != 0 || c>>38&^(1<<11|7<<12) != 0 || (abi == SysV && c>>49&^(7<<1) != 0) || CookieHasKernelArgs(c) {
 					t.Errorf("%s: %v cookie %#x sets stack, stop, pair or unknown bits", s.Name, abi, c)
 				}
 				if s.Layer == Runtime && s.Class == ClassLaunch {
@@ -339,8 +356,8 @@ func TestCookie(t *testing.T) {
 		}
 	}
 	// Hand-built cookies: every field at its extreme.
-	s := Spec{API: 0xffff, Slots: 9, Return: true, OutArg: 7, Deref0: true, StrArg: 7}
-	if c := s.cookie(SysV, 255); c != 0xffff|0xff<<16|3<<24|1<<26|7<<27|1<<30|7<<33 {
+	s := Spec{API: 0xffff, Slots: 9, Return: true, OutArg: 7, DerefArg: 8, StrArg: 7}
+	if c := s.cookie(SysV, 255); c != 0xffff|0xff<<16|3<<24|1<<26|7<<27|1<<30|7<<33|7<<50 {
 		t.Errorf("cookie with every field set = %#x", c)
 	}
 	s = Spec{API: 0xffff, Slots: 9, Return: true, OutArg: 7, MemArg: 8, StrArg: 7}

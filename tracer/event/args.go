@@ -46,7 +46,8 @@ type Args struct {
 	Flags     uint32
 	Priority  int32
 	Ptr       uint64 // allocation, pinned range, graph exec; the handle a load-time call names; NVTX: the message (MessageKey)
-	Graph     uint64 // the graph a capture made or an instantiation used
+	Graph     uint64 // the graph a capture made or an instantiation used; the graph a graph call names
+	Node      uint64 // a graph node: the one cudaGraphAddKernelNode made, or the one a set names
 	Size      uint64 // allocation or pinned-range size; NCCL: element count
 	// NCCL
 	Comm     uint64 // the communicator; NVTX: the domain (0: the default one)
@@ -225,6 +226,20 @@ func (e *Event) Decode(a *Args) {
 		a.Stream, a.HasStream, a.Graph = r[0], true, e.Out
 	case CudaGraphInstantiate, CudaGraphInstantiateWithFlags, CuGraphInstantiate:
 		a.Ptr, a.Graph = e.Out, r[1]
+	case CudaGraphCreate, CuGraphCreate:
+		a.Graph = e.Out
+	case CudaGraphAddKernelNode, CuGraphAddKernelNode:
+		a.Node, a.Graph = e.Out, r[1]
+		e.kernelNode(a)
+	case CudaGraphExecKernelNodeSetParams, CuGraphExecKernelNodeSetParams:
+		a.Ptr, a.Node = r[0], r[1]
+		e.kernelNode(a)
+	case CudaGraphExecUpdate, CuGraphExecUpdate:
+		a.Ptr, a.Graph = r[0], r[1]
+	case CudaGraphDestroy, CuGraphDestroy:
+		a.Graph = r[0]
+	case CudaGraphExecDestroy, CuGraphExecDestroy:
+		a.Ptr = r[0]
 
 	case NcclAllReduce, NcclReduceScatter:
 		// (send, recv, count, type, op, comm, stream)
@@ -334,4 +349,15 @@ func (e *Event) String() string {
 		}
 	}
 	return string(b)
+}
+
+// kernelNode reads a kernel node's parameters from Ext: cudaKernelNodeParams
+// and CUDA_KERNEL_NODE_PARAMS begin {func; grid x, y, z; block x, y, z;
+// sharedMemBytes}.
+func (e *Event) kernelNode(a *Args) {
+	x := &e.Ext
+	a.Func = x[0]
+	a.Grid = Dim3{X: uint32(x[1]), Y: uint32(x[1] >> 32), Z: uint32(x[2])}
+	a.Block = Dim3{X: uint32(x[2] >> 32), Y: uint32(x[3]), Z: uint32(x[3] >> 32)}
+	a.SharedMem = uint64(uint32(x[4]))
 }

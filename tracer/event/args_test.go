@@ -281,6 +281,34 @@ var argsCases = []argsCase{
 	{api: CuGraphInstantiate, args: regs(0x7ffd8000, 0x6600, 0), out: 0x7700,
 		want: Args{Ptr: 0x7700, Graph: 0x6600}},
 
+	// Graphs built by hand: the new graph and node come from Out; a kernel
+	// node's parameters {func; grid; block; sharedMemBytes} are copied
+	// from behind the parameters pointer into Ext.
+	{api: CudaGraphCreate, args: regs(0x7ffd8000, 0), out: 0x6600,
+		want: Args{Graph: 0x6600}},
+	{api: CuGraphCreate, args: regs(0x7ffd8000, 0), out: 0x6601,
+		want: Args{Graph: 0x6601}},
+	{api: CudaGraphAddKernelNode, args: regs(0x7ffd8000, 0x6600, 0x7ffd9000, 1, 0x7ffda000), out: 0x8800,
+		ext:  [NExt]uint64{0x401000, xy(7, 3), xy(2, 128), xy(2, 1), 4096},
+		want: Args{Node: 0x8800, Graph: 0x6600, Func: 0x401000, Grid: Dim3{7, 3, 2}, Block: Dim3{128, 2, 1}, SharedMem: 4096}},
+	{api: CuGraphAddKernelNode, args: regs(0x7ffd8000, 0x6600, 0, 0, 0x7ffda000), out: 0x8800,
+		ext:  [NExt]uint64{0x55f400, xy(20, 1), xy(1, 256), xy(1, 1), 0},
+		want: Args{Node: 0x8800, Graph: 0x6600, Func: 0x55f400, Grid: Dim3{20, 1, 1}, Block: Dim3{256, 1, 1}}},
+	{api: CudaGraphExecKernelNodeSetParams, args: regs(0x7700, 0x8800, 0x7ffda000),
+		ext:  [NExt]uint64{0x402000, xy(6, 1), xy(1, 128), xy(1, 1), 0},
+		want: Args{Ptr: 0x7700, Node: 0x8800, Func: 0x402000, Grid: Dim3{6, 1, 1}, Block: Dim3{128, 1, 1}}},
+	{api: CuGraphExecKernelNodeSetParams, sym: 1, args: regs(0x7700, 0x8800, 0x7ffda000),
+		ext:  [NExt]uint64{0x55f300, xy(9, 1), xy(1, 128), xy(1, 1), 16},
+		want: Args{Ptr: 0x7700, Node: 0x8800, Func: 0x55f300, Grid: Dim3{9, 1, 1}, Block: Dim3{128, 1, 1}, SharedMem: 16}},
+	{api: CudaGraphExecUpdate, args: regs(0x7700, 0x6601, 0x7ffd8000),
+		want: Args{Ptr: 0x7700, Graph: 0x6601}},
+	{api: CuGraphExecUpdate, args: regs(0x7700, 0x6601, 0x7ffd8000),
+		want: Args{Ptr: 0x7700, Graph: 0x6601}},
+	{api: CudaGraphDestroy, args: regs(0x6600), want: Args{Graph: 0x6600}},
+	{api: CuGraphDestroy, args: regs(0x6600), want: Args{Graph: 0x6600}},
+	{api: CudaGraphExecDestroy, args: regs(0x7700), want: Args{Ptr: 0x7700}},
+	{api: CuGraphExecDestroy, args: regs(0x7700), want: Args{Ptr: 0x7700}},
+
 	// NCCL. ncclAllReduce(send, recv, count, type, op, comm, stream=[rsp+8])
 	{api: NcclAllReduce, args: regs(0x7f1000, 0x7f2000, 1000, 7 /* float32 */, 0 /* sum */, 0xc0, 0x5500aa),
 		want: Args{Src: 0x7f1000, Dst: 0x7f2000, Size: 1000, DataType: 7, RedOp: 0, Comm: 0xc0, Stream: 0x5500aa,

@@ -25,6 +25,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cudatap/cudatap/tracer/event"
 	"github.com/cudatap/cudatap/tracer/gputime/collector"
 	"github.com/cudatap/cudatap/tracer/model"
 )
@@ -405,6 +406,8 @@ type gpuRecord struct {
 	corr       uint32
 	start, end uint64
 	device     uint32
+	stream     uint32 // CUPTI's stream id
+	copyKind   uint8  // a copy's CUPTI_ACTIVITY_MEMCPY_KIND_*
 	bytes      uint64
 	node       uint64 // CUPTI's graphNodeId (0: not a graph launch's)
 }
@@ -586,7 +589,7 @@ func (p *peer) record(r []byte) {
 		p.lost.Invalid++
 		return
 	}
-	g := gpuRecord{kind: kind, corr: corr, start: start, end: end, device: a, bytes: bytes, node: node}
+	g := gpuRecord{kind: kind, corr: corr, start: start, end: end, device: a, stream: b, copyKind: r[1], bytes: bytes, node: node}
 	if api, ok := p.api[corr]; ok {
 		p.emit(api, g)
 		return
@@ -626,7 +629,7 @@ func (p *peer) addAPI(corr uint32, a apiRecord) {
 
 func (p *peer) emit(a apiRecord, g gpuRecord) {
 	m := model.Measurement{TID: a.tid, APIStart: a.start, APIEnd: a.end, Start: g.start, End: g.end,
-		Device: int8(min(g.device, 127)), Bytes: g.bytes, Correlation: g.corr, GraphNode: g.node}
+		Device: int8(min(g.device, 127)), Bytes: g.bytes, Correlation: g.corr, GraphNode: g.node, CUPTIStream: g.stream + 1}
 	switch g.kind {
 	case recKernel:
 		m.Kind = model.OpKernel
@@ -634,12 +637,29 @@ func (p *peer) emit(a apiRecord, g gpuRecord) {
 		m.Bytes = 0
 	case recMemcpy:
 		m.Kind = model.OpMemcpy
+		m.CopyKind = copyKind(g.copyKind)
 	case recMemset:
 		m.Kind = model.OpMemset
 	default:
 		return
 	}
 	p.sink.Measure(p.pid, &m)
+}
+
+// copyKind is the direction of CUPTI's CUPTI_ACTIVITY_MEMCPY_KIND_*:
+// arrays are device memory, peers' copies device to device.
+func copyKind(k uint8) event.MemcpyKind {
+	switch k {
+	case 1, 3: // HtoD, HtoA
+		return event.HostToDevice
+	case 2, 4: // DtoH, AtoH
+		return event.DeviceToHost
+	case 5, 6, 7, 8, 10: // AtoA, AtoD, DtoA, DtoD, PtoP
+		return event.DeviceToDevice
+	case 9:
+		return event.HostToHost
+	}
+	return event.DefaultKind
 }
 
 // settle gives up on GPU records that came before mark number upto and

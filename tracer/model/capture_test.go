@@ -299,3 +299,82 @@ func TestGraphMeasuredMismatch(t *testing.T) {
 		})
 	}
 }
+
+// Graphs built by hand and changed.
+func graphCreate(tid uint32, t, graph uint64) *ev {
+	return call(event.CudaGraphCreate, tid, t, us, 0x7ffd6000, 0).out(graph)
+}
+func withNodeParams(e *ev, fn uint64, blocks uint32) *ev {
+	e.Ext[0], e.Ext[1], e.Ext[2], e.Ext[3] = fn, xy(blocks, 1), xy(1, 128), xy(1, 1)
+	return e
+}
+func addKernelNode(tid uint32, t, graph, node, fn uint64, blocks uint32) *ev {
+	return withNodeParams(call(event.CudaGraphAddKernelNode, tid, t, us, 0x7ffd7000, graph, 0, 0, 0x7ffda000).out(node), fn, blocks)
+}
+func execSetKernel(tid uint32, t, exec, node, fn uint64, blocks uint32) *ev {
+	return withNodeParams(call(event.CudaGraphExecKernelNodeSetParams, tid, t, us, exec, node, 0x7ffda000), fn, blocks)
+}
+func execUpdate(tid uint32, t, exec, graph uint64) *ev {
+	return call(event.CudaGraphExecUpdate, tid, t, us, exec, graph, 0x7ffd8000)
+}
+
+// TestGraphBuiltAndChanged: a graph built node by node runs its nodes in
+// the order they were added; cudaGraphExecKernelNodeSetParams changes the
+// node it names, cudaGraphExecUpdate gives the exec another graph's nodes;
+// a change the model cannot place (a node of a captured graph, whose
+// handle it never saw) makes it forget the exec: its launches are one op
+// again, counted in Limits.Graphs. A graph made before cudatap came is not
+// followed.
+func TestGraphBuiltAndChanged(t *testing.T) {
+	const s, g1, g2, g3, x1, x3, n1, n2 = 0x5000, 0x6001, 0x6002, 0x6003, 0x7001, 0x7003, 0x8801, 0x8802
+	col := NewCollector()
+	m := New(col)
+	for _, e := range []*ev{
+		streamCreate(1, 100, s),
+		graphCreate(1, 200, g3),
+		addKernelNode(1, 300, g3, n1, 0xa1, 1), addKernelNode(1, 400, g3, n2, 0xa2, 2),
+		addKernelNode(1, 450, 0x6fff, 0x8fff, 0xee, 1), // a graph made before: not followed
+		instantiate(1, 500, g3, x3),
+		graphLaunch(1, 1000, x3, s),
+		execSetKernel(1, 1100, x3, n2, 0xb2, 3),
+		graphLaunch(1, 1200, x3, s),
+		beginCapture(1, 2000, s), driverLaunch(1, 2100, s, 0xf01, 1), driverLaunch(1, 2200, s, 0xf02, 1), endCapture(1, 2300, s, g1),
+		beginCapture(1, 2400, s), driverLaunch(1, 2500, s, 0xf03, 1), driverLaunch(1, 2600, s, 0xf04, 1), endCapture(1, 2700, s, g2),
+		instantiate(1, 2800, g1, x1),
+		execUpdate(1, 2900, x1, g2),
+		graphLaunch(1, 3000, x1, s),
+		execSetKernel(1, 3100, x1, 0x9999, 0xc1, 1), // a captured node: cannot be placed
+		graphLaunch(1, 3200, x1, s),
+		graphLaunch(1, 3300, 0x6fff, s),
+	} {
+		m.Handle(&e.Event)
+	}
+	p := finish(m, col)[0]
+	var got []uint64
+	for _, op := range p.GPUOps {
+		switch {
+		case op.Kind == OpGraph:
+			got = append(got, 0)
+		case op.InGraph():
+			got = append(got, op.Func)
+			if n := p.NodeOf(&op); n == nil || p.Calls[n.Call].Args.Func != op.Func && op.Func != 0xb2 {
+				t.Errorf("op %d (func %#x): node %+v, want the call that made it", op.ID, op.Func, n)
+			}
+		}
+	}
+	want := []uint64{0xa1, 0xa2, 0xa1, 0xb2, 0xf03, 0xf04, 0, 0}
+	if len(got) != len(want) {
+		t.Fatalf("ops ran %x, want %x", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("ops ran %x, want %x", got, want)
+		}
+	}
+	if g := p.GPUOps[3].Grid.X; g != 3 {
+		t.Errorf("the set node runs grid %d, want 3", g)
+	}
+	if l := m.Drops().Limits.Graphs; l != 1 {
+		t.Errorf("Limits.Graphs %d, want 1 (the change not placed)", l)
+	}
+}

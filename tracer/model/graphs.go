@@ -20,15 +20,22 @@ import (
 // with them, each is measured by the CUPTI record of its node (nodeOp).
 //
 // A stream that waits for an event recorded on a capturing stream joins
-// that capture (CUDA's fork), until the capture ends. A launch of an exec
-// the model does not know (instantiated before cudatap attached, or past
-// the bounds) stays one op, OpGraph: "Graph launch".
+// that capture (CUDA's fork), until the capture ends. A graph built by hand
+// (cudaGraphCreate, cudaGraphAddKernelNode) holds its kernel nodes in the
+// order they were added. cudaGraphExecUpdate gives an exec the nodes of
+// another graph of its shape, cudaGraphExecKernelNodeSetParams one node a
+// new kernel; a change the model cannot place (a node of a captured graph:
+// its handle is never seen) makes it forget the exec rather than name its
+// ops wrongly. A launch of an exec the model does not know (instantiated
+// before cudatap attached, past the bounds, or changed so) stays one op,
+// OpGraph: "Graph launch".
 
 // GraphNode is a node of a CUDA graph as the call that made it: a launch,
-// copy, set or collective captured on a capturing stream. The ops a graph
-// launch runs point at their node's (GPUOp.Node, Process.NodeOf).
+// copy, set or collective captured on a capturing stream, or a kernel node
+// added by hand. The ops a graph launch runs point at their node's
+// (GPUOp.Node, Process.NodeOf).
 type GraphNode struct {
-	Index          int32     // its place in its graph, in node order (capture order)
+	Index          int32     // its place in its graph, in node order (capture order, or the order nodes were added)
 	Call           int       // Seq of the call that made it
 	API            event.API // that call's API
 	TID            uint32    // its thread
@@ -72,10 +79,12 @@ type graphDef struct {
 	shared bool
 }
 
-// execDef is an executable graph: the nodes its launches run, and what
-// the model learnt of CUPTI's ids for them (nodeOp).
+// execDef is an executable graph: the nodes its launches run, the graph
+// they came from (whose node handles name them), and what the model learnt
+// of CUPTI's ids for them (nodeOp).
 type execDef struct {
 	graphDef
+	from uint64
 	// measurable: the nodes CUPTI times (not host functions), by index;
 	// ids: CUPTI's ids of them, sorted, as its records taught them; bad:
 	// its records do not fit its nodes, they are not joined.
@@ -107,12 +116,7 @@ func (m *Model) captured(ps *procState, c *capture, op *GPUOp) {
 	}
 	site := op.Node // a graph launched into the capture: its nodes keep their calls
 	if site == 0 {
-		site = -1
-		if len(ps.p.GraphNodes) < maxGraphNodes {
-			ps.p.GraphNodes = append(ps.p.GraphNodes, GraphNode{Index: int32(len(c.nodes)), Call: call.Seq, API: call.API,
-				TID: call.TID, Stack: call.Stack, PyStack: call.PyStack})
-			site = int32(len(ps.p.GraphNodes))
-		}
+		site = ps.newSite(call, len(c.nodes))
 	}
 	api := op.API // a graph launched into the capture: what its node runs
 	if api == 0 {
@@ -120,6 +124,17 @@ func (m *Model) captured(ps *procState, c *capture, op *GPUOp) {
 	}
 	c.nodes = append(c.nodes, graphNode{fn: op.Func, bytes: op.Bytes, grid: op.Grid, block: op.Block, site: site, api: api,
 		kind: op.Kind, copyKind: op.CopyKind, pageable: op.Pageable})
+}
+
+// newSite keeps call as the maker of node index of its graph; the node's
+// GPUOp.Node (-1: not kept).
+func (ps *procState) newSite(call *Call, index int) int32 {
+	if len(ps.p.GraphNodes) >= maxGraphNodes {
+		return -1
+	}
+	ps.p.GraphNodes = append(ps.p.GraphNodes, GraphNode{Index: int32(index), Call: call.Seq, API: call.API,
+		TID: call.TID, Stack: call.Stack, PyStack: call.PyStack})
+	return int32(len(ps.p.GraphNodes))
 }
 
 // endCapture ends the capture of the call's stream: the graph it returned
@@ -160,11 +175,11 @@ func (m *Model) instantiate(ps *procState, call *Call) {
 		return
 	}
 	g.shared = true
-	m.keepExec(ps, a.Ptr, newExec(g.nodes))
+	m.keepExec(ps, a.Ptr, newExec(g.nodes, a.Graph))
 }
 
-func newExec(nodes []graphNode) *execDef {
-	x := &execDef{graphDef: graphDef{nodes: nodes, shared: true}}
+func newExec(nodes []graphNode, from uint64) *execDef {
+	x := &execDef{graphDef: graphDef{nodes: nodes, shared: true}, from: from}
 	for i := range nodes {
 		if nodes[i].kind != OpHostFunc {
 			x.measurable = append(x.measurable, int32(i))
@@ -201,12 +216,113 @@ func (m *Model) forgetGraph(ps *procState, g uint64) {
 	}
 }
 
+// forgetExec forgets exec h. Records of its launches still to come find
+// it through them (launchState).
 func (m *Model) forgetExec(ps *procState, h uint64) {
 	if old := ps.execs[h]; old != nil {
 		ps.graphNodes -= len(old.nodes)
-		m.dropParked(ps, old)
 		delete(ps.execs, h)
 	}
+}
+
+// nodeRef is where a node added by hand lives: its graph, its index.
+type nodeRef struct {
+	graph uint64
+	index int
+}
+
+// graphCall follows the calls that build a graph by hand, change an exec,
+// or destroy either.
+func (m *Model) graphCall(ps *procState, call *Call) {
+	a := &call.Args
+	if call.HasRet && call.Ret != 0 {
+		return // it failed: nothing changed
+	}
+	switch call.API {
+	case event.CudaGraphCreate, event.CuGraphCreate:
+		if a.Graph != 0 {
+			m.keepGraph(ps, a.Graph, &graphDef{})
+		}
+	case event.CudaGraphAddKernelNode, event.CuGraphAddKernelNode:
+		m.addKernelNode(ps, call)
+	case event.CudaGraphExecKernelNodeSetParams, event.CuGraphExecKernelNodeSetParams:
+		m.setExecKernel(ps, call)
+	case event.CudaGraphExecUpdate, event.CuGraphExecUpdate:
+		m.execUpdate(ps, a.Ptr, a.Graph)
+	case event.CudaGraphDestroy, event.CuGraphDestroy:
+		m.forgetGraph(ps, a.Graph)
+	case event.CudaGraphExecDestroy, event.CuGraphExecDestroy:
+		m.forgetExec(ps, a.Ptr)
+	}
+}
+
+// addKernelNode appends a kernel node to a graph the model follows (one
+// made before cudatap attached is not: its first nodes are unknown).
+func (m *Model) addKernelNode(ps *procState, call *Call) {
+	a := &call.Args
+	g := ps.graphs[a.Graph]
+	if g == nil {
+		return
+	}
+	if ps.graphNodes >= maxGraphNodes || len(ps.nodeRefs) >= maxGraphNodes {
+		m.drops.Limits.Graphs++
+		m.forgetGraph(ps, a.Graph)
+		return
+	}
+	// An exec that shares the nodes sees only those it was made with:
+	// appending leaves them as they are.
+	g.nodes = append(g.nodes, graphNode{fn: a.Func, grid: a.Grid, block: a.Block, site: ps.newSite(call, len(g.nodes)),
+		api: call.API, kind: OpKernel})
+	ps.graphNodes++
+	if a.Node != 0 {
+		if ps.nodeRefs == nil {
+			ps.nodeRefs = map[uint64]nodeRef{}
+		}
+		ps.nodeRefs[a.Node] = nodeRef{graph: a.Graph, index: len(g.nodes) - 1}
+	}
+}
+
+// setExecKernel gives the exec's node the call names its new kernel; a
+// node it cannot place makes it forget the exec.
+func (m *Model) setExecKernel(ps *procState, call *Call) {
+	a := &call.Args
+	x := ps.execs[a.Ptr]
+	if x == nil {
+		return
+	}
+	ref, ok := ps.nodeRefs[a.Node]
+	if !ok || ref.graph != x.from || ref.index >= len(x.nodes) || x.nodes[ref.index].kind != OpKernel {
+		m.drops.Limits.Graphs++
+		m.forgetExec(ps, a.Ptr)
+		return
+	}
+	if x.shared {
+		x.nodes, x.shared = slices.Clone(x.nodes), false
+	}
+	n := &x.nodes[ref.index]
+	n.fn, n.grid, n.block = a.Func, a.Grid, a.Block
+}
+
+// execUpdate gives exec h the nodes of graph g, which has its shape (else
+// CUDA refuses the update, and the call failed). Its nodes keep their
+// CUPTI ids. An update from a graph the model does not follow makes it
+// forget the exec.
+func (m *Model) execUpdate(ps *procState, h, g uint64) {
+	x, def := ps.execs[h], ps.graphs[g]
+	if x == nil {
+		return
+	}
+	same := def != nil && len(def.nodes) == len(x.nodes)
+	for i := 0; same && i < len(x.nodes); i++ {
+		same = def.nodes[i].kind == x.nodes[i].kind
+	}
+	if !same {
+		m.drops.Limits.Graphs++
+		m.forgetExec(ps, h)
+		return
+	}
+	def.shared = true
+	x.nodes, x.shared, x.from = def.nodes, true, g
 }
 
 // graphLaunch enqueues the ops exec h runs, one per node, or one OpGraph
@@ -397,10 +513,14 @@ func (m *Model) dropParked(ps *procState, x *execDef) {
 	x.parked = nil
 }
 
-// dropAllParked: no more ids will be learnt (measuring ended).
+// dropAllParked: no more ids will be learnt (measuring ended). Execs
+// forgotten since their launches are found through those.
 func (m *Model) dropAllParked(ps *procState) {
 	for _, x := range ps.execs {
 		m.dropParked(ps, x)
+	}
+	for _, ls := range ps.launches {
+		m.dropParked(ps, ls.exec)
 	}
 	clear(ps.launches)
 }

@@ -44,8 +44,9 @@ type Limits struct {
 	Threads   uint64 // threads merged into their process's OtherTID (distinct, up to maxDistinct)
 	Streams   uint64 // streams merged into their process's other-streams stream (distinct, up to maxDistinct)
 	// Not followed: event records whose position was not kept (a wait on
-	// them is then not a dependency), graph captures and instantiations
-	// (their launches are one op each, their nodes unknown), kernel names
+	// them is then not a dependency), graphs (captures, instantiations,
+	// and changes to an exec's nodes cudatap cannot place: its launches
+	// are one op each, their nodes unknown), kernel names
 	// and stubs (the kernels keep their raw address), allocations and
 	// pinned ranges (not counted in memory in use; copies from such a
 	// range count as pageable), and query poll loops (not reported as a
@@ -92,7 +93,7 @@ func (l Limits) Describe() string {
 	add(l.Threads, true, fmt.Sprintf("threads past %d per process (%d in all) merged into each process's tid %d", maxThreads, maxThreadsTotal, OtherTID))
 	add(l.Streams, true, fmt.Sprintf("streams past %d per process (%d in all) merged into one stream", maxStreams, maxStreamsTotal))
 	add(l.Events, false, "event records not followed")
-	add(l.Graphs, false, "graph captures not followed")
+	add(l.Graphs, false, "graphs not followed")
 	add(l.KernelNames, false, "kernel names not kept")
 	add(l.Allocations, false, "allocations not tracked")
 	add(l.Polls, false, "query polls not followed")

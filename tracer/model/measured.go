@@ -3,6 +3,8 @@ package model
 import (
 	"cmp"
 	"slices"
+
+	"github.com/cudatap/cudatap/tracer/event"
 )
 
 // Measured GPU times. Where CUPTI runs in a process (cudatap's collector,
@@ -12,6 +14,18 @@ import (
 // to the op that call enqueued (a call on one thread contains its CUPTI API
 // record: the uprobe fires before CUPTI's wrapper starts its clock and
 // returns after it stops it) and draws the op where the GPU ran it.
+//
+// A record measures only an op it fits: of its kind (a memset record never
+// times a kernel), of its size (copies and memsets), on the stream CUPTI
+// ran it on (learnt from the records joined before), not measured already.
+// A record whose call enqueued no op cudatap traced is an op CUPTI alone
+// saw — on the H200, the memsets cuBLASLt's statically linked runtime
+// makes through driver calls cudatap does not hook where a runtime is
+// present (the probe policy, tracer/targets): it becomes a measured op of
+// its own (GPUOp.CUPTIOnly) on the stream CUPTI named, so that each
+// stream's ops and busy time are the profiler's; until the model knows
+// which stream that is, it waits (bounded), and is counted unmatched if it
+// never learns.
 //
 // Ops are final when a synchronization proves them complete, long before
 // their measurement arrives; in a measured process the model holds final
@@ -34,7 +48,17 @@ type Measurement struct {
 	Bytes            uint64
 	Name             string // a kernel's mangled name, as CUPTI gives it ("" unknown)
 	GraphNode        uint64 // CUPTI's id of the graph node that ran it; 0: not run by a graph launch
-	Correlation      uint32 // CUPTI's correlation id: a diagnosis only, not recorded
+	// CUPTIStream is CUPTI's id of the stream it ran on, plus one: 0 says
+	// unknown (a recording made before cudatap kept it).
+	CUPTIStream uint32
+	CopyKind    event.MemcpyKind // a copy's direction, as CUPTI gives it
+	Correlation uint32           // CUPTI's correlation id: a diagnosis only, not recorded
+}
+
+// cuptiStream names one of CUPTI's streams: its ids are per device.
+type cuptiStream struct {
+	device int8
+	id     uint32
 }
 
 // ProvenBy is the latest the op can have ended: the return of the call
@@ -42,13 +66,22 @@ type Measurement struct {
 func (op *GPUOp) ProvenBy() uint64 { return op.provenAt }
 
 // tidOps are the ops a thread enqueued that may still be measured, in
-// enqueue order (a thread's calls are sequential: Enqueued grows), and
-// when the last op trimmed from the front (gone to the sink) was enqueued.
+// enqueue order (a thread's calls are sequential: Enqueued grows), and the
+// last of those trimmed from the front (gone to the sink), oldest first: a
+// record that comes after its call's op went out finds what it was.
 type tidOps struct {
-	ids           []int
-	trimmed       uint64
-	trimmedShared bool // that op was one of several one call enqueued
+	ids  []int
+	gone []goneOp // at most maxGone
 }
+
+// goneOp is what the join needs of an op gone to the sink.
+type goneOp struct {
+	enqueued, enqEnd uint64
+	shared           bool // one of several ops one call enqueued
+	measured         bool // it had its measurement
+}
+
+const maxGone = 32
 
 // StartMeasuring says that pid's GPU ops will be measured: from now on its
 // final ops wait for their measurement.
@@ -162,6 +195,20 @@ func (m *Model) endMeasuring(ps *procState) {
 	ps.byTID = map[uint32]*tidOps{}
 	m.dropAllParked(ps)
 	clear(ps.shared)
+	// CUPTI's stream ids and correlation ids may start over once it is
+	// taken back: nothing learnt carries over.
+	m.dropCUPTIParked(ps)
+	clear(ps.cuptiStreams)
+}
+
+// dropCUPTIParked counts unmatched the records of ops CUPTI alone saw
+// whose stream the model never learnt.
+func (m *Model) dropCUPTIParked(ps *procState) {
+	for i := range ps.cuptiParked {
+		m.drops.GPUTimesUnmatched++
+		m.missed(ps.p.PID, "CUPTI only, stream unknown", &ps.cuptiParked[i], nil)
+	}
+	ps.cuptiParked = nil
 }
 
 // maxMeasuredNames bounds the kernel names CUPTI gives per process.
@@ -235,16 +282,77 @@ func (m *Model) joinEarly(ps *procState) {
 }
 
 func (m *Model) join(ps *procState, r *Measurement) {
-	op, late := ps.enqueuedBy(r.TID, r.APIStart, r.APIEnd)
-	if op != nil && op.InGraph() {
-		// One of the ops a graph launch ran: its node says which
-		// (graphs.go).
-		var wait bool
-		if op, wait = m.nodeOp(ps, op, r); wait {
+	op, v := ps.enqueuedBy(r.TID, r.APIStart, r.APIEnd)
+	if v == joined && op.InGraph() {
+		if r.GraphNode == 0 {
+			v = noTracedOp // not a graph's record: its call is another
+		} else {
+			// One of the ops a graph launch ran: its node says which
+			// (graphs.go).
+			var wait bool
+			if op, wait = m.nodeOp(ps, op, r); wait {
+				return
+			}
+			m.apply(ps, op, r, false)
 			return
 		}
 	}
-	m.apply(ps, op, r, late)
+	if v == joined {
+		v = ps.fit(op, r)
+	}
+	switch v {
+	case joined:
+		m.apply(ps, op, r, false)
+	case late:
+		m.apply(ps, op, r, true)
+	case noTracedOp:
+		m.cuptiOnly(ps, r)
+	default:
+		m.drops.GPUTimesUnmatched++
+		m.missed(ps.p.PID, v.String(), r, op)
+	}
+}
+
+// A record's join: found its op, or why not.
+type verdict uint8
+
+const (
+	joined     verdict = iota
+	late               // its op went to the sink unmeasured before it came
+	noTracedOp         // its call enqueued no op cudatap traced: CUPTI alone saw its op
+	ambiguous          // its call enqueued several ops (an NCCL group's end)
+	unknown            // its call's ops left the model's window: cannot tell
+)
+
+func (v verdict) String() string {
+	return [...]string{"joined", "late", "CUPTI only", "ambiguous", "unmatched"}[v]
+}
+
+// fit says whether r measures op, the last op its call's thread enqueued
+// by the call's end: a record of another kind, size or stream, or a second
+// one, is another call's, which cudatap did not trace.
+func (ps *procState) fit(op *GPUOp, r *Measurement) verdict {
+	switch {
+	case !kindFits(op.Kind, r.Kind):
+		return noTracedOp
+	case (r.Kind == OpMemcpy || r.Kind == OpMemset) && op.Bytes != 0 && r.Bytes != 0 && op.Bytes != r.Bytes:
+		return noTracedOp
+	case op.Measured && op.Kind != OpGraph:
+		return noTracedOp // its own record came already
+	case op.released:
+		return late
+	}
+	if sid, ok := ps.cuptiStreams[cuptiStream{r.Device, r.CUPTIStream}]; ok && r.CUPTIStream != 0 && sid != op.Stream {
+		return noTracedOp
+	}
+	return joined
+}
+
+// kindFits says whether a GPU record of kind r can time an op of kind op:
+// an NCCL collective runs as a kernel; a graph launch not expanded runs
+// anything; a record of no known kind (0: a test's) fits any.
+func kindFits(op, r OpKind) bool {
+	return op == r || r == 0 || op == OpGraph || (op == OpCollective && r == OpKernel)
 }
 
 // apply draws op where measurement r says it ran (op nil: r matched no
@@ -260,6 +368,7 @@ func (m *Model) apply(ps *procState, op *GPUOp, r *Measurement, late bool) {
 		m.missed(ps.p.PID, "unmatched", r, nil)
 		return
 	}
+	m.learnStream(ps, r, op.Stream)
 	if op.Measured {
 		if op.Kind != OpGraph {
 			m.missed(ps.p.PID, "second measurement", r, op) // not a graph: one of the two is not this op's
@@ -289,6 +398,104 @@ func (m *Model) apply(ps *procState, op *GPUOp, r *Measurement, late bool) {
 	if op.final && op.Kind != OpGraph {
 		m.release(ps, op)
 	}
+}
+
+// maxCUPTIStreams bounds the CUPTI streams a process's model knows;
+// maxCUPTIParked the records of ops CUPTI alone saw that wait to learn
+// theirs (past it they are counted unmatched).
+const (
+	maxCUPTIStreams = 1 << 12
+	maxCUPTIParked  = 1 << 12
+)
+
+// learnStream notes that r's CUPTI stream is stream sid, if the model did
+// not know it, and shows the ops CUPTI alone saw there that waited for it.
+func (m *Model) learnStream(ps *procState, r *Measurement, sid int) {
+	if r.CUPTIStream == 0 || r.Device < 0 {
+		return
+	}
+	key := cuptiStream{r.Device, r.CUPTIStream}
+	if _, ok := ps.cuptiStreams[key]; ok || len(ps.cuptiStreams) >= maxCUPTIStreams {
+		return
+	}
+	if ps.cuptiStreams == nil {
+		ps.cuptiStreams = map[cuptiStream]int{}
+	}
+	ps.cuptiStreams[key] = sid
+	n := 0
+	for _, w := range ps.cuptiParked {
+		if (cuptiStream{w.Device, w.CUPTIStream}) == key {
+			m.addCUPTIOnly(ps, &w, sid)
+		} else {
+			ps.cuptiParked[n] = w
+			n++
+		}
+	}
+	ps.cuptiParked = ps.cuptiParked[:n]
+}
+
+// cuptiOnly shows the op r measured, which no traced call enqueued, on the
+// stream CUPTI ran it on; it waits while the model does not know which
+// stream that is.
+func (m *Model) cuptiOnly(ps *procState, r *Measurement) {
+	if r.CUPTIStream != 0 && r.Device >= 0 && (r.Kind == OpKernel || r.Kind == OpMemcpy || r.Kind == OpMemset) {
+		if sid, ok := ps.cuptiStreams[cuptiStream{r.Device, r.CUPTIStream}]; ok {
+			m.addCUPTIOnly(ps, r, sid)
+			return
+		}
+		if len(ps.cuptiParked) < maxCUPTIParked {
+			ps.cuptiParked = append(ps.cuptiParked, *r)
+			return
+		}
+	}
+	m.drops.GPUTimesUnmatched++
+	m.missed(ps.p.PID, "CUPTI only, stream unknown", r, nil)
+}
+
+// cuptiOnlyFunc is the function key a kernel CUPTI alone saw is named by
+// (in Process.MeasuredNames): no traced launch gave it a handle. The top
+// bit keeps it apart from addresses.
+func cuptiOnlyFunc(name string) uint64 {
+	h := uint64(14695981039346656037) // FNV-1a
+	for i := 0; i < len(name); i++ {
+		h = (h ^ uint64(name[i])) * 1099511628211
+	}
+	return h | 1<<63
+}
+
+// addCUPTIOnly adds the op r measured to stream sid as CUPTI saw it, and
+// hands it to the sink: it ran and is done.
+func (m *Model) addCUPTIOnly(ps *procState, r *Measurement, sid int) {
+	p := ps.p
+	m.reserve(ps)
+	op := GPUOp{ID: ps.nextOp, Stream: sid, Call: -1, Enqueued: r.APIStart, Start: r.Start, End: r.End, TID: r.TID,
+		Kind: r.Kind, CopyKind: r.CopyKind, Bytes: r.Bytes, Device: r.Device, After: -1, AfterStream: -1,
+		Measured: true, Bounded: true, final: true, enqEnd: r.APIEnd, provenAt: r.End}
+	if r.Kind == OpKernel {
+		op.Bytes = 0
+		if r.Name != "" {
+			op.Func = cuptiOnlyFunc(r.Name)
+			if _, ok := p.MeasuredNames[op.Func]; !ok && len(p.MeasuredNames) < maxMeasuredNames {
+				p.MeasuredNames[op.Func] = r.Name
+			}
+		}
+	}
+	if op.Device < 0 {
+		op.Device = DeviceUnknown
+	}
+	ps.forget(op.ID)
+	ps.ops[op.ID&(len(ps.ops)-1)] = op
+	ps.nextOp++
+	p.NGPUOps++
+	st := &p.Streams[sid].Stats
+	st.GPUOps++
+	st.CUPTIOnly++
+	st.Measured++
+	p.Devices |= deviceBit(op.Device)
+	p.Streams[sid].Devices |= deviceBit(op.Device)
+	ps.st[sid].measured.add(r.Start, r.End)
+	m.drops.GPUOpsCUPTIOnly++
+	m.release(ps, ps.op(op.ID))
 }
 
 // missed tells OnMeasureMiss, if set.
@@ -340,11 +547,11 @@ func (m *Model) releaseHeld(ps *procState, t uint64, measuredOnly bool) {
 // its call had not returned before start. The traced call usually contains
 // CUPTI's interval; a call CUPTI sees from outside (cuBLASLt's static
 // runtime around the driver call cudatap probes) contains the traced one.
-// late says that op went to the sink already.
-func (ps *procState) enqueuedBy(tid uint32, start, end uint64) (op *GPUOp, late bool) {
+// Else it says why not (fit then checks the op found is the record's).
+func (ps *procState) enqueuedBy(tid uint32, start, end uint64) (*GPUOp, verdict) {
 	l := ps.byTID[tid]
 	if l == nil {
-		return nil, false
+		return nil, noTracedOp // the thread enqueued nothing traced while measured
 	}
 	l.trim(ps)
 	ids := l.ids
@@ -356,15 +563,49 @@ func (ps *procState) enqueuedBy(tid uint32, start, end uint64) (op *GPUOp, late 
 		return 1
 	})
 	if i == 0 {
-		// Its op went to the sink; unless it was one of several one
-		// call enqueued: then it is ambiguous, not late.
-		return nil, l.trimmed != 0 && l.trimmed <= end && !l.trimmedShared
+		// The thread's last op by end went to the sink, if any did.
+		g := l.gone
+		k, _ := slices.BinarySearchFunc(g, end, func(o goneOp, t uint64) int {
+			if o.enqueued <= t {
+				return -1
+			}
+			return 1
+		})
+		switch {
+		case k == 0 && len(g) == maxGone && g[0].enqueued > end:
+			return nil, unknown // gone too long ago to tell
+		case k == 0:
+			return nil, noTracedOp
+		case g[k-1].shared:
+			return nil, ambiguous
+		case g[k-1].enqEnd > g[k-1].enqueued && g[k-1].enqEnd < start, g[k-1].measured:
+			return nil, noTracedOp // its call returned before, or it had its record: this one is another call's
+		}
+		return nil, late
 	}
-	op = ps.op(ids[i-1])
-	if op == nil || ps.shared[op.ID] || (op.enqEnd > op.Enqueued && op.enqEnd < start) {
-		return nil, false // a call that enqueued nothing traced, or several ops: ambiguous
+	op := ps.op(ids[i-1])
+	switch {
+	case op == nil:
+		return nil, unknown
+	case ps.shared[op.ID]:
+		return nil, ambiguous
+	case op.enqEnd > op.Enqueued && op.enqEnd < start:
+		return nil, noTracedOp // its call returned before this one began
 	}
-	return op, false
+	return op, joined
+}
+
+// forget is called before op id takes the window's slot of an op gone to
+// the sink: that op's thread notes what the join needs of it first.
+func (ps *procState) forget(id int) {
+	if !ps.measuring {
+		return
+	}
+	if old := &ps.ops[id&(len(ps.ops)-1)]; old.ID >= 0 && old.ID != id {
+		if l := ps.byTID[old.TID]; l != nil {
+			l.trim(ps)
+		}
+	}
 }
 
 // trim drops the ops at the front that went to the sink.
@@ -376,7 +617,10 @@ func (l *tidOps) trim(ps *procState) {
 			break
 		}
 		if op != nil {
-			l.trimmed, l.trimmedShared = op.Enqueued, ps.shared[op.ID]
+			if len(l.gone) == maxGone {
+				l.gone = l.gone[:copy(l.gone, l.gone[1:])]
+			}
+			l.gone = append(l.gone, goneOp{enqueued: op.Enqueued, enqEnd: op.enqEnd, shared: ps.shared[op.ID], measured: op.Measured})
 			delete(ps.shared, op.ID)
 		}
 		n++

@@ -1,6 +1,7 @@
 package model
 
 import (
+	"maps"
 	"slices"
 	"testing"
 
@@ -279,5 +280,178 @@ func TestNotMeasured(t *testing.T) {
 	p := finish(m, c)[0]
 	if n := ops(c); n != 1 || p.Measured || m.Drops().GPUTimesUnmeasured != 0 {
 		t.Errorf("%d ops, measured %v, unmeasured %d: want 1 op out, not measured, none counted", n, p.Measured, m.Drops().GPUTimesUnmeasured)
+	}
+}
+
+// TestMeasuredCUPTIOnly: the H200's autograd thread, where cuBLASLt's
+// statically linked runtime memsets through a driver call cudatap does not
+// hook (a runtime is present) before the kernels it launches. The memset's
+// record, under a runtime call CUPTI reports, finds the thread's last traced
+// op, a kernel: it never measures it (the old join counted 202 such records
+// "late" and 236 "second measurements" on GPT-2-small b8). Each becomes an
+// op of its own, measured, on the stream CUPTI ran it on (learnt from the
+// kernels joined there; a record that comes before the model knows that
+// stream waits), so the stream's ops and busy time are the profiler's.
+func TestMeasuredCUPTIOnly(t *testing.T) {
+	const h = 0x5000
+	const cs = 8 // CUPTI's id of stream h, plus one
+	c := NewCollector()
+	m := New(c)
+	m.StartMeasuring(testPID)
+	// Thread 2: kernel A, memset M1 (untraced), kernel B, memset M2
+	// (untraced) then memset M3 (untraced: its record comes after M2's
+	// measured nothing), kernel C.
+	for _, e := range []*ev{streamCreate(2, 500, h), cuLaunch(2, 1000, h, 0xa), cuLaunch(2, 2000, h, 0xb), cuLaunch(2, 4000, h, 0xc)} {
+		m.Handle(&e.Event)
+	}
+	kernel := func(at, start, end uint64) *Measurement {
+		return &Measurement{TID: 2, APIStart: at - 50, APIEnd: at + 200, Start: start, End: end, Kind: OpKernel, CUPTIStream: cs}
+	}
+	memset := func(at, start, end uint64) *Measurement {
+		return &Measurement{TID: 2, APIStart: at, APIEnd: at + 300, Start: start, End: end, Kind: OpMemset, Bytes: 4096, CUPTIStream: cs}
+	}
+	// M1's record comes first: the model does not know CUPTI's stream 7
+	// yet, so it waits; A's teaches it.
+	m.Measure(testPID, memset(1500, 10_500, 10_600))
+	m.Measure(testPID, kernel(1000, 10_000, 10_500))
+	m.Measure(testPID, kernel(2000, 10_600, 11_000))
+	m.Measure(testPID, memset(3000, 11_000, 11_100))
+	m.Measure(testPID, memset(3500, 11_100, 11_200))
+	e := streamSync(2, 5000, 10_000, h)
+	m.Handle(&e.Event)
+	m.Measure(testPID, kernel(4000, 11_200, 12_000)) // C, after the sync: still awaited
+	p := finish(m, c)[0]
+
+	var kernels, memsets []GPUOp
+	for _, op := range p.GPUOps {
+		switch {
+		case op.ID < 0:
+		case op.Kind == OpKernel && !op.CUPTIOnly():
+			kernels = append(kernels, op)
+		case op.Kind == OpMemset && op.CUPTIOnly() && op.Stream == p.GPUOps[0].Stream:
+			memsets = append(memsets, op)
+		default:
+			t.Errorf("op %d: %v on stream %d, CUPTI only %v", op.ID, op.Kind, op.Stream, op.CUPTIOnly())
+		}
+	}
+	for i, w := range [][2]uint64{{10_000, 10_500}, {10_600, 11_000}, {11_200, 12_000}} {
+		if i >= len(kernels) || !kernels[i].Measured || kernels[i].Start != w[0] || kernels[i].End != w[1] {
+			t.Errorf("kernel %d: %+v, want measured [%d, %d]", i, kernels[min(i, len(kernels)-1)], w[0], w[1])
+		}
+	}
+	slices.SortFunc(memsets, func(a, b GPUOp) int { return int(a.Start) - int(b.Start) })
+	for i, w := range [][3]uint64{{1500, 10_500, 10_600}, {3000, 11_000, 11_100}, {3500, 11_100, 11_200}} {
+		if i >= len(memsets) || memsets[i].Enqueued != w[0] || memsets[i].Start != w[1] || memsets[i].End != w[2] || memsets[i].Bytes != 4096 || memsets[i].TID != 2 {
+			t.Errorf("memset %d: %+v, want enqueued %d, [%d, %d], 4096 bytes, thread 2", i, memsets[min(i, len(memsets)-1)], w[0], w[1], w[2])
+		}
+	}
+	st := p.Streams[kernels[0].Stream].Stats
+	if st.GPUOps != 6 || st.CUPTIOnly != 3 || st.Measured != 6 || st.BusyNs != 2000 || st.BusyMaxNs != st.BusyNs {
+		t.Errorf("stream: %d ops (%d CUPTI only, %d measured), busy [%d, %d]: want 6 (3), 6, exactly 2000", st.GPUOps, st.CUPTIOnly, st.Measured, st.BusyNs, st.BusyMaxNs)
+	}
+	if d := m.Drops(); d.GPUTimesUnmatched+d.GPUTimesLate+d.GPUTimesUnmeasured != 0 || d.GPUOpsCUPTIOnly != 3 {
+		t.Errorf("unmatched %d late %d unmeasured %d CUPTI only %d, want 0 0 0 3", d.GPUTimesUnmatched, d.GPUTimesLate, d.GPUTimesUnmeasured, d.GPUOpsCUPTIOnly)
+	}
+}
+
+// TestMeasuredFit: a record measures only an op of its kind, size and
+// stream that has no measurement yet; any other is another call's, shown
+// on its own stream; one whose stream the model never learns is counted
+// unmatched at the end, never guessed.
+func TestMeasuredFit(t *testing.T) {
+	const h1, h2 = 0x5000, 0x6000
+	c := NewCollector()
+	m := New(c)
+	m.StartMeasuring(testPID)
+	for _, e := range []*ev{streamCreate(1, 100, h1), streamCreate(1, 200, h2),
+		memsetAsync(1, 1000, 0x10, 256, h1), // op 0 on h1
+		memsetAsync(1, 2000, 0x10, 512, h2), // op 1 on h2
+		launch(1, 3000, h1, 0xa),            // op 2 on h1
+	} {
+		m.Handle(&e.Event)
+	}
+	rec := func(kind OpKind, at, bytes uint64, cs uint32, start uint64) *Measurement {
+		return &Measurement{TID: 1, APIStart: at + 10, APIEnd: at + 100, Start: start, End: start + 50, Kind: kind, Bytes: bytes, CUPTIStream: cs}
+	}
+	m.Measure(testPID, rec(OpMemset, 1000, 256, 1, 5000)) // op 0: h1 is CUPTI's 1
+	m.Measure(testPID, rec(OpMemset, 2000, 512, 2, 5100)) // op 1: h2 is CUPTI's 2
+	m.Measure(testPID, rec(OpMemset, 2000, 512, 2, 5200)) // op 1 again: a second memset, on h2
+	m.Measure(testPID, rec(OpMemset, 2000, 128, 2, 5300)) // op 1's size differs: another memset, on h2
+	m.Measure(testPID, rec(OpKernel, 3000, 0, 2, 5400))   // op 2 is on h1, CUPTI ran this on h2: another kernel, on h2
+	m.Measure(testPID, rec(OpKernel, 3000, 0, 1, 5500))   // op 2's own
+	m.Measure(testPID, rec(OpMemcpy, 3000, 64, 9, 5600))  // a copy on a stream the model never learns
+	e := deviceSync(1, 4000, 10_000)
+	m.Handle(&e.Event)
+	p := finish(m, c)[0]
+	want := map[[3]int]int{} // stream, kind, CUPTI only → ops
+	got := map[[3]int]int{}
+	b := func(v bool) int {
+		if v {
+			return 1
+		}
+		return 0
+	}
+	s1, s2 := p.GPUOps[0].Stream, p.GPUOps[1].Stream
+	want[[3]int{s1, int(OpMemset), 0}] = 1
+	want[[3]int{s2, int(OpMemset), 0}] = 1
+	want[[3]int{s1, int(OpKernel), 0}] = 1
+	want[[3]int{s2, int(OpMemset), 1}] = 2
+	want[[3]int{s2, int(OpKernel), 1}] = 1
+	for _, op := range p.GPUOps {
+		if op.ID >= 0 {
+			if !op.Measured {
+				t.Errorf("op %d not measured", op.ID)
+			}
+			got[[3]int{op.Stream, int(op.Kind), b(op.CUPTIOnly())}]++
+		}
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("ops by stream, kind, CUPTI only: %v, want %v", got, want)
+	}
+	if op := p.GPUOps[2]; op.Start != 5500 {
+		t.Errorf("the launch measured at %d, want its own record's 5500", op.Start)
+	}
+	if d := m.Drops(); d.GPUTimesUnmatched != 1 || d.GPUTimesLate+d.GPUTimesUnmeasured != 0 || d.GPUOpsCUPTIOnly != 3 {
+		t.Errorf("unmatched %d late %d unmeasured %d CUPTI only %d, want 1 0 0 3", d.GPUTimesUnmatched, d.GPUTimesLate, d.GPUTimesUnmeasured, d.GPUOpsCUPTIOnly)
+	}
+}
+
+// TestMeasuredAfterGone: a record that comes after its thread's last op by
+// its call's end went to the sink measured is another call's (CUPTI alone
+// saw its op), not a late one; one whose op went out unmeasured is late.
+func TestMeasuredAfterGone(t *testing.T) {
+	const h = 0x5000
+	c := NewCollector()
+	m := New(c)
+	m.window = 64
+	m.StartMeasuring(testPID)
+	for _, e := range []*ev{streamCreate(1, 100, h), launch(1, 1000, h, 0xa)} {
+		m.Handle(&e.Event)
+	}
+	m.Measure(testPID, &Measurement{TID: 1, APIStart: 990, APIEnd: 1100, Start: 2000, End: 2100, Kind: OpKernel, CUPTIStream: 3})
+	for _, e := range []*ev{streamSync(1, 1200, 2000, h), launch(1, 4000, h, 0xb)} {
+		m.Handle(&e.Event)
+	}
+	// A memset CUPTI saw under a call after the kernel A, which went out
+	// measured: CUPTI only.
+	m.Measure(testPID, &Measurement{TID: 1, APIStart: 1500, APIEnd: 1600, Start: 2100, End: 2200, Kind: OpMemset, CUPTIStream: 3})
+	// Push B out of the window unmeasured, then its record: late.
+	for i := range uint64(70) {
+		e := launch(1, 5000+100*i, h, 0xc)
+		m.Handle(&e.Event)
+	}
+	m.Measure(testPID, &Measurement{TID: 1, APIStart: 3990, APIEnd: 4100, Start: 6000, End: 6100, Kind: OpKernel, CUPTIStream: 3})
+	p := finish(m, c)[0]
+	n := 0
+	for _, op := range p.GPUOps {
+		if op.ID >= 0 && op.CUPTIOnly() {
+			n++
+			if op.Kind != OpMemset || op.Start != 2100 {
+				t.Errorf("CUPTI-only op %+v, want the memset at 2100", op)
+			}
+		}
+	}
+	if d := m.Drops(); n != 1 || d.GPUOpsCUPTIOnly != 1 || d.GPUTimesLate != 1 || d.GPUTimesUnmatched != 0 {
+		t.Errorf("%d CUPTI-only ops; CUPTI only %d late %d unmatched %d, want 1, 1 1 0", n, d.GPUOpsCUPTIOnly, d.GPUTimesLate, d.GPUTimesUnmatched)
 	}
 }

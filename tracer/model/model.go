@@ -157,6 +157,7 @@ type procState struct {
 	graphs     map[uint64]*graphDef
 	execs      map[uint64]*execDef
 	graphNodes int
+	nodeRefs   map[uint64]nodeRef // nodes added by hand, by handle
 	launches   map[uint64]*launchState
 	nParked    int
 	// GPU ops by ID modulo len(ops): the pending ones and the most recent
@@ -187,6 +188,11 @@ type procState struct {
 	threadSeen    map[uint32]uint64        // by thread: the end of its last call seen
 	early         map[uint32][]Measurement // by thread: measurements ahead of its events
 	nEarly        int
+	// Which stream each of CUPTI's streams is, learnt from the records
+	// joined, and the records of ops CUPTI alone saw that wait to learn
+	// theirs (measured.go).
+	cuptiStreams map[cuptiStream]int
+	cuptiParked  []Measurement
 }
 
 // currentDevice is thread tid's current device: the last it set, else
@@ -526,6 +532,8 @@ func (m *Model) Handle(ev *event.Event) {
 		m.endCapture(ps, call)
 	case event.ClassGraphInstantiate:
 		m.instantiate(ps, call)
+	case event.ClassGraph:
+		m.graphCall(ps, call)
 	case event.ClassCollective:
 		st := &p.Streams[call.Stream].Stats
 		st.Collectives++
@@ -749,6 +757,7 @@ func (m *Model) enqueueAs(ps *procState, op GPUOp, corr uint64) int {
 	op.Start, op.End, op.enqEnd = call.Start, call.Start, call.End
 	op.After, st.waitAfter = st.waitAfter, -1
 	op.AfterStream = -1
+	ps.forget(op.ID)
 	ps.ops[op.ID&(len(ps.ops)-1)] = op
 	if ps.measuring {
 		l := ps.byTID[call.TID]
@@ -1157,6 +1166,7 @@ func (m *Model) conclude(ps *procState) {
 	}
 	m.joinEarly(ps)
 	m.dropAllParked(ps)
+	m.dropCUPTIParked(ps)
 	m.releaseHeld(ps, ^uint64(0), false)
 	ps.p.CommNs, ps.p.OverlapNs = ps.overlap.finish()
 	for sid, st := range ps.st {

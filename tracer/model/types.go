@@ -86,6 +86,7 @@ type StreamStats struct {
 	CommBytes     uint64 // their payload bytes
 	GPUOps        int64  // GPU operations enqueued (not captured into a graph), a graph launch's included
 	GraphOps      int64  // of them, those graph launches ran: each launch's nodes (graphs.go)
+	CUPTIOnly     int64  // of them, those CUPTI alone saw: no traced call enqueued them (GPUOp.CUPTIOnly)
 	// The stream's GPU busy time lies in [BusyNs, BusyMaxNs]. BusyMaxNs
 	// bounds it from above without kernel timings (see busyBounds);
 	// BusyNs is what CUPTI measured (the union of the measured ops'
@@ -259,6 +260,13 @@ type GPUOp struct {
 	enqEnd      uint64 // return of the enqueue call
 	provenAt    uint64 // when it was known complete
 }
+
+// CUPTIOnly says CUPTI timed the op but cudatap traced no call that
+// enqueued it (a memset cuBLASLt's static runtime makes through a driver
+// call cudatap does not hook in a process with a runtime): it has no call
+// (Call is -1, API 0), its stream is the one CUPTI named, and Enqueued is
+// when CUPTI saw its call begin (measured.go).
+func (op *GPUOp) CUPTIOnly() bool { return op.Call < 0 && op.Measured }
 
 // ProvenAt is when the op was known complete: the return of the call that
 // proved it (a sync, a ready query) or, for an op nothing bounded, the last
@@ -459,6 +467,9 @@ type Drops struct {
 	GPUTimesUnmatched  uint64
 	GPUTimesLate       uint64
 	GPUTimesUnmeasured uint64
+	// Not a loss: GPU ops CUPTI timed whose calls cudatap did not trace,
+	// shown from CUPTI's records alone (GPUOp.CUPTIOnly).
+	GPUOpsCUPTIOnly uint64
 	// What the model's bounds on processes, threads, streams and the
 	// like merged or did not follow (not losses; a recording can hold any
 	// number of them).

@@ -449,7 +449,7 @@ func (rs *Records) prepare(typ byte) error {
 		switch b[0] {
 		case GPUTimesMark, GPUTimesStart, GPUTimesHandOver:
 			t.patchTime(b[5:])
-		case GPUTimesMeasure:
+		case GPUTimesMeasure, GPUTimesMeasureStream:
 			for off := 17; off <= 41; off += 8 { // APIStart, APIEnd, Start, End
 				t.patchTime(b[off:])
 			}
@@ -495,11 +495,16 @@ func (rs *Records) Apply(m *model.Model) {
 			m.HandedOver(pid, t)
 		case GPUTimesRefused:
 			m.NotMeasured(pid)
-		case GPUTimesMeasure:
+		case GPUTimesMeasure, GPUTimesMeasureStream:
 			b := buf[13:]
 			ms := model.Measurement{TID: le.Uint32(b), APIStart: le.Uint64(b[4:]), APIEnd: le.Uint64(b[12:]),
-				Start: le.Uint64(b[20:]), End: le.Uint64(b[28:]), Kind: model.OpKind(b[36]), Device: int8(b[37]), Bytes: le.Uint64(b[38:]),
-				Name: string(b[46:])}
+				Start: le.Uint64(b[20:]), End: le.Uint64(b[28:]), Kind: model.OpKind(b[36]), Device: int8(b[37]), Bytes: le.Uint64(b[38:])}
+			b = b[46:]
+			if buf[0] == GPUTimesMeasureStream && len(b) >= gpuTimeStreamSize {
+				ms.CUPTIStream, ms.GraphNode, ms.CopyKind = le.Uint32(b), le.Uint64(b[4:]), event.MemcpyKind(b[12])
+				b = b[gpuTimeStreamSize:]
+			}
+			ms.Name = string(b)
 			m.Measure(pid, &ms)
 		case GPUTimesMark:
 			m.MeasuredUntil(pid, t)
@@ -771,6 +776,7 @@ func addDrops(a, d *model.Drops) {
 	a.GPUTimesUnmatched += d.GPUTimesUnmatched
 	a.GPUTimesLate += d.GPUTimesLate
 	a.GPUTimesUnmeasured += d.GPUTimesUnmeasured
+	a.GPUOpsCUPTIOnly += d.GPUOpsCUPTIOnly
 }
 
 // joinGPU joins GPU reports (already on one timeline, devices apart): the

@@ -274,10 +274,20 @@ const (
 	GPUTimesStop     = 4 // no more; t: measurements lost
 	GPUTimesHandOver = 5 // CUPTI let go to another client of the process at t
 	GPUTimesRefused  = 6 // not measured after all (the collector could not start)
+	// One measurement with CUPTI's stream, copy kind and graph node after
+	// the fields of GPUTimesMeasure, before the name: the model shows an
+	// op CUPTI alone saw on its stream. The writer writes every
+	// measurement so; GPUTimesMeasure is read from older recordings.
+	GPUTimesMeasureStream = 7
 )
 
-// gpuTimeSize is a GPU-time record: kind, pid, t, then the measurement.
-const gpuTimeSize = 1 + 4 + 8 + 4 + 8*4 + 1 + 1 + 8
+// gpuTimeSize is a GPU-time record: kind, pid, t, then the measurement;
+// gpuTimeStreamSize what GPUTimesMeasureStream adds (stream, graph node,
+// copy kind).
+const (
+	gpuTimeSize       = 1 + 4 + 8 + 4 + 8*4 + 1 + 1 + 8
+	gpuTimeStreamSize = 4 + 8 + 1
+)
 
 // GPUTimes records what a process's collector said, in order with the
 // events, exactly as the model was told.
@@ -290,12 +300,20 @@ func (w *Writer) GPUTimes(kind byte, pid uint32, t uint64, m *model.Measurement)
 	if m == nil {
 		m = &z
 	}
+	if kind == GPUTimesMeasure {
+		buf[0] = GPUTimesMeasureStream
+	}
 	buf = le.AppendUint32(buf, m.TID)
 	for _, v := range []uint64{m.APIStart, m.APIEnd, m.Start, m.End} {
 		buf = le.AppendUint64(buf, v)
 	}
 	buf = append(buf, byte(m.Kind), byte(m.Device))
 	buf = le.AppendUint64(buf, m.Bytes)
+	if kind == GPUTimesMeasure {
+		buf = le.AppendUint32(buf, m.CUPTIStream)
+		buf = le.AppendUint64(buf, m.GraphNode)
+		buf = append(buf, byte(m.CopyKind))
+	}
 	buf = append(buf, m.Name...)
 	w.buf = buf
 	w.record(recGPUTime, buf)

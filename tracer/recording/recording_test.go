@@ -661,3 +661,73 @@ func TestWriterError(t *testing.T) {
 type failWriter struct{}
 
 func (failWriter) Write([]byte) (int, error) { return 0, io.ErrClosedPipe }
+
+// TestGPUTimesCUPTIStream: a measurement keeps CUPTI's stream, copy kind
+// and graph node through a recording, so a replay shows an op CUPTI alone
+// saw where the live model did: a copy whose call no probe traced, on the
+// stream of the launch measured before it. A measurement of an older
+// recording (no stream) still measures its op.
+func TestGPUTimesCUPTIStream(t *testing.T) {
+	var buf bytes.Buffer
+	w, err := NewWriter(&buf, NewHeader("t", 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Process(100, model.ProcessInfo{Comm: "w"})
+	w.GPUTimes(GPUTimesStart, 100, 0, nil)
+	ev := func(e event.Event) { w.Event(event.Encode(nil, &e)) }
+	e := mk(event.CudaStreamCreateWithFlags, 100, 100, 1000, 1000, 0x7ffd0000, 1)
+	e.Out = 0xa0
+	ev(e)
+	for i, at := range []uint64{ms, 2 * ms} {
+		l := mk(event.CudaLaunchKernel, 100, 100, at, 0, 0x401000, 1|1<<32, 1, 1|1<<32, 1, 0, 0, 0xa0)
+		l.End, l.Flags = at+2000, event.FlagHasRet
+		ev(l)
+		m := &model.Measurement{TID: 100, APIStart: at + 100, APIEnd: at + 1900, Start: at + 20_000, End: at + 30_000, Kind: model.OpKernel}
+		if i == 0 {
+			m.CUPTIStream = 8
+			w.GPUTimes(GPUTimesMeasure, 100, 0, m)
+			continue
+		}
+		// As an older cudatap wrote it: no stream.
+		le := binary.LittleEndian
+		b := []byte{GPUTimesMeasure}
+		b = le.AppendUint32(b, 100)
+		b = le.AppendUint64(b, 0)
+		b = le.AppendUint32(b, m.TID)
+		for _, v := range []uint64{m.APIStart, m.APIEnd, m.Start, m.End} {
+			b = le.AppendUint64(b, v)
+		}
+		b = append(b, byte(m.Kind), 0)
+		b = le.AppendUint64(b, 0)
+		w.Raw(recGPUTime, append(b, "_Z1kv"...))
+	}
+	// A device-to-host copy under a call after the first launch: no op.
+	w.GPUTimes(GPUTimesMeasure, 100, 0, &model.Measurement{TID: 100, APIStart: ms + 3000, APIEnd: ms + 4000, Start: ms + 30_000,
+		End: ms + 31_000, Kind: model.OpMemcpy, Bytes: 4096, CUPTIStream: 8, CopyKind: event.DeviceToHost})
+	ev(mk(event.CudaStreamSynchronize, 100, 100, 3*ms, 200_000, 0xa0))
+	w.GPUTimes(GPUTimesStop, 100, 0, nil)
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	col := model.NewCollector()
+	if _, _, err := Load(bytes.NewReader(buf.Bytes()), func(*Replay) model.Sink { return col }, nil); err != nil {
+		t.Fatal(err)
+	}
+	var launches, copies int
+	for _, op := range col.Traces[100].GPUOps {
+		switch {
+		case op.ID < 0:
+		case op.Kind == model.OpKernel && op.Measured && !op.CUPTIOnly():
+			launches++
+		case op.Kind == model.OpMemcpy && op.CUPTIOnly() && op.CopyKind == event.DeviceToHost && op.Bytes == 4096 &&
+			op.Stream == col.Traces[100].GPUOps[0].Stream && op.Start == ms+30_000:
+			copies++
+		default:
+			t.Errorf("op %+v", op)
+		}
+	}
+	if launches != 2 || copies != 1 {
+		t.Errorf("%d launches measured, %d copies CUPTI alone saw: want 2 and 1", launches, copies)
+	}
+}

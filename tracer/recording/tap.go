@@ -78,7 +78,7 @@ func Classify(typ byte, b []byte) (pid uint32, role Role, ok bool) {
 		if len(b) < 5 {
 			return 0, 0, false
 		}
-		if b[0] == GPUTimesMeasure || b[0] == GPUTimesMark {
+		if b[0] == GPUTimesMeasure || b[0] == GPUTimesMeasureStream || b[0] == GPUTimesMark {
 			return le.Uint32(b[1:]), RoleTimed, true
 		}
 		return le.Uint32(b[1:]), RoleState, true

@@ -154,6 +154,9 @@ func Drops(d model.Drops) string {
 	if d.GPUTimesUnmeasured != 0 {
 		fmt.Fprintf(&b, "; %d GPU ops not measured (bounded instead)", d.GPUTimesUnmeasured)
 	}
+	if d.GPUOpsCUPTIOnly != 0 {
+		fmt.Fprintf(&b, "; %d GPU ops seen by CUPTI only (no traced call enqueued them)", d.GPUOpsCUPTIOnly)
+	}
 	// A recording from elsewhere can hold any number of processes,
 	// threads, streams...: what the model's bounds merged.
 	if d.Limits.Any() {

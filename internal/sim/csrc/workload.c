@@ -17,7 +17,7 @@
  * graphs in every build, and the lint scenarios (lint-legacy-nonblocking,
  * lint-cross-stream, lint-kernel-race, lint-many-streams, lint-pageable-loop,
  * lint-sync-every-launch, lint-clean), each provoking one of cudatap's lints, oom and oom-exit (out of memory), train (a
- * training loop); driver, driver-all, driver-graphs and mixed in the -DSIM_DRIVER build; nccl
+ * training loop); driver, driver-all, driver-graphs, mixed and static-runtime in the -DSIM_DRIVER build; nccl
  * in the -DSIM_NCCL build; train-nvtx in the -DSIM_NVTX build.
  *
  * Built six ways: linked against libcudart.so.13 (workload); with
@@ -676,8 +676,9 @@ static void scenario_all(const struct options *o)
  * as a program builds one by hand. On a non-blocking stream s, a capture of
  * GRAPH_NODES kernels (graph_kernels: grid.x blocks of 1 µs each), the
  * third forked onto a side stream by an event and joined back, each from
- * its own line (capture_node); the graph instantiated and replayed --iters
- * times on s, then cudaStreamSynchronize(s). A second capture of the same
+ * a function of its own (capture_node0..4); the graph instantiated and
+ * replayed --iters times on s, then cudaStreamSynchronize(s). A second
+ * capture of the same
  * shape with other grids (graph_kernels2); cudaGraphExecUpdate of the exec to
  * it, --iters replays, sync. The exec destroyed and the second graph
  * instantiated anew, --iters replays, sync. Then a graph built with
@@ -695,28 +696,23 @@ static const struct {
 				  { GEMM, gemm_args, 12 }, { RELU, relu_args, 1 } },
   built_kernels[3] = { { GEMM, gemm_args, 10 }, { RELU, relu_args, 5 }, { REDUCE, reduce_args, 3 } };
 
-/* One node of a capture: a launch of its own line, so each node has a
- * capture site of its own. */
-static __attribute__((noinline)) void capture_node(int k, const void *fn, void **args, unsigned blocks, cudaStream_t s)
-{
-	dim3 grid = { blocks, 1, 1 }, block = { 128, 1, 1 };
-	switch (k) {
-	case 0:
-		CK(cudaLaunchKernel, fn, grid, block, args, 0, s);
-		break;
-	case 1:
-		CK(cudaLaunchKernel, fn, grid, block, args, 0, s);
-		break;
-	case 2:
-		CK(cudaLaunchKernel, fn, grid, block, args, 0, s);
-		break;
-	case 3:
-		CK(cudaLaunchKernel, fn, grid, block, args, 0, s);
-		break;
-	default:
-		CK(cudaLaunchKernel, fn, grid, block, args, 0, s);
+/* The nodes of a capture, each launched from a function of its own (a
+ * line of its own: a switch's identical cases may be merged into one call
+ * by the compiler), so each node has a capture site of its own. */
+#define CAPTURE_NODE(k)                                                                                       \
+	static __attribute__((noinline)) void capture_node##k(const void *fn, void **args, unsigned blocks, cudaStream_t s) \
+	{                                                                                                     \
+		dim3 grid = { blocks, 1, 1 }, block = { 128, 1, 1 };                                          \
+		CK(cudaLaunchKernel, fn, grid, block, args, k, s);                                            \
 	}
-}
+CAPTURE_NODE(0)
+CAPTURE_NODE(1)
+CAPTURE_NODE(2)
+CAPTURE_NODE(3)
+CAPTURE_NODE(4)
+static void (*const capture_node[GRAPH_NODES])(const void *, void **, unsigned, cudaStream_t) = {
+	capture_node0, capture_node1, capture_node2, capture_node3, capture_node4,
+};
 
 static cudaGraph_t capture_graph(cudaStream_t s, cudaStream_t side, cudaEvent_t fork, cudaEvent_t join,
 				 const __typeof__(graph_kernels[0]) *kernels)
@@ -727,11 +723,11 @@ static cudaGraph_t capture_graph(cudaStream_t s, cudaStream_t side, cudaEvent_t 
 		if (k == 2) {
 			CK(cudaEventRecord, fork, s);
 			CK(cudaStreamWaitEvent, side, fork, 0);
-			capture_node(k, kernels[k].fn, kernels[k].args, kernels[k].blocks, side);
+			capture_node[k](kernels[k].fn, kernels[k].args, kernels[k].blocks, side);
 			CK(cudaEventRecord, join, side);
 			CK(cudaStreamWaitEvent, s, join, 0);
 		} else {
-			capture_node(k, kernels[k].fn, kernels[k].args, kernels[k].blocks, s);
+			capture_node[k](kernels[k].fn, kernels[k].args, kernels[k].blocks, s);
 		}
 	}
 	CK(cudaStreamEndCapture, s, &g);
@@ -992,6 +988,68 @@ static void scenario_mixed(const struct options *o)
 	CK(cudaFree, dev);
 	CK(cudaStreamDestroy, s);
 	free(pageable);
+}
+
+/*
+ * static-runtime: what cuBLASLt does in a PyTorch process. Its statically
+ * linked runtime exports nothing a tracer can hook, and the driver calls it
+ * makes are, but for launches, the ones a tracer leaves alone where a
+ * runtime is present (it hooks the runtime's); PyTorch's autograd engine
+ * makes them on a thread of its own. The runtime is loaded. The main thread
+ * (the forward): N iterations of a gemm cudaLaunchKernel (grid {20,1,1},
+ * block {256,1,1}) and a 4 KiB cudaMemsetAsync on a non-blocking stream.
+ * Then a second thread (the backward, cuBLASLt inside), on the same stream:
+ * N iterations of cuMemsetD32Async of 16 Ki words (a split-K workspace
+ * zeroed), cuLaunchKernel of TRITON_MATMUL (grid {20,1,1}, block
+ * {128,1,1}), cuLaunchKernelEx (grid {4,1,1}, block {256,1,1}: the split-K
+ * reduce), cuMemsetD8Async of 256 bytes and cuMemcpyDtoDAsync_v2 of 4 KiB;
+ * joined; then cudaStreamSynchronize. With SIM_CUPTI_RUNTIME_CALLS=1 the
+ * simulated CUPTI reports each driver call inside a runtime call, as CUPTI
+ * reports a static runtime's.
+ */
+struct backward {
+	long iters;
+	cudaStream_t s;
+	void *dev;
+	CUfunction matmul;
+};
+
+static void *backward_thread(void *arg)
+{
+	struct backward *b = arg;
+	CUstream s = (CUstream)b->s;
+	CUdeviceptr dev = DEVPTR(b->dev);
+	for (long it = 1; it <= b->iters; it++) {
+		CK(cuMemsetD32Async, dev, 0, 16 * KiB, s);
+		CK(cuLaunchKernel, b->matmul, 20, 1, 1, 128, 1, 1, 0, s, gemm_args, NULL);
+		CUlaunchConfig cfg = { 4, 1, 1, 256, 1, 1, 0, s, NULL, 0 };
+		CK(cuLaunchKernelEx, &cfg, b->matmul, gemm_args, NULL);
+		CK(cuMemsetD8Async, dev + 64 * KiB, 0, 256, s);
+		CK(cuMemcpyDtoDAsync_v2, dev + 128 * KiB, dev, 4 * KiB, s);
+	}
+	return NULL;
+}
+
+static void scenario_static_runtime(const struct options *o)
+{
+	struct backward b = { .iters = o->iters };
+	CK(cudaStreamCreateWithFlags, &b.s, cudaStreamNonBlocking);
+	CK(cudaMalloc, &b.dev, MiB);
+	dim3 grid = { 20, 1, 1 }, block = { 256, 1, 1 };
+	for (long it = 1; it <= o->iters; it++) {
+		CK(cudaLaunchKernel, GEMM, grid, block, gemm_args, 0, b.s);
+		CK(cudaMemsetAsync, b.dev, 0, 4 * KiB, b.s);
+	}
+	CUmodule mod;
+	CK(cuModuleLoadData, &mod, fake_image);
+	CK(cuModuleGetFunction, &b.matmul, mod, TRITON_MATMUL);
+	pthread_t t;
+	if (pthread_create(&t, NULL, backward_thread, &b))
+		die("pthread_create failed");
+	pthread_join(t, NULL);
+	CK(cudaStreamSynchronize, b.s);
+	CK(cudaFree, b.dev);
+	CK(cudaStreamDestroy, b.s);
 }
 
 /*
@@ -2027,6 +2085,7 @@ static const struct {
 	{ "graphs", scenario_graphs },
 #ifdef SIM_DRIVER
 	{ "driver", scenario_driver }, { "driver-all", scenario_driver_all }, { "mixed", scenario_mixed },
+	{ "static-runtime", scenario_static_runtime },
 	{ "driver-graphs", scenario_driver_graphs },
 #endif
 #ifdef SIM_NCCL
@@ -2249,7 +2308,7 @@ int main(int argc, char **argv)
 #endif
 #ifdef SIM_DRIVER
 	/* Only the driver scenarios run without a runtime in the process. */
-	if (o.scenario != scenario_driver && o.scenario != scenario_driver_all) {
+	if (o.scenario != scenario_driver && o.scenario != scenario_driver_all && o.scenario != scenario_driver_graphs) {
 		load_runtime_beside();
 		register_kernels();
 	}
