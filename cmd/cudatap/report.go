@@ -100,7 +100,7 @@ func runReport(cmd *cobra.Command, g *globalOptions, o *reportOptions, in string
 	}
 	out, profile := g.summary(cmd, false, o.json), memoryProfilePath(o.output, o.memoryProfile)
 	if o.json {
-		err = writeSummaryJSON(out, rep.Result, &export.Aggregates{Syncs: rep.Syncs, Lints: rep.Lint, Stragglers: stragglers}, nil, nil)
+		err = writeSummaryJSON(out, rep.Result, &export.Aggregates{Syncs: rep.Syncs, Lints: rep.Lint, Stragglers: stragglers, Steps: rep.Steps}, nil, nil)
 		if err == nil && o.output != "" {
 			err = writePage(notes, rep, o.output, profile)
 		}

@@ -44,8 +44,8 @@ func TestStepsFound(t *testing.T) {
 	b := testutil.Sim(t)
 	const n = 12
 	dir := t.TempDir()
-	js, pf := filepath.Join(dir, "trace.json"), filepath.Join(dir, "trace.perfetto-trace")
-	stdout, stderr, err := run(t, "record", "--json", "--nvml-interval=-1s", "-o", js, "-o", pf, "--", b.Workload, "--scenario", "train", "--iters", fmt.Sprint(n))
+	js, pf, rec := filepath.Join(dir, "trace.json"), filepath.Join(dir, "trace.perfetto-trace"), filepath.Join(dir, "run.cudatap")
+	stdout, stderr, err := run(t, "record", "--json", "--nvml-interval=-1s", "-o", js, "-o", pf, "-o", rec, "--", b.Workload, "--scenario", "train", "--iters", fmt.Sprint(n))
 	if err != nil {
 		t.Fatalf("record: %v\n%s", err, stderr)
 	}
@@ -76,6 +76,21 @@ func TestStepsFound(t *testing.T) {
 		if s.N != i+1 || s.GPUOps != want || s.Unmeasured != 0 || (i > 0 && s.StartNs != f.Steps[i-1].EndNs) {
 			t.Errorf("step %d: #%d, %d GPU ops measured, %d not, want %d; [%d, %d]", i+1, s.N, s.GPUOps, s.Unmeasured, want, s.StartNs, s.EndNs)
 		}
+	}
+
+	// report --json finds the same steps in the recording.
+	again, stderr, err := run(t, "report", "--json", rec)
+	if err != nil {
+		t.Fatalf("report --json: %v\n%s", err, stderr)
+	}
+	var rsum struct {
+		Steps []steps.Found `json:"steps"`
+	}
+	if err := json.Unmarshal([]byte(again), &rsum); err != nil {
+		t.Fatalf("report's JSON: %v\n%s", err, again)
+	}
+	if len(rsum.Steps) != 1 || rsum.Steps[0].Marker != f.Marker || len(rsum.Steps[0].Steps) != n || rsum.Steps[0].Steps[n-1] != f.Steps[n-1] {
+		t.Errorf("report --json steps %+v, want record's %+v", rsum.Steps, sum.Steps)
 	}
 
 	seen := stepsSeen(t, js)

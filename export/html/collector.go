@@ -26,6 +26,7 @@ package html
 
 import (
 	"github.com/cudatap/cudatap/export/lint"
+	"github.com/cudatap/cudatap/export/steps"
 	"github.com/cudatap/cudatap/export/syncs"
 	"github.com/cudatap/cudatap/tracer/event"
 	"github.com/cudatap/cudatap/tracer/model"
@@ -160,12 +161,15 @@ type procState struct {
 // Collector is the report's model.Sink: feed it a replay of a recording
 // (or a live session), then Build the report. Syncs collects the
 // synchronization sites for the summary and the report alike; Lints runs
-// the lints (as `cudatap lint` does).
+// the lints (as `cudatap lint` does); Steps finds the training steps (as
+// the summary's). Each sees every event (also).
 type Collector struct {
 	opts  Options
 	clock *clock
 	Syncs *syncs.Collector
 	Lints *lint.Collector
+	Steps *steps.Detector
+	also  model.Sinks // Syncs, Lints, Steps
 
 	procs  map[uint32]*procState
 	order  []*procState
@@ -200,9 +204,10 @@ func NewCollector(opts Options) *Collector {
 	opts = opts.withDefaults()
 	c := &Collector{
 		opts: opts, clock: newClock(opts.Buckets), Syncs: syncs.NewCollector(), Lints: lint.NewCollector(lint.DefaultOptions()),
-		procs: map[uint32]*procState{}, rowIdx: map[rowKey]int{},
+		Steps: steps.NewDetector(true), procs: map[uint32]*procState{}, rowIdx: map[rowKey]int{},
 		devices: map[int8]*deviceState{}, ops: map[opKey]*opStats{},
 	}
+	c.also = model.Sinks{c.Syncs, c.Lints, c.Steps}
 	c.perBkt = c.clock.newSum()
 	c.detail.max = opts.MaxSlices
 	return c
@@ -285,8 +290,7 @@ func hostCategory(x *model.Call, class event.Class) int {
 // Call records a host call: its row, occupancy, detail slice, the recent
 // calls a gap may ask about, launch rates, and device memory.
 func (c *Collector) Call(p *model.Process, x *model.Call) {
-	c.Syncs.Call(p, x)
-	c.Lints.Call(p, x)
+	c.also.Call(p, x)
 	ps := c.proc(p)
 	c.counts.calls++
 	c.see(x.Start, x.End)
@@ -320,8 +324,7 @@ func (c *Collector) Call(p *model.Process, x *model.Call) {
 
 // Sync records a host-blocking synchronization on its thread.
 func (c *Collector) Sync(p *model.Process, s *model.Sync) {
-	c.Syncs.Sync(p, s)
-	c.Lints.Sync(p, s)
+	c.also.Sync(p, s)
 	ps := c.proc(p)
 	c.counts.syncs++
 	if s.Kind == model.SyncLegacyStream {
@@ -340,16 +343,14 @@ func (c *Collector) Sync(p *model.Process, s *model.Sync) {
 
 // Dependency counts event dependencies (they are drawn from the ops).
 func (c *Collector) Dependency(p *model.Process, d *model.Dependency) {
-	c.Syncs.Dependency(p, d)
-	c.Lints.Dependency(p, d)
+	c.also.Dependency(p, d)
 	c.proc(p).deps++
 	c.counts.deps++
 }
 
 // Hold records a stretch cudatap held a thread: its time, not CUDA's.
 func (c *Collector) Hold(p *model.Process, h *model.Hold) {
-	c.Syncs.Hold(p, h)
-	c.Lints.Hold(p, h)
+	c.also.Hold(p, h)
 	ps := c.proc(p)
 	c.counts.holds++
 	c.see(h.Start, h.End)
@@ -386,8 +387,7 @@ func opCategory(k model.OpKind) (gpuCat int, mask uint8) {
 // GPUOp records a GPU op on its stream's row, in its device's overlap
 // measures, the stream's gaps and queue depth, and the top operations.
 func (c *Collector) GPUOp(p *model.Process, op *model.GPUOp) {
-	c.Syncs.GPUOp(p, op)
-	c.Lints.GPUOp(p, op)
+	c.also.GPUOp(p, op)
 	ps := c.proc(p)
 	c.counts.ops++
 	done := proven(op)

@@ -11,6 +11,7 @@ import (
 	"github.com/cudatap/cudatap/export/lint"
 	"github.com/cudatap/cudatap/export/oom"
 	"github.com/cudatap/cudatap/export/report"
+	"github.com/cudatap/cudatap/export/steps"
 	"github.com/cudatap/cudatap/export/syncs"
 	"github.com/cudatap/cudatap/internal/units"
 	"github.com/cudatap/cudatap/tracer/event"
@@ -25,6 +26,7 @@ type Report struct {
 	Result         *model.Result
 	Syncs          *syncs.Collector
 	Lint           *lint.Collector
+	Steps          *steps.Detector
 
 	// Lints are the lints' findings, ranked (errors, warnings, then
 	// notes; the costliest first); notes cost less than NoteBelow of
@@ -193,7 +195,7 @@ const (
 // model r (the same recording).
 func (c *Collector) Build(r *model.Result) *Report {
 	rep := &Report{Title: c.opts.Title, Version: c.opts.Version, Start: r.Start, End: r.End,
-		WallOffsetNs: r.WallOffsetNs, Result: r, Syncs: c.Syncs, Lint: c.Lints, Account: describe.Account(r),
+		WallOffsetNs: r.WallOffsetNs, Result: r, Syncs: c.Syncs, Lint: c.Lints, Steps: c.Steps, Account: describe.Account(r),
 		Lints: lint.Findings(r, c.Lints), NoteBelow: c.Lints.Options().NoteBelow}
 	if rep.Start == 0 {
 		rep.Start, rep.End = c.firstT, c.lastT
@@ -221,7 +223,7 @@ func (c *Collector) Build(r *model.Result) *Report {
 	}
 	rep.Verdicts = report.UnjudgedVerdicts(&r.GPU, judged) // as the summary shows them
 	var sum bytes.Buffer
-	report.Summary(&sum, r, c.Syncs, report.Options{})
+	report.Summary(&sum, r, c.Syncs, report.Options{Steps: c.Steps.Find(r)})
 	rep.Summary = sum.String()
 	rep.findings()
 	// The timeline shows everything seen: also holds that began before

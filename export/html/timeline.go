@@ -307,8 +307,8 @@ func (t *timeline) counterRow(g *tlGroup, pid uint32, label string, s *tlSeries)
 // bucketStart is bucket i's start on the page's clock.
 func (c *Collector) bucketStart(t *timeline, i int) float64 { return float64(t.rel(c.clock.start(i))) }
 
-// steps turns per-bucket values into a step function's change points.
-func steps(c *Collector, t *timeline, vals []float64) [][2]float64 {
+// stepPoints turns per-bucket values into a step function's change points.
+func stepPoints(c *Collector, t *timeline, vals []float64) [][2]float64 {
 	var pts [][2]float64
 	prev := math.NaN()
 	last := 0
@@ -343,7 +343,7 @@ func (c *Collector) queueSeries(rw *row, t *timeline) *tlSeries {
 	if rw.depth.bound {
 		label = "ops enqueued and not yet proven complete (an upper bound of the queue; mean per bucket)"
 	}
-	return &tlSeries{Label: label, Unit: "ops", Kind: "step", Points: steps(c, t, out)}
+	return &tlSeries{Label: label, Unit: "ops", Kind: "step", Points: stepPoints(c, t, out)}
 }
 
 func (c *Collector) memSeries(ps *procState, t *timeline) *tlSeries {
@@ -371,7 +371,7 @@ func (c *Collector) rateSeries(s *sumSeries, t *timeline, label string) *tlSerie
 	for i, v := range s.v {
 		vals[i] = math.Round(float64(v) * 1e9 / w)
 	}
-	pts := steps(c, t, vals)
+	pts := stepPoints(c, t, vals)
 	if len(pts) == 0 {
 		return nil
 	}
