@@ -21,7 +21,7 @@ import (
 // was gone before discovery made it a target.
 
 // cut asks the reader for a cut (control loop).
-func (s *Session) cut() { s.queueNote(note{kind: noteCut, start: monoNow()}) }
+func (s *Session) cut() { s.queueNote(note{kind: noteCut, at: monoNow()}) }
 
 // handCut retires the processes found gone at the cut before, gives the Observer
 // the processes of the interval that ends at now, named, and forgets the
@@ -46,14 +46,14 @@ func (s *Session) handCut(now uint64) {
 	slices.SortFunc(r.Processes, func(a, b *model.Process) int { return int(a.PID) - int(b.PID) })
 	r.Start, r.End = max(r.Start, s.lastCut), now
 	r.WallOffsetNs = WallOffset()
-	r.Name(s.names.names)
+	r.Name(s.resolver.Names())
 	s.obs.Cut(r)
 	s.modelMu.Unlock()
 	s.lastCut = now
 	if out := s.obs.Resample(); out != nil {
-		if err := s.resample(out); err != nil {
+		if err := s.targets.SampleOut(out); err != nil {
 			s.log.Warn("per-process sampling: every process is traced in this interval", "err", err)
-			s.resample(nil)
+			s.targets.SampleOut(nil)
 		}
 	}
 	if len(retired) > 0 {
@@ -61,6 +61,6 @@ func (s *Session) handCut(now uint64) {
 		for _, p := range retired {
 			pids[p.PID] = true
 		}
-		s.names.forget(pids)
+		s.resolver.Forget(pids)
 	}
 }

@@ -147,7 +147,7 @@ func (s *Session) launch() (*launched, error) {
 			attachErr = fmt.Errorf("the process did not stop for hooking (%v)", err)
 		}
 		if attachErr == nil {
-			attachErr = s.hookLaunched(pid)
+			attachErr = s.targets.HookLaunched(pid)
 		}
 		syscall.Kill(pid, syscall.SIGCONT)
 		if attachErr != nil {
@@ -164,22 +164,6 @@ func (s *Session) launch() (*launched, error) {
 	}()
 	r := <-res
 	return r.l, r.err
-}
-
-// hookLaunched hooks the command cudatap launched, held at its first
-// instruction: with Follow, as the root of the tree (what it maps now, its
-// executable and dynamic linker, through shared probes; what it and its
-// descendants load later, at holds); else on its own.
-func (s *Session) hookLaunched(pid int) error {
-	if !s.following() {
-		return s.attachProcess(pid, true, false)
-	}
-	s.launched = pid
-	if err := s.followRoot(pid, 0); err != nil {
-		return err
-	}
-	s.consider(pid)
-	return nil
 }
 
 // exitOf reads a wait status the way a shell reports it.

@@ -1,31 +1,26 @@
 package tracer
 
 import (
-	"strings"
-
 	"golang.org/x/sys/unix"
 
-	"github.com/cudatap/cudatap/internal/objfile"
+	"github.com/cudatap/cudatap/tracer/targets"
 )
 
-// A note is a fact the control loop learnt outside the ring buffer (a
-// hold ended, pinned memory found at attach) that the model must see in
-// order with the events: the control loop queues it, the reader applies
-// and records it before the next record it handles.
+// A note is a request from the control loop that the reader carries out
+// in order with the records, before the next record it handles: a cut, or
+// a flush of the recording. The targets' own notes (a hold ended, pinned
+// memory found at attach, ...) come from their outbox, drained at the
+// same place (applyNotes).
 type note struct {
-	kind       noteKind
-	pid, tid   uint32
-	start, end uint64 // hold: [start, end); pinned: start and size
+	kind noteKind
+	at   uint64 // cut: when
 }
 
 type noteKind uint8
 
 const (
-	noteHold noteKind = iota + 1
-	notePinned
-	noteAttachedLate
-	noteCut   // cut.go: retire the exited, hand the interval to the Observer (start: now)
-	noteFlush // hand the recording's buffer to its file: a killed cudatap leaves it readable to here
+	noteCut   noteKind = iota + 1 // cut.go: retire the exited, hand the interval to the Observer
+	noteFlush                     // hand the recording's buffer to its file: a killed cudatap leaves it readable to here
 )
 
 // queueNote hands n to the reader.
@@ -36,52 +31,73 @@ func (s *Session) queueNote(n note) {
 	s.notesQueued.Store(true)
 }
 
-// applyNotes runs on the reader goroutine (or after it ended).
+// applyNotes runs on the reader goroutine (or after it ended): the GPU
+// times measured, what the targets noted, then the control loop's
+// requests.
 func (s *Session) applyNotes() {
-	if !s.notesQueued.Load() {
+	var ns []note
+	if s.notesQueued.Load() {
+		s.notesMu.Lock()
+		var gs []gpuNote
+		ns, gs = s.notes, s.gpuNotes
+		s.notes, s.gpuNotes = nil, nil
+		s.notesQueued.Store(false)
+		s.notesMu.Unlock()
+		if len(gs) > 0 {
+			s.applyGPUNotes(gs)
+		}
+	}
+	for _, n := range s.targets.Notes() {
+		s.applyTargetNote(n)
+	}
+	s.applyRequests(ns)
+}
+
+// applyTargetNote hands a target's note to the model and the recording.
+func (s *Session) applyTargetNote(n targets.Note) {
+	if n.Kind == targets.Adopted {
+		// Found running under --all/--container: GPU times come by
+		// ptrace (a launched tree's from its environment).
+		if s.cfg.GPUTimes {
+			s.gpuTimesAdopted(int(n.PID))
+		}
 		return
 	}
-	s.notesMu.Lock()
-	ns, gs := s.notes, s.gpuNotes
-	s.notes, s.gpuNotes = nil, nil
-	s.notesQueued.Store(false)
-	s.notesMu.Unlock()
-	if len(gs) > 0 {
-		s.applyGPUNotes(gs)
+	s.modelMu.Lock()
+	switch n.Kind {
+	case targets.Hold:
+		s.model.AddHold(n.PID, n.TID, n.Start, n.End)
+	case targets.Pinned:
+		s.model.AddPinned(n.PID, n.Start, n.End)
+	case targets.AttachedLate:
+		s.model.AttachedLate(n.PID)
 	}
+	s.modelMu.Unlock()
+	if n.Kind == targets.AttachedLate {
+		// Kernels it loaded before: their handles, while it lives.
+		s.resolver.PrefetchHandles(n.PID)
+	}
+	if s.rec != nil {
+		switch n.Kind {
+		case targets.Hold:
+			s.rec.Hold(n.PID, n.TID, n.Start, n.End)
+		case targets.Pinned:
+			s.rec.Pinned(n.PID, n.Start, n.End)
+		case targets.AttachedLate:
+			s.rec.AttachedLate(n.PID)
+		}
+	}
+}
+
+// applyRequests carries out the control loop's requests.
+func (s *Session) applyRequests(ns []note) {
 	for _, n := range ns {
 		switch n.kind {
 		case noteCut:
-			s.handCut(n.start)
-			continue
+			s.handCut(n.at)
 		case noteFlush:
 			if s.rec != nil {
 				s.rec.Flush()
-			}
-			continue
-		}
-		s.modelMu.Lock()
-		switch n.kind {
-		case noteHold:
-			s.model.AddHold(n.pid, n.tid, n.start, n.end)
-		case notePinned:
-			s.model.AddPinned(n.pid, n.start, n.end)
-		case noteAttachedLate:
-			s.model.AttachedLate(n.pid)
-		}
-		s.modelMu.Unlock()
-		if n.kind == noteAttachedLate {
-			// Kernels it loaded before: their handles, while it lives.
-			s.names.prefetchHandles(n.pid)
-		}
-		if s.rec != nil {
-			switch n.kind {
-			case noteHold:
-				s.rec.Hold(n.pid, n.tid, n.start, n.end)
-			case notePinned:
-				s.rec.Pinned(n.pid, n.start, n.end)
-			case noteAttachedLate:
-				s.rec.AttachedLate(n.pid)
 			}
 		}
 	}
@@ -92,22 +108,4 @@ func monoNow() uint64 {
 	var ts unix.Timespec
 	unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
 	return uint64(ts.Nano())
-}
-
-// recoverPinned notes the pinned host memory a process already had when
-// cudatap attached: the CUDA driver maps it as shared anonymous memory
-// ("/dev/zero (deleted)", rw-s in /proc/PID/maps; seen on the H200 with
-// PyTorch's pin_memory() and cudaHostAlloc), which ordinary allocations
-// never are. Memory pinned in place with cudaHostRegister before the attach
-// cannot be told apart from any other and stays unknown.
-func (s *Session) recoverPinned(pid int) {
-	maps, err := objfile.ReadMaps(pid)
-	if err != nil {
-		return
-	}
-	for _, m := range maps {
-		if m.Deleted && m.Path == "/dev/zero" && strings.HasPrefix(m.Perms, "rw") && strings.HasSuffix(m.Perms, "s") {
-			s.queueNote(note{kind: notePinned, pid: uint32(pid), start: m.Start, end: m.End - m.Start})
-		}
-	}
 }

@@ -156,9 +156,7 @@ func BenchmarkAggregateOverhead(b *testing.B) {
 		emptyRet = append(emptyRet, runLoop(b, bin, n, func(tb testing.TB, pid int) func() { return attachEmptyOn(tb, pid, "cuLaunchKernel", true) }))
 		recorded = append(recorded, runLoop(b, bin, n, attachAll(false, false)))
 		aggregated = append(aggregated, runLoop(b, bin, n, attachAll(true, false)))
-		aggregateByStream = false
-		noStream = append(noStream, runLoop(b, bin, n, attachAll(true, false)))
-		aggregateByStream = true
+		noStream = append(noStream, runLoop(b, bin, n, attachAllWithoutStream))
 		timed = append(timed, runLoop(b, bin, n, attachAll(true, true)))
 		// The same round's ratio: the machine's drift between rounds
 		// (a VM's uprobe cost moves ±20%) cancels out.
@@ -194,13 +192,23 @@ func BenchmarkAggregateOverhead(b *testing.B) {
 // attachAll runs an --all session (shared probes), counting launches in
 // BPF when aggregate (and timing them when times); detaching ends it.
 func attachAll(aggregate, times bool) func(testing.TB, int) func() {
+	return attachAllWith(Config{AggregateLaunches: aggregate, LaunchTimes: times})
+}
+
+// attachAllWithoutStream is attachAll(true, false) counting launches
+// without their stream: what the stream read costs.
+var attachAllWithoutStream = attachAllWith(Config{AggregateLaunches: true, aggregateWithoutStream: true})
+
+// attachAllWith is attachAll with cfg's aggregation settings.
+func attachAllWith(agg Config) func(testing.TB, int) func() {
 	return func(tb testing.TB, pid int) func() {
 		ctx, cancel := context.WithCancel(context.Background())
 		attached := make(chan struct{})
 		done := make(chan error, 1)
 		go func() {
 			_, err := Run(ctx, Config{All: true, Stacks: probe.StacksNone, NVMLInterval: -1, NameWindow: -1, Recording: discard{},
-				AggregateLaunches: aggregate, LaunchTimes: times, Observer: Funcs{OnAttached: func(int) { close(attached) }}})
+				AggregateLaunches: agg.AggregateLaunches, LaunchTimes: agg.LaunchTimes, aggregateWithoutStream: agg.aggregateWithoutStream,
+				Observer: Funcs{OnAttached: func(int) { close(attached) }}})
 			done <- err
 		}()
 		select {

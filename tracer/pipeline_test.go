@@ -14,11 +14,12 @@ import (
 
 	"github.com/cudatap/cudatap/internal/objfile"
 	"github.com/cudatap/cudatap/internal/testutil"
-	"github.com/cudatap/cudatap/symbolize/unwind"
 	"github.com/cudatap/cudatap/tracer/event"
 	"github.com/cudatap/cudatap/tracer/model"
 	"github.com/cudatap/cudatap/tracer/probe"
 	"github.com/cudatap/cudatap/tracer/recording"
+	"github.com/cudatap/cudatap/tracer/resolve"
+	"github.com/cudatap/cudatap/tracer/targets"
 )
 
 // realRecords traces the simulated workload for real (uprobes, ring
@@ -65,17 +66,19 @@ func eventRecords(tb testing.TB, file []byte) [][]byte {
 // readerOnly is a session with its reader stage and nothing else: no BPF,
 // no targets. Records are fed to handleRecord as the ring buffer would.
 func readerOnly(tb testing.TB, rec io.Writer, sink model.Sink) *Session {
-	s := &Session{cfg: Config{}, log: slog.New(slog.DiscardHandler), cache: objfile.NewCache(64),
-		targets: map[int]*target{}, rescans: map[int]rescan{}, rescanWake: make(chan struct{}, 1), unwind: unwind.New()}
+	cache := objfile.NewCache(64)
+	s := &Session{cfg: Config{}, log: slog.New(slog.DiscardHandler), cache: cache,
+		targets: targets.New(targets.Config{}, nil, nil, cache, nil)}
+	var names resolve.NameWriter
 	if rec != nil {
 		w, err := recording.NewWriter(rec, recording.NewHeader("bench", 0))
 		if err != nil {
 			tb.Fatal(err)
 		}
-		s.rec = w
+		s.rec, names = w, w
 	}
 	s.model = model.New(sink)
-	s.names = newResolver(s)
+	s.resolver = resolve.New(s.targets, names, s.log)
 	return s
 }
 

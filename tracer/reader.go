@@ -4,10 +4,8 @@ package tracer
 // → recording, on one goroutine.
 
 import (
-	"github.com/cudatap/cudatap/internal/objfile"
-	"github.com/cudatap/cudatap/symbolize"
-	"github.com/cudatap/cudatap/symbolize/unwind"
 	"github.com/cudatap/cudatap/tracer/event"
+	"github.com/cudatap/cudatap/tracer/targets"
 )
 
 // handleRecord runs on the reader goroutine, the only one feeding the
@@ -21,11 +19,11 @@ func (s *Session) handleRecord(raw []byte) {
 // handleEvent is handleRecord once the notes are applied; the NVTX calls
 // the collector reported come here too (nvtx.go).
 func (s *Session) handleEvent(raw []byte) {
-	s.names.pollKernels(false)
+	s.resolver.PollKernels(false)
 	if event.IsPyCode(raw) {
 		// Not an event: a copy of a Python code object the record before
 		// it refers to. Used for naming only, never recorded.
-		s.names.pyCode(raw)
+		s.resolver.PyCode(raw)
 		return
 	}
 	ev := &s.ev
@@ -45,8 +43,8 @@ func (s *Session) handleEvent(raw []byte) {
 		}
 		switch ev.API() {
 		case event.LibraryLoad:
-			s.names.comm(ev)
-			s.queueRescan(int(ev.PID), rescan{held: ev.Cookie&event.CookieStop != 0, tid: ev.TID, at: ev.Start})
+			s.resolver.Comm(ev)
+			s.targets.QueueRescan(int(ev.PID), targets.Rescan{Held: ev.Cookie&event.CookieStop != 0, TID: ev.TID, At: ev.Start})
 		case event.CUPTIClient, event.CUPTIReleased:
 			s.cuptiCall(ev)
 		default:
@@ -54,19 +52,19 @@ func (s *Session) handleEvent(raw []byte) {
 		}
 		return
 	}
-	if ev.Caller != 0 && s.names.viaRuntime(ev) {
+	if ev.Caller != 0 && s.resolver.ViaRuntime(ev) {
 		ev.Flags |= event.FlagViaRuntime
 		event.SetFlags(raw, ev.Flags) // recorded with the event
 	}
 	if ev.NStack > 0 || len(ev.Copy) > 0 {
-		s.prepareStack(ev)
+		s.resolver.PrepareStack(ev)
 	}
 	s.modelMu.Lock()
 	s.model.Handle(ev)
 	fn := s.model.Last().Args.Func // all the resolver needs of the decoded call
 	s.modelMu.Unlock()
 	if ev.Spec() != nil {
-		s.names.event(ev, fn)
+		s.resolver.Event(ev, fn)
 	}
 	if s.rec != nil {
 		if event.CookieHasStack(ev.Cookie) && len(raw) > event.CopyOffset {
@@ -83,80 +81,19 @@ func (s *Session) handleEvent(raw []byte) {
 	s.events.Add(1)
 }
 
-// prepareStack cuts a frame-pointer walk at the first address outside every
-// executable mapping: code built without frame pointers sends the walk into
-// data, and what follows is noise.
-func (s *Session) prepareStack(ev *event.Event) {
-	p := s.symProcess(ev.PID)
-	if p == nil {
-		return
+// treeRecord handles a record of the followed tree: a process started,
+// or a program executed (the process then stopped until the control loop
+// hooked what it maps).
+func (s *Session) treeRecord(ev *event.Event) {
+	switch ev.API() {
+	case event.ProcessFork:
+		s.targets.Forked(ev.PID, uint32(ev.Args[0]))
+		s.resolver.Forked(ev)
+		s.modelMu.Lock()
+		s.model.AddProcess(ev.PID) // every process of the tree shows, CUDA or not
+		s.modelMu.Unlock()
+	case event.ProcessExec:
+		s.resolver.Executed(ev)
+		s.targets.QueueRescan(int(ev.PID), targets.Rescan{Held: ev.Cookie&event.CookieStop != 0, TID: ev.TID, At: ev.Start})
 	}
-	if len(ev.Copy) > 0 {
-		// Code without frame pointers (CPython, PyTorch) ends the BPF walk
-		// early: unwind the stack copy with .eh_frame instead.
-		if pcs := s.unwind.Unwind(p, unwind.Regs(ev.Regs), ev.Copy, event.MaxStack); len(pcs) > ev.NStack {
-			ev.NStack = copy(ev.Stack[:], pcs)
-		}
-	}
-	maps := p.Mappings()
-	n := 0
-	refreshed := false
-	for n < ev.NStack {
-		if executable(maps, ev.Stack[n]) {
-			n++
-			continue
-		}
-		if refreshed || p.Refresh() != nil {
-			break
-		}
-		// A library loaded since the last look may hold the frame.
-		refreshed, maps = true, p.Mappings()
-	}
-	ev.NStack = n
-}
-
-func executable(maps []objfile.Mapping, addr uint64) bool {
-	for i := range maps {
-		if maps[i].Contains(addr) {
-			return maps[i].Exec()
-		}
-	}
-	return false
-}
-
-// symProcess returns the symbolizer of a live target, nil if unknown.
-func (s *Session) symProcess(pid uint32) *symbolize.Process {
-	s.mu.Lock()
-	t := s.targets[int(pid)]
-	s.mu.Unlock()
-	if t == nil {
-		return nil
-	}
-	t.symMu.Lock()
-	defer t.symMu.Unlock()
-	if t.symbolize == nil {
-		p, err := symbolize.NewProcess(int(pid), s.cache)
-		if err != nil {
-			return nil
-		}
-		t.symbolize = p
-	}
-	return t.symbolize
-}
-
-// symbolizeAddr resolves an address of a live process; it refreshes the
-// process's mappings once when the address falls outside every known one
-// (a library loaded since the last look).
-func (s *Session) symbolizeAddr(pid uint32, addr uint64) symbolize.Frame {
-	p := s.symProcess(pid)
-	if p == nil {
-		return symbolize.Frame{Addr: addr}
-	}
-	f := p.Symbolize(addr)
-	if f.Raw == "" && f.Object == "" {
-		if p.Refresh() == nil {
-			f = p.Symbolize(addr)
-		}
-	}
-	return f
 }

@@ -5,8 +5,8 @@
 // (tracer/recording) and the caller's sinks. It stops cleanly at a
 // deadline, a signal or when every target has exited.
 //
-// Files: session.go the lifecycle, targets.go and watch.go the processes
-// and their probes, reader.go the reader stage, names.go the resolver.
+// Files: session.go the lifecycle (the processes and their probes are
+// tracer/targets'), reader.go the reader stage, names.go the resolver.
 package tracer
 
 import (
@@ -26,12 +26,13 @@ import (
 
 	"github.com/cudatap/cudatap/internal/objfile"
 	"github.com/cudatap/cudatap/internal/procfs"
-	"github.com/cudatap/cudatap/symbolize/unwind"
 	"github.com/cudatap/cudatap/tracer/event"
 	"github.com/cudatap/cudatap/tracer/guard"
 	"github.com/cudatap/cudatap/tracer/model"
 	"github.com/cudatap/cudatap/tracer/probe"
 	"github.com/cudatap/cudatap/tracer/recording"
+	"github.com/cudatap/cudatap/tracer/resolve"
+	"github.com/cudatap/cudatap/tracer/targets"
 )
 
 // Config of a recording session.
@@ -46,7 +47,7 @@ type Config struct {
 	PerSymbolUprobes bool // never use uprobe_multi (what kernels before 6.6 get)
 	WaitForCUDA      bool // a target without CUDA yet is watched instead of refused
 	// Follow traces, besides the command (or the PIDs), every process it
-	// starts, at any depth, from its first call (follow.go).
+	// starts, at any depth, from its first call (tracer/targets/follow.go).
 	Follow bool
 	// GPUTimes measures GPU ops with the target's own CUPTI through
 	// cudatap's collector (gputime.go); CUPTIPath overrides which CUPTI.
@@ -75,6 +76,9 @@ type Config struct {
 	Cut time.Duration
 	// pruneEvery, when positive, replaces pruneEvery (tests).
 	pruneEvery time.Duration
+	// aggregateWithoutStream counts aggregated launches without their
+	// stream (benchmarks: what the stream read costs).
+	aggregateWithoutStream bool
 	// SampledOut keeps processes out of this session (--all/--container:
 	// the agent's per-process sampling): PID → start time
 	// (procfs.ProcessStat.StartTicks), so that a PID reused by a new
@@ -122,12 +126,7 @@ type Status struct {
 }
 
 // Attached describes the probes of one process.
-type Attached struct {
-	PID       int
-	Libraries []probe.Library
-	Hooked    int
-	Missing   []string
-}
+type Attached = targets.Attached
 
 // Outcome is everything a session produced.
 type Outcome struct {
@@ -148,19 +147,12 @@ type Session struct {
 	events atomic.Uint64
 	lost   atomic.Uint64
 
-	mu      sync.Mutex // guards targets
-	targets map[int]*target
-	// Library loads reported by the reader, coalesced per process for the
-	// control loop (a set, so a burst of loads cannot overflow it).
-	rescanMu   sync.Mutex
-	rescans    map[int]rescan
-	rescanWake chan struct{}
-	encBuf     []byte     // re-encoded records (reader goroutine only)
-	modelMu    sync.Mutex // the model is fed by the reader and read by Observer.Live snapshots
-	names      *resolver
-	guard      *guard.Guardian // continues held targets if cudatap dies (nil: nothing is held)
-	obs        Observer        // Config.Observer, or one that hears nothing
-	closer     *closer         // closes the probes of exited processes off the control loop
+	targets  *targets.Set      // the processes traced and their probes
+	encBuf   []byte            // re-encoded records (reader goroutine only)
+	modelMu  sync.Mutex        // the model is fed by the reader and read by Observer.Live snapshots
+	resolver *resolve.Resolver // names what the events refer to, while the processes live
+	guard    *guard.Guardian   // continues held targets if cudatap dies (nil: nothing is held)
+	obs      Observer          // Config.Observer, or one that hears nothing
 	// Notes from the control loop for the reader (see notes.go).
 	notesMu     sync.Mutex
 	notes       []note
@@ -169,39 +161,14 @@ type Session struct {
 	gputimes    gpuTimes
 	tracingEnd  atomic.Uint64 // when the probes began to close: later calls are not traced
 	ev          event.Event   // the record being handled (reader goroutine only)
-	unwind      *unwind.Unwinder
 	gpu         *gpuSampler
 
-	// Watch mode (control loop only).
-	loaders     map[string]*probe.Attachment // host-wide dynamic-linker hooks, by file
-	seenMaps    map[int]uint64               // maps hash of processes looked at
-	sweeps      int                          // discoverAll calls, for the full sweep
-	aggFullSaid uint64                       // launch-counter overflows already logged
-	aggPIDs     map[uint32]bool              // the processes in the last aggregates reported
-	plain       map[string]bool              // files ("dev:inode") that hold no CUDA layer
-	newTargets  int
-	attachFails atomic.Uint64 // probe sets that could not be attached (shown as "attach failures")
-	finished    []Attached    // targets forgotten after they exited (not kept with Config.Cut)
+	aggFullSaid uint64          // launch-counter overflows already logged (control loop)
+	aggPIDs     map[uint32]bool // the processes in the last aggregates reported
 	// Reader goroutine only (cut.go): the processes found gone at the
 	// last cut, and when it was.
 	goneAtCut map[uint32]bool
 	lastCut   uint64
-	// The processes sampled out now (SampledOut, then Observer.Resample's), guarded
-	// by mu.
-	sampled map[int]uint64
-	// Shared probes (see shared.go): by library key and layer, guarded by
-	// mu; the cgroups the BPF side counts (control loop only); live is set
-	// once the processes running at the start are attached.
-	shared  map[string]*probe.Attachment
-	cgroups map[uint64]bool
-	cgroup2 string // where the cgroup v2 hierarchy is mounted, "" if nowhere
-	live    bool
-	// The followed tree (follow.go), and the command cudatap launched
-	// (traced from its start: nothing to recover).
-	treeMu   sync.Mutex
-	tree     map[uint32]*treeProc
-	treeLost uint64
-	launched int
 }
 
 // Run records until ctx is done, the duration passes, or every target exits.
@@ -244,13 +211,7 @@ func run(ctx context.Context, cfg Config, inspect func(*Session)) (*Outcome, err
 		return nil, errors.New("SampledOut needs All or Container (shared probes)")
 	}
 
-	s := &Session{cfg: cfg, log: cfg.Logger, tr: tr, obs: cfg.Observer, cache: objfile.NewCache(512),
-		targets: map[int]*target{}, rescans: map[int]rescan{}, rescanWake: make(chan struct{}, 1), unwind: unwind.New(), tree: map[uint32]*treeProc{},
-		loaders: map[string]*probe.Attachment{}, seenMaps: map[int]uint64{}, plain: map[string]bool{},
-		shared: map[string]*probe.Attachment{}, cgroups: map[uint64]bool{}, cgroup2: procfs.Cgroup2Mount()}
-	if err := s.resample(cfg.SampledOut); err != nil {
-		return nil, err
-	}
+	s := &Session{cfg: cfg, log: cfg.Logger, tr: tr, obs: cfg.Observer, cache: objfile.NewCache(512)}
 	if cfg.Recording != nil {
 		s.rec, err = recording.NewWriter(cfg.Recording, recordingHeader(cfg))
 		if err != nil {
@@ -258,9 +219,6 @@ func run(ctx context.Context, cfg Config, inspect func(*Session)) (*Outcome, err
 		}
 	}
 	s.model = model.New(cfg.Sink)
-	s.names = newResolver(s)
-	s.closer = newCloser()
-	defer s.closer.stop() // before tr.Close: links go before the BPF objects
 	if len(cfg.Command) > 0 || cfg.WaitForCUDA || (cfg.GPUTimes && (len(cfg.PIDs) > 0 || cfg.All || cfg.Container != "")) || s.following() {
 		// These targets are held at library loads, or borrowed by ptrace to
 		// load the GPU-time collector: never without a guardian.
@@ -271,6 +229,19 @@ func run(ctx context.Context, cfg Config, inspect func(*Session)) (*Outcome, err
 			}
 			defer s.guard.Close()
 		}
+	}
+	s.targets = targets.New(targets.Config{All: cfg.All, Container: cfg.Container, Follow: s.following(),
+		Launching: len(cfg.Command) > 0, WaitForCUDA: cfg.WaitForCUDA, NameWindow: cfg.NameWindow,
+		AggregateLaunches: cfg.AggregateLaunches, LaunchTimes: cfg.LaunchTimes,
+		AggregateWithoutStream: cfg.aggregateWithoutStream, Cut: cfg.Cut > 0}, tr, s.guard, s.cache, cfg.Logger)
+	defer s.targets.Close()      // before tr.Close: links go before the BPF objects
+	var names resolve.NameWriter // the recording, if any
+	if s.rec != nil {
+		names = s.rec
+	}
+	s.resolver = resolve.New(s.targets, names, cfg.Logger)
+	if err := s.targets.SampleOut(cfg.SampledOut); err != nil {
+		return nil, err
 	}
 	if inspect != nil {
 		inspect(s)
@@ -369,8 +340,8 @@ func (s *Session) run(ctx context.Context) (*Outcome, error) {
 	out := &Outcome{ExitCode: -1}
 	var child *launched
 	if s.following() {
-		if err := s.startFollowing(); err != nil {
-			s.closeAll()
+		if err := s.targets.StartFollowing(); err != nil {
+			s.targets.CloseAll()
 			return nil, err
 		}
 	}
@@ -378,51 +349,49 @@ func (s *Session) run(ctx context.Context) (*Outcome, error) {
 		var err error
 		child, err = s.launch()
 		if err != nil {
-			s.closeAll()
+			s.targets.CloseAll()
 			return nil, err
 		}
 	}
 	for _, pid := range s.cfg.PIDs {
 		if s.following() {
-			if err := s.followRunning(pid); err != nil {
-				s.closeAll()
+			if err := s.targets.FollowRunning(pid); err != nil {
+				s.targets.CloseAll()
 				return nil, err
 			}
 		}
-		if err := s.attachProcess(pid, false, true); err != nil {
-			s.closeAll()
+		if err := s.targets.Attach(pid); err != nil {
+			s.targets.CloseAll()
 			return nil, err
 		}
 		if s.cfg.GPUTimes {
 			if err := s.gpuTimesAttach(pid); err != nil {
-				s.closeAll()
+				s.targets.CloseAll()
 				return nil, err
 			}
 		}
 	}
-	if s.watching() {
-		s.discoverAll()
-	}
-	s.live = true
+	s.targets.Discover()
+	s.targets.GoLive()
 	// Processes that make no call while traced still appear in every output.
-	for _, pid := range s.livePIDs() {
+	for _, pid := range s.targets.LivePIDs() {
 		s.model.AddProcess(uint32(pid))
-		s.names.processEarly(uint32(pid))
+		s.resolver.ProcessEarly(uint32(pid))
 	}
-	for _, pid := range s.treeRoots() { // with or without CUDA yet
+	for _, pid := range s.targets.TreeRoots() { // with or without CUDA yet
 		s.model.AddProcess(pid)
-		s.names.processEarly(pid)
+		s.resolver.ProcessEarly(pid)
 	}
 	s.gpu = startGPU(ctx, s.cfg.NVMLInterval)
 	if s.gpu.status != "" {
 		s.log.Info("GPU counters omitted", "reason", s.gpu.status) // the summary says it once
 	}
-	for _, pid := range s.livePIDs() {
+	for _, pid := range s.targets.LivePIDs() {
 		s.gpu.markCPU(uint32(pid))
 	}
-	n := len(s.targets)
+	n := s.targets.Count()
 	if s.following() {
-		n = len(s.treeRoots()) // the processes followed, CUDA or not
+		n = len(s.targets.TreeRoots()) // the processes followed, CUDA or not
 	}
 	s.obs.Attached(n)
 	s.obs.Live(func() []model.StreamSnap {
@@ -477,19 +446,16 @@ loop:
 		case <-childExited:
 			childExited = nil
 			s.markExited(child.pid)
-			if s.allExited() {
+			if s.targets.AllExited() {
 				break loop
 			}
-		case <-s.rescanWake:
-			for pid, r := range s.takeRescans() {
-				s.handleRescan(pid, r)
-				if s.watching() {
-					s.consider(pid)
-				}
+		case <-s.targets.RescanWake():
+			for pid, r := range s.targets.Rescans() {
+				s.targets.Rescan(pid, r)
 			}
 		case now := <-liveness.C:
-			s.endNamingWindows(now)
-			for _, pid := range s.livePIDs() {
+			s.targets.EndNamingWindows(now, modelStubs{s})
+			for _, pid := range s.targets.LivePIDs() {
 				if child != nil && pid == child.pid {
 					continue // reaped by its own waiter
 				}
@@ -497,7 +463,7 @@ loop:
 					s.markExited(pid)
 				}
 			}
-			if s.allExited() && !s.watching() {
+			if s.targets.AllExited() && !s.targets.Watching() {
 				break loop
 			}
 		case now := <-status.C:
@@ -510,7 +476,7 @@ loop:
 				s.log.Error("writing the recording failed: stopping the trace here", "err", s.rec.Err())
 				break loop
 			}
-			s.sweep()
+			s.targets.Sweep()
 			if s.cfg.Cut > 0 && now.Sub(lastCut) >= s.cfg.Cut {
 				lastCut = now
 				s.cut()
@@ -520,19 +486,17 @@ loop:
 				if n, err := s.tr.PruneInflight(threadAlive); err == nil && n > 0 {
 					s.log.Debug("pruned entries of dead threads", "n", n)
 				}
-				if s.sharedProbes() {
+				if s.targets.SharedProbes() {
 					s.tr.PruneProcesses(procfs.Alive)
 				}
 				s.reportAggregates(true)
 			} else {
 				s.reportAggregates(false)
 			}
-			if s.watching() {
-				s.discoverAll()
-			}
+			s.targets.Discover()
 			ev := s.events.Load()
 			dt := now.Sub(lastStatus).Seconds()
-			st := Status{Elapsed: now.Sub(start), Processes: len(s.livePIDs()), Events: ev,
+			st := Status{Elapsed: now.Sub(start), Processes: len(s.targets.LivePIDs()), Events: ev,
 				EventsPerSec: float64(ev-lastEvents) / dt, Lost: s.lostNow()}
 			if s.rec != nil {
 				st.Bytes = s.rec.Size()
@@ -545,10 +509,9 @@ loop:
 	// Stop: detach so nothing new arrives, then take the collectors' last
 	// GPU times (of the calls traced until now), then drain what is queued.
 	s.tracingEnd.Store(monoNow())
-	s.closeAll()
+	s.targets.CloseAll()
 	s.stopGPUTimes()
-	s.closeShared()
-	s.closeLoaders()
+	s.targets.CloseShared()
 	s.tr.Drain()
 	if err := <-readerDone; err != nil {
 		return nil, err
@@ -565,7 +528,7 @@ loop:
 				s.log.Debug("returns without their entry", "api", event.API(api).String(), "n", n)
 			}
 		}
-		s.model.SetAttachFailures(s.attachFails.Load())
+		s.model.SetAttachFailures(s.targets.AttachFailures())
 	}
 	s.model.AddGPUTimesLost(s.gpuTimesLost())
 	s.reportAggregates(false) // the last counts, probes closed
@@ -574,14 +537,12 @@ loop:
 		out.ExitCode = out.Exit.Code
 	}
 	res := s.model.Finish()
-	s.names.pollKernels(true) // kernels named by files still being decoded
-	res.Name(s.names.names)
+	s.resolver.PollKernels(true) // kernels named by files still being decoded
+	res.Name(s.resolver.Names())
 	res.WallOffsetNs = WallOffset()
 	s.gpu.finish(res)
 	out.Result = res
-	s.mu.Lock()
-	out.Attached = s.attachedSummary()
-	s.mu.Unlock()
+	out.Attached = s.targets.Summary()
 	if s.rec != nil {
 		// The reader is done: the NVML series go in after the events.
 		for _, c := range res.Counters {
@@ -594,6 +555,33 @@ loop:
 		}
 	}
 	return out, nil
+}
+
+// following reports whether this session follows process trees.
+func (s *Session) following() bool {
+	return s.cfg.Follow && (len(s.cfg.Command) > 0 || len(s.cfg.PIDs) > 0)
+}
+
+// markExited releases what pid held: its probes, and its GPU-time
+// collector.
+func (s *Session) markExited(pid int) {
+	if s.targets.MarkExited(pid) && s.cfg.GPUTimes {
+		s.gpuTimesExited(pid)
+	}
+}
+
+// threadAlive is procfs.ThreadAlive for a thread id as BPF reports it (the
+// entry table's keys).
+func threadAlive(tid uint32) bool { return procfs.ThreadAlive(int(tid)) }
+
+// modelStubs is the model's LastNewStub under the model lock, for the
+// naming windows (control loop).
+type modelStubs struct{ s *Session }
+
+func (m modelStubs) LastNewStub(pid uint32) (uint64, int) {
+	m.s.modelMu.Lock()
+	defer m.s.modelMu.Unlock()
+	return m.s.model.LastNewStub(pid)
 }
 
 func (s *Session) lostNow() uint64 {

@@ -21,6 +21,7 @@ import (
 	"github.com/cudatap/cudatap/tracer/guard"
 	"github.com/cudatap/cudatap/tracer/model"
 	"github.com/cudatap/cudatap/tracer/probe"
+	"github.com/cudatap/cudatap/tracer/targets"
 )
 
 func TestMain(m *testing.M) {
@@ -66,7 +67,7 @@ func expectedCounts(rep *sim.Report, layers uint8) map[string]int {
 	want := map[string]int{}
 	for _, calls := range []map[string]int{rep.Calls, rep.Internal} {
 		for sym, n := range calls {
-			if s := specOf(sym); s != nil && s.Class != event.ClassLaunch && policyFor(s.Layer, layers).want(s) {
+			if s := specOf(sym); s != nil && s.Class != event.ClassLaunch && targets.PolicyFor(s.Layer, layers).Want(s) {
 				want[sym] += n
 			}
 		}

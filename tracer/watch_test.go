@@ -120,7 +120,7 @@ func waitForgotten(t *testing.T, s *Session, pids []int) {
 	if err := waitFor("exited processes to be dropped", func() bool { return holding(s, pids) == 0 }); err != nil {
 		t.Fatalf("%v: %d of %d targets still held after their processes exited", err, holding(s, pids), len(pids))
 	}
-	s.closer.wait() // and their probes closed (off the control loop)
+	s.targets.WaitClosed() // and their probes closed (off the control loop)
 }
 
 // TestAllCatchesNewProcess: --all hooks a CUDA process started after
@@ -482,29 +482,15 @@ func TestAllThousandProcessesFlat(t *testing.T) {
 
 // hooked reports whether s has pid's probes live: its libraries hooked
 // and, since the simulated runtime loads libcuda only at its first call,
-// the runtime's launch probes that count launches until then.
-func hooked(s *Session, pid int) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	t := s.targets[pid]
-	if t == nil || t.exited {
-		return false
-	}
-	if len(t.shared) > 0 {
-		// Shared probes: the files it maps are hooked, and the driver it
-		// will load too.
-		return t.driverReady || t.layers&(1<<event.Driver) != 0
-	}
-	return len(t.attached) > 0 && t.rtLaunch != nil
-}
+// the runtime's launch probes that count launches until then (shared
+// probes: the files it maps are hooked, and the driver it will load too).
+func hooked(s *Session, pid int) bool { return s.targets.Hooked(pid) }
 
 // holding counts the targets s still holds among pids.
 func holding(s *Session, pids []int) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	n := 0
 	for _, pid := range pids {
-		if s.targets[pid] != nil {
+		if s.targets.Holds(pid) {
 			n++
 		}
 	}

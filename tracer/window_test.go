@@ -81,12 +81,7 @@ func TestNamingWindowClosesEarly(t *testing.T) {
 }
 
 // windowOpen reports whether pid's runtime launch probes are attached.
-func windowOpen(s *Session, pid int) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	t := s.targets[pid]
-	return t != nil && t.rtLaunch != nil
-}
+func windowOpen(s *Session, pid int) bool { return s.targets.NamingWindowOpen(pid) }
 
 // TestAttachNamesStrippedKernels attaches to a stripped program (as some
 // pip wheels are) whose kernels were registered and launched before cudatap

@@ -18,6 +18,7 @@ import (
 	"github.com/cudatap/cudatap/internal/procfs"
 	"github.com/cudatap/cudatap/tracer"
 	"github.com/cudatap/cudatap/tracer/probe"
+	"github.com/cudatap/cudatap/tracer/targets"
 )
 
 type recordOptions struct {
@@ -290,7 +291,7 @@ func containerHint(container string) string {
 	pids, _ := procfs.PIDs()
 	n := 0
 	for _, pid := range pids {
-		if cg, err := procfs.Cgroup(pid); err == nil && tracer.CgroupMatches(cg, container) {
+		if cg, err := procfs.Cgroup(pid); err == nil && targets.CgroupMatches(cg, container) {
 			n++
 		}
 	}

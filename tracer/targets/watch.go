@@ -1,4 +1,4 @@
-package tracer
+package targets
 
 import (
 	"os"
@@ -13,10 +13,13 @@ import (
 // a library load seen by a host-wide hook on each dynamic linker, and by a
 // once-a-second sweep of /proc as a backstop (static executables).
 
-func (s *Session) watching() bool { return s.cfg.All || s.cfg.Container != "" }
+func (s *Set) watching() bool { return s.cfg.All || s.cfg.Container != "" }
+
+// Watching reports whether targets are found rather than given.
+func (s *Set) Watching() bool { return s.watching() }
 
 // matches reports whether pid belongs to the watched set.
-func (s *Session) matches(pid int) bool {
+func (s *Set) matches(pid int) bool {
 	if pid == os.Getpid() {
 		return false
 	}
@@ -64,9 +67,15 @@ const maxPlain = 1 << 16
 // an idle agent's CPU (1.5% of a core on the CI VM).
 const fullSweepEvery = 10
 
-// discoverAll hooks every matching process that maps CUDA now and watches
-// library loads in all of them.
-func (s *Session) discoverAll() {
+// Discover, watching, hooks every matching process that maps CUDA now and
+// watches library loads in all of them.
+func (s *Set) Discover() {
+	if s.watching() {
+		s.discoverAll()
+	}
+}
+
+func (s *Set) discoverAll() {
 	pids, err := procfs.PIDs()
 	if err != nil {
 		return // no /proc to sweep: forget nothing
@@ -92,7 +101,7 @@ func (s *Session) discoverAll() {
 
 // consider looks at a process not traced yet: watch its dynamic linker,
 // and hook it if it maps CUDA.
-func (s *Session) consider(pid int) {
+func (s *Set) consider(pid int) {
 	s.mu.Lock()
 	t := s.targets[pid]
 	s.mu.Unlock()
@@ -144,12 +153,11 @@ func (s *Session) consider(pid int) {
 		s.log.Warn("cannot trace", "pid", pid, "err", err)
 		return
 	}
-	s.newTargets++
 }
 
 // watchLoader hooks a dynamic linker host-wide (once per file): every
 // library load in every process using it reaches the rescan channel.
-func (s *Session) watchLoader(ldso *probe.Library) {
+func (s *Set) watchLoader(ldso *probe.Library) {
 	key := ldso.Key()
 	if _, ok := s.loaders[key]; ok {
 		return
@@ -166,7 +174,7 @@ func (s *Session) watchLoader(ldso *probe.Library) {
 	s.loaders[key] = a
 }
 
-func (s *Session) closeLoaders() {
+func (s *Set) closeLoaders() {
 	for _, a := range s.loaders {
 		if a != nil {
 			a.Close()
@@ -176,12 +184,12 @@ func (s *Session) closeLoaders() {
 
 // forgetExited drops exited targets that are no longer in /proc; their
 // calls stay in the model (with Config.Cut, until a cut retires them).
-func (s *Session) forgetExited(live map[int]bool) {
+func (s *Set) forgetExited(live map[int]bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for pid, t := range s.targets {
 		if t.exited && !live[pid] {
-			if s.cfg.Cut == 0 { // with cuts, it is forgotten (cut.go)
+			if !s.cfg.Cut { // with cuts, the session forgets it
 				s.finished = append(s.finished, t.summary())
 			}
 			delete(s.targets, pid)
@@ -189,10 +197,11 @@ func (s *Session) forgetExited(live map[int]bool) {
 	}
 }
 
-// resample keeps the processes of out (PID → start time) out of the shared
-// probes from now on, and lets the ones sampled out before, not in out,
-// back in.
-func (s *Session) resample(out map[int]uint64) error {
+// SampleOut keeps the processes of out (PID → start time,
+// procfs.ProcessStat.StartTicks) out of the shared probes from now on, and
+// lets the ones sampled out before, not in out, back in. Safe from any
+// goroutine.
+func (s *Set) SampleOut(out map[int]uint64) error {
 	s.mu.Lock()
 	before := s.sampled
 	s.sampled = out

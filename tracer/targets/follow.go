@@ -1,4 +1,4 @@
-package tracer
+package targets
 
 // Following the job. A training or serving job is a tree of processes:
 // torchrun and its workers, a shell script and the Python it runs,
@@ -28,7 +28,6 @@ import (
 	"strings"
 
 	"github.com/cudatap/cudatap/internal/procfs"
-	"github.com/cudatap/cudatap/tracer/event"
 	"github.com/cudatap/cudatap/tracer/probe"
 )
 
@@ -43,12 +42,10 @@ type treeProc struct {
 }
 
 // following reports whether this session follows process trees.
-func (s *Session) following() bool {
-	return s.cfg.Follow && (len(s.cfg.Command) > 0 || len(s.cfg.PIDs) > 0)
-}
+func (s *Set) following() bool { return s.cfg.Follow }
 
 // probeFilter says which processes the session's shared probes count for.
-func (s *Session) probeFilter() probe.Filter {
+func (s *Set) probeFilter() probe.Filter {
 	switch {
 	case s.following():
 		return probe.TreeProcesses
@@ -58,9 +55,10 @@ func (s *Session) probeFilter() probe.Filter {
 	return probe.AllProcesses
 }
 
-// startFollowing turns the tree on: from here, what a process of it starts
-// joins it, and a program one executes is held until hooked.
-func (s *Session) startFollowing() error {
+// StartFollowing turns the tree on (Config.Follow): from here, what a
+// process of it starts joins it, and a program one executes is held until
+// hooked.
+func (s *Set) StartFollowing() error {
 	if err := s.tr.StartFollow(true); err != nil {
 		return err
 	}
@@ -73,21 +71,17 @@ func (s *Session) startFollowing() error {
 }
 
 // followRoot makes pid a root of the tree (its parent, if known, noted).
-// Before the session reads records (the resolver is the reader's).
-func (s *Session) followRoot(pid, parent int) error {
+func (s *Set) followRoot(pid, parent int) error {
 	if err := s.tr.AddToTree(pid); err != nil {
 		return err
 	}
 	s.treeAdd(uint32(pid), uint32(parent))
-	if parent != 0 {
-		s.names.parents[uint32(pid)] = uint32(parent)
-	}
 	return nil
 }
 
-// followRunning makes pid and the processes it has started (at any depth,
+// FollowRunning makes pid and the processes it has started (at any depth,
 // as they are now) roots of the tree: -p PID --follow.
-func (s *Session) followRunning(pid int) error {
+func (s *Set) FollowRunning(pid int) error {
 	if err := s.followRoot(pid, 0); err != nil {
 		return err
 	}
@@ -133,7 +127,7 @@ func descendants(pid int) []pidParent {
 }
 
 // treeAdd notes a process of the tree (any goroutine).
-func (s *Session) treeAdd(pid, parent uint32) {
+func (s *Set) treeAdd(pid, parent uint32) {
 	s.treeMu.Lock()
 	defer s.treeMu.Unlock()
 	if _, ok := s.tree[pid]; ok {
@@ -146,9 +140,9 @@ func (s *Session) treeAdd(pid, parent uint32) {
 	s.tree[pid] = &treeProc{parent: parent}
 }
 
-// treeRoots lists the processes of the tree known now (the roots, before
+// TreeRoots lists the processes of the tree known now (the roots, before
 // the session goes live), sorted.
-func (s *Session) treeRoots() []uint32 {
+func (s *Set) TreeRoots() []uint32 {
 	s.treeMu.Lock()
 	defer s.treeMu.Unlock()
 	out := make([]uint32, 0, len(s.tree))
@@ -160,7 +154,7 @@ func (s *Session) treeRoots() []uint32 {
 }
 
 // inTree reports whether pid is a process of the tree cudatap knows of.
-func (s *Session) inTree(pid int) bool {
+func (s *Set) inTree(pid int) bool {
 	s.treeMu.Lock()
 	defer s.treeMu.Unlock()
 	p := s.tree[uint32(pid)]
@@ -169,7 +163,7 @@ func (s *Session) inTree(pid int) bool {
 
 // treeLives reports whether a process of the tree is still running, and
 // notes those that ended (control loop).
-func (s *Session) treeLives() bool {
+func (s *Set) treeLives() bool {
 	s.treeMu.Lock()
 	defer s.treeMu.Unlock()
 	alive := false
@@ -186,17 +180,22 @@ func (s *Session) treeLives() bool {
 	return alive
 }
 
-// treeRecord handles a record of the tree (reader goroutine): a process
-// started, or a program executed (the process then stopped until the
-// control loop hooked what it maps).
-func (s *Session) treeRecord(ev *event.Event) {
-	switch ev.API() {
-	case event.ProcessFork:
-		parent := uint32(ev.Args[0])
-		s.treeAdd(ev.PID, parent)
-		s.names.forked(ev, parent)
-	case event.ProcessExec:
-		s.names.executed(ev)
-		s.queueRescan(int(ev.PID), rescan{held: ev.Cookie&event.CookieStop != 0, tid: ev.TID, at: ev.Start})
+// Forked notes a process a process of the tree started (the reader's
+// fork record): it belongs to the tree from here.
+func (s *Set) Forked(pid, parent uint32) { s.treeAdd(pid, parent) }
+
+// HookLaunched hooks the command cudatap launched, held at its first
+// instruction: following, as the root of the tree (what it maps now, its
+// executable and dynamic linker, through shared probes; what it and its
+// descendants load later, at holds); else on its own.
+func (s *Set) HookLaunched(pid int) error {
+	if !s.following() {
+		return s.attachProcess(pid, true, false)
 	}
+	s.launched = pid
+	if err := s.followRoot(pid, 0); err != nil {
+		return err
+	}
+	s.consider(pid)
+	return nil
 }

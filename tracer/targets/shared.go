@@ -1,4 +1,4 @@
-package tracer
+package targets
 
 // Shared probes: under --all and --container, each CUDA library file is
 // hooked once, for every process that maps it, and the BPF side decides per
@@ -22,13 +22,17 @@ import (
 // process: --all, and --container where the kernel can tell containers
 // apart in BPF (a cgroup v2 hierarchy, also on hybrid hosts; without one,
 // --container attaches per process).
-func (s *Session) sharedProbes() bool {
+func (s *Set) sharedProbes() bool {
 	return s.cfg.All || (s.cfg.Container != "" && s.cgroup2 != "") || s.following()
 }
 
-// aggregateByStream: aggregated launches are counted per stream (one user
-// read per launch); off only to measure what that read costs.
-var aggregateByStream = true
+// SharedProbes reports whether library files are hooked for every process
+// (then BPF keeps per-process state that the exited must leave).
+func (s *Set) SharedProbes() bool { return s.sharedProbes() }
+
+// GoLive says the processes running at the start are attached: the
+// processes adopted from now on started after cudatap.
+func (s *Set) GoLive() { s.live = true }
 
 // sharedWant is what a shared probe set hooks of a layer: everything a
 // process could need, the per-process rule being applied in BPF. Runtime
@@ -37,7 +41,7 @@ func sharedWant(s *event.Spec) bool {
 	return !(s.Layer == event.Runtime && s.Class == event.ClassLaunch)
 }
 
-// sharedBits marks what the BPF side needs to apply policyFor per process.
+// sharedBits marks what the BPF side needs to apply PolicyFor per process.
 func sharedBits(s *event.Spec) uint64 {
 	switch {
 	case s.Layer == event.Runtime:
@@ -50,7 +54,7 @@ func sharedBits(s *event.Spec) uint64 {
 
 // adopt traces pid through the shared probes, hooking the files it maps
 // that no process mapped before.
-func (s *Session) adopt(pid int, d *probe.Discovery) error {
+func (s *Set) adopt(pid int, d *probe.Discovery) error {
 	s.mu.Lock()
 	t := s.targets[pid]
 	if t == nil {
@@ -82,25 +86,25 @@ func (s *Session) adopt(pid int, d *probe.Discovery) error {
 		s.runtimeLaunches(t, d, false)
 		if !t.recovered {
 			t.recovered = true
-			s.queueNote(note{kind: noteAttachedLate, pid: uint32(pid)})
+			s.note(Note{Kind: AttachedLate, PID: uint32(pid)})
 			s.recoverPinned(pid)
 		}
 	}
 	s.detectPython(t)
 	t.mapsHash = mapsHash(pid)
-	s.symProcess(uint32(pid)) // its mappings while it lives (see attachProcess)
-	// A launched tree has the collector from its environment (the CUDA
-	// driver loads it in every process); processes found running get it
-	// by ptrace.
-	if s.cfg.GPUTimes && t.layers&(1<<event.Runtime|1<<event.Driver) != 0 && len(s.cfg.Command) == 0 {
-		s.gpuTimesAdopted(pid)
+	s.Process(uint32(pid)) // its mappings while it lives (see attachProcess)
+	// A launched tree has GPU times from its environment (the CUDA driver
+	// loads the collector in every process); processes found running may
+	// get it through the session.
+	if t.layers&(1<<event.Runtime|1<<event.Driver) != 0 && !s.cfg.Launching {
+		s.note(Note{Kind: Adopted, PID: uint32(pid)})
 	}
 	return nil
 }
 
 // hookShared makes sure lib's file carries the shared probes of its layer,
 // and notes them as t's.
-func (s *Session) hookShared(t *target, lib *probe.Library) bool {
+func (s *Set) hookShared(t *target, lib *probe.Library) bool {
 	lib = reachable(lib)
 	id, err := lib.FileID()
 	if err != nil {
@@ -117,7 +121,7 @@ func (s *Session) hookShared(t *target, lib *probe.Library) bool {
 			bits = func(sp *event.Spec) uint64 {
 				if sp.Class == event.ClassLaunch {
 					c := sharedBits(sp) | sp.AggregateCookie()
-					if !aggregateByStream {
+					if s.cfg.AggregateWithoutStream {
 						c = sharedBits(sp) | event.CookieAggregate
 					}
 					if s.cfg.LaunchTimes {
@@ -165,7 +169,7 @@ func reachable(lib *probe.Library) *probe.Library {
 // (the runtime's own directory, LD_LIBRARY_PATH, the usual library
 // directories, in the process's root); a file the process never loads
 // costs nothing.
-func (s *Session) prehookDriver(t *target, d *probe.Discovery) {
+func (s *Set) prehookDriver(t *target, d *probe.Discovery) {
 	var dirs []string
 	for _, lib := range d.Libraries {
 		if lib.Layer == event.Runtime {
@@ -195,33 +199,8 @@ func (s *Session) prehookDriver(t *target, d *probe.Discovery) {
 	}
 }
 
-// isRuntimeFile reports whether the file (as a mapping names it) is a CUDA
-// runtime cudatap found in process pid; for a process it never looked at
-// (gone before, under shared probes), whether it is named like one.
-func (s *Session) isRuntimeFile(pid int, dev string, inode uint64, path string) bool {
-	s.mu.Lock()
-	t := s.targets[pid]
-	known := false
-	if t != nil {
-		for _, set := range []map[string]*probe.Attachment{t.attached, t.shared} {
-			for _, a := range set {
-				if a.Library.Layer != event.Runtime {
-					continue
-				}
-				known = true
-				if a.Library.Inode == inode && a.Library.Dev == dev {
-					s.mu.Unlock()
-					return true
-				}
-			}
-		}
-	}
-	s.mu.Unlock()
-	return !known && strings.Contains(filepath.Base(path), "cudart")
-}
-
 // allowCgroupOf lets the shared probes count the processes of pid's cgroup.
-func (s *Session) allowCgroupOf(pid int) {
+func (s *Set) allowCgroupOf(pid int) {
 	text, err := procfs.Cgroup(pid)
 	if err != nil {
 		return
@@ -249,8 +228,10 @@ func (s *Session) allowCgroupOf(pid int) {
 	}
 }
 
-// closeShared detaches the shared probes, once every process's own are gone.
-func (s *Session) closeShared() {
+// CloseShared detaches the shared probes and the dynamic-linker hooks of
+// the watch, once every process's own probes are gone (CloseAll).
+func (s *Set) CloseShared() {
+	s.closeLoaders()
 	s.mu.Lock()
 	shared := s.shared
 	s.shared = map[string]*probe.Attachment{}

@@ -1,4 +1,4 @@
-package tracer
+package resolve
 
 import (
 	"io"
@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/cudatap/cudatap/internal/procfs"
+	"github.com/cudatap/cudatap/symbolize"
+	"github.com/cudatap/cudatap/symbolize/python"
 )
 
 // TestProcessNamedAgainAtFirstCall: a process named before its first call
@@ -21,8 +23,8 @@ func TestProcessNamedAgainAtFirstCall(t *testing.T) {
 	defer cmd.Wait()
 	defer cmd.Process.Kill()
 	pid := uint32(cmd.Process.Pid)
-	r := newResolver(&Session{targets: map[int]*target{}})
-	r.processEarly(pid)
+	r := New(noLookup{}, nil, nil)
+	r.ProcessEarly(pid)
 	if got := r.names.Procs[pid].Comm; got != "sh" {
 		t.Fatalf("named %q before exec, want sh", got)
 	}
@@ -44,3 +46,13 @@ func TestProcessNamedAgainAtFirstCall(t *testing.T) {
 		t.Error("still to be named again after its first call")
 	}
 }
+
+// noLookup knows no process: names come from /proc alone.
+type noLookup struct{}
+
+func (noLookup) Process(uint32) *symbolize.Process                 { return nil }
+func (noLookup) IsRuntimeFile(uint32, string, uint64, string) bool { return false }
+func (noLookup) Libraries(uint32) []string                         { return nil }
+func (noLookup) AttachedLate(uint32) bool                          { return false }
+func (noLookup) Python(uint32, bool) *python.Interpreter           { return nil }
+func (noLookup) Parent(uint32) uint32                              { return 0 }

@@ -1,4 +1,4 @@
-package tracer
+package targets
 
 import "github.com/cudatap/cudatap/tracer/event"
 
@@ -11,7 +11,7 @@ import "github.com/cudatap/cudatap/tracer/event"
 //     launch there directly. Kernel names come from the load-time calls
 //     (cuModuleGetFunction, cuLibraryGetKernel, cuKernelGetFunction). The
 //     runtime's launch symbols get a separate, temporary attachment (see
-//     Session.runtimeLaunches) that counts launches until libcuda is hooked
+//     Set.runtimeLaunches) that counts launches until libcuda is hooked
 //     and names kernels loaded before cudatap attached.
 //   - Every other call is hooked in the runtime when the process has one
 //     (the API the program wrote, with its semantics), else in the driver;
@@ -26,7 +26,9 @@ const (
 	policyLaunchOnly               // driver under a runtime: launches and kernel naming only
 )
 
-func policyFor(layer event.Layer, layers uint8) policy {
+// PolicyFor is the policy of layer in a process that maps layers (a bit
+// per event.Layer).
+func PolicyFor(layer event.Layer, layers uint8) policy {
 	hasRuntime := layers&(1<<event.Runtime) != 0
 	switch {
 	case layer == event.Runtime:
@@ -37,7 +39,8 @@ func policyFor(layer event.Layer, layers uint8) policy {
 	return policyAll
 }
 
-func (p policy) want(s *event.Spec) bool {
+// Want reports whether the policy hooks s.
+func (p policy) Want(s *event.Spec) bool {
 	switch p {
 	case policyNoLaunch:
 		return s.Class != event.ClassLaunch

@@ -1,10 +1,10 @@
-package tracer
+package resolve
 
 // Kernel names that no symbol gives, decoded from the code of the files
 // the process maps (objfile.KernelRegistrations), off the reader
 // goroutine: a file the size of libtorch_cuda.so takes a fraction of a
 // second. Until a result comes in the kernel stays unnamed; it is named
-// when it does (pollKernels), and every scan still running is awaited at
+// when it does (PollKernels), and every scan still running is awaited at
 // the end.
 //
 //   - A host stub without a symbol (a stripped library) is named by the
@@ -91,8 +91,8 @@ const maxDecoded = 256
 
 // decodedKernel names kernel key k (a stub or handle address) from decoded
 // code, or starts the decoding and returns "".
-func (r *resolver) decodedKernel(k model.NameKey) string {
-	p := r.s.symProcess(k.PID)
+func (r *Resolver) decodedKernel(k model.NameKey) string {
+	p := r.look.Process(k.PID)
 	if p == nil {
 		return ""
 	}
@@ -112,15 +112,10 @@ func (r *resolver) decodedKernel(k model.NameKey) string {
 	return ""
 }
 
-func (r *resolver) attachedLate(pid uint32) bool {
-	r.s.mu.Lock()
-	defer r.s.mu.Unlock()
-	t := r.s.targets[int(pid)]
-	return t != nil && t.recovered
-}
+func (r *Resolver) attachedLate(pid uint32) bool { return r.look.AttachedLate(pid) }
 
 // stubName names the stub at file offset off of file key.
-func (r *resolver) stubName(k model.NameKey, key string, off uint64, paths ...string) string {
+func (r *Resolver) stubName(k model.NameKey, key string, off uint64, paths ...string) string {
 	d := &r.kernels
 	if regs, ok := d.files[key]; ok {
 		if regs == nil {
@@ -134,7 +129,7 @@ func (r *resolver) stubName(k model.NameKey, key string, off uint64, paths ...st
 		return ""
 	}
 	d.filePending[key] = []pendingKernel{wait}
-	log, decoder := r.s.log, d.decoder
+	log, decoder := r.log, d.decoder
 	go func() {
 		start := time.Now()
 		regs, err := decoder.decode(key, paths...)
@@ -165,22 +160,23 @@ func decodeFile(paths ...string) (*objfile.Registrations, error) {
 }
 
 // handleName names CUDA 13 kernel handle k from the process's handle
-// variables, read once (see prefetchHandles).
-func (r *resolver) handleName(k model.NameKey) string {
+// variables, read once (see PrefetchHandles).
+func (r *Resolver) handleName(k model.NameKey) string {
 	d := &r.kernels
 	if names, ok := d.handles[k.PID]; ok {
 		return names[k.Key]
 	}
-	r.prefetchHandles(k.PID)
+	r.PrefetchHandles(k.PID)
 	d.handlePending[k.PID] = append(d.handlePending[k.PID], k)
 	return ""
 }
 
-// prefetchHandles starts reading the kernel handles of process pid, once:
-// every handle variable of the files it maps, decoded from their code. It
-// starts when cudatap attaches to a running process (applyNotes), while the
-// process surely lives: the handles were made before the attach.
-func (r *resolver) prefetchHandles(pid uint32) {
+// PrefetchHandles starts reading the kernel handles of process pid, once:
+// every handle variable of the files it maps, decoded from their code. The
+// session starts it when cudatap attaches to a running process (a
+// targets.AttachedLate note), while the process surely lives: the handles
+// were made before the attach.
+func (r *Resolver) PrefetchHandles(pid uint32) {
 	d := &r.kernels
 	if _, done := d.handles[pid]; done {
 		return
@@ -188,13 +184,13 @@ func (r *resolver) prefetchHandles(pid uint32) {
 	if _, running := d.handlePending[pid]; running {
 		return
 	}
-	p := r.s.symProcess(pid)
+	p := r.look.Process(pid)
 	if p == nil {
 		return
 	}
 	d.handlePending[pid] = []model.NameKey{}
 	maps := p.Mappings()
-	log, decoder := r.s.log, d.decoder
+	log, decoder := r.log, d.decoder
 	go func() {
 		start := time.Now()
 		names := map[uint64]string{}
@@ -227,9 +223,9 @@ func (r *resolver) prefetchHandles(pid uint32) {
 	}()
 }
 
-// pollKernels names the kernels whose decoding came in; with wait, it
+// PollKernels names the kernels whose decoding came in; with wait, it
 // first waits for every decoding still running (the end).
-func (r *resolver) pollKernels(wait bool) {
+func (r *Resolver) PollKernels(wait bool) {
 	d := &r.kernels
 	for len(d.filePending)+len(d.handlePending) > 0 {
 		var file *decodedFile
@@ -277,13 +273,11 @@ func (r *resolver) pollKernels(wait bool) {
 }
 
 // nameKernel records a name found after the kernel was first seen.
-func (r *resolver) nameKernel(k model.NameKey, name string) {
+func (r *Resolver) nameKernel(k model.NameKey, name string) {
 	if name == "" {
 		return
 	}
 	r.names.Kernels[k] = name
-	if r.s.rec != nil {
-		r.s.rec.Kernel(k.PID, k.Key, name)
-	}
-	r.s.log.Debug("kernel named", "pid", k.PID, "addr", fmt.Sprintf("%#x", k.Key), "name", name)
+	r.out.Kernel(k.PID, k.Key, name)
+	r.log.Debug("kernel named", "pid", k.PID, "addr", fmt.Sprintf("%#x", k.Key), "name", name)
 }

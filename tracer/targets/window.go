@@ -1,4 +1,4 @@
-package tracer
+package targets
 
 import (
 	"time"
@@ -18,10 +18,19 @@ const namingQuiet = 500 * time.Millisecond
 // (about ten steps of a small training loop).
 const namingQuietLaunches = 256
 
-// endNamingWindows closes runtime launch probes whose naming window is
+// Stubs says when kernels were last named for the first time through
+// runtime launch stubs (the model's LastNewStub).
+type Stubs interface {
+	// LastNewStub is when a launch of pid last named a kernel that had no
+	// name before (trace clock), 0 if never, and how many launches pid
+	// made since.
+	LastNewStub(pid uint32) (at uint64, launchesSince int)
+}
+
+// EndNamingWindows closes runtime launch probes whose naming window is
 // over: at its deadline, or once it has named nothing new for namingQuiet
-// after naming something.
-func (s *Session) endNamingWindows(now time.Time) {
+// after naming something (stubs says).
+func (s *Set) EndNamingWindows(now time.Time, stubs Stubs) {
 	s.releasePairings()
 	var ts unix.Timespec
 	unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
@@ -35,9 +44,7 @@ func (s *Session) endNamingWindows(now time.Time) {
 	}
 	s.mu.Unlock()
 	for _, t := range open {
-		s.modelMu.Lock()
-		last, since := s.model.LastNewStub(uint32(t.pid))
-		s.modelMu.Unlock()
+		last, since := stubs.LastNewStub(uint32(t.pid))
 		// Quiet: it named something, and since then the process launched
 		// namingQuietLaunches kernels over namingQuiet with no new name. A
 		// process that pauses (waiting for data, a profiler starting up)

@@ -1,24 +1,130 @@
-package tracer
-
-// Targets: finding the CUDA libraries of each traced process, attaching
-// and detaching its probes, following library loads and exits.
+// Package targets finds the processes a session traces and keeps their
+// probes: discovery of their CUDA libraries, attach and detach, the shared
+// probes of --all and --container, the watch for new processes, rescans
+// after library loads, and the followed process tree. It runs on the
+// session's control loop; what it learns that the session must pass on (a
+// hold ended, pinned memory found at attach, a process adopted) it queues
+// as typed Notes, which the session's reader drains in order with the
+// records. The resolver asks it
+// about live processes through the methods in lookup.go.
+//
+// Files: targets.go attach and detach of one process, watch.go the watch
+// (--all, --container), shared.go the shared probes, follow.go the tree,
+// window.go the naming window, notes.go the outbox.
+package targets
 
 import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"log/slog"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/cudatap/cudatap/internal/objfile"
 	"github.com/cudatap/cudatap/internal/procfs"
 	"github.com/cudatap/cudatap/symbolize"
 	"github.com/cudatap/cudatap/symbolize/python"
 	"github.com/cudatap/cudatap/tracer/event"
+	"github.com/cudatap/cudatap/tracer/guard"
 	"github.com/cudatap/cudatap/tracer/probe"
-	"golang.org/x/sys/unix"
 )
+
+// Config says which processes are targets and how they are hooked.
+type Config struct {
+	All       bool   // every process on the host that maps CUDA, now or later
+	Container string // every process of this container, now or later
+	// Follow: the launched command or the given processes, and every
+	// process they start (follow.go).
+	Follow bool
+	// Launching: cudatap launches a command, held at each library load
+	// from its first instruction.
+	Launching   bool
+	WaitForCUDA bool // a process asked for without CUDA yet is watched instead of refused
+	// NameWindow is how long, after attaching to a running process, runtime
+	// launches are also probed to name kernels loaded before cudatap came.
+	// 0 = 5 s; negative = never.
+	NameWindow time.Duration
+	// AggregateLaunches counts launches in BPF maps (shared probes only);
+	// LaunchTimes also times them.
+	AggregateLaunches, LaunchTimes bool
+	// AggregateWithoutStream counts aggregated launches per process and
+	// API only, without the stream read: to measure what that read costs.
+	AggregateWithoutStream bool
+	// Cut: the session retires exited processes itself, so the summary of
+	// targets forgotten after they exited is not kept.
+	Cut bool
+}
+
+// Attached describes the probes of one process.
+type Attached struct {
+	PID       int
+	Libraries []probe.Library
+	Hooked    int
+	Missing   []string
+}
+
+// Set is the session's targets and every probe attached for them.
+type Set struct {
+	cfg    Config
+	log    *slog.Logger
+	tr     *probe.Tracer
+	cache  *objfile.Cache
+	guard  *guard.Guardian // continues held targets if cudatap dies (nil: nothing is held)
+	closer *closer         // closes the probes of exited processes off the control loop
+
+	mu      sync.Mutex // guards targets, sampled, shared and the fields of each target
+	targets map[int]*target
+	// Library loads reported by the reader, coalesced per process for the
+	// control loop (a set, so a burst of loads cannot overflow it).
+	rescanMu   sync.Mutex
+	rescans    map[int]Rescan
+	rescanWake chan struct{}
+	out        outbox // notes for the session (notes.go)
+
+	attachFails atomic.Uint64 // probe sets that could not be attached (shown as "attach failures")
+	finished    []Attached    // targets forgotten after they exited (not kept with Config.Cut)
+	// The processes sampled out now (SetSampledOut), guarded by mu.
+	sampled map[int]uint64
+
+	// Watch mode (control loop only).
+	loaders  map[string]*probe.Attachment // host-wide dynamic-linker hooks, by file
+	seenMaps map[int]uint64               // maps hash of processes looked at
+	sweeps   int                          // discoverAll calls, for the full sweep
+	plain    map[string]bool              // files ("dev:inode") that hold no CUDA layer
+	// Shared probes (see shared.go): by library key and layer, guarded by
+	// mu; the cgroups the BPF side counts (control loop only); live is set
+	// once the processes running at the start are attached.
+	shared  map[string]*probe.Attachment
+	cgroups map[uint64]bool
+	cgroup2 string // where the cgroup v2 hierarchy is mounted, "" if nowhere
+	live    bool
+	// The followed tree (follow.go), and the command cudatap launched
+	// (traced from its start: nothing to recover).
+	treeMu   sync.Mutex
+	tree     map[uint32]*treeProc
+	treeLost uint64
+	launched int
+}
+
+// New returns an empty set that attaches through tr. g continues held
+// processes should cudatap die (nil when nothing is held); cache opens
+// object files.
+func New(cfg Config, tr *probe.Tracer, g *guard.Guardian, cache *objfile.Cache, log *slog.Logger) *Set {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Set{cfg: cfg, log: log, tr: tr, cache: cache, guard: g, closer: newCloser(),
+		targets: map[int]*target{}, rescans: map[int]Rescan{}, rescanWake: make(chan struct{}, 1),
+		loaders: map[string]*probe.Attachment{}, seenMaps: map[int]uint64{}, plain: map[string]bool{},
+		shared: map[string]*probe.Attachment{}, cgroups: map[uint64]bool{}, cgroup2: procfs.Cgroup2Mount(),
+		tree: map[uint32]*treeProc{}}
+}
 
 type target struct {
 	pid      int
@@ -39,7 +145,6 @@ type target struct {
 	pyMu             sync.Mutex          // guards py and pyTried (reader goroutine and control loop)
 	py               *python.Interpreter // nil until a CPython runtime is found
 	pyTried          bool                // detection gave a final answer
-	pyResolved       bool                // some Python frame was named (reader goroutine only)
 	layers           uint8               // bit per event.Layer seen in the process
 	loader           *probe.Attachment
 	stopOnLd         bool
@@ -51,9 +156,13 @@ type target struct {
 	symbolize        *symbolize.Process // the process's mappings, from when it was first needed
 }
 
+// Attach discovers and hooks the CUDA libraries of pid, a process asked
+// for: one without CUDA is an error (unless WaitForCUDA).
+func (s *Set) Attach(pid int) error { return s.attachProcess(pid, false, true) }
+
 // attachProcess discovers and hooks the CUDA libraries of pid. With
 // required, a process without CUDA is an error (unless WaitForCUDA).
-func (s *Session) attachProcess(pid int, stopOnLoad, required bool) error {
+func (s *Set) attachProcess(pid int, stopOnLoad, required bool) error {
 	d, err := probe.Discover(pid, s.cache, nil)
 	if err != nil {
 		return err
@@ -84,7 +193,7 @@ func (s *Session) attachProcess(pid int, stopOnLoad, required bool) error {
 			t.loader = a
 		}
 	}
-	if len(d.Libraries) == 0 && required && !s.cfg.WaitForCUDA && len(s.cfg.Command) == 0 {
+	if len(d.Libraries) == 0 && required && !s.cfg.WaitForCUDA && !s.cfg.Launching {
 		return d.NoCUDAError()
 	}
 	// Which layer hooks what depends on every layer the process maps.
@@ -94,7 +203,7 @@ func (s *Session) attachProcess(pid int, stopOnLoad, required bool) error {
 	for i := range d.Libraries {
 		lib := &d.Libraries[i]
 		key := lib.Key() + lib.Layer.String()
-		pol := policyFor(lib.Layer, t.layers)
+		pol := PolicyFor(lib.Layer, t.layers)
 		if old, ok := t.attached[key]; ok {
 			if t.policy[key] == pol {
 				continue
@@ -105,7 +214,7 @@ func (s *Session) attachProcess(pid int, stopOnLoad, required bool) error {
 			delete(t.attached, key)
 			s.mu.Unlock()
 		}
-		a, err := s.tr.Attach(pid, lib, pol.want)
+		a, err := s.tr.Attach(pid, lib, pol.Want)
 		if err != nil {
 			if errors.Is(err, probe.ErrNoProcess) {
 				// Exited while we attached: trace what was seen, and
@@ -130,19 +239,19 @@ func (s *Session) attachProcess(pid int, stopOnLoad, required bool) error {
 	if required && !t.stopOnLd && !t.recovered {
 		// A running process: what it set up before cudatap came.
 		t.recovered = true
-		s.queueNote(note{kind: noteAttachedLate, pid: uint32(pid)})
+		s.note(Note{Kind: AttachedLate, PID: uint32(pid)})
 		s.recoverPinned(pid)
 	}
 	t.mapsHash = mapsHash(pid)
 	// Its mappings now, while it lives: a short-lived process may be gone
 	// by the time the reader names its kernels.
-	s.symProcess(uint32(pid))
+	s.Process(uint32(pid))
 	return nil
 }
 
 // detectPython finds the CPython interpreter of a target and hands its
 // layout to the BPF side, so blocking calls carry their Python lines.
-func (s *Session) detectPython(t *target) {
+func (s *Set) detectPython(t *target) {
 	t.pyMu.Lock()
 	defer t.pyMu.Unlock()
 	if t.pyTried || (t.py != nil && t.py.Started()) {
@@ -178,7 +287,7 @@ func (s *Session) detectPython(t *target) {
 // the driver is hooked they go: at once in a process cudatap launched (it is
 // stopped at the library load, and every kernel load is seen), after the
 // window otherwise.
-func (s *Session) runtimeLaunches(t *target, d *probe.Discovery, launched bool) {
+func (s *Set) runtimeLaunches(t *target, d *probe.Discovery, launched bool) {
 	hasRT := t.layers&(1<<event.Runtime) != 0
 	hasDrv := t.layers&(1<<event.Driver) != 0
 	window := s.cfg.NameWindow
@@ -224,39 +333,43 @@ func (s *Session) runtimeLaunches(t *target, d *probe.Discovery, launched bool) 
 }
 
 // attachFailed counts a failed attach, unless the process was simply gone.
-func (s *Session) attachFailed(err error) {
+func (s *Set) attachFailed(err error) {
 	if !errors.Is(err, probe.ErrNoProcess) {
 		s.attachFails.Add(1)
 	}
 }
+
+// AttachFailures counts the probe sets that could not be attached.
+func (s *Set) AttachFailures() uint64 { return s.attachFails.Load() }
 
 // maxRescans bounds the processes waiting for a rescan; more distinct
 // processes loading libraries at once than this are left to the
 // once-a-second sweep, and counted.
 const maxRescans = 1 << 16
 
-// rescan is a library load waiting for the control loop.
-type rescan struct {
-	held bool   // the process is stopped at the load until the rescan
-	tid  uint32 // the thread that loaded, and when: the hold's start
-	at   uint64
+// Rescan is a library load (or a program executed) waiting for the
+// control loop.
+type Rescan struct {
+	Held bool   // the process is stopped at the load until the rescan
+	TID  uint32 // the thread that loaded, and when: the hold's start
+	At   uint64
 }
 
-// queueRescan asks the control loop to look at pid again (a library was
-// loaded by thread tid at time at); held says the process is stopped at
-// the load until then.
-func (s *Session) queueRescan(pid int, r rescan) {
+// QueueRescan asks the control loop to look at pid again (a library was
+// loaded by thread r.TID at time r.At); r.Held says the process is
+// stopped at the load until then. Safe from any goroutine (the reader's).
+func (s *Set) QueueRescan(pid int, r Rescan) {
 	s.rescanMu.Lock()
 	old, queued := s.rescans[pid]
 	if !queued && len(s.rescans) >= maxRescans {
 		s.rescanMu.Unlock()
 		s.attachFails.Add(1)
-		if r.held {
+		if r.Held {
 			syscall.Kill(pid, syscall.SIGCONT)
 		}
 		return
 	}
-	if queued && old.held && !r.held {
+	if queued && old.Held && !r.Held {
 		r = old // the earlier load is the one holding the process
 	}
 	s.rescans[pid] = r
@@ -267,19 +380,32 @@ func (s *Session) queueRescan(pid int, r rescan) {
 	}
 }
 
-// takeRescans returns and clears the processes waiting for a rescan.
-func (s *Session) takeRescans() map[int]rescan {
+// RescanWake receives when rescans are queued: the control loop then
+// calls Rescans.
+func (s *Set) RescanWake() <-chan struct{} { return s.rescanWake }
+
+// Rescans returns and clears the processes waiting for a rescan.
+func (s *Set) Rescans() map[int]Rescan {
 	s.rescanMu.Lock()
 	defer s.rescanMu.Unlock()
 	out := s.rescans
-	s.rescans = make(map[int]rescan, len(out))
+	s.rescans = make(map[int]Rescan, len(out))
 	return out
 }
 
-// handleRescan reacts to the dynamic linker hook. A process held at the
-// load is continued once its new libraries are hooked, and the hold is
-// noted: its time is cudatap's, not the call's that loaded the library.
-func (s *Session) handleRescan(pid int, r rescan) {
+// Rescan reacts to the dynamic linker hook (or a program executed in the
+// tree). A process held at the load is continued once its new libraries
+// are hooked, and the hold is noted (Hold): its time is cudatap's, not
+// the call's that loaded the library. Watching, the process is also
+// considered as a new one.
+func (s *Set) Rescan(pid int, r Rescan) {
+	s.handleRescan(pid, r)
+	if s.watching() {
+		s.consider(pid)
+	}
+}
+
+func (s *Set) handleRescan(pid int, r Rescan) {
 	s.mu.Lock()
 	t := s.targets[pid]
 	s.mu.Unlock()
@@ -288,16 +414,16 @@ func (s *Session) handleRescan(pid int, r rescan) {
 		// executed, a library it just loaded): hooked if it does now,
 		// before it goes on.
 		s.consider(pid)
-		if r.held {
+		if r.Held {
 			syscall.Kill(pid, syscall.SIGCONT)
-			if r.at != 0 {
-				s.queueNote(note{kind: noteHold, pid: uint32(pid), tid: r.tid, start: r.at, end: monoNow()})
+			if r.At != 0 {
+				s.note(Note{Kind: Hold, PID: uint32(pid), TID: r.TID, Start: r.At, End: monoNow()})
 			}
 		}
 		return
 	}
 	if t == nil || t.exited {
-		if r.held {
+		if r.Held {
 			syscall.Kill(pid, syscall.SIGCONT)
 		}
 		return
@@ -313,18 +439,18 @@ func (s *Session) handleRescan(pid int, r rescan) {
 		}
 	}
 	s.log.Debug("rescan", "pid", pid, "took", time.Since(start))
-	if t.stopOnLd || r.held {
+	if t.stopOnLd || r.Held {
 		syscall.Kill(pid, syscall.SIGCONT)
-		if r.held && r.at != 0 {
-			s.queueNote(note{kind: noteHold, pid: uint32(pid), tid: r.tid, start: r.at, end: monoNow()})
+		if r.Held && r.At != 0 {
+			s.note(Note{Kind: Hold, PID: uint32(pid), TID: r.TID, Start: r.At, End: monoNow()})
 		}
 	}
 }
 
-// sweep rescans targets whose memory map changed: a backstop for loads the
+// Sweep rescans targets whose memory map changed: a backstop for loads the
 // linker hook cannot see (a process without ld.so, a missed record).
-func (s *Session) sweep() {
-	for _, pid := range s.livePIDs() {
+func (s *Set) Sweep() {
+	for _, pid := range s.LivePIDs() {
 		s.mu.Lock()
 		t := s.targets[pid]
 		s.mu.Unlock()
@@ -351,7 +477,8 @@ func hashMaps(b []byte) uint64 {
 	return max(h.Sum64(), 1)
 }
 
-func (s *Session) livePIDs() []int {
+// LivePIDs lists the targets that have not exited, sorted.
+func (s *Set) LivePIDs() []int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var pids []int
@@ -364,10 +491,20 @@ func (s *Session) livePIDs() []int {
 	return pids
 }
 
-func (s *Session) markExited(pid int) {
+// Count is how many targets there are.
+func (s *Set) Count() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if t := s.targets[pid]; t != nil && !t.exited {
+	return len(s.targets)
+}
+
+// MarkExited notes that pid exited: its probes are released (off the
+// control loop). It reports whether pid was a live target.
+func (s *Set) MarkExited(pid int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := s.targets[pid]
+	if t != nil && !t.exited {
 		t.exited = true
 		s.tr.ForgetPython(pid)
 		s.tr.ForgetProcess(pid)
@@ -377,23 +514,24 @@ func (s *Session) markExited(pid int) {
 		if t.stopOnLd {
 			s.guard.Free(pid)
 		}
-		if s.cfg.GPUTimes {
-			s.gpuTimesExited(pid)
-		}
+		return true
 	}
+	return false
 }
 
-func (s *Session) allExited() bool {
-	return len(s.livePIDs()) == 0 && !(s.following() && s.treeLives())
+// AllExited reports whether every target (and, following, every process
+// of the tree) has exited.
+func (s *Set) AllExited() bool {
+	return len(s.LivePIDs()) == 0 && !(s.following() && s.treeLives())
 }
 
-// closeAll detaches every probe. A target held at a library load right
+// CloseAll detaches every probe. A target held at a library load right
 // now (its rescan not handled yet) is continued: with the hook gone,
-// nothing else would. The links are closed outside the session lock: that
-// takes the kernel milliseconds per link (seconds on the per-symbol path),
-// and the reader, which names processes under that lock, must keep
-// draining the ring buffer meanwhile.
-func (s *Session) closeAll() {
+// nothing else would. The links are closed outside the lock: that takes
+// the kernel milliseconds per link (seconds on the per-symbol path), and
+// the reader, which names processes under that lock, must keep draining
+// the ring buffer meanwhile.
+func (s *Set) CloseAll() {
 	s.closer.wait()
 	var work []func()
 	held := map[int]bool{}
@@ -414,15 +552,14 @@ func (s *Session) closeAll() {
 	}
 }
 
-// python is the target's interpreter, nil if none was found.
-func (t *target) python() *python.Interpreter {
-	if t == nil {
-		return nil
-	}
-	t.pyMu.Lock()
-	defer t.pyMu.Unlock()
-	return t.py
-}
+// Close waits for the probes being closed and stops the goroutine that
+// closes them: after CloseAll and CloseShared, before the probe.Tracer
+// closes.
+func (s *Set) Close() { s.closer.stop() }
+
+// WaitClosed returns once the probes of exited processes handed over for
+// closing so far are closed.
+func (s *Set) WaitClosed() { s.closer.wait() }
 
 func (t *target) summary() Attached {
 	at := Attached{PID: t.pid}
@@ -456,7 +593,7 @@ const maxPairingHeld = 10 * time.Second
 
 // releasePairings ends the stub hand-over of targets whose runtime launch
 // probes are closed and that have no counted launch in flight any more.
-func (s *Session) releasePairings() {
+func (s *Set) releasePairings() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, t := range s.targets {
@@ -503,7 +640,11 @@ func (t *target) closeProbes(tr *probe.Tracer) {
 	}
 }
 
-func (s *Session) attachedSummary() []Attached {
+// Summary describes the probes of every target, also those forgotten
+// after they exited (unless Config.Cut), by PID.
+func (s *Set) Summary() []Attached {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	out := append([]Attached(nil), s.finished...)
 	for _, t := range s.targets {
 		out = append(out, t.summary())
@@ -512,6 +653,36 @@ func (s *Session) attachedSummary() []Attached {
 	return out
 }
 
-// threadAlive is procfs.ThreadAlive for a thread id as BPF reports it (the
-// entry table's keys).
-func threadAlive(tid uint32) bool { return procfs.ThreadAlive(int(tid)) }
+// Hooked reports whether pid's probes are live: its libraries hooked and,
+// since a runtime may load libcuda only at its first call, the runtime's
+// launch probes that count launches until then (shared probes: the driver
+// it will load hooked too).
+func (s *Set) Hooked(pid int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := s.targets[pid]
+	if t == nil || t.exited {
+		return false
+	}
+	if len(t.shared) > 0 {
+		return t.driverReady || t.layers&(1<<event.Driver) != 0
+	}
+	return len(t.attached) > 0 && t.rtLaunch != nil
+}
+
+// Holds reports whether pid is a target still (exited ones are dropped
+// once gone from /proc: see forgetExited).
+func (s *Set) Holds(pid int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.targets[pid] != nil
+}
+
+// NamingWindowOpen reports whether pid's runtime launch probes are
+// attached (the naming window, window.go).
+func (s *Set) NamingWindowOpen(pid int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := s.targets[pid]
+	return t != nil && t.rtLaunch != nil
+}

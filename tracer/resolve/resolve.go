@@ -1,17 +1,60 @@
-package tracer
+// Package resolve names the raw keys of each event (process, thread,
+// kernel stub, stack addresses, Python frames) while the process lives,
+// once per key: into name tables (model.Names) and, as it names them, a
+// NameWriter (the recording). It asks about live processes through a
+// Lookup (tracer/targets) and never sees the session. It runs on the
+// reader goroutine, outside the model lock; the model never waits for it.
+//
+// Files: resolve.go the names, stack.go what a stack needs while the
+// process lives, kernels.go kernel names decoded from code, caller.go the
+// call before a return address, procinfo.go names from /proc.
+package resolve
 
 import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"log/slog"
 	"maps"
 	"path/filepath"
-	"sort"
 
+	"github.com/cudatap/cudatap/symbolize"
 	"github.com/cudatap/cudatap/symbolize/python"
+	"github.com/cudatap/cudatap/symbolize/unwind"
 	"github.com/cudatap/cudatap/tracer/event"
 	"github.com/cudatap/cudatap/tracer/model"
 )
+
+// Lookup is what the resolver asks about the live processes
+// (targets.Set), from the reader goroutine.
+type Lookup interface {
+	// Process is the symbolizer of a traced process (its mappings from
+	// when it was first needed), nil if unknown or gone.
+	Process(pid uint32) *symbolize.Process
+	// IsRuntimeFile reports whether the file a mapping of pid names is
+	// its CUDA runtime.
+	IsRuntimeFile(pid uint32, dev string, inode uint64, path string) bool
+	// Libraries lists the CUDA libraries hooked in pid.
+	Libraries(pid uint32) []string
+	// AttachedLate reports whether pid ran before cudatap attached.
+	AttachedLate(pid uint32) bool
+	// Python is pid's CPython interpreter, nil if none; with again, one
+	// found before it started is looked at anew first.
+	Python(pid uint32, again bool) *python.Interpreter
+	// Parent is pid's parent in the followed tree (0: none known).
+	Parent(pid uint32) uint32
+}
+
+// NameWriter receives each name as the resolver gives it (the recording:
+// recording.Writer).
+type NameWriter interface {
+	Process(pid uint32, info model.ProcessInfo)
+	Thread(pid, tid uint32, name string)
+	Kernel(pid uint32, addr uint64, name string)
+	Frame(pid uint32, addr uint64, name string)
+	PyFrame(pid uint32, code, instr uint64, name string)
+	Mapping(pid uint32, m model.Mapping)
+}
 
 // pyRetry is what the resolver remembers of a Python frame that did not
 // resolve: how often it was seen, and the process's resolution count at
@@ -21,14 +64,15 @@ type pyRetry struct {
 	resolved uint32
 }
 
-// resolver names the raw keys of each event (process, thread, kernel stub,
-// stack addresses, Python frames) while the process lives, once per key,
-// into the session's name tables and the recording. It runs on the reader
-// goroutine, outside the model lock; the model never waits for it.
-type resolver struct {
-	s     *Session
-	names *model.Names
-	procs map[uint32]bool
+// Resolver is the naming stage (reader goroutine only, but for
+// PollKernels' decoders, which run beside it).
+type Resolver struct {
+	look   Lookup
+	out    NameWriter
+	log    *slog.Logger
+	unwind *unwind.Unwinder
+	names  *model.Names
+	procs  map[uint32]bool
 	// early: processes named before their first call (those running when
 	// the session went live): named again at their first call, once,
 	// since a launched command may not have exec'd yet when first named
@@ -50,8 +94,6 @@ type resolver struct {
 	kernels kernelDecoder
 	// Mappings recorded per process (names.Mappings holds them).
 	nmaps map[uint32]int
-	// The parent of each process of the followed tree (follow.go).
-	parents map[uint32]uint32
 }
 
 // maxComms bounds the remembered process names: library loads come from
@@ -64,49 +106,65 @@ const maxComms = 1 << 14
 // stops getting new ones.
 const maxMappings = 4096
 
-func newResolver(s *Session) *resolver {
-	return &resolver{s: s, names: model.NewNames(), procs: map[uint32]bool{}, early: map[uint32]bool{},
-		pyFailed: map[model.PyNameKey]pyRetry{}, pyResolved: map[uint32]uint32{}, comms: map[uint32]string{},
-		callers: map[model.NameKey]bool{}, kernels: newKernelDecoder(), nmaps: map[uint32]int{}, parents: map[uint32]uint32{}}
-}
-
-// forked names a process the followed tree started, with its parent, and
-// puts it in the model: every process of the tree shows, with or without
-// CUDA calls (a recording's replay shows it the same way).
-func (r *resolver) forked(ev *event.Event, parent uint32) {
-	if len(r.parents) < maxTree {
-		r.parents[ev.PID] = parent
+// New returns a resolver that asks look about live processes and hands
+// each name to out (nil: names are only kept in Names).
+func New(look Lookup, out NameWriter, log *slog.Logger) *Resolver {
+	if out == nil {
+		out = discard{}
 	}
-	r.commAt(ev.PID, ev.Args[1], ev.Args[2])
-	r.processEarly(ev.PID)
-	r.s.modelMu.Lock()
-	r.s.model.AddProcess(ev.PID)
-	r.s.modelMu.Unlock()
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Resolver{look: look, out: out, log: log, unwind: unwind.New(), names: model.NewNames(), procs: map[uint32]bool{},
+		early: map[uint32]bool{}, pyFailed: map[model.PyNameKey]pyRetry{}, pyResolved: map[uint32]uint32{}, comms: map[uint32]string{},
+		callers: map[model.NameKey]bool{}, kernels: newKernelDecoder(), nmaps: map[uint32]int{}}
 }
 
-// executed names a process of the tree again: it runs another program now
+// Names are the name tables so far: read on the reader goroutine, or
+// once it ended.
+func (r *Resolver) Names() *model.Names { return r.names }
+
+// discard is a NameWriter that writes nothing.
+type discard struct{}
+
+func (discard) Process(uint32, model.ProcessInfo)      {}
+func (discard) Thread(uint32, uint32, string)          {}
+func (discard) Kernel(uint32, uint64, string)          {}
+func (discard) Frame(uint32, uint64, string)           {}
+func (discard) PyFrame(uint32, uint64, uint64, string) {}
+func (discard) Mapping(uint32, model.Mapping)          {}
+
+// Forked names a process the followed tree started, with its parent
+// (Lookup.Parent): every process of the tree shows, with or without CUDA
+// calls (a recording's replay shows it the same way).
+func (r *Resolver) Forked(ev *event.Event) {
+	r.commAt(ev.PID, ev.Args[1], ev.Args[2])
+	r.ProcessEarly(ev.PID)
+}
+
+// Executed names a process of the tree again: it runs another program now
 // (it is stopped there: /proc shows the new one).
-func (r *resolver) executed(ev *event.Event) {
+func (r *Resolver) Executed(ev *event.Event) {
 	r.commAt(ev.PID, ev.Args[0], ev.Args[1])
 	r.early[ev.PID] = true // named again, and again at its first call
 	r.process(ev.PID)
 }
 
-// viaRuntime reports whether driver launch ev was made by the CUDA runtime
+// ViaRuntime reports whether driver launch ev was made by the CUDA runtime
 // (the program called cudaLaunchKernel, ...): its return address lies in
 // the process's runtime library (or an executable the runtime is linked
 // into), or right after the program's call to a runtime function that
 // tail-called the driver.
-func (r *resolver) viaRuntime(ev *event.Event) bool {
+func (r *Resolver) ViaRuntime(ev *event.Event) bool {
 	k := model.NameKey{PID: ev.PID, Key: ev.Caller}
 	if v, ok := r.callers[k]; ok {
 		return v
 	}
 	v := false
-	if p := r.s.symProcess(ev.PID); p != nil {
+	if p := r.look.Process(ev.PID); p != nil {
 		inRuntime := func(addr uint64) bool {
 			m, ok := p.MappingAt(addr)
-			return ok && r.s.isRuntimeFile(int(ev.PID), m.Dev, m.Inode, m.Path)
+			return ok && r.look.IsRuntimeFile(ev.PID, m.Dev, m.Inode, m.Path)
 		}
 		v = inRuntime(ev.Caller)
 		if !v {
@@ -124,9 +182,9 @@ func (r *resolver) viaRuntime(ev *event.Event) bool {
 	return v
 }
 
-// comm remembers the process name a library-load record carries (in its
+// Comm remembers the process name a library-load record carries (in its
 // first two argument words) until the process is named.
-func (r *resolver) comm(ev *event.Event) {
+func (r *Resolver) Comm(ev *event.Event) {
 	if r.procs[ev.PID] {
 		return
 	}
@@ -134,7 +192,7 @@ func (r *resolver) comm(ev *event.Event) {
 }
 
 // commAt remembers the comm held in two argument words for pid.
-func (r *resolver) commAt(pid uint32, a, b uint64) {
+func (r *Resolver) commAt(pid uint32, a, b uint64) {
 	var buf [16]byte
 	binary.LittleEndian.PutUint64(buf[:], a)
 	binary.LittleEndian.PutUint64(buf[8:], b)
@@ -148,9 +206,9 @@ func (r *resolver) commAt(pid uint32, a, b uint64) {
 	r.comms[pid] = string(name)
 }
 
-// event names what ev refers to; fn is the function argument the model
+// Event names what ev refers to; fn is the function argument the model
 // decoded from it (a launch's host stub or CUfunction).
-func (r *resolver) event(ev *event.Event, fn uint64) {
+func (r *Resolver) Event(ev *event.Event, fn uint64) {
 	r.process(ev.PID)
 	if k := (model.NameKey{PID: ev.PID, Key: uint64(ev.TID)}); !hasKey(r.names.Threads, k) {
 		r.thread(k)
@@ -197,9 +255,9 @@ func (r *resolver) event(ev *event.Event, fn uint64) {
 	}
 }
 
-// processEarly names pid before its first call; its first call names it
+// ProcessEarly names pid before its first call; its first call names it
 // again.
-func (r *resolver) processEarly(pid uint32) {
+func (r *Resolver) ProcessEarly(pid uint32) {
 	if r.procs[pid] {
 		return
 	}
@@ -216,7 +274,7 @@ func hasKey(m map[model.NameKey]string, k model.NameKey) bool {
 
 // process names pid the first time it is seen: from /proc, with the CUDA
 // libraries hooked in it.
-func (r *resolver) process(pid uint32) {
+func (r *Resolver) process(pid uint32) {
 	if r.procs[pid] && !r.early[pid] {
 		return
 	}
@@ -227,7 +285,7 @@ func (r *resolver) process(pid uint32) {
 	if info.Comm == "" {
 		info.Comm = r.comms[pid] // gone already: the name it loaded libraries under
 	}
-	info.Parent = r.parents[pid]
+	info.Parent = r.look.Parent(pid)
 	if again {
 		old := r.names.Procs[pid]
 		if info.Comm == "" || (info.Comm == old.Comm && info.Cmdline == old.Cmdline) {
@@ -235,58 +293,40 @@ func (r *resolver) process(pid uint32) {
 		}
 	}
 	delete(r.comms, pid)
-	s := r.s
-	s.mu.Lock()
-	if t := s.targets[int(pid)]; t != nil {
-		seen := map[string]bool{}
-		for _, a := range t.attached {
-			if !seen[a.Library.Path] {
-				seen[a.Library.Path] = true
-				info.Libraries = append(info.Libraries, a.Library.Path)
-			}
-		}
-		sort.Strings(info.Libraries)
-	}
-	s.mu.Unlock()
+	info.Libraries = r.look.Libraries(pid)
 	r.names.Procs[pid] = info
-	if s.rec != nil {
-		s.rec.Process(pid, info)
-	}
+	r.out.Process(pid, info)
 }
 
-func (r *resolver) thread(k model.NameKey) {
+func (r *Resolver) thread(k model.NameKey) {
 	name := readThreadName(k.PID, uint32(k.Key))
 	r.names.Threads[k] = name
-	if r.s.rec != nil {
-		r.s.rec.Thread(k.PID, uint32(k.Key), name)
-	}
+	r.out.Thread(k.PID, uint32(k.Key), name)
 }
 
-func (r *resolver) kernel(k model.NameKey) {
-	f := r.s.symbolizeAddr(k.PID, k.Key)
+func (r *Resolver) kernel(k model.NameKey) {
+	f := r.symbolizeAddr(k.PID, k.Key)
 	name := f.Raw
 	if name == "" {
 		name = r.decodedKernel(k)
 	}
 	if name == "" {
-		r.s.log.Debug("kernel not named (yet)", "pid", k.PID, "addr", fmt.Sprintf("%#x", k.Key), "object", f.Object)
+		r.log.Debug("kernel not named (yet)", "pid", k.PID, "addr", fmt.Sprintf("%#x", k.Key), "object", f.Object)
 	}
 	r.names.Kernels[k] = name
-	if r.s.rec != nil {
-		r.s.rec.Kernel(k.PID, k.Key, name)
-	}
+	r.out.Kernel(k.PID, k.Key, name)
 }
 
 // frame names stack address k.Key, and records the mapping it lies in. A
 // return address (every frame but the first of a stack taken at a probed
 // function's entry) lies after its call: the call, which may be the last
 // instruction of its function, is at the address before.
-func (r *resolver) frame(k model.NameKey, ret bool) {
+func (r *Resolver) frame(k model.NameKey, ret bool) {
 	addr := k.Key
 	if ret && addr > 0 {
 		addr--
 	}
-	f := r.s.symbolizeAddr(k.PID, addr)
+	f := r.symbolizeAddr(k.PID, addr)
 	name := ""
 	if f.Raw != "" {
 		name = f.Function
@@ -295,9 +335,7 @@ func (r *resolver) frame(k model.NameKey, ret bool) {
 		}
 	}
 	r.names.Frames[k] = name
-	if r.s.rec != nil {
-		r.s.rec.Frame(k.PID, k.Key, name)
-	}
+	r.out.Frame(k.PID, k.Key, name)
 	if f.Object != "" {
 		r.mapping(k.PID, addr)
 	}
@@ -306,8 +344,8 @@ func (r *resolver) frame(k model.NameKey, ret bool) {
 // mapping records the mapping that holds addr in pid, the first time a
 // frame lies in it: its file as the process sees it, the file's build ID,
 // its range and file offset. Anonymous memory (JIT code) has none.
-func (r *resolver) mapping(pid uint32, addr uint64) {
-	p := r.s.symProcess(pid)
+func (r *Resolver) mapping(pid uint32, addr uint64) {
+	p := r.look.Process(pid)
 	if p == nil {
 		return
 	}
@@ -330,21 +368,19 @@ func (r *resolver) mapping(pid uint32, addr uint64) {
 		}
 	}
 	r.names.Mappings[k] = mp
-	if r.s.rec != nil {
-		r.s.rec.Mapping(pid, mp)
-	}
+	r.out.Mapping(pid, mp)
 }
 
-// pyCode takes the copy the BPF side made of a Python code object: it
+// PyCode takes the copy the BPF side made of a Python code object: it
 // follows the first stack record of the process that refers to it. Frames
 // of it that the live process could not name (the code object or the
 // process was gone already) are named from the copy now; if the copy shows
 // that another code object had lived at that address before, the names
 // given to frames of the old one are given anew.
-func (r *resolver) pyCode(raw []byte) {
+func (r *Resolver) PyCode(raw []byte) {
 	c, err := event.DecodePyCode(raw)
 	if err != nil {
-		r.s.log.Debug("python code copy", "err", err)
+		r.log.Debug("python code copy", "err", err)
 		return
 	}
 	in := r.interpreter(c.PID)
@@ -353,7 +389,7 @@ func (r *resolver) pyCode(raw []byte) {
 	}
 	replaced, err := in.AddCopy(c.Code, c.Head, c.Addr, c.Data)
 	if err != nil {
-		r.s.log.Debug("python code copy", "pid", c.PID, "code", c.Code, "err", err)
+		r.log.Debug("python code copy", "pid", c.PID, "code", c.Code, "err", err)
 		return
 	}
 	for k := range r.pyFailed {
@@ -370,48 +406,37 @@ func (r *resolver) pyCode(raw []byte) {
 	}
 }
 
-func (r *resolver) interpreter(pid uint32) *python.Interpreter {
-	r.s.mu.Lock()
-	t := r.s.targets[int(pid)]
-	r.s.mu.Unlock()
-	return t.python()
+func (r *Resolver) interpreter(pid uint32) *python.Interpreter {
+	return r.look.Python(pid, false)
 }
 
 // pyFrame names a Python frame from the live interpreter, or from the copy
 // of its code object; false when it could not (yet).
-func (r *resolver) pyFrame(k model.PyNameKey) bool {
-	s := r.s
-	s.mu.Lock()
-	t := s.targets[int(k.PID)]
-	s.mu.Unlock()
-	in := t.python()
+func (r *Resolver) pyFrame(k model.PyNameKey) bool {
+	in := r.look.Python(k.PID, false)
 	if in == nil {
 		return false
 	}
 	f, err := in.Frame(k.Code, k.Instr)
-	if err != nil && !in.Started() && !t.pyResolved {
+	if err != nil && !in.Started() && r.pyResolved[k.PID] == 0 {
 		// Found before it ran and nothing resolved yet: look again now
 		// that it runs.
-		s.detectPython(t)
-		f, err = t.python().Frame(k.Code, k.Instr)
+		f, err = r.look.Python(k.PID, true).Frame(k.Code, k.Instr)
 	}
 	if err != nil {
-		s.log.Debug("python frame", "pid", k.PID, "err", err)
+		r.log.Debug("python frame", "pid", k.PID, "err", err)
 		return false
 	}
-	t.pyResolved = true
 	r.pyResolved[k.PID]++
 	name := f.String()
 	r.names.Py[k] = name
-	if s.rec != nil {
-		s.rec.PyFrame(k.PID, k.Code, k.Instr, name)
-	}
+	r.out.PyFrame(k.PID, k.Code, k.Instr, name)
 	return true
 }
 
-// forget drops what the resolver and the name tables hold of the processes
+// Forget drops what the resolver and the name tables hold of the processes
 // in pids (retired: see cut.go).
-func (r *resolver) forget(pids map[uint32]bool) {
+func (r *Resolver) Forget(pids map[uint32]bool) {
 	n := r.names
 	for pid := range pids {
 		delete(n.Procs, pid)
