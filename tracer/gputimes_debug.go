@@ -11,7 +11,8 @@ import (
 
 // logMisses has the model tell, when CUDATAP_GPUTIME_DEBUG names a
 // directory, each measurement it could not join (unmatched, late, or a
-// second one for an op that is not a graph) into DIR/model-PID.tsv, the
+// second one for an op that is not a graph), and each that became an op
+// CUPTI alone saw ("CUPTI only"), into DIR/model-PID.tsv, the
 // first maxMissLines of each reason per process, next to the collector's
 // records (tracer/gputime/debug.go). Tab-separated:
 //

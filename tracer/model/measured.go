@@ -495,10 +495,11 @@ func (m *Model) addCUPTIOnly(ps *procState, r *Measurement, sid int) {
 	p.Streams[sid].Devices |= deviceBit(op.Device)
 	ps.st[sid].measured.add(r.Start, r.End)
 	m.drops.GPUOpsCUPTIOnly++
+	m.missed(p.PID, "CUPTI only", r, nil) // not a miss: the diagnosis lists them too
 	m.release(ps, ps.op(op.ID))
 }
 
-// missed tells OnMeasureMiss, if set.
+// missed tells OnMeasureMiss, if set (and of each op CUPTI alone saw).
 func (m *Model) missed(pid uint32, why string, r *Measurement, op *GPUOp) {
 	if m.OnMeasureMiss != nil {
 		m.OnMeasureMiss(pid, why, r, op)

@@ -50,7 +50,8 @@ type Model struct {
 	keyBuf []byte
 	window int // max pending ops per process (maxWindow; smaller in tests)
 	// OnMeasureMiss, if set, is told each measurement counted unmatched or
-	// late, and the op it found if any (a diagnosis: measured.go).
+	// late, and the op it found if any, and each that became an op CUPTI
+	// alone saw ("CUPTI only"): a diagnosis (measured.go).
 	OnMeasureMiss func(pid uint32, why string, r *Measurement, op *GPUOp)
 	// Threads and streams modeled apart, over all processes, and what
 	// the bounds merged (limits.go).
