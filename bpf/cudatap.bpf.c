@@ -128,6 +128,70 @@ static __always_inline bool pairing_active(void)
 }
 
 /*
+ * The processes capturing a CUDA graph (stream captures begun and not yet
+ * ended, by count; COOKIE_CAPTURE_BEGIN/END), and how many captures are
+ * open in all. While one is, the calls of its process that enqueue work
+ * carry a stack (COOKIE_CAPTURE_STACK): the capture site of the node each
+ * becomes, whatever the stacks asked for launches. A program captures once,
+ * at warm-up; a replay costs nothing more, and a launch outside captures
+ * one array lookup. A count left open (a process gone mid-capture, an
+ * entry evicted) costs the other processes' launches a hash lookup, no
+ * stack.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);   /* tgid */
+	__type(value, __u32); /* captures open */
+} capturing SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} captures_open SEC(".maps");
+
+static __always_inline void capture_mark(__u32 tgid, bool begin)
+{
+	__u32 zero = 0;
+	__u32 *open = bpf_map_lookup_elem(&captures_open, &zero);
+	__u32 *n = bpf_map_lookup_elem(&capturing, &tgid);
+	if (begin) {
+		if (n) {
+			__sync_fetch_and_add(n, 1);
+		} else {
+			__u32 one = 1;
+			if (bpf_map_update_elem(&capturing, &tgid, &one, BPF_NOEXIST) < 0)
+				return;
+		}
+		if (open)
+			__sync_fetch_and_add(open, 1);
+		return;
+	}
+	if (!n || *n == 0)
+		return;
+	/* An add, its result unused: the atomic -mcpu=v1 has (no fetch). */
+	__sync_fetch_and_add(n, (__u32)-1);
+	if (open && *open)
+		__sync_fetch_and_add(open, (__u32)-1);
+}
+
+/* cookie, with a stack asked for if it asks for one while its process
+ * captures a graph and it does. */
+static __always_inline __u64 capture_stack(__u64 cookie, __u32 tgid)
+{
+	if (!(cookie & COOKIE_CAPTURE_STACK) || (cookie & COOKIE_STACK))
+		return cookie;
+	__u32 zero = 0;
+	__u32 *open = bpf_map_lookup_elem(&captures_open, &zero);
+	if (!open || !*open)
+		return cookie;
+	__u32 *n = bpf_map_lookup_elem(&capturing, &tgid);
+	return n && *n ? cookie | COOKIE_STACK : cookie;
+}
+
+/*
  * Shared probes (one link per library file, for every process: --all and
  * --container) cost nothing per process: a process that maps a library
  * already hooked is traced from its first call, and one that exits leaves
@@ -771,6 +835,7 @@ static __always_inline int on_entry(struct pt_regs *ctx)
 			launch_began(pid_tgid, COOKIE_API(cookie), now);
 		return 0;
 	}
+	cookie = capture_stack(cookie, pid_tgid >> 32);
 	if (COOKIE_KARGS(cookie)) {
 		if (COOKIE_FULL(cookie))
 			return emit_entry(ctx, cookie, pid_tgid, now, stub, true, true);
@@ -841,6 +906,11 @@ static __always_inline int on_return(struct pt_regs *ctx)
 			*n += 1;
 		return 0;
 	}
+	if ((cookie & COOKIE_CAPTURE_BEGIN) && (int)PT_REGS_RC(ctx) == 0)
+		capture_mark(pid_tgid >> 32, true);
+	if (cookie & COOKIE_CAPTURE_END)
+		capture_mark(pid_tgid >> 32, false);
+	cookie = capture_stack(cookie, pid_tgid >> 32);
 	if (COOKIE_FULL(cookie))
 		return emit_return(ctx, in, &key, cookie, pid_tgid, now, true);
 	return emit_return(ctx, in, &key, cookie, pid_tgid, now, false);

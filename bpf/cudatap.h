@@ -48,6 +48,12 @@
  *                parameter values (struct kernel_args) behind the record:
  *                0 nowhere, 1..9 slot v-1 (args[]), 10..15 stack word
  *                v-9 (STACK_WORD)
+ *   bit  57      (stream capture begins) at a successful return, count the
+ *                process as capturing a CUDA graph
+ *   bit  58      (stream capture ends) at return, one capture fewer
+ *   bit  59      (a call that enqueues work) capture the user stack, as
+ *                bit 31 does, while the process captures a graph: the
+ *                capture site of the node the call becomes
  */
 #define COOKIE_API(c) ((c) & 0xffff)
 #define COOKIE_NSTACK(c) (((c) >> 24) & 0x3)
@@ -71,6 +77,9 @@
 #define COOKIE_ARM64 (1ULL << 49)
 #define COOKIE_DEREF_ARG(c) (((c) >> 50) & 0x7)
 #define COOKIE_KARGS(c) (((c) >> 53) & 0xf)
+#define COOKIE_CAPTURE_BEGIN (1ULL << 57)
+#define COOKIE_CAPTURE_END (1ULL << 58)
+#define COOKIE_CAPTURE_STACK (1ULL << 59)
 /* Records with a stack or a string are full size; others end at stack[]. */
 #define COOKIE_FULL(c) (((c) & COOKIE_STACK) || (COOKIE_STRARG(c) && !((c) & COOKIE_PAIR)))
 

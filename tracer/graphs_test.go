@@ -78,7 +78,10 @@ func TestGraphReplays(t *testing.T) {
 		for _, gpuTimes := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/gpu-times=%v", tc.name, gpuTimes), func(t *testing.T) {
 				args := append(slices.Clone(tc.args), "--iters", fmt.Sprint(graphIters))
-				out, rep := launchUntilSyncsWith(t, Config{Command: args, Stacks: probe.StacksAll, GPUTimes: gpuTimes, CUPTIPath: tc.cupti}, tc.syncs)
+				// Stacks as record takes them by default (on calls that may
+				// block): a launch made while a graph is captured has one
+				// all the same.
+				out, rep := launchUntilSyncsWith(t, Config{Command: args, Stacks: probe.StacksSync, GPUTimes: gpuTimes, CUPTIPath: tc.cupti}, tc.syncs)
 				checkCounts(t, out, rep)
 				p := tracedOf(t, out, rep.PID)
 				checkGraphOps(t, p, tc.launches, tc.site, gpuTimes)
@@ -137,6 +140,9 @@ func checkGraphOps(t *testing.T, p *traced, want [][]graphKernel, site string, m
 	total := 0
 	stacks := map[int32]bool{}
 	for l, c := range launches {
+		if c.Stack >= 0 {
+			t.Errorf("launch %d (call %d) has a stack: taken outside a capture", l, c.Seq)
+		}
 		ops := byCorr[c.Correlation]
 		total += len(ops)
 		// The sync after the launch bounds its ops.

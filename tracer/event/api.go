@@ -226,6 +226,13 @@ const (
 	// Bits 53..56: where a launch's kernelParams is (KernelArgsCookie):
 	// 1..NArgs slot v-1, past that stack word v-NArgs.
 	cookieKernelArgs = 53
+	// A stream capture's begin and end count the process in and out of
+	// capturing a CUDA graph (BPF); while it captures, a probe with
+	// CookieCaptureStack takes the stack of the call, the capture site
+	// of the node it becomes, whatever the stacks asked for.
+	cookieCaptureBegin = 1 << 57
+	cookieCaptureEnd   = 1 << 58
+	CookieCaptureStack = 1 << 59
 )
 
 // CookieABI is the ABI a record's arguments were read by.
@@ -341,7 +348,23 @@ func (s *Spec) cookie(abi ABI, sym int) uint64 {
 	if s.Layer == Driver && s.Class == ClassLaunch {
 		c |= cookieTakeStub
 	}
+	switch s.Class {
+	case ClassCaptureBegin:
+		c |= cookieCaptureBegin
+	case ClassCaptureEnd:
+		c |= cookieCaptureEnd
+	}
 	return c
+}
+
+// Enqueues reports whether a call of s may enqueue GPU work, which a
+// stream capture records as a graph node (CookieCaptureStack).
+func (s *Spec) Enqueues() bool {
+	switch s.Class {
+	case ClassLaunch, ClassMemcpy, ClassMemset, ClassCollective, ClassHostFunc, ClassGraphLaunch:
+		return true
+	}
+	return false
 }
 
 // KernelArgsCookie is what a launch probe's cookie adds to copy the
@@ -605,11 +628,11 @@ var specs = [...]Spec{
 
 	// Graph capture: work enqueued on a capturing stream is recorded into a
 	// graph, not executed; a graph launch replays it.
-	{API: CudaStreamBeginCapture, Name: "cudaStreamBeginCapture", Class: ClassCaptureBegin, Symbols: ptsz("cudaStreamBeginCapture")},
+	{API: CudaStreamBeginCapture, Name: "cudaStreamBeginCapture", Class: ClassCaptureBegin, Return: true, Symbols: ptsz("cudaStreamBeginCapture")},
 	{API: CudaStreamEndCapture, Name: "cudaStreamEndCapture", Class: ClassCaptureEnd, Return: true, OutArg: 2, Symbols: ptsz("cudaStreamEndCapture")},
 	{API: CudaGraphInstantiate, Name: "cudaGraphInstantiate", Class: ClassGraphInstantiate, Return: true, OutArg: 1},
 	{API: CudaGraphInstantiateWithFlags, Name: "cudaGraphInstantiateWithFlags", Class: ClassGraphInstantiate, Return: true, OutArg: 1},
-	{API: CuStreamBeginCapture, Name: "cuStreamBeginCapture", Layer: Driver, Class: ClassCaptureBegin,
+	{API: CuStreamBeginCapture, Name: "cuStreamBeginCapture", Layer: Driver, Class: ClassCaptureBegin, Return: true,
 		Symbols: []string{"cuStreamBeginCapture_v2", "cuStreamBeginCapture_v2_ptsz"}},
 	{API: CuStreamEndCapture, Name: "cuStreamEndCapture", Layer: Driver, Class: ClassCaptureEnd, Return: true, OutArg: 2, Symbols: ptsz("cuStreamEndCapture")},
 	{API: CuGraphInstantiate, Name: "cuGraphInstantiateWithFlags", Layer: Driver, Class: ClassGraphInstantiate, Return: true, OutArg: 1},

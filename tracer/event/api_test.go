@@ -333,6 +333,11 @@ func TestCookie(t *testing.T) {
 				if got := c&(1<<37) != 0; got != (s.Layer == Driver && s.Class == ClassLaunch) {
 					t.Errorf("%s: COOKIE_TAKE_STUB = %v", s.Name, got)
 				}
+				// A capture's begin and end count the process capturing.
+				if got := c&(3<<57) >> 57; got != map[Class]uint64{ClassCaptureBegin: 1, ClassCaptureEnd: 2}[s.Class] {
+					t.Errorf("%s: capture bits %d", s.Name, got)
+				}
+				c &^= 3 << 57
 				if c&(1<<31|1<<32|1<<36) != 0 || c>>38&^(1<<11|7<<12) != 0 || (abi == SysV && c>>49&^(7<<1) != 0) || CookieHasKernelArgs(c) {
 					t.Errorf("%s: %v cookie %#x sets stack, stop, pair or unknown bits", s.Name, abi, c)
 				}
@@ -419,6 +424,12 @@ func TestCookieMatchesBPFHeader(t *testing.T) {
 	}
 	if got := bit("COOKIE_TAKE_STUB"); got != cookieTakeStub {
 		t.Errorf("COOKIE_TAKE_STUB %#x, Go %#x", got, uint64(cookieTakeStub))
+	}
+	for name, want := range map[string]uint64{"COOKIE_CAPTURE_BEGIN": cookieCaptureBegin, "COOKIE_CAPTURE_END": cookieCaptureEnd,
+		"COOKIE_CAPTURE_STACK": CookieCaptureStack} {
+		if got := bit(name); got != want {
+			t.Errorf("%s %#x, Go %#x", name, got, want)
+		}
 	}
 	for name, want := range map[string]string{
 		"COOKIE_KARGS":      "(((c) >> " + strconv.Itoa(cookieKernelArgs) + ") & 0xf)",

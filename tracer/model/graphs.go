@@ -101,8 +101,13 @@ type capture struct {
 	overflow bool // more nodes than fit: the graph will not be followed
 }
 
-func (ps *procState) beginCapture(sid int) {
-	ps.capturing[sid] = &capture{}
+// beginCapture starts a capture on the call's stream, unless it failed (a
+// stream capturing already, the legacy stream).
+func (ps *procState) beginCapture(call *Call) {
+	if call.HasRet && call.Ret != 0 {
+		return
+	}
+	ps.capturing[int(call.Stream)] = &capture{}
 }
 
 // captured records op, which the current call enqueued on a stream of

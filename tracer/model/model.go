@@ -528,7 +528,7 @@ func (m *Model) Handle(ev *event.Event) {
 			}
 		}
 	case event.ClassCaptureBegin:
-		ps.beginCapture(int(call.Stream))
+		ps.beginCapture(call)
 	case event.ClassCaptureEnd:
 		m.endCapture(ps, call)
 	case event.ClassGraphInstantiate:

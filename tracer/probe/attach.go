@@ -122,6 +122,8 @@ func (t *Tracer) attach(pid int, lib *Library, want func(*event.Spec) bool, bits
 			stacks := t.cfg.Stacks == StacksAll || (t.cfg.Stacks == StacksSync && spec.Return)
 			if stacks && spec.Class != event.ClassFuncName {
 				cookie |= event.CookieStack
+			} else if t.cfg.Stacks != StacksNone && spec.Enqueues() {
+				cookie |= event.CookieCaptureStack // a graph node's capture site
 			}
 			entry.add(off, cookie, sym)
 			if spec.Return || cookie&event.CookieAggregateTime != 0 {

@@ -166,6 +166,8 @@ const (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	cudatapMapCapturesOpen     = "captures_open"
+	cudatapMapCapturing        = "capturing"
 	cudatapMapCgroups          = "cgroups"
 	cudatapMapDriverLive       = "driver_live"
 	cudatapMapEvents           = "events"
@@ -258,6 +260,8 @@ type cudatapProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type cudatapMapSpecs struct {
+	CapturesOpen  *ebpf.MapSpec `ebpf:"captures_open"`
+	Capturing     *ebpf.MapSpec `ebpf:"capturing"`
 	Cgroups       *ebpf.MapSpec `ebpf:"cgroups"`
 	DriverLive    *ebpf.MapSpec `ebpf:"driver_live"`
 	Events        *ebpf.MapSpec `ebpf:"events"`
@@ -310,6 +314,8 @@ func (o *cudatapObjects) Close() error {
 //
 // It can be passed to loadCudatapObjects or ebpf.CollectionSpec.LoadAndAssign.
 type cudatapMaps struct {
+	CapturesOpen  *ebpf.Map `ebpf:"captures_open"`
+	Capturing     *ebpf.Map `ebpf:"capturing"`
 	Cgroups       *ebpf.Map `ebpf:"cgroups"`
 	DriverLive    *ebpf.Map `ebpf:"driver_live"`
 	Events        *ebpf.Map `ebpf:"events"`
@@ -333,6 +339,8 @@ type cudatapMaps struct {
 
 func (m *cudatapMaps) Close() error {
 	return _CudatapClose(
+		m.CapturesOpen,
+		m.Capturing,
 		m.Cgroups,
 		m.DriverLive,
 		m.Events,
