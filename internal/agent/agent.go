@@ -26,6 +26,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/cudatap/cudatap/export/metrics"
+	"github.com/cudatap/cudatap/internal/flight"
 )
 
 // Defaults of the options the command line leaves out.
@@ -81,6 +82,22 @@ type Options struct {
 	MaxRequests     int   // --max-requests
 	CaptureMaxBytes int64 // --capture-max-bytes
 
+	// The flight recorder (flight.go; 0: off): each process's last
+	// seconds kept (--flight-recorder) within FlightMaxBytes each
+	// (--flight-max-bytes), dumped into DumpsDir (--dumps-dir) bounded by
+	// DumpsMaxBytes (--dumps-max-bytes) when a trigger fires; the
+	// triggers' thresholds (--flight-sync, --flight-nccl) and cool-down
+	// (--flight-cooldown). It needs --continuous, and every launch
+	// recorded (not counted in BPF), with stacks on the calls that may
+	// block (as record's default).
+	FlightRecorder time.Duration
+	FlightMaxBytes int64
+	DumpsDir       string
+	DumpsMaxBytes  int64
+	FlightSync     time.Duration
+	FlightNCCL     time.Duration
+	FlightCooldown time.Duration
+
 	// The series: a pid label on each process's (--pid-label; else the
 	// processes alike share theirs), the API time histograms
 	// (--histograms; LaunchTimes implies them), how many streams of a
@@ -113,6 +130,7 @@ type Agent struct {
 	sampler  *processSampler
 	stores   *profileStores
 	profiles lastProfile
+	flight   *flight.Recorder // nil: off
 	handler  http.Handler
 	// ready: the first window's probes are live (/healthz).
 	ready atomic.Bool
@@ -148,8 +166,14 @@ func New(o Options) (*Agent, error) {
 	if a.stores, err = newProfileStores(o.ProfilesDir, o.ProfilesMaxBytes, o.Push, o.PIDLabel, a.series, a.log); err != nil {
 		return nil, err
 	}
+	if err := a.newFlight(); err != nil {
+		return nil, err
+	}
 	a.handler = a.routes()
 	if a.ln, err = net.Listen("tcp", o.Listen); err != nil {
+		if a.flight != nil {
+			a.flight.Close()
+		}
 		return nil, fmt.Errorf("listen on %s: %w (is another agent running? choose another port with --listen)", o.Listen, err)
 	}
 	return a, nil
@@ -166,6 +190,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	ctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
 	defer a.stores.close()
+	if a.flight != nil {
+		defer a.flight.Close() // after the session: the dumps due are written
+		a.dumpOnSIGUSR2(ctx)
+	}
 	srv := &http.Server{Handler: a.handler, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		if err := srv.Serve(a.ln); !errors.Is(err, http.ErrServerClosed) {
@@ -178,7 +206,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		srv.Shutdown(shut)
 	}()
 	if a.o.NVMLInterval > 0 {
-		go watchGPUs(ctx, a.gpus, a.o.NVMLInterval, a.log)
+		go watchGPUs(ctx, a.gpus, a.flight, a.o.NVMLInterval, a.log)
+	} else if a.flight != nil {
+		a.log.Warn("--nvml-interval 0: the flight recorder hears of no Xid or throttle")
 	}
 	pods := newPodLabels(ctx, a.o.KubeletSocket, a.log)
 	a.coll.SetLabeler(pods.process)
@@ -233,6 +263,14 @@ func (o *Options) check() error {
 		return fmt.Errorf("--max-cpu %v: want a share of one core, e.g. 0.01", o.MaxCPU)
 	case o.MaxStreams < 0:
 		return fmt.Errorf("--max-streams %d: want how many streams of a process to label, e.g. %d", o.MaxStreams, metrics.DefaultMaxStreams)
+	case o.FlightRecorder < 0:
+		return fmt.Errorf("--flight-recorder %v: want how much of each process's activity to keep, e.g. 30s (0: off)", o.FlightRecorder)
+	case o.FlightRecorder > 0 && !o.Continuous:
+		return errors.New("--flight-recorder keeps every process's last seconds: it needs --continuous (windows leave gaps)")
+	case o.FlightRecorder > 0 && o.MaxCPU > 0:
+		return errors.New("--flight-recorder keeps every call of every process; --max-cpu would leave processes out of the trace: give --max-cpu 0")
+	case o.FlightRecorder > 0 && o.LaunchTimes:
+		return errors.New("--launch-times times the launches counted in BPF; with --flight-recorder each is recorded: drop --launch-times")
 	}
 	return nil
 }

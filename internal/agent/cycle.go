@@ -55,6 +55,10 @@ func (a *Agent) runContinuous(ctx context.Context) error {
 	cutter := &profileCutter{a: a, prof: prof, from: start}
 	sinks := model.Sinks{a.coll, prof}
 	cfg := tracer.Config{Cut: a.o.Every}
+	if a.flight != nil {
+		sinks = append(sinks, a.flight)
+		cfg.Recording = a.flight // a recording.Tap: the records, not a file
+	}
 	obs := tracer.Funcs{OnCut: cutter.cut}
 	if a.o.MaxCPU > 0 {
 		sinks = append(sinks, a.sampler) // it learns each interval's calls
@@ -88,6 +92,11 @@ func (a *Agent) trace(ctx context.Context, c tracer.Config, obs tracer.Funcs) (*
 	c.All, c.Container = a.o.Container == "", a.o.Container
 	c.Stacks, c.RingBufferBytes, c.NVMLInterval, c.NameWindow = probe.StacksNone, a.o.RingBufferBytes, -1, -1
 	c.AggregateLaunches, c.LaunchTimes = !a.o.RecordLaunches, a.o.LaunchTimes
+	if a.flight != nil {
+		// Every call recorded, with stacks where they may block, as record
+		// does: the cost of a recording.
+		c.AggregateLaunches, c.Stacks = false, probe.StacksSync
+	}
 	c.Logger, c.PollInterval = a.log, pollInterval
 	obs.OnAggregates = a.coll.SetAggregates
 	obs.OnAttached = func(int) { a.ready.Store(true) }

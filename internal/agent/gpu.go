@@ -7,6 +7,7 @@ import (
 
 	"github.com/cudatap/cudatap/export/metrics"
 	"github.com/cudatap/cudatap/export/profilestore"
+	"github.com/cudatap/cudatap/internal/flight"
 	"github.com/cudatap/cudatap/internal/kube"
 	"github.com/cudatap/cudatap/internal/procfs"
 	"github.com/cudatap/cudatap/tracer/model"
@@ -17,20 +18,26 @@ import (
 // was absent or stopped answering (a driver being upgraded, a GPU lost).
 const nvmlRetry = time.Minute
 
-// watchGPUs samples the node's GPUs into c for as long as ctx lives. NVML
-// absent or failing leaves the agent running: cudatap_agent_nvml_up says
-// 0, the reason is logged once per change, and it tries again.
-func watchGPUs(ctx context.Context, c *metrics.GPUCollector, interval time.Duration, log *slog.Logger) {
+// watchGPUs samples the node's GPUs into c (and the flight recorder fr,
+// when on: Xids and throttles trigger its dumps) for as long as ctx lives.
+// NVML absent or failing leaves the agent running: cudatap_agent_nvml_up
+// says 0, the reason is logged once per change, and it tries again.
+func watchGPUs(ctx context.Context, c *metrics.GPUCollector, fr *flight.Recorder, interval time.Duration, log *slog.Logger) {
 	lastErr := ""
+	onEvent, onSample := c.Event, c.Add
+	if fr != nil {
+		onEvent = func(e nvml.Event) { c.Event(e); fr.GPUEvent(e) }
+		onSample = func(s nvml.Sample) { c.Add(s); fr.GPUSample(s) }
+	}
 	for {
-		s, err := nvml.New(nvml.Options{Interval: interval, OnEvent: c.Event, Logger: log})
+		s, err := nvml.New(nvml.Options{Interval: interval, OnEvent: onEvent, Logger: log})
 		if err == nil {
 			c.SetUp(true)
 			if lastErr != "" {
 				log.Info("NVML answers again: GPU series exported")
 			}
 			lastErr = ""
-			s.Run(ctx, c.Add) // until ctx ends
+			s.Run(ctx, onSample) // until ctx ends
 			s.Close()
 			c.SetUp(false)
 		} else if err.Error() != lastErr {

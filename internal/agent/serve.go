@@ -40,8 +40,8 @@ const (
 	answerTimeout = 30 * time.Second
 )
 
-// routes are what the agent serves: /metrics, /profile and /capture behind
-// the token, the first two through the request gate, and /healthz.
+// routes are what the agent serves: /metrics, /profile, /capture and /dump
+// behind the token, the first two through the request gate, and /healthz.
 func (a *Agent) routes() http.Handler {
 	gate := newRequestGate(a.o.MaxRequests, a.series)
 	mux := http.NewServeMux()
@@ -49,6 +49,7 @@ func (a *Agent) routes() http.Handler {
 	mux.Handle("/profile", withToken(a.o.Token, gate.limit("/profile", &a.profiles)))
 	mux.Handle("/capture", withToken(a.o.Token, &capturer{gpuTimes: a.o.GPUTimes, maxBytes: a.o.CaptureMaxBytes, version: a.o.Version,
 		busy: gate.rejected.WithLabelValues("/capture"), log: a.log}))
+	mux.Handle("/dump", withToken(a.o.Token, dumper{a}))
 	// Ready once the first window's probes are live (a readiness probe).
 	// It says nothing but that, so it needs no token: Kubernetes probes
 	// cannot carry a secret header.

@@ -133,7 +133,10 @@ func (r *Recorder) writeDump(d *dump) (*Result, error) {
 	if d.pid != 0 {
 		who = fmt.Sprintf("pid%d", d.pid)
 	}
-	base := filepath.Join(r.o.Dir, fmt.Sprintf("%s%s-%s-%s", prefix, time.Now().Format("20060102-150405.000"), d.kind, who))
+	// Named by when they were written, then in order (two in a
+	// millisecond): the order the bound removes them in.
+	r.written++
+	base := filepath.Join(r.o.Dir, fmt.Sprintf("%s%s-%04d-%s-%s", prefix, time.Now().Format("20060102-150405.000"), r.written%10000, d.kind, who))
 	res := &Result{Trigger: d.kind, Detail: d.detail, Path: base + ".cudatap"}
 	fl := &recording.Flight{Trigger: d.kind, Detail: d.detail, PID: d.pid, At: d.at, WindowNs: uint64(r.o.Window)}
 	for _, s := range d.procs {

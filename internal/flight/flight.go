@@ -177,10 +177,12 @@ type Recorder struct {
 	triggers
 	stats counters
 	jobs  chan *dump
+	// written: dumps written (the writer's own).
+	written int
 	quit    chan struct{}
 	closing sync.Once
 	wg      sync.WaitGroup
-	exits func() // stops the exit watch
+	exits   func() // stops the exit watch
 }
 
 type lastCall struct {
@@ -191,9 +193,9 @@ type lastCall struct {
 
 // proc is what the recorder holds of one process.
 type proc struct {
-	pid     uint32
-	window  log
-	names   log
+	pid    uint32
+	window log
+	names  log
 	// namesUsed: the bytes of its name records.
 	namesUsed int
 	state     map[stateKey]*stateRecord
@@ -212,10 +214,12 @@ type proc struct {
 	done       map[int]bool
 	latest     uint64 // its latest event time
 	oomCount   int64
-	exited     bool
-	exitedAt   uint64    // CLOCK_MONOTONIC ns
-	exitedSeen time.Time // when the recorder learnt it
-	counts     procCounts
+	// exited: the process is gone (exitKnown: its status was told, not
+	// only found by polling /proc).
+	exited, exitKnown bool
+	exitedAt          uint64    // CLOCK_MONOTONIC ns
+	exitedSeen        time.Time // when the recorder learnt it
+	counts            procCounts
 }
 
 // procCounts: where a process's events went. Read = Held + Dropped +

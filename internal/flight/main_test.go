@@ -1,8 +1,10 @@
 package flight
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -174,4 +176,91 @@ func specOf(sym string) *event.Spec {
 		}
 	}
 	return nil
+}
+
+// liveRun is a simulated workload launched under the recorder that the
+// test talks to while it runs: its stdin, its stdout's lines.
+type liveRun struct {
+	t     *testing.T
+	r     *Recorder
+	in    *io.PipeWriter
+	lines chan string
+	all   bytes.Buffer // stdout, once the run ended
+	done  chan struct{}
+	out   *tracer.Outcome
+	err   error
+}
+
+func startUnder(t *testing.T, r *Recorder, exe string, args ...string) *liveRun {
+	t.Helper()
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	l := &liveRun{t: t, r: r, in: inW, lines: make(chan string, 64), done: make(chan struct{})}
+	go func() {
+		s := bufio.NewScanner(outR)
+		for s.Scan() {
+			l.all.WriteString(s.Text() + "\n")
+			select {
+			case l.lines <- s.Text():
+			default:
+			}
+		}
+		close(l.lines)
+	}()
+	go func() {
+		defer close(l.done)
+		l.out, l.err = tracer.Run(context.Background(), tracer.Config{Command: append([]string{exe}, args...), Stacks: probe.StacksSync,
+			NVMLInterval: -1, NameWindow: -1, Recording: r, Sink: r, Stdin: inR, Stdout: outW})
+		outW.Close()
+	}()
+	t.Cleanup(func() { inW.Close(); <-l.done })
+	return l
+}
+
+// wait waits for a line of stdout that begins with prefix.
+func (l *liveRun) wait(prefix string) string {
+	l.t.Helper()
+	timeout := time.After(2 * time.Minute)
+	for {
+		select {
+		case s, ok := <-l.lines:
+			if !ok {
+				l.t.Fatalf("the workload ended before %q", prefix)
+			}
+			if strings.HasPrefix(s, prefix) {
+				return s
+			}
+		case <-timeout:
+			l.t.Fatalf("no %q from the workload within 2 minutes", prefix)
+		}
+	}
+}
+
+// end waits for the session to end and closes the recorder (its dumps
+// written); the workload's report, if it printed one.
+func (l *liveRun) end() *traced {
+	l.t.Helper()
+	l.in.Close() // the session waits for its copy to the command's stdin
+	<-l.done
+	for range l.lines {
+	}
+	if l.err != nil {
+		l.t.Fatal(l.err)
+	}
+	l.r.Close()
+	tr := &traced{out: l.out}
+	if rep, err := sim.ParseReport(l.all.Bytes()); err == nil {
+		tr.rep = rep
+	}
+	return tr
+}
+
+// eventually waits for cond (checked every 10 ms), failing after 2 minutes.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(2 * time.Minute); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s within 2 minutes", what)
+		}
+	}
 }

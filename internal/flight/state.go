@@ -17,15 +17,15 @@ import (
 type stateKind uint8
 
 const (
-	stateAlloc    stateKind = iota + 1 // device memory, by pointer
-	stateHandle                        // physical memory (cuMemCreate), by handle
-	stateHost                          // pinned host memory, by pointer
-	stateStream                        // a stream created, by handle
-	stateDevice                        // a thread's current device, by thread
-	stateComm                          // an NCCL communicator, by handle
-	stateFunc                          // a kernel handle's name (cuModuleGetFunction...), by handle
-	statePending                       // a call whose GPU work is pending, by its sequence number
-	stateFact                          // a note or GPU-time record of lasting meaning, by its sequence number
+	stateAlloc   stateKind = iota + 1 // device memory, by pointer
+	stateHandle                       // physical memory (cuMemCreate), by handle
+	stateHost                         // pinned host memory, by pointer
+	stateStream                       // a stream created, by handle
+	stateDevice                       // a thread's current device, by thread
+	stateComm                         // an NCCL communicator, by handle
+	stateFunc                         // a kernel handle's name (cuModuleGetFunction...), by handle
+	statePending                      // a call whose GPU work is pending, by its sequence number
+	stateFact                         // a note or GPU-time record of lasting meaning, by its sequence number
 )
 
 type stateKey struct {

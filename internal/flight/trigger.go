@@ -142,16 +142,22 @@ func (r *Recorder) allExited(pids []uint32) (uint64, bool) {
 	return last, true
 }
 
-// Exited tells the recorder that pid ended at (CLOCK_MONOTONIC ns) with
-// wait status status: a signal that killed it triggers a dump.
+// Exited tells the recorder that pid ended at (CLOCK_MONOTONIC ns; 0:
+// unknown, its last call is taken) with wait status status: a signal that
+// killed it triggers a dump. The process connector says it of every
+// process; record says it of the command it launched, once it was reaped
+// (the second word of an exit changes nothing).
 func (r *Recorder) Exited(pid, status uint32, at uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	p := r.procs[pid]
-	if p == nil || p.exited {
+	if p == nil || p.exitKnown {
 		return
 	}
-	p.exited, p.exitedAt, p.exitedSeen = true, at, time.Now()
+	if at == 0 {
+		at = p.latest
+	}
+	p.exited, p.exitKnown, p.exitedAt, p.exitedSeen = true, true, at, time.Now()
 	if sig := unix.WaitStatus(status); sig.Signaled() {
 		detail := fmt.Sprintf("process %d was killed by %s", pid, unix.SignalName(sig.Signal()))
 		if sig.CoreDump() {

@@ -2,6 +2,10 @@ package flight
 
 import (
 	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -170,7 +174,7 @@ func TestWindowTime(t *testing.T) {
 func TestPendingRestated(t *testing.T) {
 	r := newRecorder(t, Options{Window: time.Millisecond, MaxBytes: budget, NoExitWatch: true, NoReport: true})
 	s := newFakeSession(t, r, 4244)
-	s.launch(stream)                              // pending
+	s.launch(stream)                                           // pending
 	s.call(event.CudaMalloc, kept, 0, 1000, 1000, 0x7ff8, mib) // lasting
 	s.now += uint64(time.Second)
 	for range 200 {
@@ -186,4 +190,65 @@ func TestPendingRestated(t *testing.T) {
 		t.Fatalf("%d restated once the launch was proven complete, want 1: %+v", ps.Restated, ps)
 	}
 	s.end()
+}
+
+// TestDumpsDirBound: the dumps in Dir stay under DirMaxBytes: each new one
+// removes the oldest until they fit (counted), never a file that is not
+// the recorder's; a dump larger than the bound by itself is removed too,
+// and that is its error.
+func TestDumpsDirBound(t *testing.T) {
+	dir := t.TempDir()
+	other := filepath.Join(dir, "notes.txt")
+	os.WriteFile(other, make([]byte, 10<<10), 0o644)
+	r := newRecorder(t, Options{Dir: dir, MaxBytes: budget, DirMaxBytes: budget, NoExitWatch: true, NoReport: true})
+	s := newFakeSession(t, r, 4245)
+	for range 100 { // about 20 KB a dump
+		s.launch(stream)
+	}
+	s.end()
+	var paths []string
+	for i := range 5 {
+		res, err := r.Dump(context.Background(), nil, "test")
+		if err != nil {
+			t.Fatalf("dump %d: %v", i, err)
+		}
+		paths = append(paths, res.Path)
+	}
+	var total int64
+	var remaining []string
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), prefix) {
+			fi, _ := e.Info()
+			total += fi.Size()
+			remaining = append(remaining, filepath.Join(dir, e.Name()))
+		}
+	}
+	if total > budget || len(remaining) < 2 || !slices.Equal(remaining, paths[len(paths)-len(remaining):]) {
+		t.Errorf("%d bytes of dumps kept (bound %d): %v; want the newest of %v", total, budget, remaining, paths)
+	}
+	if st := r.Stats(); st.Removed != uint64(len(paths)-len(remaining)) || st.Dumps["on_demand"] != 5 {
+		t.Errorf("stats %+v: %d removed", st, len(paths)-len(remaining))
+	}
+	if _, err := os.Stat(other); err != nil {
+		t.Errorf("a file not the recorder's was removed: %v", err)
+	}
+
+	// A dump larger than the whole bound by itself (its HTML report is:
+	// the page's scripts alone are more than 64 KiB).
+	r2 := newRecorder(t, Options{Dir: t.TempDir(), MaxBytes: budget, DirMaxBytes: budget, NoExitWatch: true})
+	s2 := newFakeSession(t, r2, 4246)
+	for range 100 {
+		s2.launch(stream)
+	}
+	s2.end()
+	if _, err := r2.Dump(context.Background(), nil, "test"); err == nil || !strings.Contains(err.Error(), "larger than --dumps-max-bytes") {
+		t.Errorf("a dump over the bound: %v", err)
+	}
+	if st := r2.Stats(); st.Failures != 1 {
+		t.Errorf("%d failures, want 1", st.Failures)
+	}
+	if left, _ := filepath.Glob(filepath.Join(r2.o.Dir, prefix+"*")); len(left) != 0 {
+		t.Errorf("left %v", left)
+	}
 }
