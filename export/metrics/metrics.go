@@ -224,7 +224,7 @@ func NewCollector(o Options) *Collector {
 		weight:         1,
 		label:          ProcFSLabels,
 		calls:          d("cudatap_cuda_calls_total", "CUDA runtime, driver and NCCL calls traced, by API.", "api"),
-		launches:       d("cudatap_kernel_launches_total", "Kernel launches traced."),
+		launches:       d("cudatap_kernel_launches_total", "Kernel launch calls traced (a CUDA graph's launch is one cudaGraphLaunch call, in cudatap_cuda_calls_total: the kernels it runs are not launches)."),
 		streamLaunches: d("cudatap_stream_launches_total", "Kernel launches traced, by stream: 0 the legacy default stream, then 1, 2, ... in the order the process's streams were first seen (other past the bound, unknown when unreadable).", "stream"),
 		syncs:          d("cudatap_syncs_total", "Host-blocking synchronizations, by kind (stream_sync, pageable_memcpy, ...).", "kind"),
 		syncWait:       d("cudatap_sync_wait_seconds_total", "Host time blocked in synchronizations, by kind.", "kind"),
