@@ -84,7 +84,7 @@ func TestGraphReplays(t *testing.T) {
 				out, rep := launchUntilSyncsWith(t, Config{Command: args, Stacks: probe.StacksSync, GPUTimes: gpuTimes, CUPTIPath: tc.cupti}, tc.syncs)
 				checkCounts(t, out, rep)
 				p := tracedOf(t, out, rep.PID)
-				checkGraphOps(t, p, tc.launches, tc.site, gpuTimes)
+				checkGraphOps(t, p, tc.launches, tc.site, tc.name == "runtime", gpuTimes)
 				d := out.Result.Drops
 				if d.Limits.Graphs != 0 || d.GPUTimesUnmatched+d.GPUTimesLate+d.GPUTimesUnmeasured+d.GPUTimesLost != 0 {
 					t.Errorf("graphs not followed %d; GPU times unmatched %d late %d unmeasured %d lost %d: want none",
@@ -115,7 +115,8 @@ func TestGraphReplays(t *testing.T) {
 
 // checkGraphOps checks p's graph launches, in call order, against want:
 // their ops, per launch, in node order.
-func checkGraphOps(t *testing.T, p *traced, want [][]graphKernel, site string, measured bool) {
+// runtime: the program called the runtime, as each node's call must say.
+func checkGraphOps(t *testing.T, p *traced, want [][]graphKernel, site string, runtime, measured bool) {
 	t.Helper()
 	byCorr := map[uint64][]*model.GPUOp{}
 	for i := range p.GPUOps {
@@ -170,6 +171,9 @@ func checkGraphOps(t *testing.T, p *traced, want [][]graphKernel, site string, m
 			made := &p.Calls[n.Call]
 			if !made.Captured && !strings.Contains(made.API.String(), "AddKernelNode") {
 				t.Errorf("launch %d node %d: made by %s (call %d), not captured nor added", l, k, made.API, made.Seq)
+			}
+			if strings.HasPrefix(n.API.String(), "cuda") != runtime {
+				t.Errorf("launch %d node %d: made by %s, want the %s API the program called", l, k, n.API, map[bool]string{true: "runtime", false: "driver"}[runtime])
 			}
 			if made.Captured {
 				stacks[n.Stack] = true

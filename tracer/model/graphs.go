@@ -37,7 +37,7 @@ import (
 type GraphNode struct {
 	Index          int32     // its place in its graph, in node order (capture order, or the order nodes were added)
 	Call           int       // Seq of the call that made it
-	API            event.API // that call's API
+	API            event.API // that call's API, as the program called it (a runtime launch, not the driver's under it)
 	TID            uint32    // its thread
 	Stack, PyStack int32     // its stacks (Process.Stacks, PyStacks), -1 = none
 }
@@ -137,7 +137,11 @@ func (ps *procState) newSite(call *Call, index int) int32 {
 	if len(ps.p.GraphNodes) >= maxGraphNodes {
 		return -1
 	}
-	ps.p.GraphNodes = append(ps.p.GraphNodes, GraphNode{Index: int32(index), Call: call.Seq, API: call.API,
+	api := call.API
+	if rt := event.RuntimeLaunch(api); call.ViaRuntime && rt != 0 {
+		api = rt
+	}
+	ps.p.GraphNodes = append(ps.p.GraphNodes, GraphNode{Index: int32(index), Call: call.Seq, API: api,
 		TID: call.TID, Stack: call.Stack, PyStack: call.PyStack})
 	return int32(len(ps.p.GraphNodes))
 }
