@@ -12,6 +12,7 @@ import (
 
 func newAgentCmd(g *globalOptions) *cobra.Command {
 	o := agent.Options{}
+	var fl flightFlags
 	cmd := &cobra.Command{
 		Use:   "agent",
 		Short: "Trace every CUDA process of the node, always on, and serve Prometheus metrics",
@@ -40,12 +41,35 @@ POST /capture?pid=N&duration=D (at most 60s) traces one process and answers with
 trace; it stops early when its recording reaches --capture-max-bytes, and the trace then says it
 was truncated (as does the X-Cudatap-Truncated header). Requests are bounded: --max-requests
 /metrics and /profile answers at a time, the others 503 at once; /metrics is rendered at most
-once a second; answers are gzip-compressed for clients that accept it.`,
+once a second; answers are gzip-compressed for clients that accept it.
+
+With --flight-recorder DURATION it keeps the last DURATION of every traced process's calls in
+memory (--flight-max-bytes each; every launch recorded, stacks on the calls that may block: the
+cost of record) and writes them to --dumps-dir as a .cudatap with its HTML report when something
+goes wrong: an allocation fails for want of memory, NVML reports an Xid or a throttle on the
+process's GPU, NCCL ranks stop arriving, a synchronization blocks past --flight-sync, the process
+dies of a signal; and on demand: POST /dump?pid=N (cudatap dump PID), SIGUSR2 (every process).
+It implies --continuous and --max-cpu 0. docs/flight-recorder.md says what a dump holds.`,
 		Example: `  sudo cudatap agent --continuous
-  sudo cudatap agent --window 10s --every 60s --listen 0.0.0.0:9401 --token "$(cat /etc/cudatap/token)"`,
+  sudo cudatap agent --window 10s --every 60s --listen 0.0.0.0:9401 --token "$(cat /etc/cudatap/token)"
+  sudo cudatap agent --flight-recorder 30s --dumps-dir /var/tmp/cudatap-dumps`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.Logger, o.Version = g.logger(), version
+			if err := fl.check(cmd); err != nil {
+				return err
+			}
+			if fl.window > 0 {
+				// Every process's last seconds: no gaps, no process left out.
+				if !cmd.Flags().Changed("continuous") && !cmd.Flags().Changed("window") {
+					o.Continuous = true
+				}
+				if !cmd.Flags().Changed("max-cpu") {
+					o.MaxCPU = 0
+				}
+				o.FlightRecorder, o.FlightMaxBytes, o.DumpsDir, o.DumpsMaxBytes = fl.window, fl.maxBytes, fl.dir, fl.dirMaxBytes
+				o.FlightSync, o.FlightNCCL, o.FlightCooldown = fl.sync, fl.nccl, fl.cooldown
+			}
 			a, err := agent.New(o)
 			if err != nil {
 				return err
@@ -55,7 +79,7 @@ once a second; answers are gzip-compressed for clients that accept it.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.Listen, "listen", agent.DefaultListen, "address to serve /metrics, /profile, POST /capture and /healthz on")
+	f.StringVar(&o.Listen, "listen", agent.DefaultListen, "address to serve /metrics, /profile, POST /capture, POST /dump and /healthz on")
 	f.StringVar(&o.Token, "token", "", "bearer token every request but /healthz must carry (required to listen beyond loopback)")
 	f.StringVar(&o.TokenFile, "token-file", "", "read the bearer token from this file (a mounted secret: not visible in the process list)")
 	f.StringVar(&o.Container, "container", "", "trace only this container's processes (id prefix or cgroup name)")
@@ -78,5 +102,6 @@ once a second; answers are gzip-compressed for clients that accept it.`,
 	f.BoolVar(&o.Histograms, "histograms", false, "export the CUDA API time histograms (cudatap_cuda_api_seconds: 14 series per API timed; --launch-times implies it)")
 	f.IntVar(&o.MaxStreams, "max-streams", metrics.DefaultMaxStreams, "label the launches of at most this many streams of a process besides the legacy default stream; later ones count as stream \"other\"")
 	f.StringVar(&o.Node, "node-name", "", "the node's name, the Hostname label of every series (default: $NODE_NAME, else the host name)")
+	fl.add(cmd, "/var/tmp/cudatap-dumps")
 	return cmd
 }

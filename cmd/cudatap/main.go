@@ -66,7 +66,7 @@ kernel and Python frame named; more than -v).
 	root.SetVersionTemplate(readBuildInfo().String() + "\n")
 	root.PersistentFlags().BoolVarP(&g.verbose, "verbose", "v", false, "log attach details to stderr")
 	root.PersistentFlags().BoolVarP(&g.quiet, "quiet", "q", false, "print no summary, status line or notes; errors still go to stderr")
-	root.AddCommand(newRecordCmd(g), newExportCmd(g), newSyncsCmd(g), newDoctorCmd(g, nil), newGPUsCmd(g, nil), newTopCmd(g, traceForTop), newVersionCmd(), newDemoCmd(g), newAgentCmd(g), newMergeCmd(g), newReportCmd(g), newLintCmd(g), newManCmd())
+	root.AddCommand(newRecordCmd(g), newExportCmd(g), newSyncsCmd(g), newDoctorCmd(g, nil), newGPUsCmd(g, nil), newTopCmd(g, traceForTop), newVersionCmd(), newDemoCmd(g), newAgentCmd(g), newDumpCmd(g), newMergeCmd(g), newReportCmd(g), newLintCmd(g), newManCmd())
 	// Now rather than when it runs, so that usageErrors covers it too (its
 	// scripts go to os.Stdout, not to a later SetOut); runnable, so that an
 	// unknown shell is refused rather than answered with its help.

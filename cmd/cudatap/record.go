@@ -15,8 +15,10 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
+	"github.com/cudatap/cudatap/internal/flight"
 	"github.com/cudatap/cudatap/internal/procfs"
 	"github.com/cudatap/cudatap/tracer"
+	"github.com/cudatap/cudatap/tracer/model"
 	"github.com/cudatap/cudatap/tracer/probe"
 	"github.com/cudatap/cudatap/tracer/targets"
 )
@@ -41,6 +43,7 @@ type recordOptions struct {
 	report      string
 	follow      bool // -p: also what the processes start from now on
 	noFollow    bool // a command: only the command's own process
+	flight      flightFlags
 }
 
 func newRecordCmd(g *globalOptions) *cobra.Command {
@@ -75,6 +78,7 @@ func newRecordCmd(g *globalOptions) *cobra.Command {
 	f.StringVar(&o.report, "report", "", "also write the HTML report (see cudatap report) to this file, and the device memory profile beside it")
 	f.BoolVar(&o.follow, "follow", false, "with -p: also trace every process the traced processes start from now on, and those they started already (a launched command is followed by default)")
 	f.BoolVar(&o.noFollow, "no-follow", false, "trace only the launched command's own process, not the processes it starts")
+	o.flight.add(cmd, "cudatap-dumps")
 	return cmd
 }
 
@@ -127,6 +131,9 @@ func runRecord(cmd *cobra.Command, g *globalOptions, o *recordOptions, command [
 	if err != nil {
 		return err
 	}
+	if err := o.flight.check(cmd); err != nil {
+		return err
+	}
 	if (o.all || o.container != "") && !cmd.Flags().Changed("gpu-times") {
 		o.gpuTimes = false // host-wide: CUPTI in every CUDA process only when asked (--gpu-times)
 	}
@@ -136,7 +143,7 @@ func runRecord(cmd *cobra.Command, g *globalOptions, o *recordOptions, command [
 		return err
 	}
 	paths, byDefault := o.outputs, false
-	if len(paths) == 0 {
+	if len(paths) == 0 && o.flight.window == 0 {
 		// Never a run lost for a forgotten -o: a recording, as perf
 		// record writes perf.data.
 		paths, byDefault = []string{defaultRecording(command, o.pids, o.container, time.Now())}, true
@@ -189,6 +196,19 @@ func runRecord(cmd *cobra.Command, g *globalOptions, o *recordOptions, command [
 	cfg.Observer = obs
 	cfg.Recording, cfg.Sink = rep.tee(to.recording()), to.agg.Sink()
 	cfg.Guardian = to.guard(stderr, len(command) > 0)
+	var fr *flight.Recorder
+	if o.flight.window > 0 {
+		// The flight recorder takes the session's records (the whole
+		// recording, when one is asked for, goes through it) and calls.
+		nvmlCtx, stopNVML := context.WithCancel(cmd.Context())
+		defer stopNVML()
+		if fr, err = o.flight.recorder(nvmlCtx, stderr, cfg.Recording, o.nvml >= 0, g.logger()); err != nil {
+			to.abort()
+			return err
+		}
+		defer fr.Close()
+		cfg.Recording, cfg.Sink = fr, model.Sinks{cfg.Sink, fr}
+	}
 	ctx := cmd.Context()
 	if len(command) > 0 {
 		// Ctrl-C or kill reaches the command as it would without cudatap,
@@ -201,6 +221,12 @@ func runRecord(cmd *cobra.Command, g *globalOptions, o *recordOptions, command [
 	}
 	outcome, err := tracer.Run(ctx, cfg)
 	status.clear()
+	if fr != nil {
+		fr.Close() // the dumps due are written
+		if err == nil {
+			err = fr.AlsoErr()
+		}
+	}
 	if outcome == nil || outcome.Result == nil {
 		to.abort()
 		return err

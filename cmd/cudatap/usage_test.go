@@ -16,6 +16,7 @@ func TestArgumentCountsAreUsageErrors(t *testing.T) {
 		"version":    {{"version", "extra"}},
 		"demo":       {{"demo", "extra"}},
 		"agent":      {{"agent", "extra"}},
+		"dump":       {{"dump", "1", "2"}, {"dump", "notapid"}},
 		"merge":      {{"merge"}},
 		"report":     {{"report"}, {"report", "a.cudatap", "b.cudatap"}},
 		"lint":       {{"lint"}, {"lint", "a.cudatap", "b.cudatap"}},

@@ -125,6 +125,9 @@ func (r *Recorder) writeOut(d *dump) {
 	}
 	d.result = res
 	r.log.Info("flight recorder: dump written", "trigger", d.kind, "path", res.Path, "report", res.Report, "events", res.Events, "dropped", res.Dropped)
+	if r.o.OnDump != nil {
+		r.o.OnDump(res)
+	}
 }
 
 // writeDump writes d's recording, then its report.

@@ -55,10 +55,17 @@ func watchExits(exited func(pid, status uint32, at uint64)) (stop func(), err er
 		defer close(done)
 		buf := make([]byte, 4096)
 		le := binary.LittleEndian
-		for !stopping.Load() {
-			n, _, err := unix.Recvfrom(fd, buf, 0)
+		for {
+			// Once asked to stop, what the kernel queued already is
+			// still read (an exit just before a session's end), then no
+			// more.
+			flags := 0
+			if stopping.Load() {
+				flags = unix.MSG_DONTWAIT
+			}
+			n, _, err := unix.Recvfrom(fd, buf, flags)
 			if err != nil {
-				if err == unix.EINTR || err == unix.EAGAIN || err == unix.ENOBUFS {
+				if flags == 0 && (err == unix.EINTR || err == unix.EAGAIN || err == unix.ENOBUFS) {
 					continue // ENOBUFS: exits lost to a burst; polling /proc finds those
 				}
 				return

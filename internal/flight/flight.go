@@ -96,6 +96,9 @@ type Options struct {
 	// Also, if set, gets the whole recording too (record -o x.cudatap
 	// --flight-recorder).
 	Also io.Writer
+	// OnDump, if set, hears of each dump written, on the writer's
+	// goroutine (record says it on stderr).
+	OnDump func(*Result)
 	// Version names the build in the reports.
 	Version string
 	Logger  *slog.Logger
@@ -269,19 +272,20 @@ func New(o Options) (*Recorder, error) {
 	return r, nil
 }
 
-// Close ends the session's windows: the dumps due are written (those
-// waiting for what follows their trigger, with what came), then the
-// recorder stops. The whole recording (Options.Also) is closed too.
+// Close ends the session's windows: the exits the kernel had queued are
+// read (a death by a signal just before a session's end is dumped), the
+// dumps due are written (those waiting for what follows their trigger,
+// with what came), then the recorder stops.
 func (r *Recorder) Close() error {
 	r.closing.Do(func() {
+		if r.exits != nil {
+			r.exits() // the exits queued already are told first
+		}
 		r.mu.Lock()
 		r.sealAll()
 		r.mu.Unlock()
 		close(r.quit)
 		r.wg.Wait()
-		if r.exits != nil {
-			r.exits()
-		}
 	})
 	return nil
 }
