@@ -378,3 +378,36 @@ func TestGraphBuiltAndChanged(t *testing.T) {
 		t.Errorf("Limits.Graphs %d, want 1 (the change not placed)", l)
 	}
 }
+
+// TestGraphMeasuredStale: an exec whose records never make up its ids (a
+// node no record comes for) is given up once a launch with records waiting
+// was proven complete MeasureSlack before the collector's flush: its
+// records are counted unmatched and its ops go out bounded, not held for
+// ever.
+func TestGraphMeasuredStale(t *testing.T) {
+	const s, graph, exec = 0x5000, 0x6000, 0x7000
+	c := NewCollector()
+	m := New(c)
+	m.StartMeasuring(testPID)
+	for _, e := range []*ev{
+		streamCreate(1, 100, s),
+		beginCapture(1, 1000, s), driverLaunch(1, 1100, s, 0xf01, 1), driverLaunch(1, 1200, s, 0xf02, 1),
+		endCapture(1, 1400, s, graph), instantiate(1, 1500, graph, exec),
+		graphLaunch(1, 2000, exec, s), streamSync(1, 4000, 100*us, s),
+	} {
+		m.Handle(&e.Event)
+	}
+	m.Measure(testPID, graphRecord(2000, OpKernel, 51, 10, 20)) // one record for two nodes
+	m.MeasuredUntil(testPID, MeasureSlack+4000)                 // the sync returned at 4000+100µs: not yet
+	if n := ops(c); n != 0 {
+		t.Fatalf("%d ops out before the slack passed, want 0", n)
+	}
+	m.MeasuredUntil(testPID, MeasureSlack+10*ms)
+	if n := ops(c); n != 2 {
+		t.Fatalf("%d ops out after the slack, want 2", n)
+	}
+	if d := m.Drops(); d.GPUTimesUnmatched != 1 {
+		t.Errorf("unmatched %d, want 1", d.GPUTimesUnmatched)
+	}
+	finish(m, c)
+}

@@ -427,6 +427,23 @@ func (m *Model) nodeOp(ps *procState, last *GPUOp, r *Measurement) (op *GPUOp, w
 	return nil, true
 }
 
+// staleExecs gives up the execs whose ids are still not all known though
+// a launch with records parked was proven complete before t: its records
+// have all come (t is MeasureSlack before the collector's flush), so the
+// exec has nodes no record comes for (a node cudatap saw twice, one CUPTI
+// does not time), and its ids would never be known.
+func (m *Model) staleExecs(ps *procState, t uint64) {
+	for _, ls := range ps.launches {
+		x := ls.exec
+		if len(x.parked) == 0 || x.bad {
+			continue
+		}
+		if last := ps.op(ls.first + len(x.nodes) - 1); last != nil && last.final && last.provenAt < t {
+			m.badExec(ps, x)
+		}
+	}
+}
+
 // nodeOpOf is the op of launch ls whose node has CUPTI id r.GraphNode;
 // nil, and the exec marked bad, when r does not fit it.
 func (m *Model) nodeOpOf(ps *procState, ls *launchState, r *Measurement) *GPUOp {

@@ -521,6 +521,7 @@ func (m *Model) MeasuredUntil(pid uint32, t uint64) {
 	if !ok || !ps.measuring || t < MeasureSlack {
 		return
 	}
+	m.staleExecs(ps, t-MeasureSlack)
 	m.releaseHeld(ps, t-MeasureSlack, true)
 }
 
