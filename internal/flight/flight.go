@@ -182,6 +182,9 @@ type Recorder struct {
 	jobs  chan *dump
 	// written: dumps written (the writer's own).
 	written int
+	// onRecord, if set, sees the process after each of its records
+	// (tests: the bound at every record).
+	onRecord func(*proc)
 	quit    chan struct{}
 	closing sync.Once
 	wg      sync.WaitGroup
@@ -372,6 +375,9 @@ func (r *Recorder) Record(typ byte, payload []byte) {
 	if len(r.pending) > 0 {
 		r.sealDue(false)
 	}
+	if r.onRecord != nil {
+		r.onRecord(p)
+	}
 }
 
 // event takes an event record into p's window.
@@ -393,7 +399,9 @@ func (r *Recorder) event(p *proc, b []byte) {
 		}
 		r.last.set = false
 	}
-	clear(p.done)
+	if len(p.done) > 0 {
+		clear(p.done)
+	}
 	if spec := event.Lookup(event.CookieAPI(le.Uint64(b[16:]))); spec != nil && statefulClass(spec.Class) {
 		if event.Decode(b, &r.ev) == nil {
 			if c, ok := changes(&r.ev, &r.args); ok {

@@ -31,7 +31,7 @@ func TestMain(m *testing.M) {
 
 // newRecorder is a recorder into a fresh directory, the options o with
 // the window the tests' runs fit in.
-func newRecorder(t *testing.T, o Options) *Recorder {
+func newRecorder(t testing.TB, o Options) *Recorder {
 	t.Helper()
 	if o.Window == 0 {
 		o.Window = time.Hour
