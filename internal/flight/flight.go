@@ -185,10 +185,10 @@ type Recorder struct {
 	// onRecord, if set, sees the process after each of its records
 	// (tests: the bound at every record).
 	onRecord func(*proc)
-	quit    chan struct{}
-	closing sync.Once
-	wg      sync.WaitGroup
-	exits   func() // stops the exit watch
+	quit     chan struct{}
+	closing  sync.Once
+	wg       sync.WaitGroup
+	exits    func() // stops the exit watch
 }
 
 type lastCall struct {
