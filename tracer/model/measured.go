@@ -70,8 +70,33 @@ func (op *GPUOp) ProvenBy() uint64 { return op.provenAt }
 // last of those trimmed from the front (gone to the sink), oldest first: a
 // record that comes after its call's op went out finds what it was.
 type tidOps struct {
-	ids  []int
+	ids  queue[int]
 	gone []goneOp // at most maxGone
+}
+
+// queue is a FIFO whose pops cost nothing per item: the front moves, and
+// the live part moves down once the dead front is as long (a thread's ops
+// and early measurements run to tens of thousands; shifting them down at
+// each pop cost the model most of its time on the launch-bound loop).
+type queue[T any] struct {
+	s    []T
+	head int
+}
+
+func (q *queue[T]) push(v T)   { q.s = append(q.s, v) }
+func (q *queue[T]) items() []T { return q.s[q.head:] }
+func (q *queue[T]) len() int   { return len(q.s) - q.head }
+func (q *queue[T]) pop(n int) {
+	q.head += n
+	switch {
+	case q.head >= len(q.s):
+		clear(q.s)
+		q.s, q.head = q.s[:0], 0
+	case q.head >= len(q.s)-q.head:
+		live := copy(q.s, q.s[q.head:])
+		clear(q.s[live:])
+		q.s, q.head = q.s[:live], 0
+	}
 }
 
 // goneOp is what the join needs of an op gone to the sink.
@@ -109,7 +134,7 @@ func (m *Model) StartMeasuringSince(pid uint32, since uint64) {
 	if ps.p.MeasuredNames == nil {
 		ps.p.MeasuredNames = map[uint64]string{}
 	}
-	ps.threadSeen, ps.early = map[uint32]uint64{}, map[uint32][]Measurement{}
+	ps.threadSeen, ps.early = map[uint32]uint64{}, map[uint32]*queue[Measurement]{}
 	// Ops enqueued since then but before the collector's word reached
 	// the model (it races the events) and not yet drawn can still be
 	// measured.
@@ -121,7 +146,7 @@ func (m *Model) StartMeasuringSince(pid uint32, since uint64) {
 				l = &tidOps{}
 				ps.byTID[op.TID] = l
 			}
-			l.ids = append(l.ids, id)
+			l.ids.push(id)
 		}
 	}
 }
@@ -237,7 +262,12 @@ func (m *Model) Measure(pid uint32, r *Measurement) {
 			m.missed(pid, "too many early", r, nil)
 			return
 		}
-		ps.early[r.TID] = append(ps.early[r.TID], *r)
+		q := ps.early[r.TID]
+		if q == nil {
+			q = &queue[Measurement]{}
+			ps.early[r.TID] = q
+		}
+		q.push(*r)
 		ps.nEarly++
 		return
 	}
@@ -251,7 +281,11 @@ func (m *Model) seen(ps *procState, tid uint32, t uint64) {
 		return
 	}
 	ps.threadSeen[tid] = t
-	waiting := ps.early[tid]
+	q := ps.early[tid]
+	if q == nil {
+		return
+	}
+	waiting := q.items()
 	n := 0
 	for n < len(waiting) && waiting[n].APIEnd <= t {
 		m.join(ps, &waiting[n])
@@ -259,10 +293,8 @@ func (m *Model) seen(ps *procState, tid uint32, t uint64) {
 	}
 	if n > 0 {
 		ps.nEarly -= n
-		if n == len(waiting) {
+		if q.pop(n); q.len() == 0 {
 			delete(ps.early, tid)
-		} else {
-			ps.early[tid] = waiting[:copy(waiting, waiting[n:])]
 		}
 		if ps.nEarly == 0 && ps.collectorDone {
 			m.endMeasuring(ps)
@@ -272,7 +304,8 @@ func (m *Model) seen(ps *procState, tid uint32, t uint64) {
 
 // joinEarly joins what still waits, as well as can be (the end).
 func (m *Model) joinEarly(ps *procState) {
-	for tid, waiting := range ps.early {
+	for tid, q := range ps.early {
+		waiting := q.items()
 		for i := range waiting {
 			m.join(ps, &waiting[i])
 		}
@@ -556,7 +589,7 @@ func (ps *procState) enqueuedBy(tid uint32, start, end uint64) (*GPUOp, verdict)
 		return nil, noTracedOp // the thread enqueued nothing traced while measured
 	}
 	l.trim(ps)
-	ids := l.ids
+	ids := l.ids.items()
 	i, _ := slices.BinarySearchFunc(ids, end, func(id int, t uint64) int {
 		op := ps.op(id)
 		if op == nil || op.Enqueued <= t {
@@ -613,7 +646,7 @@ func (ps *procState) forget(id int) {
 // trim drops the ops at the front that went to the sink.
 func (l *tidOps) trim(ps *procState) {
 	n := 0
-	for _, id := range l.ids {
+	for _, id := range l.ids.items() {
 		op := ps.op(id)
 		if op != nil && !op.released {
 			break
@@ -627,9 +660,7 @@ func (l *tidOps) trim(ps *procState) {
 		}
 		n++
 	}
-	if n > 0 {
-		l.ids = l.ids[:copy(l.ids, l.ids[n:])]
-	}
+	l.ids.pop(n)
 }
 
 // spanUnion accumulates the length of the union of intervals that arrive

@@ -185,9 +185,9 @@ type procState struct {
 	measuredSince uint64 // ops enqueued before were not measured (the collector came later)
 	held          []int
 	byTID         map[uint32]*tidOps
-	collectorDone bool                     // no more measurements will come
-	threadSeen    map[uint32]uint64        // by thread: the end of its last call seen
-	early         map[uint32][]Measurement // by thread: measurements ahead of its events
+	collectorDone bool                           // no more measurements will come
+	threadSeen    map[uint32]uint64              // by thread: the end of its last call seen
+	early         map[uint32]*queue[Measurement] // by thread: measurements ahead of its events
 	nEarly        int
 	// Which stream each of CUPTI's streams is, learnt from the records
 	// joined, and the records of ops CUPTI alone saw that wait to learn
@@ -766,7 +766,7 @@ func (m *Model) enqueueAs(ps *procState, op GPUOp, corr uint64) int {
 			l = &tidOps{}
 			ps.byTID[call.TID] = l
 		}
-		l.ids = append(l.ids, op.ID)
+		l.ids.push(op.ID)
 	}
 	ps.nextOp++
 	p.NGPUOps++
