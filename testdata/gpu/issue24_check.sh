@@ -15,7 +15,9 @@
 #  2. the x.add_(1) launch loop (issue24_workload.py tiny, 40,000
 #     launches a run), 3 interleaved rounds of plain, cudatap
 #     --gpu-times=off and cudatap: µs per launch, and what GPU times add
-#     over cudatap alone (aim ≤ 1.5 µs).
+#     over cudatap alone (aim ≤ 1.5 µs); then, in the time left, rounds of
+#     the other joins (CUDATAP_GPU_JOIN=none: CUPTI's GPU records alone, the
+#     floor of any join; api: CUPTI's API records) beside cudatap alone.
 set -u
 BIN=$(realpath "$1"); OUT=$(mkdir -p "$2" && realpath "$2")
 here=$(cd "$(dirname "$0")" && pwd)
@@ -59,6 +61,19 @@ python3 "$C" exact "$WORK/kineto_gpt.json" "$WORK/prof_gpt.out" "$WORK/ct_gpt.js
 
 section "2. the launch loop's cost, 3 interleaved rounds (µs per launch)"
 L=(python3 "$W" --modes tiny --steps-tiny 40)
+# cost_run ROUND HOW: one run of the loop, its JSON line to cost-ROUND-HOW.out.
+cost_run() {
+	local o="$WORK/cost-$1-$2.out"
+	local rec=("$BIN" record -q --nvml-interval=-1s --stacks none -o "$WORK/cost-$1-$2.json.gz")
+	case $2 in
+	plain) timeout 30 "${L[@]}" >"$o" 2>&1 ;;
+	cudatap) timeout 30 "${rec[@]}" --gpu-times=off -- "${L[@]}" >"$o" 2>&1 ;;
+	gputimes) timeout 30 "${rec[@]}" -- "${L[@]}" >"$o" 2>&1 ;;
+	kernelonly) CUDATAP_GPU_JOIN=none timeout 30 "${rec[@]}" -- "${L[@]}" >"$o" 2>&1 ;;
+	api) CUDATAP_GPU_JOIN=api timeout 30 "${rec[@]}" -- "${L[@]}" >"$o" 2>&1 ;;
+	esac
+	echo "round $1 $2: exit $?"
+}
 for r in 1 2 3; do
 	# A round takes about 20 s; one that cannot end within the budget is
 	# left out, and said.
@@ -67,14 +82,15 @@ for r in 1 2 3; do
 		break
 	fi
 	for how in plain cudatap gputimes; do
-		o="$WORK/cost-$r-$how.out"
-		rec=("$BIN" record -q --nvml-interval=-1s --stacks none -o "$WORK/cost-$r-$how.json.gz")
-		case $how in
-		plain) timeout 30 "${L[@]}" >"$o" 2>&1 ;;
-		cudatap) timeout 30 "${rec[@]}" --gpu-times=off -- "${L[@]}" >"$o" 2>&1 ;;
-		gputimes) timeout 30 "${rec[@]}" -- "${L[@]}" >"$o" 2>&1 ;;
-		esac
-		echo "round $r $how: exit $?"
+		cost_run $r $how
+	done
+done
+# The other joins, while the budget lasts: a round of each beside
+# cudatap alone (numbered on from the rounds above).
+for r in 4 5 6; do
+	[ "$(left)" -lt 20 ] && break
+	for how in cudatap kernelonly api; do
+		cost_run $r $how
 	done
 done
 python3 "$C" cost "$WORK"
@@ -82,7 +98,7 @@ python3 "$C" drops "$WORK/cost-1-gputimes.json.gz" 2>/dev/null | sed 's/^/launch
 
 section "debug.tgz"
 gzip -f "$WORK/kineto_gpt.json" 2>/dev/null
-rm -f "$WORK/cbids" "$WORK"/cost-[23]-*.json.gz
+rm -f "$WORK/cbids" "$WORK"/cost-[2-6]-*.json.gz
 gzip -rf "$WORK/dbg" 2>/dev/null
 tar -C "$WORK" -czf "$OUT/debug.tgz" . 2>/dev/null
 # The device returns small files only: past 5 MB, the largest go first.
