@@ -106,3 +106,15 @@ for times in ("on", "off"):
 print("VERDICT: OK" if not problems else "VERDICT: FAIL: " + "; ".join(problems))
 sys.exit(1 if problems else 0)
 PY
+verdict=$?
+# HTA on the profiler's trace and on cudatap's, side by side (not part of
+# the verdict): HTA counts only cudaLaunchKernel, cuLaunchKernel, memcpy and
+# memset calls as launches, so a program that only replays graphs has no
+# queue length or launch stats in either.
+if python3 -c "import pandas, networkx" 2>/dev/null; then
+	for t in profile gpu-on; do
+		echo "--- HTA on $t.trace.json"
+		timeout 60 python3 "$here/../hta/check.py" "$OUT/$t.trace.json" 2>&1 | tail -12
+	done
+fi
+exit $verdict
