@@ -17,13 +17,14 @@ import (
 // ops) with record's defaults (GPU times on) and counts the replays' ops
 // everywhere they show: 210 kernels in the Chrome trace and in the
 // Perfetto trace, each with its node and measured; 50 graph launches and
-// 210 graph ops in the summary's JSON and its text.
+// 210 graph ops in the summary's JSON and its text; the same from the
+// recording, exported.
 func TestGraphsRecorded(t *testing.T) {
 	testutil.RequireRoot(t)
 	b := testutil.Sim(t)
 	dir := t.TempDir()
-	js, pf := filepath.Join(dir, "trace.json"), filepath.Join(dir, "trace.perfetto-trace")
-	stdout, stderr, err := run(t, "record", "--json", "--nvml-interval=-1s", "-o", js, "-o", pf, "--", b.Workload, "--scenario", "graphs", "--iters", "10")
+	js, pf, rec := filepath.Join(dir, "trace.json"), filepath.Join(dir, "trace.perfetto-trace"), filepath.Join(dir, "run.cudatap")
+	stdout, stderr, err := run(t, "record", "--json", "--nvml-interval=-1s", "-o", js, "-o", pf, "-o", rec, "--", b.Workload, "--scenario", "graphs", "--iters", "10")
 	if err != nil {
 		t.Fatalf("record: %v\n%s", err, stderr)
 	}
@@ -50,19 +51,25 @@ func TestGraphsRecorded(t *testing.T) {
 		t.Errorf("summary: %d graph launches, %d graph ops, %d GPU ops; want %d, %d, %d", gl, gops, all, launches, ops, ops)
 	}
 
-	kernels, measured := 0, 0
-	for _, ev := range readChrome(t, js).TraceEvents {
-		args, _ := ev["args"].(map[string]any)
-		if ev["ph"] != "X" || ev["cat"] != "kernel" || args["graph_node"] == nil {
-			continue
-		}
-		kernels++
-		if args["timing"] == "measured" {
-			measured++
-		}
+	exported := filepath.Join(dir, "exported.json")
+	if _, stderr, err := run(t, "export", "-q", rec, "-o", exported); err != nil {
+		t.Fatalf("export: %v\n%s", err, stderr)
 	}
-	if kernels != ops || measured != ops {
-		t.Errorf("the Chrome trace has %d kernels of graph replays, %d measured; want %d, all", kernels, measured, ops)
+	for _, trace := range []string{js, exported} {
+		kernels, measured := 0, 0
+		for _, ev := range readChrome(t, trace).TraceEvents {
+			args, _ := ev["args"].(map[string]any)
+			if ev["ph"] != "X" || ev["cat"] != "kernel" || args["graph_node"] == nil {
+				continue
+			}
+			kernels++
+			if args["timing"] == "measured" {
+				measured++
+			}
+		}
+		if kernels != ops || measured != ops {
+			t.Errorf("%s has %d kernels of graph replays, %d measured; want %d, all", filepath.Base(trace), kernels, measured, ops)
+		}
 	}
 	data, err := os.ReadFile(pf)
 	if err != nil {
