@@ -1,6 +1,7 @@
 package gputime
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -267,5 +268,53 @@ func TestCollectorDrops(t *testing.T) {
 	defer r.mu.Unlock()
 	if got := uint64(len(r.measured[pid])); r.lost[pid].CUPTI == 0 || got >= 140 {
 		t.Errorf("%d measured, %d lost: want losses counted", got, r.lost[pid])
+	}
+}
+
+// TestCollectorAPIRecordsOfEnqueuingCalls: with join=api the collector has
+// CUPTI record the enqueuing calls only (cuptiActivityEnableRuntimeApi,
+// ...DriverApi), not the calls around them (PyTorch makes three
+// cudaGetDevice per launch, SIM_CUPTI_OTHER_CALLS here): per GPU op the
+// runtime call and the driver call inside it, and every op still measured.
+// A CUPTI that cannot name its calls records them all, and the collector
+// says so.
+func TestCollectorAPIRecordsOfEnqueuingCalls(t *testing.T) {
+	const ops = 20 * (3 + 4)
+	for _, tc := range []struct {
+		name, join string
+		env        []string
+		calls      int // API records per GPU op
+		every      bool
+	}{
+		{"enqueuing calls", "api", nil, 2, false},
+		{"no callback names", "", []string{"SIM_CUPTI_NO_CALLBACK_NAMES=1"}, 5, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			debugDir, debug = dir, true
+			defer func() { debugDir, debug = "", false }()
+			r := newRecorder()
+			l, err := Listen(Config{Root: "/", UID: -1, GID: -1, FlushEvery: 20 * time.Millisecond, Join: tc.join}, r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, pid := runInjected(t, l, r, append(tc.env, "SIM_CUPTI_RUNTIME_CALLS=1", "SIM_CUPTI_OTHER_CALLS=3")...)
+			l.Stop(time.Second) // the diagnosis file is complete once its connection is served
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			if h := r.started[pid].Info; !strings.Contains(h, "join=api") || strings.Contains(h, "every_call") != tc.every {
+				t.Errorf("hello %q: want join=api, every call recorded %v", h, tc.every)
+			}
+			if n := len(r.measured[pid]); n != ops || r.lost[pid].Total() != 0 {
+				t.Errorf("%d measured, lost %+v: want %d, none", n, r.lost[pid], ops)
+			}
+			b, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("gputime-%d.tsv", pid)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := strings.Count(string(b), "\ncall\t"); n != tc.calls*ops {
+				t.Errorf("%d API records, want %d per GPU op (%d)", n, tc.calls, tc.calls*ops)
+			}
+		})
 	}
 }

@@ -26,7 +26,21 @@
  *                                      reports its calls: runtime entry,
  *                                      driver entry and exit (an id of its
  *                                      own), runtime exit; the GPU record
- *                                      carries the runtime call's id.
+ *                                      carries the runtime call's id;
+ *   SIM_CUPTI_RECORD_NS=N              what CUPTI's work costs, spun on the
+ *   SIM_CUPTI_API_NS=N                 calling thread: N ns per GPU record
+ *   SIM_CUPTI_CALLBACK_NS=N            (kernel, copy, memset), per API
+ *                                      record, per callback it makes (all
+ *                                      0 by default: benchmarks set them,
+ *                                      from what the H200 measured);
+ *   SIM_CUPTI_OTHER_CALLS=N            before each enqueuing call, N runtime
+ *                                      calls that enqueue nothing
+ *                                      (cudaGetDevice, as PyTorch makes three
+ *                                      per launch): API records and
+ *                                      callbacks like any call.
+ * API records (kinds RUNTIME and DRIVER) can be left out call by call
+ * (cuptiActivityEnableRuntimeApi, cuptiActivityEnableDriverApi); enabling
+ * a kind again records every call of it, as CUPTI does.
  * sim_cupti_subscribed() (not CUPTI's) says whether a client holds it, with
  * kernel activity on.
  */
@@ -37,6 +51,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "cuda_driver_sim.h"
@@ -64,6 +79,12 @@ static CUpti_BuffersCallbackRequestFunc requested;
 static CUpti_BuffersCallbackCompleteFunc completed;
 static CUpti_TimestampCallbackFunc timestamp_cb;
 static int no_timestamp_cb, no_callback_names, preexisting_subscriber, runtime_calls;
+static long record_ns, api_ns, callback_ns; /* the modeled costs (SIM_CUPTI_*_NS) */
+static int other_calls;                      /* SIM_CUPTI_OTHER_CALLS */
+static unsigned api_off[2];                  /* API records left out: a bit per cbid; [0] driver, [1] runtime (atomic) */
+static uint32_t other_corr;                  /* the other calls' correlation ids (atomic) */
+static __thread int call_kind;               /* the enqueuing call this thread is in (its API records' cbid) */
+static __thread uint32_t self_tid;
 static int driver_hooked;
 
 /* The subscriber's callback and the calls it enabled, by callback id in
@@ -98,6 +119,11 @@ static void init_knobs(void)
 	no_callback_names = getenv("SIM_CUPTI_NO_CALLBACK_NAMES") != NULL;
 	preexisting_subscriber = getenv("SIM_CUPTI_SUBSCRIBED") != NULL;
 	runtime_calls = getenv("SIM_CUPTI_RUNTIME_CALLS") != NULL;
+	const char *c;
+	record_ns = (c = getenv("SIM_CUPTI_RECORD_NS")) ? strtol(c, NULL, 10) : 0;
+	api_ns = (c = getenv("SIM_CUPTI_API_NS")) ? strtol(c, NULL, 10) : 0;
+	callback_ns = (c = getenv("SIM_CUPTI_CALLBACK_NS")) ? strtol(c, NULL, 10) : 0;
+	other_calls = (c = getenv("SIM_CUPTI_OTHER_CALLS")) ? atoi(c) : 0;
 	const char *m = getenv("SIM_CUPTI_MAX_RECORDS");
 	max_records = m ? strtoul(m, NULL, 10) : 1 << 16;
 	records = calloc(max_records ? max_records : 1, sizeof *records);
@@ -107,6 +133,18 @@ static void knobs(void)
 {
 	static pthread_once_t once = PTHREAD_ONCE_INIT;
 	pthread_once(&once, init_knobs);
+}
+
+/* spin burns ns of the calling thread's time: CUPTI's work, modeled. */
+static void spin(long ns)
+{
+	if (ns <= 0)
+		return;
+	struct timespec a, b;
+	clock_gettime(CLOCK_MONOTONIC, &a);
+	do
+		clock_gettime(CLOCK_MONOTONIC, &b);
+	while ((b.tv_sec - a.tv_sec) * 1000000000L + (b.tv_nsec - a.tv_nsec) < ns);
 }
 
 /* The driver's times are CLOCK_MONOTONIC; CUPTI's own clock is offset. */
@@ -165,18 +203,49 @@ static void on_op(int kind, uint32_t corr, int64_t start, int64_t end, uint32_t 
 		break;
 	}
 	pthread_mutex_unlock(&mu);
+	if (r)
+		spin(record_ns);
 }
 
-static void on_api(uint32_t corr, int64_t start, int64_t end, uint32_t tid)
+/* api_record keeps an API record of call cbid of kind (RUNTIME or DRIVER),
+ * if that kind is on and the call not left out. */
+static void api_record(int kind, unsigned cbid, uint32_t corr, int64_t start, int64_t end, uint32_t tid)
 {
+	int rt = kind == CUPTI_ACTIVITY_KIND_RUNTIME;
 	pthread_mutex_lock(&mu);
-	union record *r;
-	if (on(CUPTI_ACTIVITY_KIND_DRIVER) && (r = store())) {
-		r->api.kind = CUPTI_ACTIVITY_KIND_DRIVER;
+	union record *r = NULL;
+	if (on(kind) && !((__atomic_load_n(&api_off[rt], __ATOMIC_RELAXED) >> cbid) & 1) && (r = store())) {
+		r->api.kind = kind;
+		r->api.cbid = cbid;
 		r->api.start = stamp(start), r->api.end = stamp(end);
 		r->api.processId = (uint32_t)getpid(), r->api.threadId = tid, r->api.correlationId = corr;
 	}
 	pthread_mutex_unlock(&mu);
+	if (r)
+		spin(api_ns);
+}
+
+static const unsigned kind_cbids[] = { 0, CBID_LAUNCH, CBID_MEMCPY, CBID_MEMSET, CBID_GRAPH_LAUNCH };
+static const unsigned kind_rt_cbids[] = { 0, RT_CBID_LAUNCH, RT_CBID_MEMCPY, RT_CBID_MEMSET, RT_CBID_GRAPH_LAUNCH };
+
+/* on_api records the enqueuing call this thread is in; with runtime calls,
+ * the runtime call (its id the GPU record's) and the driver call inside. */
+static void on_api(uint32_t corr, int64_t start, int64_t end, uint32_t tid)
+{
+	int k = call_kind;
+	if (!runtime_calls) {
+		api_record(CUPTI_ACTIVITY_KIND_DRIVER, kind_cbids[k], corr, start, end, tid);
+		return;
+	}
+	api_record(CUPTI_ACTIVITY_KIND_DRIVER, kind_cbids[k], corr | 0x80000000u, start, end, tid);
+	api_record(CUPTI_ACTIVITY_KIND_RUNTIME, kind_rt_cbids[k], corr, start, end, tid);
+}
+
+static int64_t mono(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
 /* callback calls the subscriber back, if it enabled cbid of domain. */
@@ -191,6 +260,7 @@ static void callback(int domain, unsigned cbid, int site, uint32_t corr)
 		return;
 	const char *name = domain == CUPTI_CB_DOMAIN_RUNTIME_API ? runtime_cbids[cbid] : driver_cbids[cbid];
 	ct_cupti_cbdata d = {.callbackSite = site, .functionName = name, .correlationId = corr};
+	spin(callback_ns);
 	cb(ud, domain, cbid, &d);
 }
 
@@ -199,16 +269,27 @@ static void callback(int domain, unsigned cbid, int site, uint32_t corr)
  * driver call is inside a runtime call, whose id the GPU record carries. */
 static void on_call(int site, int kind, uint32_t corr)
 {
-	static const unsigned cbids[] = { 0, CBID_LAUNCH, CBID_MEMCPY, CBID_MEMSET, CBID_GRAPH_LAUNCH };
-	static const unsigned rt_cbids[] = { 0, RT_CBID_LAUNCH, RT_CBID_MEMCPY, RT_CBID_MEMSET, RT_CBID_GRAPH_LAUNCH };
 	if (kind < 1 || kind > 4)
 		return;
-	unsigned cbid = cbids[kind];
+	if (site == CUPTI_API_ENTER) {
+		call_kind = kind;
+		/* The calls that enqueue nothing, before it. */
+		if (!self_tid && other_calls > 0)
+			self_tid = (uint32_t)syscall(SYS_gettid);
+		for (int i = 0; i < other_calls; i++) {
+			uint32_t c = 0x40000000u | (__atomic_add_fetch(&other_corr, 1, __ATOMIC_RELAXED) & 0x3fffffffu);
+			callback(CUPTI_CB_DOMAIN_RUNTIME_API, RT_CBID_GET_DEVICE, CUPTI_API_ENTER, c);
+			int64_t t = mono();
+			api_record(CUPTI_ACTIVITY_KIND_RUNTIME, RT_CBID_GET_DEVICE, c, t, t, self_tid);
+			callback(CUPTI_CB_DOMAIN_RUNTIME_API, RT_CBID_GET_DEVICE, CUPTI_API_EXIT, c);
+		}
+	}
+	unsigned cbid = kind_cbids[kind];
 	if (!runtime_calls) {
 		callback(CUPTI_CB_DOMAIN_DRIVER_API, cbid, site, corr);
 		return;
 	}
-	unsigned rt = rt_cbids[kind];
+	unsigned rt = kind_rt_cbids[kind];
 	uint32_t driver_corr = corr | 0x80000000u; /* the driver call's own id: no GPU record carries it */
 	if (site == CUPTI_API_ENTER) {
 		callback(CUPTI_CB_DOMAIN_RUNTIME_API, rt, site, corr);
@@ -353,9 +434,27 @@ EXPORT CUptiResult cuptiActivityEnable(CUpti_ActivityKind kind)
 	pthread_mutex_lock(&mu);
 	enabled_kinds |= 1u << kind;
 	pthread_mutex_unlock(&mu);
+	if (kind == CUPTI_ACTIVITY_KIND_RUNTIME || kind == CUPTI_ACTIVITY_KIND_DRIVER)
+		__atomic_store_n(&api_off[kind == CUPTI_ACTIVITY_KIND_RUNTIME], 0, __ATOMIC_RELAXED); /* every call recorded again */
 	hook_driver(1);
 	return CUPTI_SUCCESS;
 }
+
+/* record_api leaves call cbid of a domain's API records out (enable 0) or
+ * in. */
+static CUptiResult record_api(int rt, uint32_t cbid, uint8_t enable)
+{
+	if (cbid == 0 || cbid >= (rt ? RT_CBID_COUNT : CBID_COUNT))
+		return CUPTI_ERROR_INVALID_PARAMETER;
+	if (enable)
+		__atomic_and_fetch(&api_off[rt], ~(1u << cbid), __ATOMIC_RELAXED);
+	else
+		__atomic_or_fetch(&api_off[rt], 1u << cbid, __ATOMIC_RELAXED);
+	return CUPTI_SUCCESS;
+}
+
+EXPORT CUptiResult cuptiActivityEnableRuntimeApi(uint32_t cbid, uint8_t enable) { return record_api(1, cbid, enable); }
+EXPORT CUptiResult cuptiActivityEnableDriverApi(uint32_t cbid, uint8_t enable) { return record_api(0, cbid, enable); }
 
 EXPORT CUptiResult cuptiActivityDisable(CUpti_ActivityKind kind)
 {

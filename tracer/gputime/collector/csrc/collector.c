@@ -15,12 +15,14 @@
  *
  * What it measures: CUPTI's kernel, copy and memset records. Each carries
  * the correlation id of the API call that enqueued it; the collector learns
- * which thread made that call, and when, from CUPTI callbacks on the
- * enqueuing calls only (launches, copies, memsets, graph launches: join=
- * callbacks, the default; each record spans its call, entry to exit), which costs far less than CUPTI's runtime and
- * driver API records of every call (join=api, kept for comparison and for
- * a CUPTI without callback names; join=none sends GPU records only, to
- * measure what CUPTI's kernel records alone cost).
+ * which thread made that call, and when (entry to exit), from CUPTI
+ * callbacks on the enqueuing calls only (launches, copies, memsets, graph
+ * launches: join=callbacks, the default), or from CUPTI's API records of
+ * those same calls (join=api; a CUPTI that cannot record single calls,
+ * before CUDA 12's cuptiActivityEnableRuntimeApi, records every call, which
+ * costs more: cudaGetDevice alone comes three times per PyTorch launch; a
+ * CUPTI without callback names gets it too). join=none sends GPU records
+ * only, to measure what CUPTI's kernel records alone cost.
  *
  * It never harms the process: CUPTI is the process's own (already mapped,
  * next to its libcudart, or the toolkit's), never bundled; another CUPTI
@@ -90,6 +92,8 @@ static struct {
 	CUptiResult (*register_timestamp)(CUpti_TimestampCallbackFunc);
 	CUptiResult (*thread_id_type)(int);
 	CUptiResult (*result_string)(CUptiResult, const char **);
+	CUptiResult (*record_runtime_api)(uint32_t, uint8_t); /* cuptiActivityEnableRuntimeApi (CUDA 12) */
+	CUptiResult (*record_driver_api)(uint32_t, uint8_t);  /* cuptiActivityEnableDriverApi */
 } cupti;
 
 /* The GPU records (kernels last: once they are on, all is); join=api adds
@@ -124,6 +128,10 @@ static int attach_mode;        /* config mode=attach: loaded by dlopen, not by t
 static int cupti_clock;        /* config clock=cupti: keep CUPTI's own timestamps */
 static enum join join_wanted;  /* config join= */
 static enum join join;         /* what setup could do */
+static int api_filtered;       /* join=api: CUPTI records the enqueuing calls only */
+
+/* What the hello adds about the API records of join=api. */
+static const char *api_every_call(void) { return join == JOIN_API && !api_filtered ? " api_records=every_call" : ""; }
 static int sock = -1;
 static int started;            /* setup ran (once per process) */
 static int enabled;            /* activity kinds on */
@@ -526,27 +534,59 @@ static void send_callbacks(void)
 	pthread_mutex_unlock(&chunks_mu);
 }
 
+/* is_enqueuing says whether CUPTI's name for a call is one of an
+ * enqueuing call. */
+static int is_enqueuing(const char *name)
+{
+	for (size_t i = 0; i < sizeof enqueuing / sizeof enqueuing[0]; i++)
+		if (strncmp(name, enqueuing[i], strlen(enqueuing[i])) == 0)
+			return 1;
+	return 0;
+}
+
+static const CUpti_CallbackDomain domains[] = {CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_CB_DOMAIN_DRIVER_API};
+
 /* enable_callbacks turns the callbacks on for every enqueuing call CUPTI
  * names (or off); the number of calls turned on. */
 static int enable_callbacks(int on)
 {
-	static const CUpti_CallbackDomain domains[] = {CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_CB_DOMAIN_DRIVER_API};
 	int n = 0;
 	for (size_t d = 0; d < sizeof domains / sizeof domains[0]; d++) {
 		for (uint32_t cbid = 1; cbid < MAX_CBID; cbid++) {
 			const char *name = NULL;
-			if (cupti.callback_name(domains[d], cbid, &name) != CUPTI_SUCCESS || !name)
+			if (cupti.callback_name(domains[d], cbid, &name) != CUPTI_SUCCESS || !name || !is_enqueuing(name))
 				continue;
-			for (size_t i = 0; i < sizeof enqueuing / sizeof enqueuing[0]; i++) {
-				if (strncmp(name, enqueuing[i], strlen(enqueuing[i])) == 0) {
-					if (cupti.enable_callback(on, subscriber, domains[d], cbid) == CUPTI_SUCCESS)
-						n++;
-					break;
-				}
-			}
+			if (cupti.enable_callback(on, subscriber, domains[d], cbid) == CUPTI_SUCCESS)
+				n++;
 		}
 	}
 	return n;
+}
+
+/* record_enqueuing_only has CUPTI's API records (their kinds on) left out
+ * for every call but the enqueuing ones: as CUPTI does on the H200, a
+ * call switched off is not recorded while its kind is on, and enabling
+ * the kind again switches every call back on, so this follows each
+ * enable. Without CUPTI's switches, or its names, every call is recorded.
+ * The number of calls left recorded (0: all are). */
+static int record_enqueuing_only(void)
+{
+	if (!cupti.record_runtime_api || !cupti.record_driver_api || !cupti.callback_name)
+		return 0;
+	int kept = 0;
+	for (size_t d = 0; d < sizeof domains / sizeof domains[0]; d++) {
+		CUptiResult (*record)(uint32_t, uint8_t) =
+			domains[d] == CUPTI_CB_DOMAIN_RUNTIME_API ? cupti.record_runtime_api : cupti.record_driver_api;
+		for (uint32_t cbid = 1; cbid < MAX_CBID; cbid++) {
+			const char *name = NULL;
+			if (cupti.callback_name(domains[d], cbid, &name) != CUPTI_SUCCESS || !name)
+				continue;
+			int keep = is_enqueuing(name);
+			if (record(cbid, (uint8_t)keep) == CUPTI_SUCCESS)
+				kept += keep;
+		}
+	}
+	return kept;
 }
 
 /* ---- finding CUPTI ---- */
@@ -674,6 +714,8 @@ static const char *load_cupti(char *why, size_t cap)
 	cupti.result_string = sym(lib, "cuptiGetResultString", NULL);
 	cupti.enable_callback = sym(lib, "cuptiEnableCallback", NULL);
 	cupti.callback_name = sym(lib, "cuptiGetCallbackName", NULL);
+	cupti.record_runtime_api = sym(lib, "cuptiActivityEnableRuntimeApi", NULL);
+	cupti.record_driver_api = sym(lib, "cuptiActivityEnableDriverApi", NULL);
 	if (missing) {
 		memset(&cupti, 0, sizeof cupti);
 		snprintf(why, cap, "%s lacks the activity API entry points cudatap needs (CUDA 11 or later)", cupti_path);
@@ -737,8 +779,11 @@ static const char *subscribe(char *why, size_t cap)
 	__atomic_add_fetch(&cb_gen, 1, __ATOMIC_RELAXED);
 	if (join == JOIN_CALLBACKS && (!cupti.callback_name || !cupti.enable_callback || enable_callbacks(1) == 0))
 		join = JOIN_API; /* a CUPTI that names no callback: its API records instead */
-	if (join == JOIN_API && enable_kinds(api_kinds, sizeof api_kinds / sizeof api_kinds[0], why, cap) != 0)
-		goto fail;
+	if (join == JOIN_API) {
+		if (enable_kinds(api_kinds, sizeof api_kinds / sizeof api_kinds[0], why, cap) != 0)
+			goto fail;
+		api_filtered = record_enqueuing_only() > 0;
+	}
 	if (enable_kinds(gpu_kinds, sizeof gpu_kinds / sizeof gpu_kinds[0], why, cap) != 0) {
 		if (join == JOIN_API)
 			for (size_t i = 0; i < sizeof api_kinds / sizeof api_kinds[0]; i++)
@@ -829,8 +874,8 @@ static void take_back(void)
 		const char *err = subscribe(why, sizeof why);
 		if (!err) {
 			handed_over = 0;
-			send_text_at(CT_RESUMED, since, "cupti=%s clock=%s join=%s", cupti_path, own_clock ? "monotonic" : "cupti",
-				     join_names[join]);
+			send_text_at(CT_RESUMED, since, "cupti=%s clock=%s join=%s%s", cupti_path, own_clock ? "monotonic" : "cupti",
+				     join_names[join], api_every_call());
 		}
 		pthread_mutex_unlock(&cupti_mu);
 		if (!err)
@@ -884,8 +929,8 @@ static void at_exit(void)
 static void *flush_loop(void *arg)
 {
 	(void)arg;
-	send_text(CT_HELLO, "cupti=%s clock=%s join=%s tid=%ld since=%llu", cupti_path, own_clock ? "monotonic" : "cupti",
-		  join_names[join], (long)syscall(SYS_gettid), (unsigned long long)since);
+	send_text(CT_HELLO, "cupti=%s clock=%s join=%s%s tid=%ld since=%llu", cupti_path, own_clock ? "monotonic" : "cupti",
+		  join_names[join], api_every_call(), (long)syscall(SYS_gettid), (unsigned long long)since);
 	for (;;) {
 		struct pollfd p = {.fd = sock, .events = POLLIN};
 		int n = poll(&p, 1, flush_ms);
