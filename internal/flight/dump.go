@@ -164,7 +164,7 @@ func (r *Recorder) writeDump(d *dump) (*Result, error) {
 		// windows in the order they were read.
 		for _, s := range d.procs {
 			for _, b := range s.names {
-				each(b, func(_ uint64, typ byte, payload []byte) { rw.Raw(typ, payload) })
+				each(b, func(_ uint64, typ byte, _ int32, payload []byte) { rw.Raw(typ, payload) })
 			}
 		}
 		state := make([]*cursor, 0, len(d.procs))
@@ -222,7 +222,7 @@ func (r *Recorder) writeReport(path, page string) error {
 // frame puts a state record in a chunk's layout, for a cursor.
 func frame(st *stateRecord) []byte {
 	var l log
-	l.add(recHeader+len(st.payload), st.seq, st.typ, st.payload, 0)
+	l.add(recHeader+len(st.payload), st.seq, st.typ, st.payload, 0, -1)
 	return l.chunks[0].buf[:l.chunks[0].n]
 }
 

@@ -167,6 +167,7 @@ type Recorder struct {
 	hdr    recording.Header
 	begun  bool
 	procs  map[uint32]*proc
+	cached *proc  // the last proc asked for
 	seq    uint64 // records read
 	latest uint64 // the latest event time read, CLOCK_MONOTONIC ns
 	ev     event.Event
@@ -212,14 +213,10 @@ type proc struct {
 	// sequence number, while it is in the window (liveSeq: the other way).
 	live    map[stateKey]uint64
 	liveSeq map[uint64]stateKey
-	// GPU work the model has not seen complete: its op id → the sequence
-	// number of the call that enqueued it, and back; done: ops released
-	// before their call's record came (a synchronous copy).
-	pending    map[int]uint64
-	pendingSeq map[uint64]int
-	done       map[int]bool
-	latest     uint64 // its latest event time
-	oomCount   int64
+	// GPU work the model has not seen complete (pending.go).
+	pending  pendingOps
+	latest   uint64 // its latest event time
+	oomCount int64
 	// exited: the process is gone (exitKnown: its status was told, not
 	// only found by polling /proc).
 	exited, exitKnown bool
@@ -239,10 +236,6 @@ type procCounts struct {
 	// what the budget leaves them.
 	StateDropped uint64
 }
-
-// maxPending bounds the pending GPU work followed per process (the
-// model's own window of pending ops is smaller).
-const maxPending = 1 << 16
 
 // New starts a flight recorder: its directory is made and checked, its
 // dump writer and its watch (triggers that come with time: NCCL stalls,
@@ -360,7 +353,7 @@ func (r *Recorder) Record(typ byte, payload []byte) {
 	case recording.RoleEvent:
 		r.event(p, payload)
 	case recording.RoleTimed:
-		p.window.add(r.chunkSize, r.seq, typ, payload, 0)
+		p.window.add(r.chunkSize, r.seq, typ, payload, 0, -1)
 	case recording.RoleName:
 		if p.namesUsed+recHeader+len(payload) > r.namesMax {
 			p.counts.StateDropped++
@@ -368,7 +361,7 @@ func (r *Recorder) Record(typ byte, payload []byte) {
 			return
 		}
 		p.namesUsed += recHeader + len(payload)
-		p.names.add(min(r.chunkSize, 16<<10), r.seq, typ, payload, 0)
+		p.names.add(min(r.chunkSize, 16<<10), r.seq, typ, payload, 0, -1)
 	case recording.RoleState:
 		r.keepState(p, stateKey{stateFact, r.seq}, r.seq, typ, payload)
 	}
@@ -387,21 +380,19 @@ func (r *Recorder) event(p *proc, b []byte) {
 	r.latest = max(r.latest, t)
 	p.latest = max(p.latest, t)
 	seq := r.seq
-	p.window.add(r.chunkSize, seq, 0x01, b, max(t, 1))
-	p.counts.Read++
-	p.counts.Held++
 	// The call the model handed the sink last is this one: its GPU work
 	// is pending until the model releases it.
+	op := int32(-1)
 	if l := r.last; l.set && l.pid == p.pid {
-		if l.op >= 0 && !p.done[l.op] && len(p.pending) < maxPending {
-			p.pending[l.op] = seq
-			p.pendingSeq[seq] = l.op
+		if l.op >= 0 && p.pending.add(l.op, seq) {
+			op = int32(l.op)
 		}
 		r.last.set = false
 	}
-	if len(p.done) > 0 {
-		clear(p.done)
-	}
+	p.pending.early = p.pending.early[:0]
+	p.window.add(r.chunkSize, seq, 0x01, b, max(t, 1), op)
+	p.counts.Read++
+	p.counts.Held++
 	if spec := event.Lookup(event.CookieAPI(le.Uint64(b[16:]))); spec != nil && statefulClass(spec.Class) {
 		if event.Decode(b, &r.ev) == nil {
 			if c, ok := changes(&r.ev, &r.args); ok {
@@ -459,7 +450,7 @@ func (r *Recorder) evict(p *proc, c *chunk) {
 	if w := uint64(r.o.Window); p.latest > w {
 		cutoff = p.latest - w
 	}
-	each(c.buf[:c.n], func(seq uint64, typ byte, payload []byte) {
+	each(c.buf[:c.n], func(seq uint64, typ byte, op int32, payload []byte) {
 		if typ != 0x01 {
 			return
 		}
@@ -477,7 +468,7 @@ func (r *Recorder) evict(p *proc, c *chunk) {
 			}
 			return
 		}
-		if _, ok := p.pendingSeq[seq]; ok {
+		if op >= 0 && p.pending.still(int(op), seq) {
 			r.keepState(p, stateKey{statePending, seq}, seq, typ, payload)
 		}
 	})
@@ -511,12 +502,15 @@ func (r *Recorder) dropState(p *proc, k stateKey) {
 
 // proc returns pid's, made at its first record.
 func (r *Recorder) proc(pid uint32) *proc {
+	if c := r.cached; c != nil && c.pid == pid {
+		return c // a process's calls come in runs
+	}
 	p := r.procs[pid]
 	if p == nil {
-		p = &proc{pid: pid, state: map[stateKey]*stateRecord{}, live: map[stateKey]uint64{}, liveSeq: map[uint64]stateKey{},
-			pending: map[int]uint64{}, pendingSeq: map[uint64]int{}, done: map[int]bool{}}
+		p = &proc{pid: pid, state: map[stateKey]*stateRecord{}, live: map[stateKey]uint64{}, liveSeq: map[uint64]stateKey{}}
 		r.procs[pid] = p
 	}
+	r.cached = p
 	return p
 }
 
@@ -552,20 +546,13 @@ func (r *Recorder) GPUOp(mp *model.Process, op *model.GPUOp) {
 	r.progress.GPUOp(mp, op)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	p := r.procs[mp.PID]
-	if p == nil {
+	if r.procs[mp.PID] == nil {
 		return
 	}
-	seq, ok := p.pending[op.ID]
-	if !ok {
-		if len(p.done) < maxPending {
-			p.done[op.ID] = true
-		}
-		return
+	p := r.proc(mp.PID)
+	if seq, ok := p.pending.done(op.ID); ok {
+		r.dropState(p, stateKey{statePending, seq})
 	}
-	delete(p.pending, op.ID)
-	delete(p.pendingSeq, seq)
-	r.dropState(p, stateKey{statePending, seq})
 }
 
 // Dependency implements model.Sink.

@@ -19,13 +19,14 @@ type chunk struct {
 }
 
 // recHeader: a record in a chunk is its sequence number (order across
-// processes), type and payload length, then the payload.
-const recHeader = 8 + 1 + 4
+// processes), type, the GPU op its call enqueued (-1: none) and payload
+// length, then the payload.
+const recHeader = 8 + 1 + 4 + 4
 
 // add appends a record, in a new chunk of chunkSize bytes (more for a
 // larger record) when the last one has no room; t is its time (0: not an
 // event).
-func (l *log) add(chunkSize int, seq uint64, typ byte, payload []byte, t uint64) {
+func (l *log) add(chunkSize int, seq uint64, typ byte, payload []byte, t uint64, op int32) {
 	need := recHeader + len(payload)
 	var c *chunk
 	if k := len(l.chunks); k > 0 && len(l.chunks[k-1].buf)-l.chunks[k-1].n >= need {
@@ -38,7 +39,8 @@ func (l *log) add(chunkSize int, seq uint64, typ byte, payload []byte, t uint64)
 	b := c.buf[c.n:]
 	binary.LittleEndian.PutUint64(b, seq)
 	b[8] = typ
-	binary.LittleEndian.PutUint32(b[9:], uint32(len(payload)))
+	binary.LittleEndian.PutUint32(b[9:], uint32(op))
+	binary.LittleEndian.PutUint32(b[13:], uint32(len(payload)))
 	copy(b[recHeader:], payload)
 	c.n += need
 	if t != 0 {
@@ -67,10 +69,10 @@ func (l *log) spans() [][]byte {
 }
 
 // each calls fn with every record of a chunk's bytes, in order.
-func each(b []byte, fn func(seq uint64, typ byte, payload []byte)) {
+func each(b []byte, fn func(seq uint64, typ byte, op int32, payload []byte)) {
 	for len(b) >= recHeader {
-		n := int(binary.LittleEndian.Uint32(b[9:]))
-		fn(binary.LittleEndian.Uint64(b), b[8], b[recHeader:recHeader+n])
+		n := int(binary.LittleEndian.Uint32(b[13:]))
+		fn(binary.LittleEndian.Uint64(b), b[8], int32(binary.LittleEndian.Uint32(b[9:])), b[recHeader:recHeader+n])
 		b = b[recHeader+n:]
 	}
 }
@@ -99,7 +101,7 @@ func (c *cursor) next() {
 		return
 	}
 	b := c.spans[0]
-	n := int(binary.LittleEndian.Uint32(b[9:]))
+	n := int(binary.LittleEndian.Uint32(b[13:]))
 	c.seq, c.typ, c.payload = binary.LittleEndian.Uint64(b), b[8], b[recHeader:recHeader+n]
 	c.spans[0] = b[recHeader+n:]
 }

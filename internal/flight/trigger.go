@@ -336,6 +336,9 @@ func (r *Recorder) sweep() {
 		}
 		if p.exited && time.Since(p.exitedSeen) > 4*grace && !r.waitedFor(pid) {
 			delete(r.procs, pid)
+			if r.cached == p {
+				r.cached = nil
+			}
 		}
 	}
 	for k, at := range r.cool {
