@@ -24,11 +24,31 @@ import (
 // measured by (simulated) CUPTI through the collector the driver loads:
 // every op is measured, each stream's busy time is exactly the modeled GPU
 // time (not a bound), and nothing is unmatched, late or lost.
+//
+// Each scenario twice: joined by callbacks (the default), and by CUPTI's
+// API records of the enqueuing calls with each call reported as a runtime
+// call around the driver's after three calls that enqueue nothing, as
+// PyTorch's launches are (SIM_CUPTI_RUNTIME_CALLS, SIM_CUPTI_OTHER_CALLS).
 func TestGPUTimesLaunch(t *testing.T) {
 	testutil.RequireRoot(t)
 	b := testutil.Sim(t)
-	for _, scenario := range []string{"basic", "ptsz", "all", "timing", "devices", "nccl"} {
-		t.Run(scenario, func(t *testing.T) {
+	for _, tc := range []struct {
+		scenario, join string
+	}{
+		{"basic", ""}, {"ptsz", ""}, {"all", ""}, {"timing", ""}, {"devices", ""}, {"nccl", ""},
+		{"basic", "api"}, {"ptsz", "api"}, {"all", "api"}, {"timing", "api"}, {"devices", "api"}, {"nccl", "api"},
+	} {
+		scenario := tc.scenario
+		name := scenario
+		if tc.join != "" {
+			name += "/join=" + tc.join
+		}
+		t.Run(name, func(t *testing.T) {
+			if tc.join != "" {
+				t.Setenv("CUDATAP_GPU_JOIN", tc.join)
+				t.Setenv("SIM_CUPTI_RUNTIME_CALLS", "1")
+				t.Setenv("SIM_CUPTI_OTHER_CALLS", "3")
+			}
 			bin := b.Workload
 			if scenario == "nccl" {
 				bin = b.NCCLWorkload // collectives: NCCL launches their kernels inside its calls
