@@ -430,8 +430,9 @@ type peer struct {
 	nWaiting int
 	names    map[uint64]string // kernel names by the hash records carry
 
-	lost  Lost
-	marks int // marks seen, to age the records waiting for their API record
+	lost   Lost
+	marks  int  // marks seen, to age the records waiting for their API record
+	noJoin bool // join=none: no call record will come, a GPU record is lost at once
 
 	handedOver chan struct{} // HandOver's answer
 	conn       *net.UnixConn // to answer hello
@@ -461,6 +462,7 @@ func (p *peer) message(b []byte) (done bool) {
 		if strings.Contains(h.Info, "clock=cupti") {
 			p.offset = int64(t) - int64(ct)
 		}
+		p.noJoin = strings.Contains(h.Info, "join=none")
 		p.started = true
 		p.sink.Started(p.pid, h)
 		// The program waits for this word (a while at most): cudatap
@@ -587,6 +589,12 @@ func (p *peer) record(r []byte) {
 				kind, r[1], corr, le.Uint64(r[8:]), le.Uint64(r[16:]), a, r)
 		}
 		p.lost.Invalid++
+		return
+	}
+	if p.noJoin {
+		// Nothing to join it to (join=none measures what CUPTI's GPU
+		// records alone cost): counted, and nothing kept.
+		p.lost.NoAPI++
 		return
 	}
 	g := gpuRecord{kind: kind, corr: corr, start: start, end: end, device: a, stream: b, copyKind: r[1], bytes: bytes, node: node}
