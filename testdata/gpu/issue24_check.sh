@@ -98,11 +98,12 @@ python3 "$C" drops "$WORK/cost-1-gputimes.json.gz" 2>/dev/null | sed 's/^/launch
 
 section "debug.tgz"
 gzip -f "$WORK/kineto_gpt.json" 2>/dev/null
-rm -f "$WORK/cbids" "$WORK"/cost-[2-6]-*.json.gz
+# The launch loop's traces are megabytes each and their drops are above.
+rm -f "$WORK/cbids" "$WORK"/cost-*.json.gz
 gzip -rf "$WORK/dbg" 2>/dev/null
 tar -C "$WORK" -czf "$OUT/debug.tgz" . 2>/dev/null
 # The device returns small files only: past 5 MB, the largest go first.
-for f in kineto_gpt.json.gz cost-1-cudatap.json.gz cost-1-gputimes.json.gz ct_gpt.json.gz; do
+for f in kineto_gpt.json.gz ct_gpt.json.gz; do
 	[ "$(stat -c %s "$OUT/debug.tgz")" -lt 5000000 ] && break
 	echo "left out of debug.tgz (size): $f"
 	rm -f "$WORK/$f"
