@@ -88,7 +88,7 @@ done
 # The other joins, while the budget lasts: a round of each beside
 # cudatap alone (numbered on from the rounds above).
 for r in 4 5 6; do
-	[ "$(left)" -lt 20 ] && break
+	[ "$(left)" -lt 25 ] && break
 	for how in cudatap kernelonly api; do
 		cost_run $r $how
 	done
