@@ -1,7 +1,9 @@
 package tracer
 
-// The reader stage: ring-buffer record → decode → stack → model → names
-// → recording, on one goroutine.
+// The reader stage, on one goroutine: a ring-buffer record is decoded once
+// (header and arguments, event.Decode), resolved while its process lives
+// (resolve: flags, stack, names), modeled (model → the sinks), and
+// recorded as the event now stands (event.AppendRecord).
 
 import (
 	"github.com/cudatap/cudatap/tracer/event"
@@ -52,31 +54,13 @@ func (s *Session) handleEvent(raw []byte) {
 		}
 		return
 	}
-	if ev.Caller != 0 && s.resolver.ViaRuntime(ev) {
-		ev.Flags |= event.FlagViaRuntime
-		event.SetFlags(raw, ev.Flags) // recorded with the event
-	}
-	if ev.NStack > 0 || len(ev.Copy) > 0 {
-		s.resolver.PrepareStack(ev)
-	}
+	s.resolver.Resolve(ev)
 	s.modelMu.Lock()
 	s.model.Handle(ev)
-	fn := s.model.Last().Args.Func // all the resolver needs of the decoded call
 	s.modelMu.Unlock()
-	if ev.Spec() != nil {
-		s.resolver.Event(ev, fn)
-	}
 	if s.rec != nil {
-		if event.CookieHasStack(ev.Cookie) && len(raw) > event.CopyOffset {
-			// The stack copy served its purpose (unwinding, done above while
-			// the process lives): keep recordings small without it. A copy
-			// that failed (length 0) still left its 8 KiB in the record.
-			ev.Copy = nil
-			s.encBuf = event.Encode(s.encBuf[:0], ev)
-			s.rec.Event(s.encBuf)
-		} else {
-			s.rec.Event(raw)
-		}
+		s.encBuf = event.AppendRecord(s.encBuf[:0], raw, ev)
+		s.rec.Event(s.encBuf)
 	}
 	s.events.Add(1)
 }

@@ -43,15 +43,12 @@ const (
 	FlagViaRuntime = 0x10000
 )
 
-// offFlags is where struct event keeps its flags.
-const offFlags = 48 + 8*NArgs + 8*NExt + 12
-
-// SetFlags overwrites the flags of raw record b (an event, not a code copy).
-func SetFlags(b []byte, flags uint32) {
-	if len(b) >= offFlags+4 {
-		binary.LittleEndian.PutUint32(b[offFlags:], flags)
-	}
-}
+// offFlags is where struct event keeps its flags, and offNStack its stack
+// frame count.
+const (
+	offFlags  = 48 + 8*NArgs + 8*NExt + 12
+	offNStack = offFlags + 4
+)
 
 // Regs are the user registers where a stack was taken: on arm64 records
 // (CookieARM64) pc, sp and the frame pointer x29.
@@ -83,6 +80,21 @@ type Event struct {
 	// KernelArgs: a launch's parameter values, when its cookie asked for
 	// them (its Window aliases the decoded buffer, as Copy does).
 	KernelArgs KernelArgs
+
+	// The arguments by name (Named), decoded once: by Decode, or for an
+	// Event built by hand at the first Named.
+	named        Args
+	namedDecoded bool
+}
+
+// Named is the call's arguments by name, as its API passes them (Args and
+// Ext read by the Spec): decoded once, by Decode.
+func (e *Event) Named() *Args {
+	if !e.namedDecoded {
+		e.Decode(&e.named)
+		e.namedDecoded = true
+	}
+	return &e.named
 }
 
 // KernelArgs is what a launch record holds of its kernel's parameters:
@@ -151,8 +163,10 @@ func (e *Event) Duration() uint64 {
 // ErrShortRecord is returned for records shorter than the fixed header.
 var ErrShortRecord = errors.New("event: short record")
 
-// Decode parses one raw ring-buffer record into e. It never allocates.
+// Decode parses one raw ring-buffer record into e, its arguments by name
+// too (Named). It never allocates.
 func Decode(b []byte, e *Event) error {
+	e.namedDecoded = false
 	if len(b) < HeaderSize {
 		return fmt.Errorf("%w: %d bytes, want at least %d", ErrShortRecord, len(b), HeaderSize)
 	}
@@ -195,6 +209,7 @@ func Decode(b []byte, e *Event) error {
 	e.HasStack = len(b) >= CopyOffset
 	e.NPy, e.Copy = 0, nil
 	if !e.HasStack {
+		e.Named()
 		return nil
 	}
 	e.Regs = Regs{RIP: le.Uint64(b[offRegs:]), RSP: le.Uint64(b[offRegs+8:]), RBP: le.Uint64(b[offRegs+16:])}
@@ -205,6 +220,7 @@ func Decode(b []byte, e *Event) error {
 	}
 	copyLen := min(int(le.Uint32(b[offRegs+28:])), StackCopy, len(b)-CopyOffset)
 	e.Copy = b[CopyOffset : CopyOffset+copyLen]
+	e.Named() // after Copy: an NVTX message is named by its bytes
 	return nil
 }
 
@@ -235,6 +251,32 @@ func appendKernelArgs(dst []byte, k *KernelArgs) []byte {
 	dst = append(dst, k.Window[:n]...)
 	var zero [KernelWindow]byte
 	return append(dst, zero[:KernelWindow-n]...)
+}
+
+// AppendRecord appends e as a recording keeps it, given raw, the record
+// it was decoded from: raw with what the tracer worked out since from the
+// live process (its Flags, such as FlagViaRuntime, and a stack cut short),
+// and without the stack copy, which served its purpose while the process
+// lived (unwinding: a copy that failed still left its 8 KiB in the
+// record).
+func AppendRecord(dst, raw []byte, e *Event) []byte {
+	if CookieHasStack(e.Cookie) && len(raw) > CopyOffset {
+		c := e.Copy
+		e.Copy = nil
+		dst = Encode(dst, e)
+		e.Copy = c
+		return dst
+	}
+	n := len(dst)
+	dst = append(dst, raw...)
+	if len(raw) >= HeaderSize {
+		rec := dst[n:]
+		binary.LittleEndian.PutUint32(rec[offFlags:], e.Flags)
+		if k := int(binary.LittleEndian.Uint32(rec[offNStack:])); e.NStack < k {
+			binary.LittleEndian.PutUint32(rec[offNStack:], uint32(max(e.NStack, 0)))
+		}
+	}
+	return dst
 }
 
 // Encode writes e in the raw record layout (used by recordings and tests).

@@ -361,7 +361,7 @@ func (m *Model) Handle(ev *event.Event) {
 		call.HoldNs = ps.heldDuring(tid, call.Start, call.End)
 	}
 	a := &call.Args
-	ev.Decode(a)
+	*a = *ev.Named()
 	ok := !call.HasRet || call.Ret == 0
 	if a.HasStream && spec.Class != event.ClassStreamCreate {
 		call.Stream = int32(m.streamID(ps, a.Stream, spec.PerThreadDefault(ev.SymbolIndex()), tid, ev.Start))
@@ -609,10 +609,6 @@ func (m *Model) LastNewStub(pid uint32) (at uint64, launchesSince int) {
 	}
 	return 0, 0
 }
-
-// Last is the call the latest Handle built (its Args decoded), valid
-// until the next Handle.
-func (m *Model) Last() *Call { return &m.call }
 
 // boundTime is when the work a sync waited for was known to be complete: its
 // return if it really blocked, else its start.

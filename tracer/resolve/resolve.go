@@ -150,12 +150,12 @@ func (r *Resolver) Executed(ev *event.Event) {
 	r.process(ev.PID)
 }
 
-// ViaRuntime reports whether driver launch ev was made by the CUDA runtime
+// viaRuntime reports whether driver launch ev was made by the CUDA runtime
 // (the program called cudaLaunchKernel, ...): its return address lies in
 // the process's runtime library (or an executable the runtime is linked
 // into), or right after the program's call to a runtime function that
 // tail-called the driver.
-func (r *Resolver) ViaRuntime(ev *event.Event) bool {
+func (r *Resolver) viaRuntime(ev *event.Event) bool {
 	k := model.NameKey{PID: ev.PID, Key: ev.Caller}
 	if v, ok := r.callers[k]; ok {
 		return v
@@ -206,9 +206,24 @@ func (r *Resolver) commAt(pid uint32, a, b uint64) {
 	r.comms[pid] = string(name)
 }
 
-// Event names what ev refers to; fn is the function argument the model
-// decoded from it (a launch's host stub or CUfunction).
-func (r *Resolver) Event(ev *event.Event, fn uint64) {
+// Resolve finishes ev while its process lives and names what it refers
+// to, before the model handles it: a driver launch the CUDA runtime made
+// is marked so (FlagViaRuntime), its stack completed (prepareStack), and
+// each of its keys named.
+func (r *Resolver) Resolve(ev *event.Event) {
+	if ev.Caller != 0 && r.viaRuntime(ev) {
+		ev.Flags |= event.FlagViaRuntime
+	}
+	if ev.NStack > 0 || len(ev.Copy) > 0 {
+		r.prepareStack(ev)
+	}
+	if ev.Spec() != nil {
+		r.name(ev)
+	}
+}
+
+// name names what ev refers to.
+func (r *Resolver) name(ev *event.Event) {
 	r.process(ev.PID)
 	if k := (model.NameKey{PID: ev.PID, Key: uint64(ev.TID)}); !hasKey(r.names.Threads, k) {
 		r.thread(k)
@@ -220,8 +235,8 @@ func (r *Resolver) Event(ev *event.Event, fn uint64) {
 		// function argument: a CUfunction from a kernel load (named by
 		// that call, this finds no file), or with CUDA 13's runtime the
 		// host stub itself. So is a kernel node added to a graph, or set
-		// in an exec (fn 0 for other graph calls).
-		addr := fn
+		// in an exec (Func 0 for other graph calls).
+		addr := ev.Named().Func
 		if spec.Class == event.ClassLaunch && spec.Layer == event.Driver && ev.Out != 0 {
 			addr = ev.Out
 		}

@@ -7,12 +7,12 @@ import (
 	"github.com/cudatap/cudatap/tracer/event"
 )
 
-// PrepareStack finishes ev's stack while the process lives: code without
+// prepareStack finishes ev's stack while the process lives: code without
 // frame pointers ends the BPF walk early, so the stack copy is unwound
 // with .eh_frame; and a frame-pointer walk is cut at the first address
 // outside every executable mapping (code built without frame pointers
 // sends the walk into data, and what follows is noise).
-func (r *Resolver) PrepareStack(ev *event.Event) {
+func (r *Resolver) prepareStack(ev *event.Event) {
 	p := r.look.Process(ev.PID)
 	if p == nil {
 		return
