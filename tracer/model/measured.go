@@ -336,7 +336,7 @@ func (m *Model) join(ps *procState, r *Measurement) {
 	switch v {
 	case joined:
 		m.apply(ps, op, r, false)
-	case late:
+	case wentOut:
 		m.apply(ps, op, r, true)
 	case noTracedOp:
 		m.cuptiOnly(ps, r)
@@ -351,7 +351,7 @@ type verdict uint8
 
 const (
 	joined     verdict = iota
-	late               // its op went to the sink unmeasured before it came
+	wentOut            // its op went to the sink unmeasured before it came: late
 	noTracedOp         // its call enqueued no op cudatap traced: CUPTI alone saw its op
 	ambiguous          // its call enqueued several ops (an NCCL group's end)
 	unknown            // its call's ops left the model's window: cannot tell
@@ -365,18 +365,18 @@ func (v verdict) String() string {
 // by the call's end: a record of another kind, size or stream, or a second
 // one, is another call's, which cudatap did not trace.
 func (ps *procState) fit(op *GPUOp, r *Measurement) verdict {
+	sid, known := ps.cuptiStreams[cuptiStream{r.Device, r.CUPTIStream}]
 	switch {
 	case !kindFits(op.Kind, r.Kind):
 		return noTracedOp
 	case (r.Kind == OpMemcpy || r.Kind == OpMemset) && op.Bytes != 0 && r.Bytes != 0 && op.Bytes != r.Bytes:
 		return noTracedOp
+	case known && r.CUPTIStream != 0 && sid != op.Stream:
+		return noTracedOp
 	case op.Measured && op.Kind != OpGraph:
 		return noTracedOp // its own record came already
 	case op.released:
-		return late
-	}
-	if sid, ok := ps.cuptiStreams[cuptiStream{r.Device, r.CUPTIStream}]; ok && r.CUPTIStream != 0 && sid != op.Stream {
-		return noTracedOp
+		return wentOut
 	}
 	return joined
 }
@@ -616,7 +616,7 @@ func (ps *procState) enqueuedBy(tid uint32, start, end uint64) (*GPUOp, verdict)
 		case g[k-1].enqEnd > g[k-1].enqueued && g[k-1].enqEnd < start, g[k-1].measured:
 			return nil, noTracedOp // its call returned before, or it had its record: this one is another call's
 		}
-		return nil, late
+		return nil, wentOut
 	}
 	op := ps.op(ids[i-1])
 	switch {
