@@ -262,17 +262,16 @@ func (r *Recorder) checkNCCL() {
 	}
 }
 
-// Dump writes a dump of pids (every process held when empty) now, asked
+// Dump writes a dump of pids (every process held when empty: those that
+// exited a few seconds ago too) now, asked
 // for the reason given ("POST /dump", "SIGUSR2"), and waits until it is
 // written or ctx ends. It covers what the recorder read until it passed
 // the moment of the request.
 func (r *Recorder) Dump(ctx context.Context, pids []uint32, reason string) (*Result, error) {
 	r.mu.Lock()
 	if len(pids) == 0 {
-		for pid, p := range r.procs {
-			if !p.exited {
-				pids = append(pids, pid)
-			}
+		for pid := range r.procs { // those gone a moment ago too
+			pids = append(pids, pid)
 		}
 		slices.Sort(pids)
 		if len(pids) == 0 {
@@ -329,6 +328,9 @@ func (r *Recorder) watch() {
 // sweep notes the processes gone that no exit said, forgets those gone
 // for a while that no dump waits for, and the cool-downs past.
 func (r *Recorder) sweep() {
+	if r.ended {
+		return // what the session left stays until Close: dumps may still be asked of it
+	}
 	now := monoNow()
 	for pid, p := range r.procs {
 		if !p.exited && !procfs.Alive(int(pid)) {

@@ -74,6 +74,10 @@ func dumpNow(t *testing.T, r *Recorder) (*Result, *model.Result, *recording.Repl
 	return nil, nil, nil
 }
 
+// self is the fake sessions' process: one alive (the recorder lets go of
+// a process gone).
+var self = uint32(os.Getpid())
+
 const (
 	stream  = 0x5000
 	kept    = 0xa000 // an allocation never freed
@@ -91,7 +95,7 @@ const (
 // launches and says how many were dropped.
 func TestWindowBudget(t *testing.T) {
 	r := newRecorder(t, Options{MaxBytes: budget, NoExitWatch: true, NoReport: true})
-	s := newFakeSession(t, r, 4242)
+	s := newFakeSession(t, r, self)
 	s.call(event.CudaStreamCreateWithFlags, stream, 0, 1000, 1000, 0x7ff0, 1)
 	s.call(event.CudaMalloc, kept, 0, 1000, 1000, 0x7ff8, mib)
 	s.call(event.CudaMalloc, freed, 0, 1000, 1000, 0x7ff8, 2*mib)
@@ -109,7 +113,7 @@ func TestWindowBudget(t *testing.T) {
 	s.end()
 
 	st := r.Stats()
-	ps := st.PerProcess[4242]
+	ps := st.PerProcess[self]
 	const calls = 4 + launchN + 1 + 100 + 1
 	if ps.Read != calls || ps.Held+ps.Dropped+ps.Expired != ps.Read {
 		t.Errorf("read %d (want %d) = held %d + dropped %d + expired %d", ps.Read, calls, ps.Held, ps.Dropped, ps.Expired)
@@ -149,13 +153,13 @@ func TestWindowBudget(t *testing.T) {
 // activity: older events leave it as expired, not dropped.
 func TestWindowTime(t *testing.T) {
 	r := newRecorder(t, Options{Window: 100 * time.Millisecond, NoExitWatch: true, NoReport: true})
-	s := newFakeSession(t, r, 4243)
+	s := newFakeSession(t, r, self)
 	const n, step = 2000, uint64(time.Millisecond) // 2 s of launches, one a millisecond
 	for range n {
 		s.launch(stream)
 	}
 	s.end()
-	ps := r.Stats().PerProcess[4243]
+	ps := r.Stats().PerProcess[self]
 	if ps.Dropped != 0 || ps.Held+ps.Expired != n {
 		t.Fatalf("%+v", ps)
 	}
@@ -173,7 +177,7 @@ func TestWindowTime(t *testing.T) {
 // for); once a synchronization proves it complete it goes.
 func TestPendingRestated(t *testing.T) {
 	r := newRecorder(t, Options{Window: time.Millisecond, MaxBytes: budget, NoExitWatch: true, NoReport: true})
-	s := newFakeSession(t, r, 4244)
+	s := newFakeSession(t, r, self)
 	s.launch(stream)                                           // pending
 	s.call(event.CudaMalloc, kept, 0, 1000, 1000, 0x7ff8, mib) // lasting
 	s.now += uint64(time.Second)
@@ -182,11 +186,11 @@ func TestPendingRestated(t *testing.T) {
 	}
 	// The launch and the allocation (the thread's device was set again
 	// within the window).
-	if ps := r.Stats().PerProcess[4244]; ps.Restated != 2 || ps.Expired == 0 {
+	if ps := r.Stats().PerProcess[self]; ps.Restated != 2 || ps.Expired == 0 {
 		t.Fatalf("%d restated, want 2: %+v", ps.Restated, ps)
 	}
 	s.call(event.CudaStreamSynchronize, 0, 0, 1000, 1000, stream)
-	if ps := r.Stats().PerProcess[4244]; ps.Restated != 1 {
+	if ps := r.Stats().PerProcess[self]; ps.Restated != 1 {
 		t.Fatalf("%d restated once the launch was proven complete, want 1: %+v", ps.Restated, ps)
 	}
 	s.end()
@@ -201,7 +205,7 @@ func TestDumpsDirBound(t *testing.T) {
 	other := filepath.Join(dir, "notes.txt")
 	os.WriteFile(other, make([]byte, 10<<10), 0o644)
 	r := newRecorder(t, Options{Dir: dir, MaxBytes: budget, DirMaxBytes: budget, NoExitWatch: true, NoReport: true})
-	s := newFakeSession(t, r, 4245)
+	s := newFakeSession(t, r, self)
 	for range 100 { // about 20 KB a dump
 		s.launch(stream)
 	}
@@ -237,7 +241,7 @@ func TestDumpsDirBound(t *testing.T) {
 	// A dump larger than the whole bound by itself (its HTML report is:
 	// the page's scripts alone are more than 64 KiB).
 	r2 := newRecorder(t, Options{Dir: t.TempDir(), MaxBytes: budget, DirMaxBytes: budget, NoExitWatch: true})
-	s2 := newFakeSession(t, r2, 4246)
+	s2 := newFakeSession(t, r2, self)
 	for range 100 {
 		s2.launch(stream)
 	}

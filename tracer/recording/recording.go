@@ -18,6 +18,7 @@ import (
 	"io"
 	"maps"
 	"slices"
+	"sync/atomic"
 
 	"github.com/cudatap/cudatap/tracer/event"
 	"github.com/cudatap/cudatap/tracer/model"
@@ -139,7 +140,7 @@ type Writer struct {
 	tap   Tap
 	hdr   [1 + binary.MaxVarintLen64]byte // a record's type and length (a field: a local would escape)
 	n     uint64
-	bytes int64
+	bytes atomic.Int64 // Size is read from other goroutines (a session's status line)
 	buf   []byte
 	err   error
 }
@@ -162,7 +163,9 @@ func NewWriter(w io.Writer, h Header) (*Writer, error) {
 	binary.LittleEndian.PutUint32(pre[12:], uint32(len(hdr)))
 	bw.Write(pre[:])
 	bw.Write(hdr)
-	return &Writer{w: bw, bytes: int64(16 + len(hdr))}, nil
+	rw := &Writer{w: bw}
+	rw.bytes.Store(int64(16 + len(hdr)))
+	return rw, nil
 }
 
 func (w *Writer) record(typ byte, payload []byte) {
@@ -174,13 +177,13 @@ func (w *Writer) record(typ byte, payload []byte) {
 	if w.tap != nil {
 		w.tap.Record(typ, payload)
 		w.n++
-		w.bytes += int64(n + len(payload))
+		w.bytes.Add(int64(n + len(payload)))
 		return
 	}
 	w.w.Write(w.hdr[:n])
 	_, w.err = w.w.Write(payload)
 	w.n++
-	w.bytes += int64(n + len(payload))
+	w.bytes.Add(int64(n + len(payload)))
 }
 
 // Event appends one raw ring-buffer record, unchanged.
@@ -383,7 +386,7 @@ func (w *Writer) Drops(d model.Drops) {
 func (w *Writer) Err() error { return w.err }
 
 // Size is the number of bytes written so far.
-func (w *Writer) Size() int64 { return w.bytes }
+func (w *Writer) Size() int64 { return w.bytes.Load() }
 
 // Flush hands what is buffered to the file, so that a recorder killed
 // after it leaves a recording readable up to here.
