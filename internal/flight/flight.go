@@ -329,14 +329,14 @@ func (r *Recorder) AlsoErr() error {
 func (r *Recorder) Record(typ byte, payload []byte) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	pid, role, ok := recording.Classify(typ, payload)
 	if r.also != nil {
-		if typ == 0xff {
-			r.also.Close()
+		if ok && role == recording.RoleEnd {
+			r.also.Close() // its own end record, with its own count
 		} else {
 			r.also.Raw(typ, payload)
 		}
 	}
-	pid, role, ok := recording.Classify(typ, payload)
 	if !ok {
 		return
 	}
