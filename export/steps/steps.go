@@ -10,7 +10,8 @@
 // picks, at the end, the site that repeats most regularly on a thread that
 // launches GPU work: most occurrences among the sites whose intervals are
 // regular (three quarters within a factor of two of their median) and
-// that cover a good part of the run; a tie goes to the site that blocked
+// between whose first and last occurrence most of the GPU work was
+// enqueued; a tie goes to the site that blocked
 // longest (the wait for the iteration's work, not a small copy's). Each
 // step ends where the host went on after one of its occurrences. An NVTX
 // range named like a step ("step", "iteration", "batch", numbers aside)
@@ -99,7 +100,11 @@ const (
 const (
 	minOccurrences = 3    // two intervals at least
 	minRegular     = 0.75 // share of intervals within a factor of two of their median
-	minCoverage    = 0.3  // share of the process's run between its first and last occurrence
+	// The share of the process's GPU work (calls that enqueue it) made
+	// between a site's first and last occurrence: a training loop is
+	// most of a job's work however long its imports and set-up took,
+	// where a burst of waits while loading is little of it.
+	minWorkShare = 0.5
 )
 
 // stepName is what a range named like a step matches.
@@ -115,6 +120,7 @@ type entry struct {
 	tid   uint32
 	ops   uint32 // GPU ops enqueued since the entry before: measured
 	unm   uint32 // and not
+	work  uint32 // calls that enqueued GPU work since the entry before
 	site  uint16 // index into proc.sites; noSite for an NVTX call
 }
 
@@ -157,7 +163,8 @@ type proc struct {
 	sites     []site
 	siteIdx   map[siteKey]uint16
 	threads   map[uint32]*thread
-	open      struct{ gpuNs, ops, unm uint64 } // ops after the last entry
+	open      struct{ gpuNs, ops, unm, work uint64 } // ops and work calls after the last entry
+	work      uint64                                 // calls that enqueued GPU work, all of them
 	names     map[nameKey]*named
 }
 
@@ -207,6 +214,8 @@ func (d *Detector) Call(mp *model.Process, c *model.Call) {
 	}
 	if c.GPUOp >= 0 || c.Captured {
 		t.work++
+		p.work++
+		p.open.work++
 	}
 	if !Annotation(c) {
 		return
@@ -293,8 +302,8 @@ func (d *Detector) add(p *proc, e entry) (int32, bool) {
 	if n := len(p.log); n > 0 && e.seq < p.log[n-1].seq {
 		return -1, false // the log stays in the order of calls: GPU ops are counted by it
 	}
-	e.gpuNs, e.ops, e.unm = p.open.gpuNs, uint32(min(p.open.ops, 1<<32-1)), uint32(min(p.open.unm, 1<<32-1))
-	p.open.gpuNs, p.open.ops, p.open.unm = 0, 0, 0
+	e.gpuNs, e.ops, e.unm, e.work = p.open.gpuNs, uint32(min(p.open.ops, 1<<32-1)), uint32(min(p.open.unm, 1<<32-1)), uint32(min(p.open.work, 1<<32-1))
+	p.open.gpuNs, p.open.ops, p.open.unm, p.open.work = 0, 0, 0, 0
 	p.log = append(p.log, e)
 	d.logged++
 	return int32(len(p.log) - 1), true
@@ -428,10 +437,23 @@ func (p *proc) count(s *Step, from, to int) {
 
 // candidate is a site's case for marking the steps.
 type candidate struct {
-	site     int
-	at       []int // its log entries
-	regular  float64
-	coverage float64
+	site    int
+	at      []int // its log entries
+	regular float64
+	work    float64 // share of the process's GPU work between its first and last occurrence
+}
+
+// qualifies: the site repeats regularly through most of the work.
+func (c *candidate) qualifies() bool { return c.regular >= minRegular && c.work >= minWorkShare }
+
+// workShare is the share of the process's GPU work enqueued between log
+// entries from and to.
+func (p *proc) workShare(from, to int) float64 {
+	var n uint64
+	for _, e := range p.log[from+1 : to+1] {
+		n += uint64(e.work)
+	}
+	return float64(n) / float64(max(p.work, 1))
 }
 
 func (p *proc) fromSyncs(r *model.Result, mp *model.Process, f *Found) {
@@ -441,7 +463,6 @@ func (p *proc) fromSyncs(r *model.Result, mp *model.Process, f *Found) {
 			at[e.site] = append(at[e.site], i)
 		}
 	}
-	span := max(mp.LastSeen, mp.FirstSeen+1) - mp.FirstSeen
 	var cands []candidate
 	for i, s := range p.sites {
 		t := p.threads[s.key.tid]
@@ -454,11 +475,11 @@ func (p *proc) fromSyncs(r *model.Result, mp *model.Process, f *Found) {
 		}
 		c := candidate{site: i, at: at[i]}
 		c.regular = regularity(p.log, c.at)
-		c.coverage = float64(p.log[c.at[len(c.at)-1]].time-p.log[c.at[0]].time) / float64(span)
+		c.work = p.workShare(c.at[0], c.at[len(c.at)-1])
 		cands = append(cands, c)
 	}
 	slices.SortFunc(cands, func(a, b candidate) int {
-		ra, rb := a.regular >= minRegular && a.coverage >= minCoverage, b.regular >= minRegular && b.coverage >= minCoverage
+		ra, rb := a.qualifies(), b.qualifies()
 		switch {
 		case ra != rb:
 			if ra {
@@ -483,9 +504,9 @@ func (p *proc) fromSyncs(r *model.Result, mp *model.Process, f *Found) {
 	c := cands[0]
 	s := p.sites[c.site]
 	f.Marker = p.describe(r, mp, s.key)
-	if c.regular < minRegular || c.coverage < minCoverage {
-		f.Why = fmt.Sprintf("no NVTX range named like a step, and no place where the host waited for the GPU repeats regularly: the likeliest, %s, waited %d times, %.0f%% of the intervals within a factor of two of their median, over %.0f%% of the run",
-			f.Marker, len(c.at), 100*c.regular, 100*c.coverage)
+	if !c.qualifies() {
+		f.Why = fmt.Sprintf("no NVTX range named like a step, and no place where the host waited for the GPU repeats regularly through most of the work: the likeliest, %s, waited %d times, %.0f%% of the intervals within a factor of two of their median, around %.0f%% of the process's GPU work",
+			f.Marker, len(c.at), 100*c.regular, 100*c.work)
 		f.Marker = ""
 		return
 	}

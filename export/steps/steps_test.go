@@ -268,3 +268,23 @@ func TestStepsTwoWaitsPerIteration(t *testing.T) {
 		t.Errorf("steps span [%d, %d], want [%d, %d]", f.Steps[0].StartNs, f.Steps[5].EndNs, first, ends[5])
 	}
 }
+
+// A job whose imports and set-up take most of its time (a minute here)
+// and whose set-up waits regularly too (weights loaded in ten chunks):
+// the loop's read-back marks the steps, since the loop made most of the
+// GPU work however short it was; the loading waits, more of them, made
+// little of it.
+func TestStepsAfterLongSetup(t *testing.T) {
+	g := newProg(t)
+	g.now += 60_000 * ms // import torch, build the model
+	for range 10 {
+		g.launch(main)
+		g.sync(main, 1*ms, 0x5000) // a chunk of the weights
+		g.now += 20 * ms
+	}
+	_, ends := trainingLoop(g, 8)
+	f := one(t, g.find())
+	if f.By != BySync || len(f.Steps) != 8 || !strings.Contains(f.Marker, "cudaStreamSynchronize") || f.Steps[7].EndNs != ends[7] {
+		t.Fatalf("found %+v (%s), want the loop's 8 steps", f, f.Why)
+	}
+}
