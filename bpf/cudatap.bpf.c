@@ -663,20 +663,33 @@ static __always_inline __u32 read_kernel_args(struct pt_regs *ctx, __u64 cookie,
 }
 
 /*
- * Records with a stack or a string (full) are much bigger than the others
- * (small); a launch's parameter values (kargs) follow either. Each size
- * gets its own inlined copy of the emit code, with `full` and `kargs`
- * compile-time constants: the verifier then knows, on every path that
- * writes the big fields, that the reservation is big.
+ * Records come in three sizes: small ones end at stack[]; a string (a
+ * kernel name, an NVTX message) ends STR_COPY bytes into copy[]; a stack
+ * is full size. A launch's parameter values (kargs) follow a small or full
+ * one. Each size gets its own inlined copy of the emit code, with `body`
+ * and `kargs` compile-time constants: the verifier then knows, on every
+ * path that writes the big fields, how big the reservation is.
  */
-static __always_inline __u32 body_size(const bool full)
+enum body { BODY_SMALL, BODY_STRING, BODY_FULL };
+
+static __always_inline __u32 body_size(const enum body body)
 {
-	return full ? sizeof(struct event) : __builtin_offsetof(struct event, stack);
+	switch (body) {
+	case BODY_STRING:
+		return __builtin_offsetof(struct event, copy) + STR_COPY;
+	case BODY_FULL:
+		return sizeof(struct event);
+	default:
+		return __builtin_offsetof(struct event, stack);
+	}
 }
 
-static __always_inline struct event *reserve(const bool full, const bool kargs)
+/* A string wins over a stack: both would go into copy[]. */
+#define COOKIE_BODY(c) (COOKIE_STRING(c) ? BODY_STRING : ((c) & COOKIE_STACK) ? BODY_FULL : BODY_SMALL)
+
+static __always_inline struct event *reserve(const enum body body, const bool kargs)
 {
-	struct event *e = bpf_ringbuf_reserve(&events, body_size(full) + (kargs ? sizeof(struct kernel_args) : 0), 0);
+	struct event *e = bpf_ringbuf_reserve(&events, body_size(body) + (kargs ? sizeof(struct kernel_args) : 0), 0);
 	if (!e)
 		count(STAT_RINGBUF_FULL);
 	return e;
@@ -694,25 +707,59 @@ static __always_inline void fill_common(struct event *e, __u64 cookie, __u64 pid
 }
 
 /*
- * The big fields. A stack: a frame-pointer walk (enough for code built with
- * frame pointers), plus the registers and a copy of the top of the user stack
- * so that user space can unwind code built without them (CPython, PyTorch)
- * with .eh_frame. Or a string: a kernel name passed to a load-time call.
+ * A string: the C string argument COOKIE_STRARG names (a kernel name passed
+ * to a load-time call, an NVTX message), or the message of the
+ * nvtxEventAttributes_t in ext[] (COOKIE_STR_ATTR). A wide one (wchar_t:
+ * NVTX's W forms, an Ex message of type UNICODE) is copied as bytes, as far
+ * as its memory reads, STR_COPY bytes at most: user space stops at its NUL.
+ */
+static __always_inline void fill_string(struct event *e, __u64 cookie)
+{
+	e->rip = e->rsp = e->rbp = 0;
+	e->npy = 0;
+	e->copy_len = 0;
+	bool wide = cookie & COOKIE_STR_WIDE;
+	__u64 ptr = e->args[(COOKIE_STRARG(cookie) - 1) & 7];
+	if (cookie & COOKIE_STR_ATTR) {
+		__u32 type = (__u32)e->ext[4];
+		if (type != NVTX_MESSAGE_ASCII && type != NVTX_MESSAGE_UNICODE)
+			return; /* no message, or a registered one */
+		wide = type == NVTX_MESSAGE_UNICODE;
+		ptr = e->ext[5];
+	}
+	if (!ptr)
+		return;
+	if (!wide) {
+		long n = bpf_probe_read_user_str(e->copy, STR_COPY, (void *)ptr);
+		e->copy_len = n > 0 ? n : 0;
+		return;
+	}
+	/* A string near the end of its mapping: shorter reads. */
+	if (bpf_probe_read_user(e->copy, STR_COPY, (void *)ptr) == 0)
+		e->copy_len = STR_COPY;
+	else if (bpf_probe_read_user(e->copy, STR_COPY / 4, (void *)ptr) == 0)
+		e->copy_len = STR_COPY / 4;
+	else if (bpf_probe_read_user(e->copy, STR_COPY / 16, (void *)ptr) == 0)
+		e->copy_len = STR_COPY / 16;
+	else if (bpf_probe_read_user(e->copy, STR_COPY / 64, (void *)ptr) == 0)
+		e->copy_len = STR_COPY / 64;
+}
+
+/*
+ * A stack: a frame-pointer walk (enough for code built with frame
+ * pointers), plus the registers and a copy of the top of the user stack so
+ * that user space can unwind code built without them (CPython, PyTorch)
+ * with .eh_frame.
  *
  * On arm64 a stack is the frame-pointer walk and the registers (pc, sp,
  * x29) only: user space unwinds with .eh_frame, and the Python walk finds
  * its thread (python.h), on x86-64 only so far (docs/arm64.md).
  */
-static __always_inline void fill_full(struct pt_regs *ctx, struct event *e, __u64 cookie)
+static __always_inline void fill_stack(struct pt_regs *ctx, struct event *e)
 {
 	e->rip = e->rsp = e->rbp = 0;
 	e->npy = 0;
 	e->copy_len = 0;
-	if (COOKIE_STRARG(cookie)) {
-		long n = bpf_probe_read_user_str(e->copy, 4096, (void *)e->args[(COOKIE_STRARG(cookie) - 1) & 7]);
-		e->copy_len = n > 0 ? n : 0;
-		return;
-	}
 	long n = bpf_get_stack(ctx, e->stack, sizeof(e->stack), BPF_F_USER_STACK);
 	if (n > 0)
 		e->nstack = n / 8;
@@ -744,10 +791,26 @@ static __always_inline void fill_full(struct pt_regs *ctx, struct event *e, __u6
 #endif
 }
 
-static __always_inline int emit_entry(struct pt_regs *ctx, __u64 cookie, __u64 pid_tgid, __u64 now, __u64 stub,
-				      const bool full, const bool kargs)
+/* The big fields a record of body's size carries. */
+static __always_inline void fill_body(struct pt_regs *ctx, struct event *e, __u64 cookie, const enum body body)
 {
-	struct event *e = reserve(full, kargs);
+	if (body == BODY_STRING)
+		fill_string(e, cookie);
+	else if (body == BODY_FULL)
+		fill_stack(ctx, e);
+}
+
+/* Stacks are resolved (Python code objects read, frames symbolized) while
+ * the process lives: hand them over at once. They are rare. */
+static __always_inline __u64 submit_flags(const enum body body)
+{
+	return body == BODY_FULL ? BPF_RB_FORCE_WAKEUP : wakeup_flags();
+}
+
+static __always_inline int emit_entry(struct pt_regs *ctx, __u64 cookie, __u64 pid_tgid, __u64 now, __u64 stub,
+				      const enum body body, const bool kargs)
+{
+	struct event *e = reserve(body, kargs);
 	if (!e)
 		return 0;
 	fill_common(e, cookie, pid_tgid);
@@ -759,17 +822,14 @@ static __always_inline int emit_entry(struct pt_regs *ctx, __u64 cookie, __u64 p
 	__builtin_memset(e->ext, 0, sizeof(e->ext));
 	e->flags = read_args(ctx, cookie, e->args, e->ext, &e->caller);
 	if (kargs) {
-		__u32 fault = read_kernel_args(ctx, cookie, e->args, (struct kernel_args *)((void *)e + body_size(full)));
+		__u32 fault = read_kernel_args(ctx, cookie, e->args, (struct kernel_args *)((void *)e + body_size(body)));
 		if (fault) {
 			e->flags |= fault;
 			count(STAT_READ_FAULT);
 		}
 	}
-	if (full)
-		fill_full(ctx, e, cookie);
-	/* Stacks are resolved (Python code objects read, frames symbolized)
-	 * while the process lives: hand them over at once. They are rare. */
-	bpf_ringbuf_submit(e, full ? BPF_RB_FORCE_WAKEUP : wakeup_flags());
+	fill_body(ctx, e, cookie, body);
+	bpf_ringbuf_submit(e, submit_flags(body));
 	count(STAT_SUBMITTED);
 	return 0;
 }
@@ -836,20 +896,26 @@ static __always_inline int on_entry(struct pt_regs *ctx)
 		return 0;
 	}
 	cookie = capture_stack(cookie, pid_tgid >> 32);
+	/* Launches carry no string: a launch record is small or full. */
 	if (COOKIE_KARGS(cookie)) {
-		if (COOKIE_FULL(cookie))
-			return emit_entry(ctx, cookie, pid_tgid, now, stub, true, true);
-		return emit_entry(ctx, cookie, pid_tgid, now, stub, false, true);
+		if (cookie & COOKIE_STACK)
+			return emit_entry(ctx, cookie, pid_tgid, now, stub, BODY_FULL, true);
+		return emit_entry(ctx, cookie, pid_tgid, now, stub, BODY_SMALL, true);
 	}
-	if (COOKIE_FULL(cookie))
-		return emit_entry(ctx, cookie, pid_tgid, now, stub, true, false);
-	return emit_entry(ctx, cookie, pid_tgid, now, stub, false, false);
+	switch (COOKIE_BODY(cookie)) {
+	case BODY_STRING:
+		return emit_entry(ctx, cookie, pid_tgid, now, stub, BODY_STRING, false);
+	case BODY_FULL:
+		return emit_entry(ctx, cookie, pid_tgid, now, stub, BODY_FULL, false);
+	default:
+		return emit_entry(ctx, cookie, pid_tgid, now, stub, BODY_SMALL, false);
+	}
 }
 
 static __always_inline int emit_return(struct pt_regs *ctx, struct inflight *in, struct inflight_key *key,
-				       __u64 cookie, __u64 pid_tgid, __u64 now, const bool full)
+				       __u64 cookie, __u64 pid_tgid, __u64 now, const enum body body)
 {
-	struct event *e = reserve(full, false);
+	struct event *e = reserve(body, false);
 	if (!e) {
 		bpf_map_delete_elem(&inflight, key);
 		return 0;
@@ -873,11 +939,8 @@ static __always_inline int emit_return(struct pt_regs *ctx, struct inflight *in,
 			count(STAT_READ_FAULT);
 		}
 	}
-	if (full)
-		fill_full(ctx, e, cookie);
-	/* Stacks are resolved (Python code objects read, frames symbolized)
-	 * while the process lives: hand them over at once. They are rare. */
-	bpf_ringbuf_submit(e, full ? BPF_RB_FORCE_WAKEUP : wakeup_flags());
+	fill_body(ctx, e, cookie, body);
+	bpf_ringbuf_submit(e, submit_flags(body));
 	count(STAT_SUBMITTED);
 	return 0;
 }
@@ -911,9 +974,14 @@ static __always_inline int on_return(struct pt_regs *ctx)
 	if (cookie & COOKIE_CAPTURE_END)
 		capture_mark(pid_tgid >> 32, false);
 	cookie = capture_stack(cookie, pid_tgid >> 32);
-	if (COOKIE_FULL(cookie))
-		return emit_return(ctx, in, &key, cookie, pid_tgid, now, true);
-	return emit_return(ctx, in, &key, cookie, pid_tgid, now, false);
+	switch (COOKIE_BODY(cookie)) {
+	case BODY_STRING:
+		return emit_return(ctx, in, &key, cookie, pid_tgid, now, BODY_STRING);
+	case BODY_FULL:
+		return emit_return(ctx, in, &key, cookie, pid_tgid, now, BODY_FULL);
+	default:
+		return emit_return(ctx, in, &key, cookie, pid_tgid, now, BODY_SMALL);
+	}
 }
 
 /*

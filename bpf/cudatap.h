@@ -54,6 +54,14 @@
  *   bit  59      (a call that enqueues work) capture the user stack, as
  *                bit 31 does, while the process captures a graph: the
  *                capture site of the node the call becomes
+ *   bit  60      (NVTX's Ex forms) the string is the message of the
+ *                nvtxEventAttributes_t bit 30 copied into ext[]: its
+ *                messageType at offset 32 (the low half of ext[4]) says
+ *                ASCII or wide, its message at offset 40 (ext[5]) points to
+ *                it (nvToolsExt.h, struct nvtxEventAttributes_v2)
+ *   bit  61      the string (bits 33..35) is of wchar_t (NVTX's W forms):
+ *                its bytes are copied, user space reads them up to a NUL
+ *                character
  */
 #define COOKIE_API(c) ((c) & 0xffff)
 #define COOKIE_NSTACK(c) (((c) >> 24) & 0x3)
@@ -80,8 +88,15 @@
 #define COOKIE_CAPTURE_BEGIN (1ULL << 57)
 #define COOKIE_CAPTURE_END (1ULL << 58)
 #define COOKIE_CAPTURE_STACK (1ULL << 59)
-/* Records with a stack or a string are full size; others end at stack[]. */
-#define COOKIE_FULL(c) (((c) & COOKIE_STACK) || (COOKIE_STRARG(c) && !((c) & COOKIE_PAIR)))
+#define COOKIE_STR_ATTR (1ULL << 60)
+#define COOKIE_STR_WIDE (1ULL << 61)
+/* A record that carries a string: a kernel name, an NVTX message. */
+#define COOKIE_STRING(c) ((COOKIE_STRARG(c) && !((c) & COOKIE_PAIR)) || ((c) & COOKIE_STR_ATTR))
+
+/* NVTX's messageType values (nvToolsExt.h, nvtxMessageType_t); a
+ * registered message (3) is a handle only an NVTX tool can name. */
+#define NVTX_MESSAGE_ASCII 1
+#define NVTX_MESSAGE_UNICODE 2
 
 /* Argument slots: the integer argument registers, then the stack words
  * past them (x86-64: rdi rsi rdx rcx r8 r9 + up to 3 words; arm64: x0..x7
@@ -91,6 +106,7 @@
 #define MAX_STACK 32
 #define MAX_PY 24         /* Python frames kept, innermost first */
 #define STACK_COPY 8192   /* bytes of user stack copied for .eh_frame unwinding */
+#define STR_COPY 4096     /* bytes of a string copied (kernel names, NVTX messages) */
 
 /* event.flags: what could not be read (each is also counted in stats). */
 #define EV_STACKARG_FAULT 0x1
@@ -116,12 +132,14 @@ struct event {
 	__u32 nstack;    /* frames in stack[] (only when the cookie asks) */
 	__u32 _pad;
 	/* Everything from here on is present only when the cookie asks for a
-	 * stack (COOKIE_STACK); other records end at stack[]. */
+	 * stack (COOKIE_STACK) or a string (COOKIE_STRING): a record with a
+	 * string ends STR_COPY bytes into copy[], other records end at
+	 * stack[]. */
 	__u64 stack[MAX_STACK];   /* frame-pointer walk (bpf_get_stack) */
 	__u64 rip, rsp, rbp;      /* user registers where the stack was taken (arm64: pc, sp, x29) */
 	__u32 npy;                /* Python frames in py[] (x86-64 only so far) */
 	__u32 copy_len;           /* bytes of copy[] that hold the user stack from rsp (x86-64 only:
-	                           * user space unwinds with .eh_frame on x86-64 only) */
+	                           * user space unwinds with .eh_frame on x86-64 only), or the string */
 	__u64 py[MAX_PY * 2];     /* (code object, instruction pointer or lasti) pairs, innermost first */
 	__u8 copy[STACK_COPY];    /* the user stack from rsp upwards */
 };

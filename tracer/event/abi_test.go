@@ -123,6 +123,18 @@ var prototypes = []string{
 	"nvtxRangeStartA(const char *message)",
 	"nvtxRangeEnd(nvtxRangeId_t id)",
 	"nvtxMarkA(const char *message)",
+	// NVTX's other forms, hooked as the five above (nvToolsExt.h).
+	"nvtxRangePushW(const wchar_t *message)",
+	"nvtxRangePushEx(const nvtxEventAttributes_t *eventAttrib)",
+	"nvtxDomainRangePushEx(nvtxDomainHandle_t domain, const nvtxEventAttributes_t *eventAttrib)",
+	"nvtxDomainRangePop(nvtxDomainHandle_t domain)",
+	"nvtxRangeStartW(const wchar_t *message)",
+	"nvtxRangeStartEx(const nvtxEventAttributes_t *eventAttrib)",
+	"nvtxDomainRangeStartEx(nvtxDomainHandle_t domain, const nvtxEventAttributes_t *eventAttrib)",
+	"nvtxDomainRangeEnd(nvtxDomainHandle_t domain, nvtxRangeId_t id)",
+	"nvtxMarkW(const wchar_t *message)",
+	"nvtxMarkEx(const nvtxEventAttributes_t *eventAttrib)",
+	"nvtxDomainMarkEx(nvtxDomainHandle_t domain, const nvtxEventAttributes_t *eventAttrib)",
 
 	"ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream)",
 	"ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream)",
@@ -376,6 +388,11 @@ func probe(abi ABI, c uint64, m *machine, fill uint64) Event {
 	if s := int(c>>cookieStrArg) & 7; s != 0 {
 		e.Copy = m.mem[e.Args[s-1]]
 	}
+	// An Ex form's message, behind the attributes copied into Ext: ASCII
+	// or wide by its messageType (fill_string).
+	if typ := uint32(e.Ext[4]); c&cookieStrAttr != 0 && (typ == 1 || typ == 2) {
+		e.Copy = m.mem[e.Ext[5]]
+	}
 	return e
 }
 
@@ -466,6 +483,19 @@ func TestKernelParamsOnEachABI(t *testing.T) {
 
 const kernelName = "_Z6kernelPf\x00"
 
+// nvtxString is kernelName as an NVTX message: its bytes, or (wide) its
+// wchar_t characters as Linux lays them out (UTF-32), NUL included.
+func nvtxString(wide bool) []byte {
+	if !wide {
+		return []byte(kernelName)
+	}
+	var b []byte
+	for _, r := range kernelName {
+		b = binary.LittleEndian.AppendUint32(b, uint32(r))
+	}
+	return b
+}
+
 // TestArgsOnEachABI passes every argsCases call as each ABI does and
 // decodes what the probe reads with that ABI's cookie.
 func TestArgsOnEachABI(t *testing.T) {
@@ -490,7 +520,10 @@ func TestArgsOnEachABI(t *testing.T) {
 	}
 	for _, tc := range argsCases {
 		spec := Lookup(tc.api)
-		params, ok := protos[spec.Name]
+		params, ok := protos[spec.Symbol(tc.sym)] // an NVTX form's own
+		if !ok {
+			params, ok = protos[spec.Name]
+		}
 		if !ok {
 			continue
 		}
@@ -498,14 +531,23 @@ func TestArgsOnEachABI(t *testing.T) {
 		// The memory the arguments point to: a launch config behind
 		// argument 0, the handle an out pointer gets, a kernel's name.
 		mem := map[uint64][]byte{}
-		if spec.DerefArg != 0 {
+		form, nvtx := nvtxForms[spec.Symbol(tc.sym)]
+		if spec.DerefArg != 0 && !nvtx {
 			mem[values[spec.DerefArg-1][0]] = wordBytes(tc.ext[:])
 		}
 		if spec.OutArg != 0 {
 			mem[values[spec.OutArg-1][0]] = wordBytes([]uint64{tc.out})
 		}
-		if spec.StrArg != 0 {
-			mem[values[spec.StrArg-1][0]] = []byte(kernelName)
+		message := false // the probe copies a message, or a kernel's name
+		switch {
+		case nvtx && form.str != 0:
+			mem[values[form.str-1][0]], message = nvtxString(form.wide), true
+		case nvtx && form.attr != 0:
+			mem[values[form.attr-1][0]] = wordBytes(tc.ext[:])
+			typ := uint32(tc.ext[4])
+			mem[tc.ext[5]], message = nvtxString(typ == 2), typ == 1 || typ == 2
+		case spec.StrArg != 0:
+			mem[values[spec.StrArg-1][0]], message = []byte(kernelName), true
 		}
 		for _, abi := range abis {
 			m := call(abi, params, values, mem)
@@ -516,7 +558,7 @@ func TestArgsOnEachABI(t *testing.T) {
 				var a Args
 				e.Decode(&a)
 				want := tc.want
-				if spec.Class == ClassAnnotation && spec.StrArg != 0 {
+				if spec.Class == ClassAnnotation && message {
 					want.Ptr = MessageKey([]byte(kernelName)) // the probe copied the message
 				}
 				if a != want {
@@ -526,7 +568,7 @@ func TestArgsOnEachABI(t *testing.T) {
 				if want := uint64(0); e.Caller != want && c&cookieTakeStub == 0 || c&cookieTakeStub != 0 && e.Caller != returnAddress {
 					t.Errorf("%s: caller %#x, want the return address %#x (take stub %v)", name, e.Caller, uint64(returnAddress), c&cookieTakeStub != 0)
 				}
-				if spec.StrArg != 0 && e.String() != strings.TrimRight(kernelName, "\x00") {
+				if message && e.String() != strings.TrimRight(kernelName, "\x00") {
 					t.Errorf("%s: name %q", name, e.String())
 				}
 			}

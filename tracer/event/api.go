@@ -5,6 +5,7 @@ package event
 import (
 	"runtime"
 	"strconv"
+	"strings"
 )
 
 // API identifies one hooked CUDA call (all its symbol variants together).
@@ -19,8 +20,10 @@ const (
 	NCCL                     // libnccl.so.2
 	// NVTX is the NVIDIA Tools Extension: annotations a program makes
 	// (ranges, marks), hooked where a library exports them (NVTX v2's
-	// libnvToolsExt.so.1); NVTX v3, header-only, reaches cudatap through
-	// its injection library instead (tracer/gputime, launch mode).
+	// libnvToolsExt.so.1, CUDA 13's libnvtx3interop.so.1) or keeps them
+	// in .symtab (PyTorch's torch.cuda.nvtx: probe.Discover); NVTX v3,
+	// header-only, reaches cudatap through its injection library instead
+	// (tracer/gputime, launch mode).
 	NVTX
 )
 
@@ -233,7 +236,19 @@ const (
 	cookieCaptureBegin = 1 << 57
 	cookieCaptureEnd   = 1 << 58
 	CookieCaptureStack = 1 << 59
+	// NVTX's Ex forms: the string is the message of the
+	// nvtxEventAttributes_t copied into Ext (cookieDeref), ASCII or wide
+	// as its messageType says (nvtxAttrMessage); W forms: the string
+	// argument is of wchar_t, copied as bytes.
+	cookieStrAttr = 1 << 60
+	cookieStrWide = 1 << 61
 )
+
+// cookieHasString reports whether a record with cookie c carries a string
+// in its copy[] (bpf/cudatap.h, COOKIE_STRING).
+func cookieHasString(c uint64) bool {
+	return c>>cookieStrArg&7 != 0 && c&CookiePair == 0 || c&cookieStrAttr != 0
+}
 
 // CookieABI is the ABI a record's arguments were read by.
 func CookieABI(c uint64) ABI {
@@ -345,6 +360,9 @@ func (s *Spec) cookie(abi ABI, sym int) uint64 {
 		}
 	}
 	c |= uint64(s.StrArg&7) << cookieStrArg
+	if s.Layer == NVTX {
+		c = c&^(7<<cookieStrArg) | nvtxCookie(s.Symbol(sym))
+	}
 	if s.Layer == Driver && s.Class == ClassLaunch {
 		c |= cookieTakeStub
 	}
@@ -664,12 +682,22 @@ var specs = [...]Spec{
 	{API: CuMemRelease, Name: "cuMemRelease", Layer: Driver, Class: ClassFree, Handle: true, DriverOnly: true},
 
 	// NVTX: nvtxRangePushA(message), nvtxRangePop(), nvtxRangeStartA(message)
-	// → id (read at return), nvtxRangeEnd(id), nvtxMarkA(message).
-	{API: NvtxRangePushA, Name: "nvtxRangePushA", Layer: NVTX, Class: ClassAnnotation, StrArg: 1},
-	{API: NvtxRangePop, Name: "nvtxRangePop", Layer: NVTX, Class: ClassAnnotation},
-	{API: NvtxRangeStartA, Name: "nvtxRangeStartA", Layer: NVTX, Class: ClassAnnotation, Return: true, StrArg: 1},
-	{API: NvtxRangeEnd, Name: "nvtxRangeEnd", Layer: NVTX, Class: ClassAnnotation},
-	{API: NvtxMarkA, Name: "nvtxMarkA", Layer: NVTX, Class: ClassAnnotation, StrArg: 1},
+	// → id (read at return), nvtxRangeEnd(id), nvtxMarkA(message). Each
+	// API's other symbols are its other forms (nvtxCookie): W (a wchar_t
+	// message), Ex (an nvtxEventAttributes_t *), and the domain's (the
+	// domain handle first). They are one API each, as the injection
+	// library reports every form: a pop closes the range any push form
+	// opened.
+	{API: NvtxRangePushA, Name: "nvtxRangePushA", Layer: NVTX, Class: ClassAnnotation, StrArg: 1,
+		Symbols: []string{"nvtxRangePushA", "nvtxRangePushW", "nvtxRangePushEx", "nvtxDomainRangePushEx"}},
+	{API: NvtxRangePop, Name: "nvtxRangePop", Layer: NVTX, Class: ClassAnnotation,
+		Symbols: []string{"nvtxRangePop", "nvtxDomainRangePop"}},
+	{API: NvtxRangeStartA, Name: "nvtxRangeStartA", Layer: NVTX, Class: ClassAnnotation, Return: true, StrArg: 1,
+		Symbols: []string{"nvtxRangeStartA", "nvtxRangeStartW", "nvtxRangeStartEx", "nvtxDomainRangeStartEx"}},
+	{API: NvtxRangeEnd, Name: "nvtxRangeEnd", Layer: NVTX, Class: ClassAnnotation,
+		Symbols: []string{"nvtxRangeEnd", "nvtxDomainRangeEnd"}},
+	{API: NvtxMarkA, Name: "nvtxMarkA", Layer: NVTX, Class: ClassAnnotation, StrArg: 1,
+		Symbols: []string{"nvtxMarkA", "nvtxMarkW", "nvtxMarkEx", "nvtxDomainMarkEx"}},
 
 	// Graphs: cudaGraphCreate(cudaGraph_t *, flags) → the graph;
 	// cudaGraphAddKernelNode(cudaGraphNode_t *, graph, deps, n, const
@@ -694,6 +722,28 @@ var specs = [...]Spec{
 	{API: CuGraphDestroy, Name: "cuGraphDestroy", Layer: Driver, Class: ClassGraph},
 	{API: CuGraphExecDestroy, Name: "cuGraphExecDestroy", Layer: Driver, Class: ClassGraph},
 }
+
+// nvtxCookie is what the cookie of NVTX symbol sym says about its form:
+// where its message is. nvtxDomain* take the domain handle first.
+func nvtxCookie(sym string) uint64 {
+	msg := uint64(0) // the argument the message is in, or behind
+	if nvtxDomainForm(sym) {
+		msg = 1
+	}
+	switch {
+	case strings.HasSuffix(sym, "Ex"):
+		return cookieDeref | msg<<cookieDerefArg | cookieStrAttr
+	case strings.HasSuffix(sym, "W"):
+		return (msg+1)<<cookieStrArg | cookieStrWide
+	case strings.HasSuffix(sym, "A"):
+		return (msg + 1) << cookieStrArg
+	}
+	return 0
+}
+
+// nvtxDomainForm reports whether NVTX symbol sym takes a domain handle
+// as its first argument.
+func nvtxDomainForm(sym string) bool { return strings.HasPrefix(sym, "nvtxDomain") }
 
 // The per-thread-default-stream builds export each stream call twice.
 func ptsz(name string) []string { return []string{name, name + "_ptsz"} }

@@ -95,6 +95,37 @@ var slots = map[API]int{
 
 var abis = []ABI{SysV, AAPCS64}
 
+// nvtxForm is where an NVTX entry point's message is (nvToolsExt.h): in
+// its string argument str (1 + the index; wide: of wchar_t), or behind its
+// nvtxEventAttributes_t argument attr (1 + the index); the domain forms
+// take the domain handle first.
+type nvtxForm struct {
+	api       API
+	str, attr int
+	wide      bool
+}
+
+// nvtxForms are the NVTX entry points hooked, by symbol: each is one of
+// the five APIs the injection library reports too.
+var nvtxForms = map[string]nvtxForm{
+	"nvtxRangePushA":         {api: NvtxRangePushA, str: 1},
+	"nvtxRangePushW":         {api: NvtxRangePushA, str: 1, wide: true},
+	"nvtxRangePushEx":        {api: NvtxRangePushA, attr: 1},
+	"nvtxDomainRangePushEx":  {api: NvtxRangePushA, attr: 2},
+	"nvtxRangePop":           {api: NvtxRangePop},
+	"nvtxDomainRangePop":     {api: NvtxRangePop},
+	"nvtxRangeStartA":        {api: NvtxRangeStartA, str: 1},
+	"nvtxRangeStartW":        {api: NvtxRangeStartA, str: 1, wide: true},
+	"nvtxRangeStartEx":       {api: NvtxRangeStartA, attr: 1},
+	"nvtxDomainRangeStartEx": {api: NvtxRangeStartA, attr: 2},
+	"nvtxRangeEnd":           {api: NvtxRangeEnd},
+	"nvtxDomainRangeEnd":     {api: NvtxRangeEnd},
+	"nvtxMarkA":              {api: NvtxMarkA, str: 1},
+	"nvtxMarkW":              {api: NvtxMarkA, str: 1, wide: true},
+	"nvtxMarkEx":             {api: NvtxMarkA, attr: 1},
+	"nvtxDomainMarkEx":       {api: NvtxMarkA, attr: 2},
+}
+
 var layerPrefix = map[Layer]string{Runtime: "cuda", Driver: "cu", NCCL: "nccl", NVTX: "nvtx"}
 
 func TestSpecTable(t *testing.T) {
@@ -143,7 +174,10 @@ func TestSpecTable(t *testing.T) {
 			switch strings.TrimPrefix(strings.TrimPrefix(sym, "__"), s.Name) {
 			case "", "_v2", "_ptsz", "_ptds", "_v2_ptsz":
 			default:
-				t.Errorf("%s: unexpected variant %q", s.Name, sym)
+				// NVTX: its other forms (W, Ex, a domain's).
+				if f, ok := nvtxForms[sym]; !ok || f.api != s.API {
+					t.Errorf("%s: unexpected variant %q", s.Name, sym)
+				}
 			}
 			// PerThreadDefault exactly for the _ptsz/_ptds variants.
 			wantPT := strings.HasSuffix(sym, "_ptsz") || strings.HasSuffix(sym, "_ptds")
@@ -205,6 +239,12 @@ func TestSpecTable(t *testing.T) {
 		}
 	}
 	// The calls that block and the queries need their return value or duration.
+	// Every NVTX form is hooked.
+	for sym, f := range nvtxForms {
+		if symbols[sym] != f.api {
+			t.Errorf("NVTX's %s is not hooked as %v", sym, f.api)
+		}
+	}
 	for _, api := range []API{CudaMemcpy, CudaMemcpy2D, CudaMemset, CudaEventSynchronize, CudaStreamSynchronize,
 		CudaDeviceSynchronize, CudaFree, CudaEventQuery, CudaStreamQuery, CudaMemcpyAsync, CudaMemcpy2DAsync,
 		CudaHostRegister, CuMemcpyHtoD, CuMemcpyDtoH, CuEventSynchronize, CuStreamSynchronize, CuCtxSynchronize,
@@ -324,17 +364,28 @@ func TestCookie(t *testing.T) {
 				if abi == AAPCS64 && s.MemArg != 0 {
 					wantDeref, wantArg = true, s.MemArg-1
 				}
+				wantStr, wantAttr, wantWide := s.StrArg, false, false
+				if f, ok := nvtxForms[s.Symbol(sym)]; ok {
+					// An Ex form's attributes are copied, the message read
+					// behind them (COOKIE_STR_ATTR).
+					wantDeref, wantArg, wantAttr = f.attr != 0, max(0, f.attr-1), f.attr != 0
+					wantStr, wantWide = f.str, f.wide
+				}
 				if got, arg := c&(1<<30) != 0, int(c>>50)&7; got != wantDeref || arg != wantArg {
-					t.Errorf("%s: %v COOKIE_DEREF = %v behind argument %d, want %v behind %d", s.Name, abi, got, arg, wantDeref, wantArg)
+					t.Errorf("%s: %v COOKIE_DEREF = %v behind argument %d, want %v behind %d", s.Symbol(sym), abi, got, arg, wantDeref, wantArg)
 				}
-				if got := int(c>>33) & 7; got != s.StrArg {
-					t.Errorf("%s: COOKIE_STRARG = %d, want %d", s.Name, got, s.StrArg)
+				if got := int(c>>33) & 7; got != wantStr {
+					t.Errorf("%s: COOKIE_STRARG = %d, want %d", s.Symbol(sym), got, wantStr)
 				}
+				if got, wide := c&(1<<60) != 0, c&(1<<61) != 0; got != wantAttr || wide != wantWide {
+					t.Errorf("%s: COOKIE_STR_ATTR %v, COOKIE_STR_WIDE %v; want %v, %v", s.Symbol(sym), got, wide, wantAttr, wantWide)
+				}
+				c &^= 3 << 60
 				if got := c&(1<<37) != 0; got != (s.Layer == Driver && s.Class == ClassLaunch) {
 					t.Errorf("%s: COOKIE_TAKE_STUB = %v", s.Name, got)
 				}
 				// A capture's begin and end count the process capturing.
-				if got := c&(3<<57) >> 57; got != map[Class]uint64{ClassCaptureBegin: 1, ClassCaptureEnd: 2}[s.Class] {
+				if got := c & (3 << 57) >> 57; got != map[Class]uint64{ClassCaptureBegin: 1, ClassCaptureEnd: 2}[s.Class] {
 					t.Errorf("%s: capture bits %d", s.Name, got)
 				}
 				c &^= 3 << 57
@@ -426,7 +477,7 @@ func TestCookieMatchesBPFHeader(t *testing.T) {
 		t.Errorf("COOKIE_TAKE_STUB %#x, Go %#x", got, uint64(cookieTakeStub))
 	}
 	for name, want := range map[string]uint64{"COOKIE_CAPTURE_BEGIN": cookieCaptureBegin, "COOKIE_CAPTURE_END": cookieCaptureEnd,
-		"COOKIE_CAPTURE_STACK": CookieCaptureStack} {
+		"COOKIE_CAPTURE_STACK": CookieCaptureStack, "COOKIE_STR_ATTR": cookieStrAttr, "COOKIE_STR_WIDE": cookieStrWide} {
 		if got := bit(name); got != want {
 			t.Errorf("%s %#x, Go %#x", name, got, want)
 		}
@@ -451,6 +502,8 @@ func TestCookieMatchesBPFHeader(t *testing.T) {
 		"EV_DEREF_FAULT":    "0x" + strconv.FormatUint(FlagDerefFault, 16),
 		"EV_OUT_FAULT":      "0x" + strconv.FormatUint(FlagOutFault, 16),
 		"EV_HAS_RET":        "0x" + strconv.FormatUint(FlagHasRet, 16),
+		// The messageType Decode reads a wide Ex message by.
+		"NVTX_MESSAGE_UNICODE": strconv.Itoa(nvtxMessageUnicode),
 	} {
 		got := defs[name]
 		if i := strings.Index(got, "/*"); i >= 0 {

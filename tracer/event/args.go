@@ -1,5 +1,10 @@
 package event
 
+import (
+	"encoding/binary"
+	"unicode/utf8"
+)
+
 // Dim3 is CUDA's dim3.
 type Dim3 struct{ X, Y, Z uint32 }
 
@@ -271,16 +276,20 @@ func (e *Event) Decode(a *Args) {
 			a.Peer, a.CommID = int32(r[2]), r[6]
 		}
 	case NvtxRangePushA, NvtxMarkA:
-		a.Ptr, a.Comm = MessageKey(e.Copy), e.nvtxDomain()
+		a.Ptr, a.Comm = MessageKey(e.message()), e.nvtxDomain()
 	case NvtxRangeStartA:
-		a.Ptr, a.Comm = MessageKey(e.Copy), e.nvtxDomain()
+		a.Ptr, a.Comm = MessageKey(e.message()), e.nvtxDomain()
 		if e.HasReturn() {
 			a.Event = uint64(e.Ret) // the range's id, which nvtxRangeEnd is given
 		}
 	case NvtxRangePop:
 		a.Comm = e.nvtxDomain()
 	case NvtxRangeEnd:
+		// (id), or nvtxDomainRangeEnd(domain, id)
 		a.Event, a.Comm = r[0], e.nvtxDomain()
+		if e.Flags&FlagInjected == 0 && e.nvtxDomainForm() {
+			a.Event = r[1]
+		}
 	case NcclSend, NcclRecv:
 		// (buf, count, type, peer, comm, stream): send reads buf, recv writes it.
 		a.Size, a.DataType, a.Peer, a.Comm, a.Stream, a.HasStream = r[1], uint8(r[2]), int32(r[3]), r[4], r[5], true
@@ -310,13 +319,58 @@ func driverCopyKind(a API) MemcpyKind {
 // Ext[0] holds the call's domain. Recorded with the event.
 const FlagInjected = 0x20000
 
-// nvtxDomain is the domain of an NVTX record: 0, the default one, for a
-// hooked library's calls (its domain variants are not hooked).
+// NVTXUnnamedDomain is the domain of a probed nvtxDomain* call whose
+// handle is NULL: NVTX gives every domain that handle while no tool is
+// loaded (nvtxDomainCreateA returns what the tool does), so without one
+// the domains of a process cannot be told apart, only from the default
+// domain. The model numbers domains per process (model.Process).
+const NVTXUnnamedDomain = ^uint64(0)
+
+// nvtxDomain is the domain of an NVTX record: the injection library's
+// number (1, 2, … in creation order; FlagInjected), or a probed call's
+// handle (nvtxDomain* forms), NVTXUnnamedDomain for a NULL one; 0 for the
+// default domain.
 func (e *Event) nvtxDomain() uint64 {
-	if e.Flags&FlagInjected != 0 {
+	switch {
+	case e.Flags&FlagInjected != 0:
 		return e.Ext[0]
+	case !e.nvtxDomainForm():
+		return 0
+	case e.Args[0] == 0:
+		return NVTXUnnamedDomain
 	}
-	return 0
+	return e.Args[0]
+}
+
+// nvtxDomainForm reports whether a probed NVTX record is of an
+// nvtxDomain* symbol (the domain handle its first argument).
+func (e *Event) nvtxDomainForm() bool {
+	s := e.Spec()
+	return s != nil && nvtxDomainForm(s.Symbol(e.SymbolIndex()))
+}
+
+// nvtxMessageUnicode is nvtxMessageType_t's NVTX_MESSAGE_TYPE_UNICODE
+// (nvToolsExt.h): the message is of wchar_t.
+const nvtxMessageUnicode = 2
+
+// message is the string a record copied, as UTF-8: a wide NVTX message
+// (a W form's, an Ex form's of type UNICODE: UTF-32 on Linux) converted up
+// to its NUL, anything else as copied.
+func (e *Event) message() []byte {
+	wide := e.Cookie&cookieStrWide != 0 ||
+		(e.Cookie&cookieStrAttr != 0 && uint32(e.Ext[4]) == nvtxMessageUnicode) // messageType, offset 32
+	if !wide {
+		return e.Copy
+	}
+	var out []byte
+	for i := 0; i+4 <= len(e.Copy); i += 4 {
+		c := rune(binary.LittleEndian.Uint32(e.Copy[i:]))
+		if c == 0 {
+			break
+		}
+		out = utf8.AppendRune(out, c)
+	}
+	return out
 }
 
 // MessageKey is the key of an NVTX message (Args.Ptr of its calls): FNV-1a
@@ -341,7 +395,7 @@ func MessageKey(s []byte) uint64 {
 // String returns the C string a call named (cuModuleGetFunction's kernel
 // name, an NVTX message), copied by the BPF side into the record.
 func (e *Event) String() string {
-	b := e.Copy
+	b := e.message()
 	for i, c := range b {
 		if c == 0 {
 			b = b[:i]

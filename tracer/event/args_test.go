@@ -32,6 +32,19 @@ func launchConfig(grid, block Dim3, smem, stream, attrs uint64) (x [NExt]uint64)
 	return x
 }
 
+// nvtxAttributes lays out an nvtxEventAttributes_t (nvToolsExt.h, struct
+// nvtxEventAttributes_v2, 48 bytes) as the BPF side copies it into Ext:
+// version 3, size 48, a color and a payload, messageType at offset 32 (the
+// 4 bytes after it are padding, garbage here), message at offset 40.
+func nvtxAttributes(messageType uint32, message uint64) (x [NExt]uint64) {
+	x[0] = 3 | 48<<16 | 7<<32 // version, size, category
+	x[1] = 1 | 0xff00ff<<32   // colorType ARGB, color
+	x[2], x[3] = 1, 12345     // payloadType, the payload
+	x[4] = uint64(messageType) | 0xbad<<32
+	x[5] = message
+	return x
+}
+
 type argsCase struct {
 	api  API
 	sym  int
@@ -241,6 +254,22 @@ var argsCases = []argsCase{
 	{api: NvtxRangeStartA, args: regs(0x7f0010), want: Args{}},
 	{api: NvtxRangeEnd, args: regs(42), want: Args{Event: 42}},
 	{api: NvtxMarkA, args: regs(0x7f0010), want: Args{}},
+	// Their other forms (symbols 1..3): W, Ex (the attributes copied into
+	// Ext), a domain's (the handle first; NULL while no NVTX tool is
+	// loaded), nvtxDomainRangeEnd(domain, id).
+	{api: NvtxRangePushA, sym: 1, args: regs(0x7f0010), want: Args{}},
+	{api: NvtxRangePushA, sym: 2, args: regs(0x7ffd10), ext: nvtxAttributes(1, 0x7f0020), want: Args{}},
+	{api: NvtxRangePushA, sym: 3, args: regs(0x5d00, 0x7ffd10), ext: nvtxAttributes(2, 0x7f0020), want: Args{Comm: 0x5d00}},
+	{api: NvtxRangePushA, sym: 3, args: regs(0, 0x7ffd10), ext: nvtxAttributes(3, 0x5e00), want: Args{Comm: NVTXUnnamedDomain}},
+	{api: NvtxRangePop, sym: 1, args: regs(0x5d00), want: Args{Comm: 0x5d00}},
+	{api: NvtxRangeStartA, sym: 1, args: regs(0x7f0010), want: Args{}},
+	{api: NvtxRangeStartA, sym: 2, args: regs(0x7ffd10), ext: nvtxAttributes(2, 0x7f0020), want: Args{}},
+	{api: NvtxRangeStartA, sym: 3, args: regs(0x5d00, 0x7ffd10), ext: nvtxAttributes(1, 0x7f0020), want: Args{Comm: 0x5d00}},
+	{api: NvtxRangeEnd, sym: 1, args: regs(0x5d00, 42), want: Args{Event: 42, Comm: 0x5d00}},
+	{api: NvtxRangeEnd, sym: 1, args: regs(0, 42), want: Args{Event: 42, Comm: NVTXUnnamedDomain}},
+	{api: NvtxMarkA, sym: 1, args: regs(0x7f0010), want: Args{}},
+	{api: NvtxMarkA, sym: 2, args: regs(0x7ffd10), ext: nvtxAttributes(1, 0x7f0020), want: Args{}},
+	{api: NvtxMarkA, sym: 3, args: regs(0x5d00, 0x7ffd10), ext: nvtxAttributes(1, 0x7f0020), want: Args{Comm: 0x5d00}},
 	{api: CuMemFreeAsync, args: regs(0x7f3100000000, 0x5500aa),
 		want: Args{Ptr: 0x7f3100000000, Stream: 0x5500aa, HasStream: true}},
 	{api: CuMemHostAlloc, args: regs(0x7ffd5000, 1<<22, 2), out: 0x7f4600000000,

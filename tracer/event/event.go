@@ -258,8 +258,12 @@ func appendKernelArgs(dst []byte, k *KernelArgs) []byte {
 // live process (its Flags, such as FlagViaRuntime, and a stack cut short),
 // and without the stack copy, which served its purpose while the process
 // lived (unwinding: a copy that failed still left its 8 KiB in the
-// record).
+// record). A string (a kernel name, an NVTX message) keeps its bytes, not
+// the rest of the 4 KiB its record reserved.
 func AppendRecord(dst, raw []byte, e *Event) []byte {
+	if cookieHasString(e.Cookie) && len(raw) > CopyOffset {
+		return Encode(dst, e)
+	}
 	if CookieHasStack(e.Cookie) && len(raw) > CopyOffset {
 		c := e.Copy
 		e.Copy = nil

@@ -417,6 +417,18 @@ func TestAppendRecord(t *testing.T) {
 	if !bytes.Equal(raw, orig) {
 		t.Error("the raw record changed")
 	}
+
+	// A string's record as the BPF side writes it, 4 KiB reserved for the
+	// string: the recording keeps the string's bytes.
+	str := Event{Cookie: Lookup(NvtxRangePushA).Cookie(0), PID: 7, TID: 8, Start: 9, HasStack: true, Copy: []byte("step 3\x00")}
+	raw = append(Encode(nil, &str), make([]byte, 4096-len(str.Copy))...)
+	if err := Decode(raw, &dec); err != nil {
+		t.Fatal(err)
+	}
+	b = AppendRecord(nil, raw, &dec)
+	if err := Decode(b, &got); err != nil || len(b) != CopyOffset+len(str.Copy) || got.String() != "step 3" || got.Named().Ptr != MessageKey([]byte("step 3")) {
+		t.Errorf("a string's record: %d bytes, want %d; %q (%v)", len(b), CopyOffset+len(str.Copy), got.String(), err)
+	}
 }
 
 // TestKernelArgsWords: the words of the window are its 8-byte-aligned

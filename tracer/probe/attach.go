@@ -119,8 +119,10 @@ func (t *Tracer) attach(pid int, lib *Library, want func(*event.Spec) bool, bits
 			if bits != nil {
 				cookie |= bits(spec)
 			}
+			// A call whose record carries a string (a kernel name, an NVTX
+			// message) takes no stack: both would go into its copy[].
 			stacks := t.cfg.Stacks == StacksAll || (t.cfg.Stacks == StacksSync && spec.Return)
-			if stacks && spec.Class != event.ClassFuncName {
+			if stacks && spec.Class != event.ClassFuncName && spec.Class != event.ClassAnnotation {
 				cookie |= event.CookieStack
 			} else if t.cfg.Stacks != StacksNone && spec.Enqueues() {
 				cookie |= event.CookieCaptureStack // a graph node's capture site
