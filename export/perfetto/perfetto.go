@@ -542,7 +542,11 @@ const maxArrivalsListed = 64
 func (w *Writer) annotation(rg steps.Range, open bool) {
 	k := trackKey{kind: kindNVTX, pid: rg.PID, id: uint64(rg.TID), domain: rg.Domain}
 	if rg.Started {
-		k = trackKey{kind: kindNVTX, pid: rg.PID, id: rg.ID % startedLanes, lane: true}
+		lane := rg.ID
+		if lane == 0 {
+			lane = uint64(rg.StartSeq) // NVTX gave no id (steps.Ranges): by the call that started it
+		}
+		k = trackKey{kind: kindNVTX, pid: rg.PID, id: lane % startedLanes, lane: true}
 	}
 	track := w.track(k)
 	typ := uint64(typeSliceBegin)

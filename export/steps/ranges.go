@@ -1,6 +1,8 @@
 package steps
 
 import (
+	"slices"
+
 	"github.com/cudatap/cudatap/tracer/event"
 	"github.com/cudatap/cudatap/tracer/model"
 )
@@ -15,7 +17,7 @@ type Range struct {
 	Depth      int    // how many ranges of the thread and domain enclose it (pushed ones)
 	Mark       bool
 	// Started: started and ended by ID (nvtxRangeStartA), not pushed: such
-	// ranges may overlap.
+	// ranges may overlap. ID 0: NVTX gave none (see Ranges).
 	Started bool
 	ID      uint64
 	// StartSeq and EndSeq are the calls that opened and closed it.
@@ -40,6 +42,12 @@ type startKey struct {
 	id  uint64
 }
 
+// unnumberedKey: started ranges without an id, per process and domain.
+type unnumberedKey struct {
+	pid    uint32
+	domain uint64
+}
+
 type open struct {
 	start uint64
 	key   uint64 // message key
@@ -50,11 +58,21 @@ type open struct {
 // Ranges pairs a recording's NVTX calls into ranges, as the model hands
 // the calls over: pushes and pops per thread and domain, starts and ends
 // by id across threads. Its memory is bounded by the open ranges.
+//
+// NVTX's ids come from its tool: in a process with none loaded (hooked
+// while running, not launched with cudatap's injection library), every
+// nvtxRangeStart returns 0 and every nvtxRangeEnd is given 0. Such a
+// start and end are paired by order, per process and domain: an end
+// closes the last range its own thread started and has not ended, else
+// the first one still open (a range started on one thread, ended on
+// another). Nested or one-at-a-time ranges pair right; overlapping ones
+// ended in another order than so may not.
 type Ranges struct {
-	stacks  map[stackKey][]open
-	deep    map[stackKey]int // pushes past maxDepth not popped yet
-	started map[startKey]open
-	order   []startKey // started ranges, oldest first, to let go of
+	stacks     map[stackKey][]open
+	deep       map[stackKey]int // pushes past maxDepth not popped yet
+	started    map[startKey]open
+	unnumbered map[unnumberedKey][]open // started without an id, oldest first
+	order      []startKey               // started ranges, oldest first, to let go of
 	// Lost counts the ranges not drawn: pushed past maxDepth, started and
 	// let go before their end, popped or ended without a beginning.
 	Lost int
@@ -62,7 +80,8 @@ type Ranges struct {
 
 // NewRanges returns an empty matcher.
 func NewRanges() *Ranges {
-	return &Ranges{stacks: map[stackKey][]open{}, deep: map[stackKey]int{}, started: map[startKey]open{}}
+	return &Ranges{stacks: map[stackKey][]open{}, deep: map[stackKey]int{}, started: map[startKey]open{},
+		unnumbered: map[unnumberedKey][]open{}}
 }
 
 // Annotation reports whether c is an NVTX call.
@@ -102,6 +121,15 @@ func (r *Ranges) Call(p *model.Process, c *model.Call) (rg Range, ok bool) {
 		}
 		return r.closed(p, o, c, a.Comm, len(s)-1), true
 	case event.NvtxRangeStartA:
+		if a.Event == 0 {
+			uk := unnumberedKey{p.PID, a.Comm}
+			if len(r.unnumbered[uk]) >= maxStarted {
+				r.unnumbered[uk] = r.unnumbered[uk][1:] // let the oldest go
+				r.Lost++
+			}
+			r.unnumbered[uk] = append(r.unnumbered[uk], open{start: c.Start, key: a.Ptr, seq: c.Seq, tid: c.TID})
+			return rg, false
+		}
 		sk := startKey{p.PID, a.Event}
 		if _, dup := r.started[sk]; !dup {
 			if len(r.started) >= maxStarted {
@@ -111,6 +139,16 @@ func (r *Ranges) Call(p *model.Process, c *model.Call) (rg Range, ok bool) {
 		}
 		r.started[sk] = open{start: c.Start, key: a.Ptr, seq: c.Seq, tid: c.TID}
 	case event.NvtxRangeEnd:
+		if a.Event == 0 {
+			o, found := r.unnumberedEnd(unnumberedKey{p.PID, a.Comm}, c.TID)
+			if !found {
+				r.Lost++
+				return rg, false
+			}
+			rg := r.closed(p, o, c, a.Comm, 0)
+			rg.Started = true
+			return rg, true
+		}
 		sk := startKey{p.PID, a.Event}
 		o, found := r.started[sk]
 		if !found {
@@ -132,6 +170,29 @@ func (r *Ranges) Call(p *model.Process, c *model.Call) (rg Range, ok bool) {
 func (r *Ranges) closed(p *model.Process, o open, c *model.Call, domain uint64, depth int) Range {
 	return Range{PID: p.PID, TID: o.tid, Start: o.start, End: max(c.Start, o.start), Name: p.Message(o.key), Domain: domain,
 		Depth: depth, StartSeq: o.seq, EndSeq: c.Seq}
+}
+
+// unnumberedEnd takes the open range without an id that an end by thread
+// tid closes (see Ranges).
+func (r *Ranges) unnumberedEnd(uk unnumberedKey, tid uint32) (open, bool) {
+	s := r.unnumbered[uk]
+	if len(s) == 0 {
+		return open{}, false
+	}
+	i := 0
+	for j := len(s) - 1; j >= 0; j-- {
+		if s[j].tid == tid {
+			i = j
+			break
+		}
+	}
+	o := s[i]
+	if s = slices.Delete(s, i, i+1); len(s) == 0 {
+		delete(r.unnumbered, uk)
+	} else {
+		r.unnumbered[uk] = s
+	}
+	return o, true
 }
 
 // letGo forgets the oldest started range still open.
@@ -166,6 +227,12 @@ func (r *Ranges) Open(names func(pid uint32) *model.Process, end uint64) []Range
 	for sk, o := range r.started {
 		out = append(out, Range{PID: sk.pid, TID: o.tid, Start: o.start, End: max(end, o.start), Name: name(sk.pid, o.key),
 			StartSeq: o.seq, EndSeq: -1, Started: true, ID: sk.id})
+	}
+	for uk, s := range r.unnumbered {
+		for _, o := range s {
+			out = append(out, Range{PID: uk.pid, TID: o.tid, Start: o.start, End: max(end, o.start), Name: name(uk.pid, o.key),
+				Domain: uk.domain, StartSeq: o.seq, EndSeq: -1, Started: true})
+		}
 	}
 	sortRanges(out)
 	return out

@@ -240,6 +240,44 @@ func TestRanges(t *testing.T) {
 	}
 }
 
+// TestRangesWithoutIDs: starts and ends NVTX gave no id (no NVTX tool
+// loaded: every id is 0) pair by order per process and domain: an end
+// closes the last range its thread started, else the first one open.
+func TestRangesWithoutIDs(t *testing.T) {
+	p := &model.Process{PID: pid, Messages: map[uint64]string{1: "epoch", 2: "io", 3: "opt", 4: "handoff"}}
+	r := NewRanges()
+	c := func(api event.API, tid uint32, at uint64, a event.Args) (Range, bool) {
+		return r.Call(p, &model.Call{API: api, TID: tid, Start: at, Args: a})
+	}
+	c(event.NvtxRangeStartA, 1, 10, event.Args{Ptr: 1})
+	c(event.NvtxRangeStartA, 1, 20, event.Args{Ptr: 2})
+	c(event.NvtxRangeStartA, 1, 25, event.Args{Ptr: 3, Comm: 1}) // another domain
+	c(event.NvtxRangeStartA, 2, 26, event.Args{Ptr: 4})          // another thread
+	want := []struct {
+		tid    uint32
+		domain uint64
+		name   string
+	}{
+		{1, 0, "io"},      // the last its thread started
+		{1, 1, "opt"},     // its domain's
+		{3, 0, "epoch"},   // a thread that started none: the first open
+		{1, 0, "handoff"}, // ended on another thread than its start
+	}
+	for i, w := range want {
+		rg, ok := c(event.NvtxRangeEnd, w.tid, uint64(30+i), event.Args{Comm: w.domain})
+		if !ok || rg.Name != w.name || !rg.Started || rg.ID != 0 || rg.Domain != w.domain || rg.End != uint64(30+i) {
+			t.Errorf("end %d: %+v %v, want %q", i, rg, ok, w.name)
+		}
+	}
+	if _, ok := c(event.NvtxRangeEnd, 1, 40, event.Args{}); ok || r.Lost != 1 {
+		t.Errorf("an end without a start: %v, lost %d", ok, r.Lost)
+	}
+	c(event.NvtxRangeStartA, 1, 50, event.Args{Ptr: 2})
+	if open := r.Open(func(uint32) *model.Process { return p }, 99); len(open) != 1 || open[0].Name != "io" || open[0].End != 99 || !open[0].Started {
+		t.Errorf("open: %+v", open)
+	}
+}
+
 // An iteration that waits twice (an input copy, then the read-back): the
 // longer wait ends the steps, and the first step begins after the setup,
 // not after the first iteration's input copy; a first iteration three

@@ -340,6 +340,9 @@ type Process struct {
 	// Messages: what the program's NVTX ranges and marks say, by the key
 	// their calls carry (event.MessageKey; annotations.go). nil until one.
 	Messages map[uint64]string
+	// nvtxDomains numbers the NVTX domain handles of probed calls
+	// (annotations.go).
+	nvtxDomains map[uint64]uint64
 	// GraphNodes: the calls that made the nodes of its CUDA graphs (the
 	// capture sites), which the ops of graph launches point at (NodeOf).
 	GraphNodes []GraphNode
