@@ -18,13 +18,13 @@ import (
 // nvtxForLaunch returns the environment entry that has the launched
 // command's NVTX load cudatap's collector: the GPU times' listener's, or
 // one of its own (NVTX needs no CUPTI). "" when another tool's injection
-// library is set already (NVTX loads one): steps are then found from the
-// synchronizations alone, and the run says so.
+// library is set already (NVTX loads one): then only NVTX libraries with
+// symbols to hook are seen (docs/steps.md), and the run says so.
 func (s *Session) nvtxForLaunch(env []string) (string, error) {
 	for _, e := range env {
 		if v, ok := strings.CutPrefix(e, "NVTX_INJECTION64_PATH="); ok && v != "" {
 			s.log.Warn("NVTX_INJECTION64_PATH is already set: another tool takes the program's NVTX ranges, and NVTX loads one; "+
-				"unset it for cudatap to draw them", "path", v)
+				"cudatap draws only those of NVTX libraries it can hook (libnvToolsExt, torch.cuda.nvtx): unset it for all", "path", v)
 			return "", nil
 		}
 	}
@@ -44,6 +44,9 @@ func (s *Session) nvtxForLaunch(env []string) (string, error) {
 		s.gputimes.listeners = append(s.gputimes.listeners, l)
 		s.gputimes.mu.Unlock()
 	}
+	// The injection sees every NVTX call of the tree: probes on an NVTX
+	// library would draw each range twice.
+	s.targets.NVTXInjected()
 	return "NVTX_INJECTION64_PATH=" + l.LibraryPath(), nil
 }
 

@@ -113,6 +113,9 @@ type Config struct {
 	// Observer hears what the session reports as it runs (nil: nothing
 	// hears it).
 	Observer Observer
+	// SkipNVTX hooks no NVTX library in running processes (the agent); a
+	// launched command's ranges still come through the injection library.
+	SkipNVTX bool
 }
 
 // Status is a snapshot for the live status line.
@@ -233,7 +236,7 @@ func run(ctx context.Context, cfg Config, inspect func(*Session)) (*Outcome, err
 	s.targets = targets.New(targets.Config{All: cfg.All, Container: cfg.Container, Follow: s.following(),
 		Launching: len(cfg.Command) > 0, WaitForCUDA: cfg.WaitForCUDA, NameWindow: cfg.NameWindow,
 		AggregateLaunches: cfg.AggregateLaunches, LaunchTimes: cfg.LaunchTimes,
-		AggregateWithoutStream: cfg.aggregateWithoutStream, Cut: cfg.Cut > 0}, tr, s.guard, s.cache, cfg.Logger)
+		AggregateWithoutStream: cfg.aggregateWithoutStream, Cut: cfg.Cut > 0, SkipNVTX: cfg.SkipNVTX}, tr, s.guard, s.cache, cfg.Logger)
 	defer s.targets.Close()      // before tr.Close: links go before the BPF objects
 	var names resolve.NameWriter // the recording, if any
 	if s.rec != nil {

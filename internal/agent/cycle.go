@@ -98,6 +98,7 @@ func (a *Agent) trace(ctx context.Context, c tracer.Config, obs tracer.Funcs) (*
 		c.AggregateLaunches, c.Stacks = false, probe.StacksSync
 	}
 	c.Logger, c.PollInterval = a.log, pollInterval
+	c.SkipNVTX = true // ranges are drawn in no metric or profile
 	obs.OnAggregates = a.coll.SetAggregates
 	obs.OnAttached = func(int) { a.ready.Store(true) }
 	obs.OnStatus = a.stats.status

@@ -103,13 +103,14 @@ func DiscoverMaps(pid int, data []byte, cache *objfile.Cache, skip func(key stri
 			}
 		}
 		// The executable (and anything named like the runtime) may carry a
-		// statically linked runtime visible only in .symtab.
+		// statically linked runtime visible only in .symtab; NVTX only in
+		// the files localNVTX names.
 		deep := obj.Path == exe || strings.Contains(base, "cudart")
-		for _, layer := range []event.Layer{event.Runtime, event.Driver, event.NCCL} {
+		for _, layer := range event.Layers {
 			sym := layer.ProbeSymbol()
 			static := false
 			if _, ok := f.LookupDynamic(sym); !ok {
-				if !deep {
+				if layer == event.NVTX && !localNVTX(base) || layer != event.NVTX && !deep {
 					continue
 				}
 				if _, ok := f.Lookup(sym); !ok {
@@ -126,6 +127,29 @@ func DiscoverMaps(pid int, data []byte, cache *objfile.Cache, skip func(key stri
 		}
 	}
 	return d, nil
+}
+
+// localNVTX reports whether a file named base keeps NVTX calls a program
+// makes in .symtab only. NVTX v3 is header-only: its functions are static
+// inline in each translation unit, exported by nothing, and where one is
+// not inlined (its address taken) a local copy remains. PyTorch's Python
+// bindings (libtorch_python.so, nvtx.cpp: torch.cuda.nvtx's range_push,
+// range_pop, range_start, range_end and mark) keep one copy each of
+// nvtxRangePushA, nvtxRangePop, nvtxRangeStartA, nvtxRangeEnd and nvtxMarkA
+// (PyTorch 2.11, readelf -s). Other files are not searched: where several
+// translation units keep copies, hooking one would pair a push with
+// another unit's pop.
+func localNVTX(base string) bool { return strings.HasPrefix(base, "libtorch_python") }
+
+// HasCUDA reports whether d found a CUDA layer (runtime, driver, NCCL):
+// NVTX alone makes no CUDA process.
+func (d *Discovery) HasCUDA() bool {
+	for _, l := range d.Libraries {
+		if l.Layer != event.NVTX {
+			return true
+		}
+	}
+	return false
 }
 
 func hasExec(o objfile.ObjectFile) bool {

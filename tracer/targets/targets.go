@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -59,6 +60,9 @@ type Config struct {
 	// Cut: the session retires exited processes itself, so the summary of
 	// targets forgotten after they exited is not kept.
 	Cut bool
+	// SkipNVTX: no NVTX library is hooked (the agent: its metrics and
+	// profiles draw no ranges, and each range costs two traps).
+	SkipNVTX bool
 }
 
 // Attached describes the probes of one process.
@@ -110,6 +114,9 @@ type Set struct {
 	tree     map[uint32]*treeProc
 	treeLost uint64
 	launched int
+	// nvtxInjected: the launched tree's NVTX calls reach the session
+	// through cudatap's injection library (NVTXInjected).
+	nvtxInjected atomic.Bool
 }
 
 // New returns an empty set that attaches through tr. g continues held
@@ -167,6 +174,7 @@ func (s *Set) attachProcess(pid int, stopOnLoad, required bool) error {
 	if err != nil {
 		return err
 	}
+	s.dropUnhooked(d)
 	if s.sharedProbes() {
 		return s.adopt(pid, d)
 	}
@@ -176,7 +184,7 @@ func (s *Set) attachProcess(pid int, stopOnLoad, required bool) error {
 		// A process asked for that has no CUDA yet (--wait-for-cuda) is held
 		// at each library load until what it loaded is hooked, like a
 		// launched one, so its first CUDA calls are not missed.
-		stop := stopOnLoad || (required && len(d.Libraries) == 0 && s.cfg.WaitForCUDA)
+		stop := stopOnLoad || (required && !d.HasCUDA() && s.cfg.WaitForCUDA)
 		t = &target{pid: pid, attached: map[string]*probe.Attachment{}, policy: map[string]policy{}, stopOnLd: stop}
 		s.targets[pid] = t
 	}
@@ -193,7 +201,7 @@ func (s *Set) attachProcess(pid int, stopOnLoad, required bool) error {
 			t.loader = a
 		}
 	}
-	if len(d.Libraries) == 0 && required && !s.cfg.WaitForCUDA && !s.cfg.Launching {
+	if !d.HasCUDA() && required && !s.cfg.WaitForCUDA && !s.cfg.Launching {
 		return d.NoCUDAError()
 	}
 	// Which layer hooks what depends on every layer the process maps.
@@ -247,6 +255,21 @@ func (s *Set) attachProcess(pid int, stopOnLoad, required bool) error {
 	// by the time the reader names its kernels.
 	s.Process(uint32(pid))
 	return nil
+}
+
+// NVTXInjected says that the launched command's NVTX calls reach the
+// session through cudatap's injection library (NVTX_INJECTION64_PATH in
+// its environment, which its tree inherits): from then on no NVTX library
+// is hooked, or every range would be drawn twice. Call it before the
+// command starts.
+func (s *Set) NVTXInjected() { s.nvtxInjected.Store(true) }
+
+// dropUnhooked leaves out of d the libraries this session does not hook:
+// NVTX's, with Config.SkipNVTX or once NVTXInjected.
+func (s *Set) dropUnhooked(d *probe.Discovery) {
+	if s.cfg.SkipNVTX || s.nvtxInjected.Load() {
+		d.Libraries = slices.DeleteFunc(d.Libraries, func(l probe.Library) bool { return l.Layer == event.NVTX })
+	}
 }
 
 // detectPython finds the CPython interpreter of a target and hands its

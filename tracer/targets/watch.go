@@ -139,7 +139,7 @@ func (s *Set) consider(pid int) {
 	if d.LdSo != nil {
 		s.watchLoader(d.LdSo)
 	}
-	if len(d.Libraries) == 0 {
+	if !d.HasCUDA() {
 		return
 	}
 	if t != nil && t.exited {
