@@ -262,6 +262,16 @@ func TestScenarios(t *testing.T) {
 			"nvtxRangePop": 16, "nvtxRangeEnd": 1, "nvtxMarkA": 1})
 		assertCalls(t, "train-nvtx", r.Calls, want)
 	})
+	t.Run("nvtx-forms", func(t *testing.T) {
+		r := runReport(t, b.NVTXWorkload, "--scenario", "nvtx-forms", "--iters", "3")
+		want := trainCalls(3)
+		want["cudaMemcpyAsync"], want["cudaStreamSynchronize"] = 6, 3 // no logging
+		maps.Copy(want, map[string]int{"nvtxDomainCreateA": 1, "nvtxRangeStartA": 1, "nvtxRangeEnd": 1 + 3 + 3, "nvtxMarkA": 1,
+			"nvtxRangePushA": 3, "nvtxRangePushW": 3, "nvtxRangePushEx": 3, "nvtxRangePop": 9,
+			"nvtxDomainRangePushEx": 3, "nvtxDomainRangePop": 3, "nvtxDomainMarkEx": 3, "nvtxMarkW": 3, "nvtxMarkEx": 3,
+			"nvtxRangeStartEx": 3, "nvtxRangeStartW": 3, "nvtxDomainRangeStartEx": 3, "nvtxDomainRangeEnd": 3})
+		assertCalls(t, "nvtx-forms", r.Calls, want)
+	})
 	t.Run("all", func(t *testing.T) {
 		r := runReport(t, b.Workload, "--scenario", "all")
 		exported := runtimeExports(t, b.Runtime)
@@ -742,7 +752,7 @@ func TestNCCLSymbols(t *testing.T) {
 // LOCK or ES/CS/SS/DS segment prefix, as an inlined atomic counter makes).
 func TestProbeableEntries(t *testing.T) {
 	b := build(t)
-	for _, path := range []string{b.Runtime, b.Driver, b.NCCL} {
+	for _, path := range []string{b.Runtime, b.Driver, b.NCCL, b.NVTX} {
 		f := openELF(t, path)
 		if f.Machine != elf.EM_X86_64 {
 			t.Skipf("%v: the check knows x86-64 prefixes only", f.Machine)

@@ -6,8 +6,9 @@
  * with the export table, through which the tool fills the function tables
  * (NVTX_CB_MODULE_CORE and CORE2, by callback id), and from then on calls
  * what the tool put there. Without a tool, or one that declines (returns
- * 0), every call does nothing. Its exported symbols are what a tracer can
- * hook with uprobes in a process it did not start.
+ * 0), every call does nothing. Its exported symbols, every form NVTX's C
+ * API has for ranges and marks (A, W, Ex, a domain's), are what a tracer
+ * can hook with uprobes in a process it did not start.
  */
 #define _GNU_SOURCE
 #include "nvtx_sim.h"
@@ -31,8 +32,14 @@ typedef int (*NvtxInitializeInjectionNvtxFunc_t)(NvtxGetExportTableFunc_t export
 
 /* Modules and callback ids, as nvtxTypes.h numbers them. */
 enum { MODULE_CORE = 1, MODULE_CORE2 = 5, ETID_CALLBACKS = 1 };
-enum { CORE_MarkA = 2, CORE_RangeStartA = 5, CORE_RangeEnd = 7, CORE_RangePushEx = 8, CORE_RangePushA = 9, CORE_RangePop = 11, CORE_SIZE = 16 };
-enum { CORE2_DomainRangePushEx = 4, CORE2_DomainRangePop = 5, CORE2_DomainRegisterStringA = 10, CORE2_DomainCreateA = 12, CORE2_SIZE = 16 };
+enum {
+	CORE_MarkEx = 1, CORE_MarkA, CORE_MarkW, CORE_RangeStartEx, CORE_RangeStartA, CORE_RangeStartW, CORE_RangeEnd,
+	CORE_RangePushEx, CORE_RangePushA, CORE_RangePushW, CORE_RangePop, CORE_SIZE = 16
+};
+enum {
+	CORE2_DomainMarkEx = 1, CORE2_DomainRangeStartEx, CORE2_DomainRangeEnd, CORE2_DomainRangePushEx, CORE2_DomainRangePop,
+	CORE2_DomainRegisterStringA = 10, CORE2_DomainCreateA = 12, CORE2_SIZE = 16
+};
 
 static NvtxFunctionPointer core[CORE_SIZE], core2[CORE2_SIZE];
 static NvtxFunctionPointer *core_table[CORE_SIZE], *core2_table[CORE2_SIZE];
@@ -87,6 +94,12 @@ EXPORT int nvtxRangePushA(const char *message)
 	return f ? f(message) : -1;
 }
 
+EXPORT int nvtxRangePushW(const wchar_t *message)
+{
+	int (*f)(const wchar_t *) = TOOL(core, CORE_RangePushW, int (*)(const wchar_t *));
+	return f ? f(message) : -1;
+}
+
 EXPORT int nvtxRangePushEx(const nvtxEventAttributes_t *attr)
 {
 	int (*f)(const nvtxEventAttributes_t *) = TOOL(core, CORE_RangePushEx, int (*)(const nvtxEventAttributes_t *));
@@ -105,6 +118,19 @@ EXPORT nvtxRangeId_t nvtxRangeStartA(const char *message)
 	return f ? f(message) : 0;
 }
 
+EXPORT nvtxRangeId_t nvtxRangeStartW(const wchar_t *message)
+{
+	nvtxRangeId_t (*f)(const wchar_t *) = TOOL(core, CORE_RangeStartW, nvtxRangeId_t (*)(const wchar_t *));
+	return f ? f(message) : 0;
+}
+
+EXPORT nvtxRangeId_t nvtxRangeStartEx(const nvtxEventAttributes_t *attr)
+{
+	nvtxRangeId_t (*f)(const nvtxEventAttributes_t *) =
+		TOOL(core, CORE_RangeStartEx, nvtxRangeId_t (*)(const nvtxEventAttributes_t *));
+	return f ? f(attr) : 0;
+}
+
 EXPORT void nvtxRangeEnd(nvtxRangeId_t id)
 {
 	void (*f)(nvtxRangeId_t) = TOOL(core, CORE_RangeEnd, void (*)(nvtxRangeId_t));
@@ -117,6 +143,20 @@ EXPORT void nvtxMarkA(const char *message)
 	void (*f)(const char *) = TOOL(core, CORE_MarkA, void (*)(const char *));
 	if (f)
 		f(message);
+}
+
+EXPORT void nvtxMarkW(const wchar_t *message)
+{
+	void (*f)(const wchar_t *) = TOOL(core, CORE_MarkW, void (*)(const wchar_t *));
+	if (f)
+		f(message);
+}
+
+EXPORT void nvtxMarkEx(const nvtxEventAttributes_t *attr)
+{
+	void (*f)(const nvtxEventAttributes_t *) = TOOL(core, CORE_MarkEx, void (*)(const nvtxEventAttributes_t *));
+	if (f)
+		f(attr);
 }
 
 EXPORT nvtxDomainHandle_t nvtxDomainCreateA(const char *name)
@@ -143,4 +183,26 @@ EXPORT int nvtxDomainRangePop(nvtxDomainHandle_t domain)
 {
 	int (*f)(nvtxDomainHandle_t) = TOOL(core2, CORE2_DomainRangePop, int (*)(nvtxDomainHandle_t));
 	return f ? f(domain) : -1;
+}
+
+EXPORT nvtxRangeId_t nvtxDomainRangeStartEx(nvtxDomainHandle_t domain, const nvtxEventAttributes_t *attr)
+{
+	nvtxRangeId_t (*f)(nvtxDomainHandle_t, const nvtxEventAttributes_t *) =
+		TOOL(core2, CORE2_DomainRangeStartEx, nvtxRangeId_t (*)(nvtxDomainHandle_t, const nvtxEventAttributes_t *));
+	return f ? f(domain, attr) : 0;
+}
+
+EXPORT void nvtxDomainRangeEnd(nvtxDomainHandle_t domain, nvtxRangeId_t id)
+{
+	void (*f)(nvtxDomainHandle_t, nvtxRangeId_t) = TOOL(core2, CORE2_DomainRangeEnd, void (*)(nvtxDomainHandle_t, nvtxRangeId_t));
+	if (f)
+		f(domain, id);
+}
+
+EXPORT void nvtxDomainMarkEx(nvtxDomainHandle_t domain, const nvtxEventAttributes_t *attr)
+{
+	void (*f)(nvtxDomainHandle_t, const nvtxEventAttributes_t *) =
+		TOOL(core2, CORE2_DomainMarkEx, void (*)(nvtxDomainHandle_t, const nvtxEventAttributes_t *));
+	if (f)
+		f(domain, attr);
 }

@@ -8,6 +8,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <wchar.h>
 
 typedef uint64_t nvtxRangeId_t;
 typedef struct nvtxDomainRegistration_st *nvtxDomainHandle_t;
@@ -37,20 +38,29 @@ typedef struct nvtxEventAttributes_v2 {
 } nvtxEventAttributes_t;
 
 int nvtxRangePushA(const char *message);
+int nvtxRangePushW(const wchar_t *message);
 int nvtxRangePushEx(const nvtxEventAttributes_t *attr);
 int nvtxRangePop(void);
 nvtxRangeId_t nvtxRangeStartA(const char *message);
+nvtxRangeId_t nvtxRangeStartW(const wchar_t *message);
+nvtxRangeId_t nvtxRangeStartEx(const nvtxEventAttributes_t *attr);
 void nvtxRangeEnd(nvtxRangeId_t id);
 void nvtxMarkA(const char *message);
+void nvtxMarkW(const wchar_t *message);
+void nvtxMarkEx(const nvtxEventAttributes_t *attr);
 nvtxDomainHandle_t nvtxDomainCreateA(const char *name);
 nvtxStringHandle_t nvtxDomainRegisterStringA(nvtxDomainHandle_t domain, const char *string);
 int nvtxDomainRangePushEx(nvtxDomainHandle_t domain, const nvtxEventAttributes_t *attr);
 int nvtxDomainRangePop(nvtxDomainHandle_t domain);
+nvtxRangeId_t nvtxDomainRangeStartEx(nvtxDomainHandle_t domain, const nvtxEventAttributes_t *attr);
+void nvtxDomainRangeEnd(nvtxDomainHandle_t domain, nvtxRangeId_t id);
+void nvtxDomainMarkEx(nvtxDomainHandle_t domain, const nvtxEventAttributes_t *attr);
 
 /* The entry points a workload may call, for its report's counts. */
-#define NVTX_API_LIST(X)                                                                         \
-	X(nvtxRangePushA) X(nvtxRangePushEx) X(nvtxRangePop) X(nvtxRangeStartA) X(nvtxRangeEnd) \
-	X(nvtxMarkA) X(nvtxDomainCreateA) X(nvtxDomainRegisterStringA) X(nvtxDomainRangePushEx) \
-	X(nvtxDomainRangePop)
+#define NVTX_API_LIST(X)                                                                           \
+	X(nvtxRangePushA) X(nvtxRangePushW) X(nvtxRangePushEx) X(nvtxRangePop) X(nvtxRangeStartA) \
+	X(nvtxRangeStartW) X(nvtxRangeStartEx) X(nvtxRangeEnd) X(nvtxMarkA) X(nvtxMarkW)          \
+	X(nvtxMarkEx) X(nvtxDomainCreateA) X(nvtxDomainRegisterStringA) X(nvtxDomainRangePushEx)  \
+	X(nvtxDomainRangePop) X(nvtxDomainRangeStartEx) X(nvtxDomainRangeEnd) X(nvtxDomainMarkEx)
 
 #endif

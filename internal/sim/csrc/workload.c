@@ -18,7 +18,7 @@
  * lint-cross-stream, lint-kernel-race, lint-many-streams, lint-pageable-loop,
  * lint-sync-every-launch, lint-clean), each provoking one of cudatap's lints, oom and oom-exit (out of memory), train (a
  * training loop); driver, driver-all, driver-graphs, mixed and static-runtime in the -DSIM_DRIVER build; nccl
- * in the -DSIM_NCCL build; train-nvtx in the -DSIM_NVTX build.
+ * in the -DSIM_NCCL build; train-nvtx and nvtx-forms in the -DSIM_NVTX build.
  *
  * Built six ways: linked against libcudart.so.13 (workload); with
  * cudart_sim.c compiled in, symbols in .symtab only (workload-static); with
@@ -2067,6 +2067,75 @@ static void scenario_train_nvtx(const struct options *o)
 	CALL(nvtxMarkA, "checkpoint");
 	train_teardown();
 }
+
+/* nvtx_attr is an nvtxEventAttributes_t with an ASCII or a wide message. */
+static nvtxEventAttributes_t nvtx_attr(const char *ascii, const wchar_t *wide)
+{
+	nvtxEventAttributes_t a = { .version = NVTX_VERSION, .size = sizeof a, .colorType = 1, .color = 0xff76b900 };
+	if (wide)
+		a.messageType = NVTX_MESSAGE_TYPE_UNICODE, a.message.unicode = wide;
+	else
+		a.messageType = NVTX_MESSAGE_TYPE_ASCII, a.message.ascii = ascii;
+	return a;
+}
+
+/*
+ * nvtx-forms: train, annotated through every form of NVTX's C API for
+ * ranges and marks (A, W, Ex with an ASCII or a wide message, a domain's),
+ * with plain ASCII messages, so that a tracer hooking the library and one
+ * serving as its injection library must draw the same. Around the loop the
+ * started range "epoch" (nvtxRangeStartA), after it the mark "checkpoint"
+ * (nvtxMarkA); per iteration:
+ *
+ *   "train step IT" (nvtxRangePushA), holding, one after the other,
+ *     "forward" (nvtxRangePushW), holding the mark "forward mark" (nvtxMarkW),
+ *     "backward" (nvtxRangePushEx, wide);
+ *   "batch" of the domain "data" (nvtxDomainRangePushEx, ASCII), during
+ *     the forward, holding the mark "batch mark" (nvtxDomainMarkEx, wide):
+ *     the default domain's ranges nest apart from it;
+ *   started and ended by id: "async io" (nvtxRangeStartEx, ASCII) from the
+ *     forward into the backward, "read-back" (nvtxRangeStartW) around the
+ *     loss's read-back, "optimizer" of "data" (nvtxDomainRangeStartEx, wide;
+ *     nvtxDomainRangeEnd) around the backward;
+ *   the mark "step done" (nvtxMarkEx, ASCII) after the step's pop.
+ */
+static void scenario_nvtx_forms(const struct options *o)
+{
+	train_setup();
+	nvtxDomainHandle_t data = CALL(nvtxDomainCreateA, "data");
+	nvtxRangeId_t epoch = CALL(nvtxRangeStartA, "epoch");
+	for (long it = 1; it <= o->iters; it++) {
+		char name[64];
+		snprintf(name, sizeof name, "train step %ld", it);
+		CALL(nvtxRangePushA, name);
+		CALL(nvtxRangePushW, L"forward");
+		nvtxEventAttributes_t batch = nvtx_attr("batch", NULL), batch_mark = nvtx_attr(NULL, L"batch mark");
+		CALL(nvtxDomainRangePushEx, data, &batch);
+		CALL(nvtxDomainMarkEx, data, &batch_mark);
+		nvtxEventAttributes_t io = nvtx_attr("async io", NULL);
+		nvtxRangeId_t async_io = CALL(nvtxRangeStartEx, &io);
+		CALL(nvtxMarkW, L"forward mark");
+		train_forward();
+		CALL(nvtxDomainRangePop, data);
+		CALL(nvtxRangePop);
+		nvtxEventAttributes_t backward = nvtx_attr(NULL, L"backward"), opt = nvtx_attr(NULL, L"optimizer");
+		nvtxRangeId_t optimizer = CALL(nvtxDomainRangeStartEx, data, &opt);
+		CALL(nvtxRangePushEx, &backward);
+		train_backward_and_step();
+		CALL(nvtxRangeEnd, async_io);
+		CALL(nvtxRangePop);
+		CALL(nvtxDomainRangeEnd, data, optimizer);
+		nvtxRangeId_t read_back = CALL(nvtxRangeStartW, L"read-back");
+		train_read_loss();
+		CALL(nvtxRangeEnd, read_back);
+		CALL(nvtxRangePop);
+		nvtxEventAttributes_t done = nvtx_attr("step done", NULL);
+		CALL(nvtxMarkEx, &done);
+	}
+	CALL(nvtxRangeEnd, epoch);
+	CALL(nvtxMarkA, "checkpoint");
+	train_teardown();
+}
 #endif
 
 static const struct {
@@ -2092,7 +2161,7 @@ static const struct {
 	{ "nccl", scenario_nccl },
 #endif
 #ifdef SIM_NVTX
-	{ "train-nvtx", scenario_train_nvtx },
+	{ "train-nvtx", scenario_train_nvtx }, { "nvtx-forms", scenario_nvtx_forms },
 #endif
 };
 
