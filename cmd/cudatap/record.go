@@ -74,7 +74,7 @@ func newRecordCmd(g *globalOptions) *cobra.Command {
 	onOffFlag(cmd, &o.gpuTimes, "gpu-times", true, "measure GPU ops with the target's own CUPTI (a collector loaded through CUDA_INJECTION64_PATH for a command, by ptrace into a running process), handed over to a profiler the target starts itself: on or off (--all and --container: off unless given); without CUPTI, or off, GPU ops are drawn within proven bounds")
 	f.BoolVar(&o.kernelArgs, "kernel-args", false, "copy each launch's kernel parameter values (512 bytes behind kernelParams), so that the cross-stream-race lint sees which device memory each kernel was given (docs/lints.md; a launch record grows from 192 to 760 bytes)")
 	f.StringVar(&o.cupti, "cupti", "", "the libcupti GPU times use, as the target sees it (default: the one it loaded, the one next to its libcudart, or the toolkit's)")
-	f.BoolVar(&o.json, "json", false, "write the summary as JSON (schema: docs/formats.md, \"JSON output\"); also with --quiet")
+	f.BoolVar(&o.json, "json", false, "write the summary as JSON (schema: docs/formats.md, \"JSON output\"); also with --quiet; a launched command's stdout then goes to stderr, so that stdout is the JSON alone")
 	f.StringVar(&o.report, "report", "", "also write the HTML report (see cudatap report) to this file, and the device memory profile beside it")
 	f.BoolVar(&o.follow, "follow", false, "with -p: also trace every process the traced processes start from now on, and those they started already (a launched command is followed by default)")
 	f.BoolVar(&o.noFollow, "no-follow", false, "trace only the launched command's own process, not the processes it starts")
@@ -168,8 +168,8 @@ func runRecord(cmd *cobra.Command, g *globalOptions, o *recordOptions, command [
 	stderr := to.notes // --quiet: no attach line, status line or hang note
 	status := newStatusLine(stderr)
 	commandOut := io.Writer(os.Stdout)
-	if piped {
-		commandOut = os.Stderr // not into the trace
+	if piped || o.json {
+		commandOut = os.Stderr // not into the trace or the JSON: stdout stays one document
 	}
 	cfg := tracer.Config{
 		PIDs: o.pids, Command: command, All: o.all, Container: o.container, Duration: o.duration, Stacks: stacks,
