@@ -10,8 +10,9 @@
 #           with --gpu-times=off too (NVTX needs no CUPTI): N steps from the
 #           "train step N" ranges, every range ("forward", "backward",
 #           "optimizer") and the mark in the traces
-#   attach  the nvtx job, already running (record --pid): PyTorch's NVTX has
-#           no symbol to hook, so the steps come from the read-back
+#   attach  the nvtx job, already running (record --pid): torch.cuda.nvtx's
+#           own copies of nvtxRangePushA & co. in libtorch_python.so are
+#           hooked (found in its .symtab): the same N steps and ranges
 #   nosync  launched, no read-back in the loop: no steps, and why
 # and, where Python has pandas, HTA's per-step analyses on the plain trace
 # (testdata/hta/check.py --steps N). About a minute and a half.
@@ -50,7 +51,7 @@ if mode == "nosync":
     check(len(got) == 0 and f["why"], "steps found in a loop that never waits, or no reason given")
     check(len(profiler) == 0, f"{len(profiler)} ProfilerStep slices, want none")
 else:
-    want_by = "nvtx" if name.startswith("nvtx") else "sync"
+    want_by = "nvtx" if mode == "nvtx" else "sync"
     # A tracer attaching mid-run sees the loop from wherever it came in.
     check(len(got) == n if name != "attach" else len(got) >= n - 1, f"{len(got)} steps, want {n}")
     check(f["by"] == want_by, f"found by {f['by']!r}, want {want_by!r}")
@@ -66,7 +67,7 @@ else:
         check(abs(a - b) <= 0.2 * b + 0.2, "cudatap's median step time is off the program's by more than 20%")
     if f.get("gpu_median_ns"):
         print(f"  GPU time per step, median: {f['gpu_median_ns'] / 1e6:.3f} ms ({'measured by CUPTI' if f['gpu_measured'] else 'a lower bound'})")
-if name.startswith("nvtx"):
+if mode == "nvtx":
     print(f"  NVTX ranges in the trace: {dict(sorted(nvtx.items()))}")
     for r in ["train step", "forward", "backward", "optimizer"]:
         check(nvtx.get(r, 0) == n, f"{nvtx.get(r, 0)} {r!r} ranges, want {n}")
@@ -106,7 +107,7 @@ wait "$job"
 echo "attach: job exit $?"
 wait "$rec"
 echo "record attach: exit $?"
-check attach plain
+check attach nvtx
 
 if python3 -c 'import pandas, numpy, networkx, plotly, yaml, psutil, pydot' 2>/dev/null; then
 	echo "=================== HTA's per-step analyses on the plain trace"
