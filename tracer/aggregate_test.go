@@ -40,7 +40,7 @@ func testAggregateLaunches(t *testing.T, times bool) {
 	ctx, cancel := context.WithCancel(context.Background())
 	attached := make(chan struct{})
 	done := make(chan *Outcome, 1)
-	col := &pidSink{Collector: model.NewCollector(), seen: map[uint32]bool{}, first: make(chan uint32, 64)}
+	col := newPIDSink()
 	go func() {
 		out, err := Run(ctx, Config{All: true, Stacks: probe.StacksNone, NVMLInterval: -1, NameWindow: -1, Sink: col,
 			AggregateLaunches: true, LaunchTimes: times, pruneEvery: time.Nanosecond,
@@ -131,8 +131,10 @@ func testAggregateLaunches(t *testing.T, times bool) {
 				t.Errorf("bucket %d: %d calls summing %d ns, outside [%d, %d)", b, timed.Count[b], timed.Ns[b], lo, hi)
 			}
 		}
-		if n != launches || lost != 0 {
-			t.Errorf("%d launches timed (%d lost), the workload made %d", n, lost, launches)
+		// Exact for this workload; lost is the session's, host-wide under
+		// --all (another test run's processes may fill the tables).
+		if n != launches {
+			t.Errorf("%d launches timed (%d lost in the session), the workload made %d", n, lost, launches)
 		}
 		if ns < launches*launchHostUs*1000 {
 			t.Errorf("launch time %d ns in all, below the %d µs × %d launches spent", ns, launchHostUs, launches)
@@ -185,28 +187,36 @@ func (s *pidSink) untilTraced(t *testing.T, run func() *sim.Report) {
 }
 
 // pidSink is a collector that says when it first sees a process's call.
+// Under --all it sees every CUDA process on the host, other test runs'
+// among them: it never blocks on them.
 type pidSink struct {
 	*model.Collector
-	mu    sync.Mutex
-	seen  map[uint32]bool
-	first chan uint32
+	mu   sync.Mutex
+	seen map[uint32]bool
+	news chan struct{} // a process was first seen (one pending wake-up)
 	// layer, when set, makes only calls of that layer count as seen
 	// (traced NCCL calls need libnccl's file hooked, not just libcudart's).
 	layer *event.Layer
 }
 
+func newPIDSink() *pidSink {
+	return &pidSink{Collector: model.NewCollector(), seen: map[uint32]bool{}, news: make(chan struct{}, 1)}
+}
+
 func (s *pidSink) Call(p *model.Process, c *model.Call) {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.Collector.Call(p, c)
 	if sp := c.Spec(); s.layer != nil && (sp == nil || sp.Layer != *s.layer) {
-		s.mu.Unlock()
 		return
 	}
 	if !s.seen[p.PID] {
 		s.seen[p.PID] = true
-		s.first <- p.PID
+		select {
+		case s.news <- struct{}{}:
+		default: // a wake-up is pending already
+		}
 	}
-	s.mu.Unlock()
 }
 
 // waitFor says whether pid's calls reach the model: true once one does;
@@ -215,11 +225,14 @@ func (s *pidSink) Call(p *model.Process, c *model.Call) {
 func (s *pidSink) waitFor(pid uint32) bool {
 	deadline := time.After(2 * time.Second)
 	for {
+		s.mu.Lock()
+		seen := s.seen[pid]
+		s.mu.Unlock()
+		if seen {
+			return true
+		}
 		select {
-		case p := <-s.first:
-			if p == pid {
-				return true
-			}
+		case <-s.news:
 		case <-deadline:
 			return false
 		}

@@ -30,7 +30,7 @@ func TestCutRetiresExited(t *testing.T) {
 	defer cancel()
 	attached := make(chan struct{})
 	done := make(chan *Outcome, 1)
-	col := &pidSink{Collector: model.NewCollector(), seen: map[uint32]bool{}, first: make(chan uint32, 64)}
+	col := newPIDSink()
 	go func() {
 		out, err := Run(ctx, Config{All: true, Stacks: probe.StacksNone, NVMLInterval: -1, NameWindow: -1, Sink: col,
 			Cut: time.Second,

@@ -443,7 +443,7 @@ func TestOtherMountNamespace(t *testing.T) {
 		t.Skip("unshare not installed")
 	}
 	b := testutil.Sim(t)
-	dir := "/tmp/cudatap-ns-only"
+	dir := t.TempDir() // a tmpfs inside the workload's mount namespace
 	script := fmt.Sprintf(`mkdir -p %[1]s && mount -t tmpfs none %[1]s && cp %[2]s %[3]s %[4]s %[1]s/ && exec %[1]s/workload --wait-stdin --scenario basic --iters 10`,
 		dir, b.Workload, b.Runtime, b.Driver)
 	cmd := exec.Command("unshare", "-m", "--propagation", "private", "sh", "-c", script)
@@ -469,7 +469,7 @@ func TestNoCUDA(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cmd.Process.Kill()
-	time.Sleep(50 * time.Millisecond)
+	// Start returns once sleep has been executed: its mappings are sleep's.
 	_, err := Run(context.Background(), Config{PIDs: []int{cmd.Process.Pid}})
 	if err == nil || !strings.Contains(err.Error(), "no CUDA") || !strings.Contains(err.Error(), "searched") {
 		t.Fatalf("err = %v, want a no-CUDA error listing the searched mappings", err)

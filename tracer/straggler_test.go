@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"strconv"
 	"testing"
 
 	"github.com/cudatap/cudatap/export/straggler"
@@ -24,7 +25,8 @@ func TestStragglerNamed(t *testing.T) {
 	defer cancel()
 	st := straggler.NewCollector()
 	nccl := event.NCCL
-	seen := &pidSink{Collector: model.NewCollector(), seen: map[uint32]bool{}, first: make(chan uint32, 64), layer: &nccl}
+	seen := newPIDSink()
+	seen.layer = &nccl
 	attached := make(chan struct{})
 	done := make(chan *Outcome, 1)
 	go func() {
@@ -52,10 +54,15 @@ func TestStragglerNamed(t *testing.T) {
 			break
 		}
 	}
+	run := "straggler-" + strconv.Itoa(os.Getpid())
+	t.Cleanup(func() { os.Remove(sim.NCCLSegment(run, 0x5eed)) }) // left by ranks killed early
 	var ranks [2]*waiter
 	for r := range ranks {
 		cmd := exec.Command(b.NCCLWorkload, "--wait-stdin", "--scenario", "nccl", "--iters", "10")
-		cmd.Env = append(os.Environ(), "SIM_NCCL_ID=0x5eed", "SIM_NCCL_NRANKS=2", "SIM_NCCL_RANK="+string(rune('0'+r)))
+		// The job's file in /dev/shm is this test process's (SIM_NCCL_RUN),
+		// not another test run's with the same id.
+		cmd.Env = append(os.Environ(), "SIM_NCCL_RUN="+run, "SIM_NCCL_ID=0x5eed", "SIM_NCCL_NRANKS=2",
+			"SIM_NCCL_RANK="+string(rune('0'+r)))
 		if r == 1 {
 			cmd.Env = append(cmd.Env, "SIM_NCCL_DELAY_US=20000")
 		}

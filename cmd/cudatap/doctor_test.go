@@ -57,7 +57,7 @@ func TestDoctorWithoutGPU(t *testing.T) {
 	cmd := newDoctorCmd(&globalOptions{}, srv)
 	var out bytes.Buffer
 	cmd.SetOut(&out)
-	cmd.SetArgs(nil)
+	cmd.SetArgs([]string{}) // not nil: cobra would parse the test binary's own arguments
 	if err := cmd.Execute(); err != nil {
 		t.Errorf("doctor without a GPU, as root: %v, want exit status 0\n%s", err, out.String())
 	}

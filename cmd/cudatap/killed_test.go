@@ -17,8 +17,9 @@ import (
 // TestKilledRecorderLeavesRecording: record killed (-9) mid-run leaves its
 // recording under its own name, readable to within the last second (the
 // guardian renames it), which export reads and says was cut (exit status
-// 6); nothing else stays behind, beside it or in /tmp. With only a Chrome
-// trace asked for, the spill file it would have been made from is gone.
+// 6); nothing else stays behind, beside it or in /tmp (the collector
+// directory it made there for GPU times). With only a Chrome trace asked
+// for, the spill file it would have been made from is gone.
 func TestKilledRecorderLeavesRecording(t *testing.T) {
 	testutil.RequireRoot(t)
 	b := testutil.Sim(t)
@@ -27,7 +28,6 @@ func TestKilledRecorderLeavesRecording(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
-	tmpBefore := tmpEntries(t)
 	for _, out := range []string{"x.cudatap", "x.json"} {
 		t.Run(out, func(t *testing.T) {
 			dir := t.TempDir()
@@ -43,8 +43,13 @@ func TestKilledRecorderLeavesRecording(t *testing.T) {
 			defer stdin.Close()
 			stdin.Write([]byte("go\n"))
 			defer rec.Process.Kill()
-			// Kill it once it has flushed something (a second in).
+			// Kill it once it has flushed something (a second in). What it
+			// holds open in /tmp then must be gone once it and its
+			// guardian are (other test runs' cudatap may be making
+			// their own there meanwhile).
+			var inTmp []string
 			for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+				inTmp = tmpEntries(rec.Process.Pid)
 				if flushed(t, dir, rec.Process.Pid) {
 					break
 				}
@@ -53,9 +58,15 @@ func TestKilledRecorderLeavesRecording(t *testing.T) {
 			rec.Wait()
 			stdin.Close()              // flood ends
 			reapAll(t, 30*time.Second) // the guardian, and flood
+			t.Logf("held open in %s when killed: %v", os.TempDir(), inTmp)
 			left, _ := filepath.Glob(filepath.Join(dir, ".*"))
+			for _, e := range inTmp {
+				if _, err := os.Lstat(e); err == nil {
+					left = append(left, e)
+				}
+			}
 			if len(left) > 0 {
-				t.Errorf("left behind in %s: %v", dir, left)
+				t.Errorf("left behind: %v", left)
 			}
 			if out != "x.cudatap" {
 				return
@@ -75,13 +86,6 @@ func TestKilledRecorderLeavesRecording(t *testing.T) {
 			}
 		})
 	}
-	if after := tmpEntries(t); len(after) > 0 {
-		for e := range after {
-			if !tmpBefore[e] {
-				t.Errorf("left in %s: %s", os.TempDir(), e)
-			}
-		}
-	}
 }
 
 // flushed: the recording's temporary file, or the spill file cudatap
@@ -100,13 +104,16 @@ func flushed(t *testing.T, dir string, pid int) bool {
 	return false
 }
 
-// tmpEntries lists cudatap's entries in the temporary directory.
-func tmpEntries(t *testing.T) map[string]bool {
-	ents, _ := os.ReadDir(os.TempDir())
-	out := map[string]bool{}
-	for _, e := range ents {
-		if strings.Contains(e.Name(), "cudatap-spill") || strings.Contains(e.Name(), "cudatap-gputimes") {
-			out[e.Name()] = true
+// tmpEntries lists cudatap's entries in the temporary directory that
+// process pid holds open.
+func tmpEntries(pid int) []string {
+	fds, _ := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/fd")
+	var out []string
+	for _, fd := range fds {
+		target, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/fd/" + fd.Name())
+		if err == nil && filepath.Dir(target) == os.TempDir() &&
+			(strings.Contains(target, "cudatap-spill") || strings.Contains(target, "cudatap-gputimes")) {
+			out = append(out, target)
 		}
 	}
 	return out
