@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -152,7 +153,22 @@ func children() []int {
 // process of its own (to kill it).
 func buildCudatap(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "cudatap")
+	bin, err := cudatapBuild()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}
+
+// cudatapBuild builds cudatap once per test binary, into testutil's build
+// directory (TestMain removes it): every test that runs the real binary
+// shares one build.
+var cudatapBuild = sync.OnceValues(func() (string, error) {
+	dir, err := testutil.BuildDir("cudatap")
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "cudatap")
 	// The go that runs this test; under sudo PATH may lack it: then where
 	// the Makefile also looks.
 	gobin, err := exec.LookPath("go")
@@ -160,7 +176,7 @@ func buildCudatap(t *testing.T) string {
 		gobin = "/usr/local/go/bin/go"
 	}
 	if out, err := exec.Command(gobin, "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+		return "", fmt.Errorf("go build: %v\n%s", err, out)
 	}
-	return bin
-}
+	return bin, nil
+})
