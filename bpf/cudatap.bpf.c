@@ -609,17 +609,47 @@ static __always_inline __u32 read_args(struct pt_regs *ctx, __u64 cookie, __u64 
 }
 
 /*
+ * One parameter value of at most want bytes, from at, into bytes[used]:
+ * the bytes copied. A value that ends past its mapping (a struct at the top
+ * of a stack) gets its first 64 bytes, or its first word.
+ */
+static __always_inline __u32 read_value(__u8 *bytes, __u32 used, __u64 at, __u64 want)
+{
+	if (used >= KARG_START)
+		return 0;
+	/* Bounded after an opaque step: clang drops a check it knows
+	 * redundant, and the verifier loses the bound on the way. */
+	asm volatile("" : "+r"(used));
+	if (used >= KARG_START)
+		return 0;
+	__u8 *dst = bytes + used;
+	__u32 n = want < KARG_ONE ? (__u32)want : KARG_ONE;
+	if (n == 0)
+		return 0;
+	if (bpf_probe_read_user(dst, n, (void *)at) == 0)
+		return n;
+	if (n > 64 && bpf_probe_read_user(dst, 64, (void *)at) == 0)
+		return 64;
+	if (n > 8 && bpf_probe_read_user(dst, 8, (void *)at) == 0)
+		return 8;
+	return 0;
+}
+
+/*
  * A launch's parameter values (COOKIE_KARGS; struct kernel_args says what
- * is taken and why), into k. Two reads on the launch path: the entries of
- * kernelParams, into the window (the values overwrite them), then the
- * window of values. Returns EV_KARGS_FAULT when nothing could be read.
+ * is taken and why), into k: the entries of kernelParams, then each one's
+ * value. Returns EV_KARGS_FAULT when kernelParams could not be read.
  */
 static __always_inline __u32 read_kernel_args(struct pt_regs *ctx, __u64 cookie, const __u64 *args, struct kernel_args *k)
 {
 	__u32 where = COOKIE_KARGS(cookie);
 	__u64 params = 0;
-	k->params = k->base = 0;
-	k->nparams = k->len = 0;
+	k->params = 0;
+	k->used = 0;
+	k->size = sizeof(*k);
+	__builtin_memset(k->entry, 0, sizeof(k->entry));
+	__builtin_memset(k->off, 0, sizeof(k->off));
+	__builtin_memset(k->len, 0, sizeof(k->len));
 	if (where >= 1 && where <= NARGS)
 		params = args[where - 1];
 	else if (where > NARGS && bpf_probe_read_user(&params, sizeof params, (void *)STACK_WORD(ctx, where - NARGS)) < 0)
@@ -627,38 +657,47 @@ static __always_inline __u32 read_kernel_args(struct pt_regs *ctx, __u64 cookie,
 	if (!params)
 		return 0; /* no kernelParams: the parameters came in `extra`, or there are none */
 	k->params = params;
-	__u64 *p = (__u64 *)k->window;
-	if (bpf_probe_read_user(p, 8 * KARG_PARAMS, (void *)params) < 0) {
+	if (bpf_probe_read_user(k->entry, sizeof(k->entry), (void *)params) < 0) {
 		/* An array that ends within KARG_PARAMS entries of the end of its
 		 * mapping: the first entry alone. */
-		__builtin_memset(p, 0, 8 * KARG_PARAMS);
-		if (bpf_probe_read_user(p, 8, (void *)params) < 0)
+		__builtin_memset(k->entry, 0, sizeof(k->entry));
+		if (bpf_probe_read_user(k->entry, 8, (void *)params) < 0)
 			return EV_KARGS_FAULT;
 	}
-	__u64 first = p[0], lo = first;
-	__u32 n = 0;
+	/* Each value runs up to the nearest entry above it, KARG_ONE bytes at
+	 * most. want goes through the record, read back as a value the
+	 * verifier does not know: one state on, not one per path taken. */
 	for (int i = 0; i < KARG_PARAMS; i++) {
-		__s64 d = (__s64)(p[i] - first);
-		if (d < -(KARG_WINDOW / 2) || d >= KARG_WINDOW / 2)
+		__u64 at = k->entry[i];
+		if (!at)
 			break;
-		if (p[i] < lo)
-			lo = p[i];
-		n++;
+		__u64 want = KARG_ONE;
+		for (int j = 0; j < KARG_PARAMS; j++) {
+			__u64 e = k->entry[j];
+			if (e > at && e - at < want)
+				want = e - at;
+		}
+		*(volatile __u16 *)&k->len[i] = (__u16)want;
 	}
-	for (int i = 0; i < KARG_PARAMS; i++)
-		k->off[i] = i < n ? (__u16)(p[i] - lo) : 0xffff;
-	k->nparams = n;
-	k->base = lo;
-	/* The values may end less than the window before the end of their
-	 * mapping (a struct at the end of the heap): halve until a read fits. */
-	if (bpf_probe_read_user(k->window, KARG_WINDOW, (void *)lo) == 0)
-		k->len = KARG_WINDOW;
-	else if (bpf_probe_read_user(k->window, KARG_WINDOW / 2, (void *)lo) == 0)
-		k->len = KARG_WINDOW / 2;
-	else if (bpf_probe_read_user(k->window, KARG_WINDOW / 8, (void *)lo) == 0)
-		k->len = KARG_WINDOW / 8;
-	else
-		return EV_KARGS_FAULT;
+	/* The values an entry above bounds first, then the others (the topmost
+	 * one, a struct passed alone), which get what is left: a value whose
+	 * length is a guess does not crowd out the rest. */
+	__u32 used = 0;
+	for (int pass = 0; pass < 2; pass++) {
+		for (int i = 0; i < KARG_PARAMS; i++) {
+			__u64 at = k->entry[i];
+			if (!at)
+				break;
+			volatile __u16 *len = &k->len[i];
+			__u16 want = *len;
+			if ((want < KARG_ONE) != (pass == 0))
+				continue;
+			k->off[i] = (__u16)used;
+			*len = (__u16)read_value(k->bytes, used, at, want);
+			used += *len;
+		}
+	}
+	k->used = used;
 	return 0;
 }
 

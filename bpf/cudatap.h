@@ -150,27 +150,32 @@ struct event {
  * (right after the header, or after copy[] in a record with a stack).
  *
  * kernelParams is an array of pointers, one per kernel parameter, to its
- * value. How many parameters and how big each is only the driver knows
- * (cuFuncGetParamInfo), so the read is bounded and fixed: the first
- * KARG_PARAMS entries, of which the leading ones that point within
- * KARG_WINDOW / 2 bytes of the first are taken for the parameters (the
- * values of a launch lie together: in the generated host stub's frame and
- * the caller's argument area above it, or in one struct; past the last
- * parameter the array holds whatever the stack held), then KARG_WINDOW
- * bytes from the lowest of them. User space takes every aligned word of
- * the window inside a live device allocation for a pointer the kernel may
- * read or write.
+ * value. How many parameters there are and how big each is only the driver
+ * knows (cuFuncGetParamInfo, callable only in the process), and the values
+ * lie wherever the launching code keeps them: a generated host stub points
+ * at the copies its caller made, which the compiler places among its other
+ * locals, at times hundreds of bytes apart (PyTorch's elementwise kernels
+ * on the H200). So each of the first KARG_PARAMS entries is followed on its
+ * own, up to a NULL one: its value is copied from where it points up to the
+ * nearest entry above it, at most KARG_ONE bytes, the values one after the
+ * other in bytes[] while they start within its first KARG_START. Past the
+ * last parameter the array holds whatever the stack held; user space
+ * decides which entries were parameters, and takes every aligned word of
+ * their values inside a live device allocation for a pointer the kernel
+ * may read or write.
  */
 #define KARG_PARAMS 16
-#define KARG_WINDOW 512
+#define KARG_ONE 1024
+#define KARG_START 1536
 
 struct kernel_args {
-	__u64 params;            /* kernelParams as passed (0: none) */
-	__u64 base;              /* the address window[0] was copied from */
-	__u32 nparams;           /* leading entries taken for parameters */
-	__u32 len;               /* bytes of window[] copied (0: none) */
-	__u16 off[KARG_PARAMS];  /* where parameter i starts in window[] */
-	__u8 window[KARG_WINDOW];
+	__u64 params;                  /* kernelParams as passed (0: none) */
+	__u64 entry[KARG_PARAMS];      /* its first entries as read (0: past its readable end) */
+	__u16 off[KARG_PARAMS];        /* where entry i's value starts in bytes[] */
+	__u16 len[KARG_PARAMS];        /* bytes of entry i's value copied (0: none) */
+	__u8 bytes[KARG_START + KARG_ONE];
+	__u32 used;                    /* bytes of bytes[] filled */
+	__u32 size;                    /* bytes of this struct as written (a recording keeps bytes[] up to used) */
 };
 
 /*

@@ -210,23 +210,22 @@ func TestCrossStreamRace(t *testing.T) {
 }
 
 // kernelLaunch launches kernel fn on stream h with its parameter values
-// recorded (--kernel-args): an int, then each of ptrs, as a generated host
-// stub lays them out in its frame.
+// recorded (--kernel-args): an int, then each of ptrs, each value where
+// its kernelParams entry points, as a generated host stub passes them;
+// the entry past them points at nothing readable.
 func (r *rec) kernelLaunch(h, fn uint64, ptrs ...uint64) *event.Event {
 	e := r.Launch(tid, r.tick(), h, fn)
 	e.Cookie |= event.Lookup(event.CudaLaunchKernel).KernelArgsCookie()
-	w := binary.LittleEndian.AppendUint64(nil, 1<<20) // int n, padded
-	for _, p := range ptrs {
-		w = binary.LittleEndian.AppendUint64(w, p)
+	k := &e.KernelArgs
+	k.Params = 0x7ffe_0000_0f00
+	b := binary.LittleEndian.AppendUint64(nil, 1<<20) // int n, padded
+	k.Entries[0], k.Lens[0] = 0x7ffe_0000_2000, 8
+	for i, p := range ptrs {
+		k.Entries[1+i], k.Offsets[1+i], k.Lens[1+i] = 0x7ffe_0000_2400-0x100*uint64(i), uint16(len(b)), 8
+		b = binary.LittleEndian.AppendUint64(b, p)
 	}
-	w = binary.LittleEndian.AppendUint64(w, 0x7ffe_0000_1000) // past the parameters: the stack (no device memory)
-	e.KernelArgs = event.KernelArgs{Params: 0x7ffe_0000_0f00, Base: 0x7ffe_0000_2000, NParams: 1 + len(ptrs), Window: w}
-	for i := range e.KernelArgs.Offsets {
-		e.KernelArgs.Offsets[i] = 0xffff
-		if i < e.KernelArgs.NParams {
-			e.KernelArgs.Offsets[i] = uint16(8 * i)
-		}
-	}
+	k.Entries[1+len(ptrs)] = 0x10 // past the parameters: what the stack held
+	k.Bytes = b
 	return e
 }
 
@@ -276,7 +275,7 @@ func TestKernelRaces(t *testing.T) {
 	// 3 + 1 + 1 uses: the kernel on B uses y (the gemm on A was given it)
 	// but not z, which nothing on A was given.
 	if f.Count != 5 || f.Sites != 3 || len(f.Examples) != 3 || f.Level != LevelError ||
-		!strings.Contains(f.Summary, "copies, memsets and kernels used") || !strings.Contains(f.Scope, "a kernel is taken to use each device pointer among the first 512 bytes") {
+		!strings.Contains(f.Summary, "copies, memsets and kernels used") || !strings.Contains(f.Scope, "a kernel is taken to use each device pointer among its first 16 parameters' values") {
 		t.Fatalf("finding %+v", f)
 	}
 	want := []struct {

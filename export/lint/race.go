@@ -185,13 +185,16 @@ func (c *Collector) accesses(ps *proc, x *model.Call, class event.Class, sid int
 }
 
 // kernelPointers bounds the pointers of one launch the lint follows: every
-// aligned word of the parameter values copied.
-const kernelPointers = event.KernelWindow / 8
+// aligned word of the parameter values a launch record holds.
+const kernelPointers = event.KernelBytes / 8
 
 // kernelAccesses checks the memory a kernel on stream sid (its op at pos)
 // was given, each pointer among its parameter values that lies in a live
 // device allocation, against the live writes of other streams, then
-// records each as a write the kernel may have made.
+// records each as a write the kernel may have made. Its parameters are the
+// leading entries of kernelParams whose values could be copied: past the
+// last one the array holds what the stack held, most often nothing
+// readable.
 func (c *Collector) kernelAccesses(ps *proc, x *model.Call, sid int, pos uint64) {
 	m := &ps.mem
 	lo, hi, ok := m.allocs.Bounds()
@@ -200,7 +203,8 @@ func (c *Collector) kernelAccesses(ps *proc, x *model.Call, sid int, pos uint64)
 	}
 	var seen [kernelPointers]uint64
 	n := 0
-	for _, v := range x.KernelArgs.Words {
+	k := x.KernelArgs
+	for _, v := range k.Words(k.Copied()) {
 		if v < lo || v >= hi || slices.Contains(seen[:n], v) {
 			continue // most words are no device pointer: one comparison
 		}

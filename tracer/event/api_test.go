@@ -485,7 +485,8 @@ func TestCookieMatchesBPFHeader(t *testing.T) {
 	for name, want := range map[string]string{
 		"COOKIE_KARGS":      "(((c) >> " + strconv.Itoa(cookieKernelArgs) + ") & 0xf)",
 		"KARG_PARAMS":       strconv.Itoa(KernelParams),
-		"KARG_WINDOW":       strconv.Itoa(KernelWindow),
+		"KARG_ONE":          strconv.Itoa(KernelValueMax),
+		"KARG_START":        strconv.Itoa(kernelStart),
 		"EV_KARGS_FAULT":    "0x" + strconv.FormatUint(FlagKernelArgsFault, 16),
 		"COOKIE_API":        "((c) & 0xffff)",
 		"COOKIE_NSTACK":     "(((c) >> 24) & 0x3)",

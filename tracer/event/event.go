@@ -22,11 +22,16 @@ const (
 	RecordSize = CopyOffset + StackCopy
 	// A launch record whose cookie asks for its kernel's parameter values
 	// (CookieHasKernelArgs) ends with them (struct kernel_args), after the
-	// header or after copy[].
-	KernelParams     = 16  // kernelParams entries looked at
-	KernelWindow     = 512 // bytes of parameter values copied
-	KernelArgsSize   = 8*2 + 4*2 + 2*KernelParams + KernelWindow
-	offKernelOffsets = 8*2 + 4*2
+	// header or after copy[]: kernelParams, its first entries, where each
+	// one's value lies in the bytes copied and how long it is, the bytes,
+	// then how many bytes are used and the struct's own size (a recording
+	// keeps only the bytes used).
+	KernelParams   = 16   // kernelParams entries followed
+	KernelValueMax = 1024 // bytes of one parameter value copied, at most
+	kernelStart    = 1536 // values start within the first kernelStart bytes
+	KernelBytes    = kernelStart + KernelValueMax
+	KernelArgsSize = kargsFixed + KernelBytes + 8
+	kargsFixed     = 8 + 8*KernelParams + 2*2*KernelParams
 )
 
 // Flags set by the BPF side.
@@ -98,43 +103,59 @@ func (e *Event) Named() *Args {
 }
 
 // KernelArgs is what a launch record holds of its kernel's parameters:
-// kernelParams (an array of pointers to the values), where its leading
-// entries pointed, and a window of memory from the lowest of them. How
-// many parameters there are and their sizes only the driver knows, so the
-// BPF side reads a bounded, fixed amount (bpf/cudatap.h, struct
-// kernel_args): a pointer the kernel takes is an aligned word of the
-// window, in a parameter or a struct passed by value.
+// kernelParams (an array of pointers, one per parameter, to its value),
+// its first entries, and each one's value, copied from where it points up
+// to the nearest entry above it (bpf/cudatap.h, struct kernel_args). How
+// many parameters there are and their sizes only the driver knows: past
+// the last parameter the array holds what the stack held, so which
+// entries were parameters is left to the reader (Params).
 type KernelArgs struct {
-	Params  uint64 // kernelParams; 0: none (or not read)
-	Base    uint64 // the address Window[0] was copied from
-	NParams int    // leading kernelParams entries taken for parameters
-	// Offsets: where parameter i starts in Window (0xffff: past it).
-	Offsets [KernelParams]uint16
-	Window  []byte
+	Params  uint64               // kernelParams; 0: none (or not read)
+	Entries [KernelParams]uint64 // its first entries (0: past its readable end)
+	Offsets [KernelParams]uint16 // where entry i's value starts in Bytes
+	Lens    [KernelParams]uint16 // bytes of entry i's value copied (0: none)
+	Bytes   []byte               // the values copied, one after the other
 }
 
-// Words yields each 8-byte-aligned word of the window (by the address it
-// was copied from) with its value: the candidates for pointers the kernel
-// was given.
-func (k *KernelArgs) Words(yield func(addr, value uint64) bool) {
-	skip := (8 - k.Base%8) % 8
-	for off := skip; off+8 <= uint64(len(k.Window)); off += 8 {
-		if !yield(k.Base+off, binary.LittleEndian.Uint64(k.Window[off:])) {
-			return
-		}
+// Value is entry i's value as copied: the address it was copied from and
+// its bytes (none when it was not copied).
+func (k *KernelArgs) Value(i int) (addr uint64, b []byte) {
+	if i < 0 || i >= KernelParams || k.Entries[i] == 0 {
+		return 0, nil
 	}
+	off, n := int(k.Offsets[i]), int(k.Lens[i])
+	if n == 0 || off+n > len(k.Bytes) {
+		return k.Entries[i], nil
+	}
+	return k.Entries[i], k.Bytes[off : off+n]
 }
 
-// Param is the parameter the window byte at addr lies in (the one that
-// starts last at or before it), -1 when none does.
-func (k *KernelArgs) Param(addr uint64) int {
-	best, start := -1, uint64(0)
-	for i := 0; i < min(k.NParams, KernelParams); i++ {
-		if o := k.Offsets[i]; o != 0xffff && k.Base+uint64(o) <= addr && (best < 0 || k.Base+uint64(o) >= start) {
-			best, start = i, k.Base+uint64(o)
+// Copied is how many leading entries had a value copied: the entries
+// taken for the kernel's parameters when nothing says how many it has.
+// An entry past the last parameter points wherever the stack did; most
+// often at nothing readable, where the count stops.
+func (k *KernelArgs) Copied() int {
+	n := 0
+	for n < KernelParams && k.Entries[n] != 0 && k.Lens[n] > 0 {
+		n++
+	}
+	return n
+}
+
+// Words yields each 8-byte-aligned word (by the address it was copied
+// from) of the values of the first n entries, with its value: the
+// candidates for pointers the kernel was given.
+func (k *KernelArgs) Words(n int) func(yield func(addr, value uint64) bool) {
+	return func(yield func(addr, value uint64) bool) {
+		for i := range min(n, KernelParams) {
+			at, b := k.Value(i)
+			for off := (8 - at%8) % 8; off+8 <= uint64(len(b)); off += 8 {
+				if !yield(at+off, binary.LittleEndian.Uint64(b[off:])) {
+					return
+				}
+			}
 		}
 	}
-	return best
 }
 
 // API of the event.
@@ -192,10 +213,12 @@ func Decode(b []byte, e *Event) error {
 	e.Flags = le.Uint32(b[off+12:])
 	n := int(le.Uint32(b[off+16:]))
 	e.KernelArgs = KernelArgs{}
-	if CookieHasKernelArgs(e.Cookie) && len(b) >= HeaderSize+KernelArgsSize {
+	if CookieHasKernelArgs(e.Cookie) {
 		// The parameter values end the record, whatever comes before.
-		decodeKernelArgs(b[len(b)-KernelArgsSize:], &e.KernelArgs)
-		b = b[:len(b)-KernelArgsSize]
+		if n := kernelArgsLen(b[HeaderSize:]); n > 0 {
+			decodeKernelArgs(b[len(b)-n:], &e.KernelArgs)
+			b = b[:len(b)-n]
+		}
 	}
 	off = HeaderSize
 	if n > MaxStack || HeaderSize+8*n > len(b) {
@@ -224,33 +247,51 @@ func Decode(b []byte, e *Event) error {
 	return nil
 }
 
+// kernelArgsLen is the length of the parameter values that end body (a
+// record past its header), from the size they end with; 0 when they do
+// not fit.
+func kernelArgsLen(body []byte) int {
+	if len(body) < kargsFixed+8 {
+		return 0
+	}
+	le := binary.LittleEndian
+	size, used := int(le.Uint32(body[len(body)-4:])), int(le.Uint32(body[len(body)-8:]))
+	if size < kargsFixed+8 || size > KernelArgsSize || size > len(body) || used > size-kargsFixed-8 {
+		return 0
+	}
+	return size
+}
+
 func decodeKernelArgs(b []byte, k *KernelArgs) {
 	le := binary.LittleEndian
-	k.Params, k.Base = le.Uint64(b[0:]), le.Uint64(b[8:])
-	k.NParams = min(int(le.Uint32(b[16:])), KernelParams)
-	n := min(int(le.Uint32(b[20:])), KernelWindow)
-	for i := range k.Offsets {
-		k.Offsets[i] = le.Uint16(b[offKernelOffsets+2*i:])
+	k.Params = le.Uint64(b[0:])
+	for i := range KernelParams {
+		k.Entries[i] = le.Uint64(b[8+8*i:])
+		k.Offsets[i] = le.Uint16(b[8+8*KernelParams+2*i:])
+		k.Lens[i] = le.Uint16(b[8+8*KernelParams+2*KernelParams+2*i:])
 	}
-	if n > 0 {
-		w := b[offKernelOffsets+2*KernelParams:]
-		k.Window = w[:n:n]
+	if used := int(le.Uint32(b[len(b)-8:])); used > 0 {
+		k.Bytes = b[kargsFixed : kargsFixed+used : kargsFixed+used]
 	}
 }
 
+// appendKernelArgs writes k as a recording keeps it: the bytes used only.
 func appendKernelArgs(dst []byte, k *KernelArgs) []byte {
 	le := binary.LittleEndian
 	dst = le.AppendUint64(dst, k.Params)
-	dst = le.AppendUint64(dst, k.Base)
-	dst = le.AppendUint32(dst, uint32(min(max(k.NParams, 0), KernelParams)))
-	n := min(len(k.Window), KernelWindow)
-	dst = le.AppendUint32(dst, uint32(n))
+	for _, e := range k.Entries {
+		dst = le.AppendUint64(dst, e)
+	}
 	for _, o := range k.Offsets {
 		dst = le.AppendUint16(dst, o)
 	}
-	dst = append(dst, k.Window[:n]...)
-	var zero [KernelWindow]byte
-	return append(dst, zero[:KernelWindow-n]...)
+	for _, n := range k.Lens {
+		dst = le.AppendUint16(dst, n)
+	}
+	n := min(len(k.Bytes), KernelBytes)
+	dst = append(dst, k.Bytes[:n]...)
+	dst = le.AppendUint32(dst, uint32(n))
+	return le.AppendUint32(dst, uint32(kargsFixed+n+8))
 }
 
 // AppendRecord appends e as a recording keeps it, given raw, the record
@@ -271,14 +312,21 @@ func AppendRecord(dst, raw []byte, e *Event) []byte {
 		e.Copy = c
 		return dst
 	}
+	kargs := 0 // the parameter values: the bytes used only
+	if CookieHasKernelArgs(e.Cookie) && len(raw) >= HeaderSize {
+		kargs = kernelArgsLen(raw[HeaderSize:])
+	}
 	n := len(dst)
-	dst = append(dst, raw...)
+	dst = append(dst, raw[:len(raw)-kargs]...)
 	if len(raw) >= HeaderSize {
 		rec := dst[n:]
 		binary.LittleEndian.PutUint32(rec[offFlags:], e.Flags)
 		if k := int(binary.LittleEndian.Uint32(rec[offNStack:])); e.NStack < k {
 			binary.LittleEndian.PutUint32(rec[offNStack:], uint32(max(e.NStack, 0)))
 		}
+	}
+	if kargs > 0 {
+		dst = appendKernelArgs(dst, &e.KernelArgs)
 	}
 	return dst
 }

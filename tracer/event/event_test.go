@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"testing"
 )
 
@@ -39,19 +40,20 @@ func withStack(e Event, frames ...uint64) Event {
 }
 
 // withKernelArgs makes e a launch record that carries its parameter
-// values: kernelParams with three entries (int n, float *x, a struct with a
-// pointer at +8), the window of their values from n's address, ...1004.
+// values: kernelParams with three entries, each value copied (int n at
+// ...1004, float *x at ...1008, a 16-byte struct at ...1018 with a pointer
+// at ...1020), then one that points at nothing readable.
 func withKernelArgs(e Event) Event {
 	e.Cookie |= Lookup(CudaLaunchKernel).kernelArgsCookie(SysV)
-	w := make([]byte, 40)
-	binary.LittleEndian.PutUint32(w[0:], 1<<20)             // n at ...1004
-	binary.LittleEndian.PutUint64(w[4:], 0x7f00_dead_0000)  // x at ...1008
-	binary.LittleEndian.PutUint64(w[28:], 0x7f00_beef_0100) // the struct at ...1018, its pointer at ...1020
-	e.KernelArgs = KernelArgs{Params: 0x7ffc_0000_0f00, Base: 0x7ffc_0000_1004, NParams: 3, Window: w}
-	for i := range e.KernelArgs.Offsets {
-		e.KernelArgs.Offsets[i] = 0xffff
-	}
-	e.KernelArgs.Offsets[0], e.KernelArgs.Offsets[1], e.KernelArgs.Offsets[2] = 0, 4, 20
+	b := binary.LittleEndian.AppendUint32(nil, 1<<20)         // n
+	b = binary.LittleEndian.AppendUint64(b, 0x7f00_dead_0000) // x
+	b = binary.LittleEndian.AppendUint64(b, 0)                // the struct
+	b = binary.LittleEndian.AppendUint64(b, 0x7f00_beef_0100)
+	k := &e.KernelArgs
+	*k = KernelArgs{Params: 0x7ffc_0000_0f00, Bytes: b}
+	k.Entries[0], k.Entries[1], k.Entries[2], k.Entries[3] = 0x7ffc_0000_1004, 0x7ffc_0000_1008, 0x7ffc_0000_1018, 0x10
+	k.Offsets[1], k.Offsets[2] = 4, 12
+	k.Lens[0], k.Lens[1], k.Lens[2] = 4, 8, 16
 	return e
 }
 
@@ -175,15 +177,15 @@ func TestRoundTrip(t *testing.T) {
 		{"everything full", copied(withPy(withStack(sample(), full...), fullPy...), bigCopy), RecordSize},
 		{"max values", Event{Start: ^uint64(0), End: ^uint64(0), Cookie: ^uint64(0), PID: ^uint32(0),
 			TID: ^uint32(0), Ret: -1 << 63, Out: ^uint64(0), Caller: ^uint64(0), CPU: ^uint32(0),
-			Flags: ^uint32(0)}, HeaderSize + KernelArgsSize},
-		{"launch with its parameter values", withKernelArgs(sample()), HeaderSize + KernelArgsSize},
-		{"launch with a stack and its parameter values", copied(withKernelArgs(withStack(sample(), 1, 2)), []byte("stack")), CopyOffset + 5 + KernelArgsSize},
+			Flags: ^uint32(0)}, HeaderSize + kargsFixed + 8},
+		{"launch with its parameter values", withKernelArgs(sample()), HeaderSize + kargsFixed + 28 + 8},
+		{"launch with a stack and its parameter values", copied(withKernelArgs(withStack(sample(), 1, 2)), []byte("stack")), CopyOffset + 5 + kargsFixed + 28 + 8},
 		{"launch whose parameter values could not be read", func() Event {
 			e := sample()
 			e.Cookie |= Lookup(CuLaunchKernel).kernelArgsCookie(AAPCS64)
 			e.Flags |= FlagKernelArgsFault
 			return e
-		}(), HeaderSize + KernelArgsSize},
+		}(), HeaderSize + kargsFixed + 8},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -431,9 +433,9 @@ func TestAppendRecord(t *testing.T) {
 	}
 }
 
-// TestKernelArgsWords: the words of the window are its 8-byte-aligned
-// ones, by the address they were copied from, each in the parameter that
-// starts last at or before it.
+// TestKernelArgsWords: the candidate pointers of a launch are the 8-byte-
+// aligned words of each value copied, by the address it was copied from;
+// the entries taken for parameters are those whose value was copied.
 func TestKernelArgsWords(t *testing.T) {
 	e := withKernelArgs(sample())
 	b := Encode(nil, &e)
@@ -442,37 +444,28 @@ func TestKernelArgsWords(t *testing.T) {
 		t.Fatal(err)
 	}
 	k := &got.KernelArgs
-	type word struct {
-		addr, value uint64
-		param       int
+	if n := k.Copied(); n != 3 {
+		t.Errorf("%d entries copied, want 3", n)
 	}
+	type word struct{ addr, value uint64 }
 	var words []word
-	k.Words(func(addr, value uint64) bool {
-		words = append(words, word{addr, value, k.Param(addr)})
-		return true
-	})
-	// The window starts at ...1004: its aligned words are at ...1008 to
-	// ...1020; the last 4 bytes are no whole word.
-	want := []word{{0x7ffc_0000_1008, 0x7f00_dead_0000, 1}, {0x7ffc_0000_1010, 0, 1}, {0x7ffc_0000_1018, 0, 2},
-		{0x7ffc_0000_1020, 0x7f00_beef_0100, 2}}
-	if len(words) != len(want) {
-		t.Fatalf("words %x, want %x", words, want)
+	for addr, value := range k.Words(k.Copied()) {
+		words = append(words, word{addr, value})
 	}
-	for i := range want {
-		if words[i] != want[i] {
-			t.Errorf("word %d = %#x, want %#x", i, words[i], want[i])
-		}
+	// n (4 bytes at ...1004) holds no whole aligned word.
+	want := []word{{0x7ffc_0000_1008, 0x7f00_dead_0000}, {0x7ffc_0000_1018, 0}, {0x7ffc_0000_1020, 0x7f00_beef_0100}}
+	if !slices.Equal(words, want) {
+		t.Errorf("words %x, want %x", words, want)
 	}
-	if p := k.Param(0x7ffc_0000_1004); p != 0 {
-		t.Errorf("the window's first byte is in parameter %d, want 0 (at offset 0)", p)
+	if at, v := k.Value(2); at != 0x7ffc_0000_1018 || len(v) != 16 {
+		t.Errorf("value 2: %d bytes at %#x", len(v), at)
 	}
-	if p := k.Param(0x7ffc_0000_1000); p != -1 {
-		t.Errorf("a byte before the window is in parameter %d", p)
+	if at, v := k.Value(3); at != 0x10 || v != nil {
+		t.Errorf("value 3 (not copied): %d bytes at %#x", len(v), at)
 	}
-	// Stopping early stops.
-	n := 0
-	k.Words(func(uint64, uint64) bool { n++; return false })
-	if n != 1 {
-		t.Errorf("%d words after the first returned false", n)
+	// A value said to lie past the bytes copied (a corrupt record) is none.
+	k.Lens[1] = 2000
+	if _, v := k.Value(1); v != nil {
+		t.Errorf("value 1 past the bytes: %d bytes", len(v))
 	}
 }

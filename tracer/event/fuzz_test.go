@@ -43,11 +43,14 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("NStack %d for a %d-byte record", got.NStack, len(b))
 		}
 		body := len(b)
-		if CookieHasKernelArgs(got.Cookie) && body >= HeaderSize+KernelArgsSize {
-			body -= KernelArgsSize // the parameter values end the record
+		if CookieHasKernelArgs(got.Cookie) {
+			body -= kernelArgsLen(b[HeaderSize:]) // the parameter values end the record
 		}
-		if len(got.KernelArgs.Window) > KernelWindow || got.KernelArgs.NParams > KernelParams {
-			t.Fatalf("kernel args %d bytes, %d parameters", len(got.KernelArgs.Window), got.KernelArgs.NParams)
+		if len(got.KernelArgs.Bytes) > KernelBytes {
+			t.Fatalf("kernel args %d bytes", len(got.KernelArgs.Bytes))
+		}
+		for i := range KernelParams {
+			got.KernelArgs.Value(i) // in bounds, whatever the record says
 		}
 		if got.HasStack != (body >= CopyOffset) || got.NPy < 0 || got.NPy > MaxPy || len(got.Copy) > StackCopy ||
 			(got.HasStack && CopyOffset+len(got.Copy) > body) || (!got.HasStack && (got.NPy != 0 || got.Copy != nil)) {

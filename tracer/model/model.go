@@ -372,7 +372,7 @@ func (m *Model) Handle(ev *event.Event) {
 	if ev.NPy > 0 {
 		call.PyStack = m.addPyStack(ps, ev)
 	}
-	if len(ev.KernelArgs.Window) > 0 && spec.Class == event.ClassLaunch {
+	if len(ev.KernelArgs.Bytes) > 0 && spec.Class == event.ClassLaunch {
 		call.KernelArgs = &ev.KernelArgs
 	}
 

@@ -62,13 +62,14 @@ type cudatapInflightKey struct {
 }
 
 type cudatapKernelArgs struct {
-	_       structs.HostLayout
-	Params  uint64
-	Base    uint64
-	Nparams uint32
-	Len     uint32
-	Off     [16]uint16
-	Window  [512]uint8
+	_      structs.HostLayout
+	Params uint64
+	Entry  [16]uint64
+	Off    [16]uint16
+	Len    [16]uint16
+	Bytes  [2560]uint8
+	Used   uint32
+	Size   uint32
 }
 
 type cudatapLaunchStart struct {

@@ -123,3 +123,42 @@ func TestPyCodeLayout(t *testing.T) {
 		t.Errorf("decoded %+v", got)
 	}
 }
+
+// A launch record with its parameter values, as the BPF side writes it
+// (the header, then struct kernel_args), decodes to the values copied.
+func TestKernelArgsLayout(t *testing.T) {
+	var k cudatapKernelArgs
+	if got := int(unsafe.Sizeof(k)); got != event.KernelArgsSize {
+		t.Fatalf("struct kernel_args is %d bytes, decoder assumes %d", got, event.KernelArgsSize)
+	}
+	k.Params = 0x7ffc_0000_0f00
+	k.Entry[0], k.Entry[1] = 0x7ffc_0000_1000, 0x7ffc_0000_1400
+	k.Off[1], k.Len[0], k.Len[1] = 8, 8, 16
+	k.Bytes[0], k.Bytes[8], k.Bytes[23] = 0x11, 0x22, 0x33
+	k.Used, k.Size = 24, uint32(unsafe.Sizeof(k))
+	var e cudatapEvent
+	e.Cookie = event.Lookup(event.CudaLaunchKernel).KernelArgsCookie()
+	raw := append([]byte(nil), unsafe.Slice((*byte)(unsafe.Pointer(&e)), event.HeaderSize)...)
+	raw = append(raw, unsafe.Slice((*byte)(unsafe.Pointer(&k)), unsafe.Sizeof(k))...)
+
+	var got event.Event
+	if err := event.Decode(raw, &got); err != nil {
+		t.Fatal(err)
+	}
+	a := &got.KernelArgs
+	at0, v0 := a.Value(0)
+	at1, v1 := a.Value(1)
+	if a.Params != k.Params || a.Copied() != 2 || at0 != k.Entry[0] || len(v0) != 8 || v0[0] != 0x11 ||
+		at1 != k.Entry[1] || len(v1) != 16 || v1[0] != 0x22 || v1[15] != 0x33 {
+		t.Errorf("kernel args %+v: value 0 %x at %#x, value 1 %x at %#x", a, v0, at0, v1, at1)
+	}
+	// A recording keeps the bytes used only, and reads the same back.
+	rec := event.AppendRecord(nil, raw, &got)
+	var again event.Event
+	if err := event.Decode(rec, &again); err != nil || len(rec) != len(raw)-len(k.Bytes)+int(k.Used) {
+		t.Fatalf("recorded %d bytes of %d (%v)", len(rec), len(raw), err)
+	}
+	if _, v := again.KernelArgs.Value(1); len(v) != 16 || v[15] != 0x33 {
+		t.Errorf("recorded value 1: %x", v)
+	}
+}

@@ -816,6 +816,7 @@ static const char fake_image[] = "\x7f" "ELF simulated cubin";
  */
 #define TRITON_MATMUL "triton_matmul_kernel"
 #define TRITON_SOFTMAX "triton_softmax_kernel"
+#define TORCH_GEMM "sm90_xmma_gemm_f32f32_tn_n_cublas"
 
 static void scenario_driver(const struct options *o)
 {
@@ -1684,6 +1685,252 @@ static void scenario_lint_kernel_race(const struct options *o)
 	lint_teardown();
 }
 
+#ifdef SIM_DRIVER
+/*
+ * torch-race: testdata/gpu/race.py as PyTorch 2.11 on CUDA 13 makes its
+ * calls, for the race lint with kernel arguments. The elementwise kernels
+ * are PyTorch's vectorized_elementwise_kernel<4, F, std::array<char*, 2>>
+ * (int N, F f, std::array<char*, 2> data), launched as nvcc 13 compiles
+ * `kernel<<<grid, block, 0, stream>>>(N, f, data)`: the configuration
+ * pushed, the kernel's host function called with its parameters by value
+ * (data, 16 bytes, and f, 8, in registers), which hands references to its
+ * copies to the generated stub; the stub builds void *args[] = {&N, &f,
+ * &data}, pops the configuration and calls __cudaLaunchKernel with the
+ * kernel's handle (cudart then calls cuLaunchKernel). F is
+ * CUDAFunctorOnSelf_add<float> {other, alpha} for `t + 1`, AUnaryFunctor
+ * <float, float, float, MulFunctor<float>> {an empty functor, the scalar}
+ * for `t * 3`. The matmul is cuBLASLt's: its kernel takes one Params struct
+ * of TORCH_GEMM_PARAMS bytes by value, the output pointer TORCH_GEMM_D
+ * bytes into it, launched by cuBLASLt's static runtime straight into the
+ * driver (cuLaunchKernelEx, nothing in libcudart.so). Memory comes as
+ * PyTorch's caching allocator hands it out: x and d in a 20 MiB segment of
+ * the default stream's pool made at setup, everything made on the side
+ * stream in a segment of its own pool, cudaMalloc'd at its first use.
+ *
+ * The side stream s is non-blocking (torch.cuda.Stream()), the default
+ * stream the legacy one. Per iteration, each case on its own line of
+ * torch_race_step, s first waiting for the default stream (s.wait_stream:
+ * an event recorded there, waited for on s), then cudaDeviceSynchronize:
+ *   matmul  y = x @ x on s (cuBLASLt), z = y + 1 on the default stream
+ *   copy    d.copy_(pinned, non_blocking=True) on s, u = d * 3
+ *   cpu     q = x + 2 on s, q.cpu() on the default stream (a pageable D2H
+ *           copy of 4 MiB, then cudaStreamSynchronize)
+ *   mul     w = x * 2 on s, v = w + 1
+ * 4N races, 4N+1 cudaDeviceSynchronize.
+ */
+#define TORCH_N (1 << 20) /* floats in each 4 MiB tensor */
+#define TORCH_SEGMENT (20 * MiB)
+#define TORCH_GEMM_PARAMS 1024
+#define TORCH_GEMM_D 600
+
+struct torch_ptrs {
+	char *p[2];
+}; /* std::array<char*, 2> */
+struct torch_add {
+	float other, alpha;
+}; /* CUDAFunctorOnSelf_add<float> */
+struct torch_mul {
+	unsigned char op;
+	float b;
+}; /* AUnaryFunctor<float, float, float, MulFunctor<float>> */
+
+/* cudart's __cudaPushCallConfiguration and __cudaPopCallConfiguration:
+ * <<<>>> pushes, the stub pops. */
+static __thread struct {
+	dim3 grid, block;
+	size_t shmem;
+	cudaStream_t stream;
+} torch_pushed;
+
+static __attribute__((noinline)) unsigned torch_push(dim3 grid, dim3 block, size_t shmem, cudaStream_t stream)
+{
+	torch_pushed.grid = grid;
+	torch_pushed.block = block;
+	torch_pushed.shmem = shmem;
+	torch_pushed.stream = stream;
+	return 0;
+}
+
+static __attribute__((noinline)) cudaError_t torch_pop(dim3 *grid, dim3 *block, size_t *shmem, cudaStream_t *stream)
+{
+	*grid = torch_pushed.grid;
+	*block = torch_pushed.block;
+	*shmem = torch_pushed.shmem;
+	*stream = torch_pushed.stream;
+	return cudaSuccess;
+}
+
+/* The generated stub (nvcc's __device_stub__, its launch inlined): it
+ * takes references to the kernel's parameters, wherever the caller keeps
+ * them, and passes their addresses. */
+#define TORCH_STUB(functor)                                                                          \
+	static __attribute__((noinline)) void torch_##functor##_stub(const void *kernel, int *n, struct torch_##functor *f, \
+								     struct torch_ptrs *data)                 \
+	{                                                                                            \
+		void *args[3];                                                                       \
+		int idx = 0;                                                                         \
+		args[idx++] = n;                                                                     \
+		args[idx++] = f;                                                                     \
+		args[idx++] = data;                                                                  \
+		static cudaKernel_t handle;                                                          \
+		if (!handle)                                                                         \
+			CK(__cudaGetKernel, &handle, kernel);                                        \
+		dim3 grid, block;                                                                    \
+		size_t shmem;                                                                        \
+		cudaStream_t stream;                                                                 \
+		if (torch_pop(&grid, &block, &shmem, &stream) != cudaSuccess)                        \
+			return;                                                                      \
+		CK(__cudaLaunchKernel, handle, grid, block, args, shmem, stream);                    \
+	}
+
+TORCH_STUB(add)
+TORCH_STUB(mul)
+
+/* The kernels' host functions, parameters by value. gcc inlines PyTorch's
+ * into its launcher, whose frame holds each kernel's parameter copies
+ * among the other branches' locals, as the compiler lays them out: for the
+ * add kernel here N below the non-contiguous branch's OffsetCalculator
+ * (604 bytes), f and data above it; the mul kernel's together. */
+__attribute__((noinline, used)) void torch_add_kernel(int n, struct torch_add f, struct torch_ptrs data)
+{
+	struct {
+		int n;
+		unsigned char offset_calc[604];
+		struct torch_add f;
+		struct torch_ptrs data;
+	} frame;
+	memset(&frame, 0, sizeof frame);
+	frame.n = n;
+	frame.f = f;
+	frame.data = data;
+	torch_add_stub((const void *)torch_add_kernel, &frame.n, &frame.f, &frame.data);
+}
+
+__attribute__((noinline, used)) void torch_mul_kernel(int n, struct torch_mul f, struct torch_ptrs data)
+{
+	torch_mul_stub((const void *)torch_mul_kernel, &n, &f, &data);
+}
+
+static cudaStream_t torch_stream; /* the current stream: NULL, the legacy default */
+
+/* launch_vectorized_kernel: out = a + other, or a * b. */
+static __attribute__((noinline)) void torch_add(char *out, char *a, float other)
+{
+	dim3 grid = { TORCH_N / 1024, 1, 1 }, block = { 128, 1, 1 };
+	struct torch_add f = { other, 1 };
+	struct torch_ptrs data = { { out, a } };
+	if (!torch_push(grid, block, 0, torch_stream))
+		torch_add_kernel(TORCH_N, f, data);
+}
+
+static __attribute__((noinline)) void torch_mul(char *out, char *a, float b)
+{
+	dim3 grid = { TORCH_N / 1024, 1, 1 }, block = { 128, 1, 1 };
+	struct torch_mul f = { 0, b };
+	struct torch_ptrs data = { { out, a } };
+	if (!torch_push(grid, block, 0, torch_stream))
+		torch_mul_kernel(TORCH_N, f, data);
+}
+
+/* cuBLASLt's gemm: D = A @ B, its Params by value, from its static runtime. */
+static CUfunction torch_gemm_kernel;
+
+static __attribute__((noinline)) void torch_gemm(char *d, char *a, char *b)
+{
+	unsigned char params[TORCH_GEMM_PARAMS];
+	memset(params, 0, sizeof params);
+	memcpy(params + 16, &a, sizeof a);
+	memcpy(params + 24, &b, sizeof b);
+	memcpy(params + TORCH_GEMM_D, &d, sizeof d);
+	void *args[] = { params };
+	CUlaunchConfig cfg = { 128, 1, 1, 256, 1, 1, 0, (CUstream)torch_stream, NULL, 0 };
+	CK(cuLaunchKernelEx, &cfg, torch_gemm_kernel, args, NULL);
+}
+
+/* The caching allocator's segments: the default stream's, the side stream's. */
+static struct {
+	char *main, *side;
+	void *pinned;
+	char *host;
+} torch_mem;
+
+/* A 4 MiB block of the current stream's pool, at slot i of its segment. */
+static char *torch_block(int i)
+{
+	if (torch_stream && !torch_mem.side)
+		CK(cudaMalloc, (void **)&torch_mem.side, TORCH_SEGMENT);
+	return (torch_stream ? torch_mem.side : torch_mem.main) + i * 4 * MiB;
+}
+
+/* s.wait_stream(torch.cuda.current_stream()) */
+static void torch_wait_stream(cudaStream_t s)
+{
+	cudaEvent_t e;
+	CK(cudaEventCreateWithFlags, &e, cudaEventDisableTiming);
+	CK(cudaEventRecord, e, NULL);
+	CK(cudaStreamWaitEvent, s, e, 0);
+	CK(cudaEventDestroy, e);
+}
+
+__attribute__((noinline, used)) void torch_race_step(cudaStream_t s)
+{
+	char *x = torch_mem.main, *d = torch_mem.main + 4 * MiB;
+	torch_wait_stream(s);
+
+	torch_stream = s;
+	char *y = torch_block(0);
+	torch_gemm(y, x, x); /* matmul-write */
+	torch_stream = NULL;
+	torch_add(torch_block(2), y, 1); /* matmul-read */
+	CK(cudaDeviceSynchronize);
+
+	torch_stream = s;
+	CK(cudaMemcpyAsync, d, torch_mem.pinned, 4 * MiB, cudaMemcpyHostToDevice, s); /* copy-write */
+	torch_stream = NULL;
+	torch_mul(torch_block(2), d, 3); /* copy-read */
+	CK(cudaDeviceSynchronize);
+
+	torch_stream = s;
+	char *q = torch_block(1);
+	torch_add(q, x, 2); /* cpu-write */
+	torch_stream = NULL;
+	CK(cudaMemcpyAsync, torch_mem.host, q, 4 * MiB, cudaMemcpyDeviceToHost, NULL); /* cpu-read */
+	CK(cudaStreamSynchronize, NULL);
+	CK(cudaDeviceSynchronize);
+
+	torch_stream = s;
+	char *w = torch_block(0);
+	torch_mul(w, x, 2); /* mul-write */
+	torch_stream = NULL;
+	torch_add(torch_block(2), w, 1); /* mul-read */
+	CK(cudaDeviceSynchronize);
+}
+
+static void scenario_torch_race(const struct options *o)
+{
+	CALL(__cudaRegisterFunction, NULL, (const char *)torch_add_kernel, "torch_add_kernel", "torch_add_kernel", -1,
+	     NULL, NULL, NULL, NULL, NULL);
+	CALL(__cudaRegisterFunction, NULL, (const char *)torch_mul_kernel, "torch_mul_kernel", "torch_mul_kernel", -1,
+	     NULL, NULL, NULL, NULL, NULL);
+	CUmodule mod;
+	CK(cuModuleLoadData, &mod, fake_image);
+	CK(cuModuleGetFunction, &torch_gemm_kernel, mod, TORCH_GEMM);
+	cudaStream_t s;
+	CK(cudaStreamCreateWithPriority, &s, cudaStreamNonBlocking, 0);
+	CK(cudaMalloc, (void **)&torch_mem.main, TORCH_SEGMENT);
+	CK(cudaHostAlloc, &torch_mem.pinned, 4 * MiB, cudaHostAllocDefault);
+	torch_mem.host = xmalloc(4 * MiB);
+	for (long it = 0; it < o->iters; it++)
+		torch_race_step(s);
+	CK(cudaFreeHost, torch_mem.pinned);
+	CK(cudaFree, torch_mem.side);
+	CK(cudaFree, torch_mem.main);
+	free(torch_mem.host);
+	CK(cudaStreamDestroy, s);
+	CK(cudaDeviceSynchronize);
+}
+#endif /* SIM_DRIVER */
+
 /* lint-clean: what the lints ask for. A copy stream and a compute stream,
  * both non-blocking, pinned host buffers and two device buffers used in
  * turn. Per iteration: the copy stream waits until compute is done with
@@ -2154,7 +2401,7 @@ static const struct {
 	{ "graphs", scenario_graphs },
 #ifdef SIM_DRIVER
 	{ "driver", scenario_driver }, { "driver-all", scenario_driver_all }, { "mixed", scenario_mixed },
-	{ "static-runtime", scenario_static_runtime },
+	{ "static-runtime", scenario_static_runtime }, { "torch-race", scenario_torch_race },
 	{ "driver-graphs", scenario_driver_graphs },
 #endif
 #ifdef SIM_NCCL
