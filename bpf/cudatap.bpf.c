@@ -608,6 +608,9 @@ static __always_inline __u32 read_args(struct pt_regs *ctx, __u64 cookie, __u64 
 	return flags;
 }
 
+/* The end of user space on x86-64 and arm64 (48-bit addresses). */
+#define USER_TOP (1ULL << 48)
+
 /*
  * One parameter value of at most want bytes, from at, into bytes[used]:
  * the bytes copied. A value that ends past its mapping (a struct at the top
@@ -617,12 +620,11 @@ static __always_inline __u32 read_value(__u8 *bytes, __u32 used, __u64 at, __u64
 {
 	if (used >= KARG_START)
 		return 0;
-	/* Bounded after an opaque step: clang drops a check it knows
-	 * redundant, and the verifier loses the bound on the way. */
+	/* Masked after an opaque step (KARG_START is a power of two): clang
+	 * drops a check it knows redundant, and the verifier loses the bound
+	 * on the way. */
 	asm volatile("" : "+r"(used));
-	if (used >= KARG_START)
-		return 0;
-	__u8 *dst = bytes + used;
+	__u8 *dst = bytes + (used & (KARG_START - 1));
 	__u32 n = want < KARG_ONE ? (__u32)want : KARG_ONE;
 	if (n == 0)
 		return 0;
@@ -664,15 +666,22 @@ static __always_inline __u32 read_kernel_args(struct pt_regs *ctx, __u64 cookie,
 		if (bpf_probe_read_user(k->entry, 8, (void *)params) < 0)
 			return EV_KARGS_FAULT;
 	}
+	/* The parameters: the leading entries that can point into user
+	 * memory. Past the last one the array holds what the stack held:
+	 * small numbers (grid sizes), code and heap addresses, the stack. */
+	int n = 0;
+	for (; n < KARG_PARAMS; n++) {
+		__u64 at = k->entry[n];
+		if (at < 4096 || at >= USER_TOP)
+			break;
+	}
 	/* Each value runs up to the nearest entry above it, KARG_ONE bytes at
 	 * most. want goes through the record, read back as a value the
 	 * verifier does not know: one state on, not one per path taken. */
-	for (int i = 0; i < KARG_PARAMS; i++) {
+	for (int i = 0; i < n && i < KARG_PARAMS; i++) {
 		__u64 at = k->entry[i];
-		if (!at)
-			break;
 		__u64 want = KARG_ONE;
-		for (int j = 0; j < KARG_PARAMS; j++) {
+		for (int j = 0; j < n && j < KARG_PARAMS; j++) {
 			__u64 e = k->entry[j];
 			if (e > at && e - at < want)
 				want = e - at;
@@ -681,22 +690,25 @@ static __always_inline __u32 read_kernel_args(struct pt_regs *ctx, __u64 cookie,
 	}
 	/* The values an entry above bounds first, then the others (the topmost
 	 * one, a struct passed alone), which get what is left: a value whose
-	 * length is a guess does not crowd out the rest. */
+	 * length is a guess does not crowd out the rest. An entry whose value
+	 * cannot be read is no parameter: neither is any after it. */
 	__u32 used = 0;
 	for (int pass = 0; pass < 2; pass++) {
-		for (int i = 0; i < KARG_PARAMS; i++) {
-			__u64 at = k->entry[i];
-			if (!at)
-				break;
+		for (int i = 0; i < n && i < KARG_PARAMS; i++) {
 			volatile __u16 *len = &k->len[i];
 			__u16 want = *len;
 			if ((want < KARG_ONE) != (pass == 0))
 				continue;
 			k->off[i] = (__u16)used;
-			*len = (__u16)read_value(k->bytes, used, at, want);
+			*len = (__u16)read_value(k->bytes, used, k->entry[i], want);
+			if (!*len && used < KARG_START)
+				n = i; /* unreadable: the parameters end before it */
 			used += *len;
 		}
 	}
+	for (int i = 0; i < KARG_PARAMS; i++)
+		if (i >= n)
+			k->len[i] = 0;
 	k->used = used;
 	return 0;
 }

@@ -166,7 +166,7 @@ struct event {
  */
 #define KARG_PARAMS 16
 #define KARG_ONE 1024
-#define KARG_START 1536
+#define KARG_START 1024 /* a power of two */
 
 struct kernel_args {
 	__u64 params;                  /* kernelParams as passed (0: none) */

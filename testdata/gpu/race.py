@@ -6,12 +6,14 @@ read on the default stream, a device synchronize after each case:
   matmul  y = x @ x on s (a cuBLAS kernel), z = y + 1 on the default stream
   copy    d.copy_(pinned, non_blocking=True) on s (a copy), u = d * 3
   cpu     q = x + 2 on s, q.cpu() on the default stream (a copy back)
-  mul     w = x * 2 on s (an elementwise kernel), v = w + 1
+  mul     w = x * 2 on s (an elementwise kernel), v = w + 1; then
+          w2 = x * 2 on s, v2 = w2 * 5 (mulmul), and d.copy_ on s,
+          u2 = d + 3 (copyadd): the other kernel reading
 
   python3 race.py race OUT.json    matmul, copy and cpu with no wait between:
                                    three races
-  python3 race.py mul OUT.json     mul alone (a kernel PyTorch writes, where
-                                   matmul's is cuBLAS's)
+  python3 race.py mul OUT.json     mul, mulmul and copyadd (kernels PyTorch
+                                   writes, where matmul's is cuBLAS's)
   python3 race.py fixed OUT.json   all four, with
                                    torch.cuda.current_stream().wait_stream(s)
                                    before each read: no race
@@ -65,7 +67,25 @@ def step(mode, s, x, pinned, d):
             main.wait_stream(s)
         v = w + 1  # race: mul-read
         torch.cuda.synchronize()
-        check += float(v[0, 0])
+
+        # The same races with the other elementwise kernel reading: a mul
+        # (AUnaryFunctor<MulFunctor>) after a mul, an add
+        # (CUDAFunctorOnSelf_add) after a copy. Whichever of these and mul
+        # is found tells a kernel's parameter layout from its stream.
+        with torch.cuda.stream(s):
+            w2 = x * 2  # race: mulmul-write
+        if fixed:
+            main.wait_stream(s)
+        v2 = w2 * 5  # race: mulmul-read
+        torch.cuda.synchronize()
+
+        with torch.cuda.stream(s):
+            d.copy_(pinned, non_blocking=True)  # race: copyadd-write
+        if fixed:
+            main.wait_stream(s)
+        u2 = d + 3  # race: copyadd-read
+        torch.cuda.synchronize()
+        check += float(v[0, 0] + v2[0, 0] + u2[0, 0])
     return check
 
 

@@ -4,8 +4,10 @@
 # (work on a side stream read on the default stream with no wait: a cuBLAS
 # matmul and a copy, each read by a kernel, and a kernel read back by a
 # copy), mul (an elementwise kernel read by a kernel: PyTorch's own kernel
-# where the matmul's is cuBLAS's) and fixed (all four, wait_stream before
-# each read). The check: in race and mul, cross-stream-race has each case
+# where the matmul's is cuBLAS's; then the same with a mul reading, and a
+# copy read by an add: which of them is found tells a kernel's parameter
+# layout from its stream) and fixed (every case, wait_stream before each
+# read). The check: in race and mul, cross-stream-race has each case
 # at its two marked lines of race.py, with what the calls prove; in fixed
 # it does not fire. With CUDATAP_TRACER_TEST=PATH (a tracer.test
 # built from this tree: go test -c -o tracer.test ./tracer/) it also
@@ -46,7 +48,7 @@ for e in examples:
           f" -> {u['role']} {u['call']} {u.get('kernel', '')} at {u['site']} (stream {u['stream']})")
 problems = []
 cases = {"race": {"matmul": "kernels", "copy": "write then kernel", "cpu": "kernel then use"},
-         "mul": {"mul": "kernels"}, "fixed": {}}[mode]
+         "mul": {"mul": "kernels", "mulmul": "kernels", "copyadd": "write then kernel"}, "fixed": {}}[mode]
 for case, proof in cases.items():
     w, u = lines[case + "-write"], lines[case + "-read"]
     hit = [e for e in examples if line_of(e["calls"][0]["site"]) == w and line_of(e["calls"][1]["site"]) == u]

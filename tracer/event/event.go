@@ -28,7 +28,7 @@ const (
 	// keeps only the bytes used).
 	KernelParams   = 16   // kernelParams entries followed
 	KernelValueMax = 1024 // bytes of one parameter value copied, at most
-	kernelStart    = 1536 // values start within the first kernelStart bytes
+	kernelStart    = 1024 // values start within the first kernelStart bytes
 	KernelBytes    = kernelStart + KernelValueMax
 	KernelArgsSize = kargsFixed + KernelBytes + 8
 	kargsFixed     = 8 + 8*KernelParams + 2*2*KernelParams

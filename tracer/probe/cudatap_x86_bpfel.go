@@ -67,7 +67,7 @@ type cudatapKernelArgs struct {
 	Entry  [16]uint64
 	Off    [16]uint16
 	Len    [16]uint16
-	Bytes  [2560]uint8
+	Bytes  [2048]uint8
 	Used   uint32
 	Size   uint32
 }
