@@ -17,6 +17,11 @@
 # No network; about 2 minutes. Prints VERDICT lines; exit 1 if a dump check
 # fails (the step times are numbers to read, not checked).
 # Usage: flight.sh BIN OUTDIR   (BIN: cudatap built with cgo, for NVML)
+# The soak of issue 25 item 3 (a long job, the agent's RSS over minutes):
+#   FLIGHT_PARTS=3 FLIGHT_PHASES="off:40 on:200 off:40 on:200 off:40" flight.sh BIN OUTDIR
+# runs part 3 alone through those phases (the recorder off or on for so
+# many seconds; the job runs for their sum) and prints the agent's RSS per
+# 20 s of each on phase.
 set -u
 BIN=$(realpath "$1"); OUT=$(realpath -m "$2"); mkdir -p "$OUT"; rm -rf "$OUT/dumps"
 here=$(cd "$(dirname "$0")" && pwd)
@@ -48,7 +53,10 @@ wait_dump() {
 	return 1
 }
 
-agent_start
+PARTS=${FLIGHT_PARTS:-123}
+PHASES=${FLIGHT_PHASES:-on:8 dump off:8 on:8 off:8}
+[[ $PARTS == *1* || $PARTS == *2* ]] && agent_start
+if [[ $PARTS == *1* ]]; then
 echo "=================== 1. out of memory (oom.py recover)"
 timeout 150 python3 "$here/oom.py" recover "$OUT/oom.job.json" >"$OUT/oom.stdout" 2>"$OUT/oom.stderr"
 echo "oom.py exit $? (0: recovered)"
@@ -95,6 +103,8 @@ print("VERDICT oom: OK" if not problems else "VERDICT oom: FAIL: " + "; ".join(p
 sys.exit(1 if problems else 0)
 PY
 
+fi
+if [[ $PARTS == *2* ]]; then
 echo "=================== 2. killed by a signal (flight_jobs.py killed)"
 rm -f "$OUT/killed.json"
 python3 "$here/flight_jobs.py" killed "$OUT/killed.json" >"$OUT/killed.stdout" 2>"$OUT/killed.stderr" &
@@ -131,25 +141,34 @@ print("VERDICT signal: OK" if not problems else "VERDICT signal: FAIL: " + "; ".
 sys.exit(1 if problems else 0)
 PY
 
-echo "=================== 3. step time with and without the recorder (flight_jobs.py loop, 55 s)"
+fi
+if [[ $PARTS == *3* ]]; then
+secs=0; for p in $PHASES; do [ "$p" = dump ] || secs=$((secs + ${p#*:})); done
+echo "=================== 3. step time with and without the recorder (flight_jobs.py loop, phases: $PHASES)"
 rm -f "$OUT/loop.json" "$OUT/phases" "$OUT/rss"
-python3 "$here/flight_jobs.py" loop "$OUT/loop.json" 55 >"$OUT/loop.stdout" 2>"$OUT/loop.stderr" &
+# The job: the phases and the time its start takes (torch imported, the
+# model built, its first steps made).
+python3 "$here/flight_jobs.py" loop "$OUT/loop.json" $((secs + 15)) >"$OUT/loop.stdout" 2>"$OUT/loop.stderr" &
 L=$!
-sleep 12 # torch imported, the model built, its first steps made
-rss() { awk '/VmRSS/ {print $2}' /proc/$AGENT/status >>"$OUT/rss"; }
+sleep 12
+rss() { echo "$(now) $(awk '/VmRSS/ {print $2}' /proc/$AGENT/status)" >>"$OUT/rss"; }
 phase() { # phase NAME SECONDS: the current state for that long
 	echo "$1 $(now)" >>"$OUT/phases"
 	for _ in $(seq "$2"); do sleep 1; [ -n "$AGENT" ] && rss; done
 	echo "end $(now)" >>"$OUT/phases"
 }
-phase on 8
-"$BIN" dump --agent $ADDR $L >"$OUT/loop.dump" 2>"$OUT/loop.dump.err"
-echo "cudatap dump $L: exit $?"; cat "$OUT/loop.dump" "$OUT/loop.dump.err" | cut -c1-300
-agent_stop; phase off 8
-agent_start; phase on 8
-agent_stop; phase off 8
+for p in $PHASES; do
+	case $p in
+	dump)
+		"$BIN" dump --agent $ADDR $L >"$OUT/loop.dump" 2>"$OUT/loop.dump.err"
+		echo "cudatap dump $L: exit $?"; cat "$OUT/loop.dump" "$OUT/loop.dump.err" | cut -c1-300 ;;
+	on:*) [ -n "$AGENT" ] || agent_start; phase on "${p#on:}" ;;
+	off:*) [ -n "$AGENT" ] && agent_stop; phase off "${p#off:}" ;;
+	esac
+done
+[ -n "$AGENT" ] && agent_stop
 wait $L
-P=$(head -1 "$OUT/loop.dump" | cut -d' ' -f1)
+P=$(head -1 "$OUT/loop.dump" 2>/dev/null | cut -d' ' -f1)
 [ -n "$P" ] && "$BIN" report "$P" 2>/dev/null | head -2 | cut -c1-300
 python3 - "$OUT" "$L" <<'PY'
 import json, os, statistics, sys
@@ -172,11 +191,23 @@ for name, a, b in phases:
 if by["on"] and by["off"]:
     on, off = statistics.median(by["on"]), statistics.median(by["off"])
     print(f"step time: recorder on {on * 1e3:.2f} ms, off {off * 1e3:.2f} ms: {100 * (on / off - 1):+.1f}% ({len(by['on'])} and {len(by['off'])} steps)")
-rss = [int(x) for x in open(os.path.join(out, "rss")).read().split()] if os.path.exists(os.path.join(out, "rss")) else []
+samples = [l.split() for l in open(os.path.join(out, "rss"))] if os.path.exists(os.path.join(out, "rss")) else []
+rss = [int(r) for _, r in samples]
 if rss:
     print(f"agent RSS while on: {min(rss) / 1024:.0f}-{max(rss) / 1024:.0f} MiB over {len(rss)} samples")
+    # Per 20 s of each on phase: flat once the recorder's window is full.
+    for name, a, b in phases:
+        if name != "on":
+            continue
+        row = []
+        for lo in range(int(a), int(b), 20):
+            r = [int(v) for t, v in samples if lo <= float(t) < lo + 20]
+            if r:
+                row.append(f"{max(r) / 1024:.0f}")
+        print(f"agent RSS per 20 s of the phase at +{a - phases[0][1] + 1:.0f} s (max MiB): " + " ".join(row))
 auto = [n for n in os.listdir(os.path.join(out, "dumps")) if n.endswith(f"-pid{pid}.cudatap") and "-on_demand-" not in n]
 print("automatic dumps of the loop (want none):", auto or "none")
 PY
 grep -E "level=(WARN|ERROR)" "$OUT/agent.log" | sort | uniq -c | head -5
+fi
 exit $fail
