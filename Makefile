@@ -48,11 +48,15 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzRecordings$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 5s ./export
 
 # The pure stages build without cgo (no go-nvml, no cilium/ebpf): they
-# test anywhere, and other tools can import them.
+# test anywhere, and other tools can import them. The simulated CUDA
+# libraries are what the tracer is tested against, so they are built from
+# none of its packages, tests included: what both need (the CUPTI ABI
+# header) lives below them, in internal/cuptiabi.
 PURE = ./export/... ./symbolize/... ./tracer/event/... ./tracer/model/... ./tracer/recording/... ./tracer/gpusample/...
 check-pure:
 	CGO_ENABLED=0 $(GO) build $(PURE)
 	@! $(GO) list -deps $(PURE) | grep -E 'cilium/ebpf|NVIDIA/go-nvml' || { echo "a pure package imports cilium/ebpf or go-nvml" >&2; exit 1; }
+	@! $(GO) list -deps -test ./internal/sim/... | grep '^github.com/cudatap/cudatap/tracer/' || { echo "internal/sim depends on the tracer packages above: move what both need into a package under internal/" >&2; exit 1; }
 
 # What the tests need beyond Go and a C compiler: Debian's Python packages
 # for HolisticTraceAnalysis (testdata/hta), which checks that the traces

@@ -40,7 +40,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/cudatap/cudatap/tracer/gputime/collector"
+	"github.com/cudatap/cudatap/internal/cuptiabi"
 )
 
 // The C sources live in csrc/: the go tool refuses .c files in a package
@@ -161,7 +161,7 @@ func Compile(dir string) (*Build, error) {
 		NVTX:           filepath.Join(dir, NVTXSoname),
 		NVTXWorkload:   filepath.Join(dir, "workload-nvtx"),
 	}
-	if err := os.WriteFile(filepath.Join(dir, "cupti_abi.h"), collector.ABIHeader, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "cupti_abi.h"), cuptiabi.Header, 0o644); err != nil {
 		return nil, err
 	}
 

@@ -1,9 +1,10 @@
 // Package collector holds cudatap's CUPTI collector: a small C library
 // (csrc/collector.c) that cudatap loads into a CUDA process to time its GPU work
-// with CUPTI's activity API, and the declarations it shares with the
-// simulated CUPTI the tests run against. The same library is cudatap's NVTX
-// injection library (csrc/nvtx.c): the processes cudatap launches load it
-// at their first NVTX call, with or without GPU times.
+// with CUPTI's activity API. The CUPTI declarations it shares with the
+// simulated CUPTI the tests run against are internal/cuptiabi's. The same
+// library is cudatap's NVTX injection library (csrc/nvtx.c): the processes
+// cudatap launches load it at their first NVTX call, with or without GPU
+// times.
 package collector
 
 import _ "embed"
@@ -18,9 +19,3 @@ var Library []byte
 
 // LibraryName is the file name the library is written under.
 const LibraryName = "libcudatap_collector.so"
-
-// ABIHeader is cupti_abi.h: the CUPTI record layouts the collector reads,
-// for the simulated CUPTI to write.
-//
-//go:embed csrc/cupti_abi.h
-var ABIHeader []byte
