@@ -40,6 +40,12 @@ type Options struct {
 	// Merge, when set, is written as is under "cudatap" → "merge": how a
 	// merged trace's recordings were put on one clock (export/merge).
 	Merge json.RawMessage
+	// Pending makes the trace live: fed by a session that is still
+	// naming what it traces, it holds here the events that name a kernel
+	// or a Python frame not named yet, and Close writes them with the
+	// names known then (pending.go). nil: the names are complete before
+	// the events come (a recording's).
+	Pending io.ReadWriteSeeker
 }
 
 // Origin is where a process of a merged trace ran.
@@ -166,6 +172,15 @@ type Writer struct {
 	events int
 	deps   uint64 // dependency flows written so far, for unique ids
 	closed bool
+	// A live trace's events held until their names are known (pending.go):
+	// whether the event being built is one, and those held so far.
+	holding bool
+	held    *bufio.Writer
+	nHeld   int
+	// The calls and ops held, and whether the flows being written bind to
+	// one: a flow is held with the slices it binds to, after them.
+	heldCall, heldOp map[opKey]uint64
+	holdFlows        bool
 
 	// Kernel names, demangled once per function rather than per launch.
 	kernels *describe.Kernels
@@ -225,6 +240,7 @@ func NewWriter(out io.Writer, names *model.Names, opts Options) *Writer {
 	w := &Writer{out: bufio.NewWriterSize(out, 256<<10), names: names, opts: opts, b: make([]byte, 0, 1024),
 		kernels: describe.NewKernels(names), meetings: straggler.NewMatcher[struct{}](), commPIDs: map[uint64]commTrack{},
 		trackEnd: map[trackKey]uint64{}, opStart: map[opKey]uint64{}, snapCall: map[opKey]uint64{}, pendingDeps: map[opKey][]pendingDep{},
+		heldCall: map[opKey]uint64{}, heldOp: map[opKey]uint64{},
 		ranges: steps.NewRanges(), steps: steps.NewDetector(false)}
 	w.write([]byte(`{"schemaVersion":1,"displayTimeUnit":"ns","traceEvents":[` + "\n"))
 	return w
@@ -248,6 +264,14 @@ func (w *Writer) Close(r *model.Result) error {
 		return w.err
 	}
 	w.closed = true
+	w.writeHeld(func(pid uint32) *model.Process {
+		for _, p := range r.Processes {
+			if p.PID == pid {
+				return p
+			}
+		}
+		return nil
+	})
 	// Dependencies from ops never drawn start where the model laid them out.
 	for _, deps := range w.pendingDeps {
 		for _, d := range deps {
@@ -302,12 +326,8 @@ func (w *Writer) Close(r *model.Result) error {
 
 // begin starts an event with the fields every event carries.
 func (w *Writer) begin(ph string, pid, tid int, ts uint64) {
-	w.b = w.b[:0]
-	if w.events > 0 {
-		w.b = append(w.b, ",\n"...)
-	}
-	w.events++
-	w.b = append(w.b, '{')
+	w.b = append(w.b[:0], ",\n{"...) // emit drops the separator of the first
+	w.holding = false
 	w.sep = false
 	w.str("ph", ph)
 	w.int("pid", int64(pid))
@@ -317,7 +337,20 @@ func (w *Writer) begin(ph string, pid, tid int, ts uint64) {
 
 func (w *Writer) end() {
 	w.b = append(w.b, '}')
-	w.write(w.b)
+	if w.holding {
+		w.hold(w.b[len(",\n"):])
+		return
+	}
+	w.emit(w.b)
+}
+
+// emit writes an event, ",\n" and its object, into the trace's list.
+func (w *Writer) emit(ev []byte) {
+	if w.events == 0 {
+		ev = ev[len(",\n"):]
+	}
+	w.events++
+	w.write(ev)
 }
 
 // meta writes a metadata event (process_name, thread_sort_index, ...).
@@ -497,7 +530,7 @@ func (w *Writer) Call(p *model.Process, c *model.Call) {
 		w.dim3("grid", a.Grid)
 		w.dim3("block", a.Block)
 		w.uint("shared_mem", a.SharedMem)
-		w.str("kernel", w.kernels.Of(p, a.Func).Display)
+		w.kernelName("kernel", p, a.Func, w.kernels.Of(p, a.Func), formDisplay, w.kernelNamed(p, a.Func))
 	case event.ClassCollective:
 		w.uint("bytes", a.Bytes)
 		w.uint("count", a.Size) // elements
@@ -516,6 +549,9 @@ func (w *Writer) Call(p *model.Process, c *model.Call) {
 		w.bool("dur_measured", false)
 	}
 	w.close()
+	if w.holding {
+		keep(w.heldCall, opKey{p.PID, c.Seq}, 1)
+	}
 	w.end()
 	if met != nil {
 		w.meeting(met)
@@ -714,6 +750,10 @@ func (w *Writer) pyFrame(pid uint32, k model.PyKey) {
 		w.b = appendString(w.b, s)
 		return
 	}
+	if w.opts.Pending != nil {
+		w.pyToken(pid, k) // it may be named yet
+		return
+	}
 	w.b = append(w.b, `"<python code 0x`...)
 	w.b = strconv.AppendUint(w.b, k.Code, 16)
 	w.b = append(w.b, `>"`...)
@@ -728,8 +768,9 @@ func (w *Writer) GPUOp(p *model.Process, op *model.GPUOp) {
 	}
 	gpid := DeviceTrackPID(p.PID, op.Device)
 	var k describe.Kernel
+	named := true
 	if op.Kind == model.OpKernel {
-		k = w.kernels.Of(p, op.Func)
+		k, named = w.kernels.Of(p, op.Func), w.kernelNamed(p, op.Func)
 	}
 	track := trackKey{p.PID, op.Stream, op.Device}
 	start, dur := op.Start, uint64(minDur)
@@ -750,7 +791,7 @@ func (w *Writer) GPUOp(p *model.Process, op *model.GPUOp) {
 	if op.Kind == model.OpKernel {
 		// The full demangled name, as Kineto writes it: a shortened one
 		// would merge distinct template instances.
-		w.str("name", k.Full)
+		w.kernelName("name", p, op.Func, k, formFull, named)
 	} else {
 		w.key("name")
 		w.b = append(w.b, '"')
@@ -777,8 +818,8 @@ func (w *Writer) GPUOp(p *model.Process, op *model.GPUOp) {
 	w.int("device", int64(op.Device))
 	switch op.Kind {
 	case model.OpKernel:
-		w.str("kernel_short", k.Display)
-		w.str("kernel_mangled", k.Mangled)
+		w.kernelName("kernel_short", p, op.Func, k, formDisplay, named)
+		w.kernelName("kernel_mangled", p, op.Func, k, formMangled, named)
 		w.dim3("grid", op.Grid)
 		w.dim3("block", op.Block)
 	case model.OpMemcpy:
@@ -797,6 +838,14 @@ func (w *Writer) GPUOp(p *model.Process, op *model.GPUOp) {
 		w.stacks(p, "capture_", node.Stack, node.PyStack)
 	}
 	w.close()
+	if w.holding {
+		keep(w.heldOp, opKey{p.PID, op.ID}, 1)
+	}
+	// Its flows bind to it, to its call and to the op it waited for:
+	// held if one of them is.
+	_, callHeld := w.heldCall[opKey{p.PID, op.Call}]
+	_, afterHeld := w.heldOp[opKey{p.PID, op.After}]
+	w.holdFlows = w.holding || (callHeld && op.Correlation != 0) || (afterHeld && op.AfterStream >= 0)
 	w.end()
 
 	// A graph launch's ops share its correlation id: one arrow, to its
@@ -837,6 +886,7 @@ func (w *Writer) GPUOp(p *model.Process, op *model.GPUOp) {
 		}
 		w.flow("f", "cuda_event", id, gpid, op.Stream, start)
 	}
+	w.holdFlows = false
 }
 
 // keep sets m[k] = v, forgetting everything first when m is full: what
@@ -872,6 +922,7 @@ func (w *Writer) Hold(p *model.Process, h *model.Hold) {
 // encloses ts on their track ("bp":"e" on the finish).
 func (w *Writer) flow(ph, cat string, id uint64, pid, tid int, ts uint64) {
 	w.begin(ph, pid, tid, ts)
+	w.holding = w.holdFlows
 	w.str("cat", cat)
 	w.str("name", cat)
 	w.uint("id", id)

@@ -124,6 +124,8 @@ type interner struct {
 	in                enc  // InternedData of the packet being built
 	inline            uint64
 	resets            uint64
+	// off: the packet being built interns nothing (it is held: pending.go).
+	off bool
 	// recent remembers the ids of strings by their address: most strings
 	// interned are the same few (argument names, API names, kernel names
 	// from a cache) passed again and again, and comparing an address is
@@ -167,6 +169,9 @@ func (t *interner) startPacket() uint64 {
 
 // iidOf is iid for a string, looked up by its address first.
 func (t *interner) iidOf(table protowire.Number, s string) uint64 {
+	if t.off {
+		return 0
+	}
 	if len(s) == 0 {
 		return t.iid(table, nil)
 	}
@@ -185,6 +190,9 @@ func (t *interner) iidOf(table protowire.Number, s string) uint64 {
 // iid returns s's id in table, defining it in this packet's interned data
 // if new; 0 when the tables are full (write s in full).
 func (t *interner) iid(table protowire.Number, s []byte) uint64 {
+	if t.off {
+		return 0
+	}
 	m := t.tables[table]
 	if id, ok := m[string(s)]; ok {
 		return id

@@ -33,6 +33,7 @@ package perfetto
 import (
 	"bufio"
 	"cmp"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -61,6 +62,12 @@ type Options struct {
 	// Merge, when set, is how a merged trace's recordings were put on one
 	// clock (export/merge): the recording slice's "merge" argument.
 	Merge json.RawMessage
+	// Pending makes the trace live: fed by a session that is still
+	// naming what it traces, it holds here the packets that name a kernel
+	// or a Python frame not named yet, and Close writes them with the
+	// names known then (pending.go). nil: the names are complete before
+	// the events come (a recording's).
+	Pending io.ReadWriteSeeker
 }
 
 // sequenceID is the one packet sequence of the trace: its interned data
@@ -143,6 +150,12 @@ type Writer struct {
 	// training steps, found by Close.
 	ranges *steps.Ranges
 	steps  *steps.Detector
+	// A live trace's packets held until their names are known
+	// (pending.go): whether those being written are, and those held.
+	holding bool
+	held    *bufio.Writer
+	nHeld   int
+	lenBuf  [binary.MaxVarintLen64]byte
 }
 
 var _ model.Sink = (*Writer)(nil)
@@ -212,7 +225,11 @@ func (w *Writer) begin(ts uint64, typ uint64, track uint64, cat string) {
 	e.open(fieldTracePacket)
 	e.varint(packetTimestamp, ts)
 	e.varint(packetSequenceID, sequenceID)
-	e.varint(packetSeqFlags, w.intern.startPacket())
+	if w.holding {
+		w.intern.in.reset() // no interned string: it needs no state
+	} else {
+		e.varint(packetSeqFlags, w.intern.startPacket())
+	}
 	e.open(packetTrackEvent)
 	e.varint(eventType, typ)
 	e.varint(eventTrackUUID, track)
@@ -238,6 +255,10 @@ func (w *Writer) send() {
 
 func (w *Writer) write(b []byte) {
 	if w.err != nil {
+		return
+	}
+	if w.holding {
+		w.hold(b)
 		return
 	}
 	w.bundles.add(b)
@@ -382,6 +403,9 @@ func (w *Writer) pyFrame(pid uint32, k model.PyKey) []byte {
 	if s := w.names.PyFrame(pid, k); s != "" {
 		return w.nameStr(s)
 	}
+	if w.holding {
+		return w.pyToken(pid, k) // it may be named yet
+	}
 	w.scratch = strconv.AppendUint(append(w.scratch[:0], "<python code 0x"...), k.Code, 16)
 	w.scratch = append(w.scratch, '>')
 	return w.scratch
@@ -425,6 +449,8 @@ func (w *Writer) Call(p *model.Process, c *model.Call) {
 	if c.End <= c.Start {
 		typ = typeInstant // only the entry was probed
 	}
+	w.holdIf(class == event.ClassLaunch && w.late(p, true, c.Args.Func, -1))
+	defer w.holdIf(false)
 	w.eventNamed(c.Start, typ, track, cat, name)
 	if c.GPUOp >= 0 && c.Correlation != 0 {
 		w.flow(eventFlowIDs, c.Correlation)
@@ -470,7 +496,7 @@ func (w *Writer) Call(p *model.Process, c *model.Call) {
 		w.dim3("grid", a.Grid)
 		w.dim3("block", a.Block)
 		w.uint("shared_mem", a.SharedMem)
-		w.str("kernel", w.kernels.Of(p, a.Func).Display)
+		w.str("kernel", w.kernelName(p, a.Func, w.kernels.Of(p, a.Func), formDisplay))
 	case event.ClassCollective:
 		w.uint("bytes", a.Bytes)
 		w.uint("count", a.Size)
@@ -614,6 +640,8 @@ func (w *Writer) Sync(p *model.Process, s *model.Sync) {
 	if s.BlockedNs == 0 {
 		typ = typeInstant
 	}
+	w.holdIf(w.late(p, false, 0, s.PyStack))
+	defer w.holdIf(false)
 	w.scratch = append(append(w.scratch[:0], "sync: "...), kind...)
 	w.event(s.Start, typ, track, chrome.SyncCategory, w.scratch)
 	w.str("kind", kind)
@@ -676,19 +704,25 @@ func (w *Writer) GPUOp(p *model.Process, op *model.GPUOp) {
 	if op.End <= op.Start {
 		typ = typeInstant // no inferred duration
 	}
+	node := p.NodeOf(op)
+	py := int32(-1)
+	if node != nil {
+		py = node.PyStack
+	}
+	w.holdIf(w.late(p, op.Kind == model.OpKernel, op.Func, py))
+	defer w.holdIf(false)
 	var k describe.Kernel
 	if op.Kind == model.OpKernel {
 		// The full demangled name, as Kineto writes it: a shortened one
 		// would merge distinct template instances.
 		k = w.kernels.Of(p, op.Func)
-		w.eventNamed(op.Start, typ, track, op.Kind.Category(), k.Full)
+		w.eventNamed(op.Start, typ, track, op.Kind.Category(), w.kernelName(p, op.Func, k, formFull))
 	} else {
 		w.scratch = describe.AppendOpName(w.scratch[:0], op)
 		w.event(op.Start, typ, track, op.Kind.Category(), w.scratch)
 	}
 	// A graph launch's ops share its correlation id: one arrow, to its
 	// first node.
-	node := p.NodeOf(op)
 	if op.Correlation != 0 && (node == nil || node.Index == 0) {
 		w.flow(eventTerminating, op.Correlation)
 	}
@@ -709,8 +743,8 @@ func (w *Writer) GPUOp(p *model.Process, op *model.GPUOp) {
 	w.int("device", int64(op.Device))
 	switch op.Kind {
 	case model.OpKernel:
-		w.str("kernel_short", k.Display)
-		w.str("kernel_mangled", k.Mangled)
+		w.str("kernel_short", w.kernelName(p, op.Func, k, formDisplay))
+		w.str("kernel_mangled", w.kernelName(p, op.Func, k, formMangled))
 		w.dim3("grid", op.Grid)
 		w.dim3("block", op.Block)
 	case model.OpMemcpy:
@@ -758,6 +792,14 @@ func (w *Writer) Close(r *model.Result) error {
 		return w.err
 	}
 	w.closed = true
+	w.writeHeld(func(pid uint32) *model.Process {
+		for _, p := range r.Processes {
+			if p.PID == pid {
+				return p
+			}
+		}
+		return nil
+	})
 	w.annotations(r)
 	w.counters(r)
 	w.recording(r)

@@ -27,6 +27,23 @@ type Kernel struct {
 // KernelOf names the kernel launched as f in p: by the name a load-time
 // call gave it, else by the ELF symbol at its host stub as n resolved it.
 func KernelOf(n *model.Names, p *model.Process, f uint64) Kernel {
+	mangled := mangledOf(n, p, f)
+	if mangled == "" {
+		s := "kernel@0x" + strconv.FormatUint(f, 16)
+		return Kernel{Display: s, Full: s, Mangled: s}
+	}
+	full := symbolize.Demangle(mangled)
+	return Kernel{Display: symbolize.Shorten(full, KernelNameMax), Full: full, Mangled: mangled}
+}
+
+// KernelNamed reports whether the kernel launched as f in p has a name
+// yet (KernelOf gives more than its address).
+func KernelNamed(n *model.Names, p *model.Process, f uint64) bool {
+	return mangledOf(n, p, f) != ""
+}
+
+// mangledOf is the symbol KernelOf names f by, "" when none is known.
+func mangledOf(n *model.Names, p *model.Process, f uint64) string {
 	mangled, addr := p.KernelSymbol(f)
 	if mangled == "" && n != nil {
 		mangled = n.Kernel(p.PID, addr)
@@ -34,12 +51,7 @@ func KernelOf(n *model.Names, p *model.Process, f uint64) Kernel {
 	if mangled == "" {
 		mangled = p.MeasuredNames[f] // CUPTI's name (--gpu-times)
 	}
-	if mangled == "" {
-		s := "kernel@0x" + strconv.FormatUint(f, 16)
-		return Kernel{Display: s, Full: s, Mangled: s}
-	}
-	full := symbolize.Demangle(mangled)
-	return Kernel{Display: symbolize.Shorten(full, KernelNameMax), Full: full, Mangled: mangled}
+	return mangled
 }
 
 // Frame names a captured stack address of pid: "function (object)" as
@@ -220,8 +232,9 @@ func (c *Kernels) Of(p *model.Process, f uint64) Kernel {
 	key := kernelKey{p.PID, f}
 	k, ok := c.made[key]
 	// A kernel unnamed when its launch was written may be named by the
-	// time its GPU op is: CUPTI's name comes with the op's measurement.
-	if !ok || (k.Mangled == k.Full && strings.HasPrefix(k.Full, "kernel@0x") && p.MeasuredNames[f] != "") {
+	// time its GPU op is: CUPTI's name comes with the op's measurement,
+	// and a live trace's names as the resolver finds them.
+	if !ok || (k.Mangled == k.Full && strings.HasPrefix(k.Full, "kernel@0x") && KernelNamed(c.names, p, f)) {
 		k = KernelOf(c.names, p, f)
 		if len(c.made) >= maxKernels {
 			clear(c.made)
