@@ -78,7 +78,7 @@ func readerOnly(tb testing.TB, rec io.Writer, sink model.Sink) *Session {
 		s.rec, names = w, w
 	}
 	s.model = model.New(sink)
-	s.resolver = resolve.New(s.targets, names, s.log)
+	s.resolver = resolve.New(s.targets, names, nil, s.log)
 	return s
 }
 

@@ -93,9 +93,13 @@ type Config struct {
 	// closes it); else the session starts its own when it needs one.
 	Guardian *guard.Guardian
 	// Sink, if set, receives every call, sync and GPU op as the model
-	// concludes them (aggregates for profiles and summaries): the session
-	// keeps none of them.
+	// concludes them (aggregates for profiles and summaries, live traces):
+	// the session keeps none of them.
 	Sink model.Sink
+	// Names, if set, are the tables the session names into as it goes
+	// (tracer/resolve), for a Sink that names what it writes (a live
+	// trace); the Result's Names at the end. nil: tables of its own.
+	Names *model.Names
 	// Interrupts are the signals cudatap got (Ctrl-C, kill): the first
 	// is passed to a launched command (as it would have got it without
 	// cudatap), which is traced until it exits; the next ends the session.
@@ -242,7 +246,7 @@ func run(ctx context.Context, cfg Config, inspect func(*Session)) (*Outcome, err
 	if s.rec != nil {
 		names = s.rec
 	}
-	s.resolver = resolve.New(s.targets, names, cfg.Logger)
+	s.resolver = resolve.New(s.targets, names, cfg.Names, cfg.Logger)
 	if err := s.targets.SampleOut(cfg.SampledOut); err != nil {
 		return nil, err
 	}

@@ -23,7 +23,7 @@ func TestProcessNamedAgainAtFirstCall(t *testing.T) {
 	defer cmd.Wait()
 	defer cmd.Process.Kill()
 	pid := uint32(cmd.Process.Pid)
-	r := New(noLookup{}, nil, nil)
+	r := New(noLookup{}, nil, nil, nil)
 	r.ProcessEarly(pid)
 	if got := r.names.Procs[pid].Comm; got != "sh" {
 		t.Fatalf("named %q before exec, want sh", got)

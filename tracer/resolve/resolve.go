@@ -106,16 +106,20 @@ const maxComms = 1 << 14
 // stops getting new ones.
 const maxMappings = 4096
 
-// New returns a resolver that asks look about live processes and hands
-// each name to out (nil: names are only kept in Names).
-func New(look Lookup, out NameWriter, log *slog.Logger) *Resolver {
+// New returns a resolver that asks look about live processes, names into
+// names (nil: tables of its own) and hands each name to out (nil: names
+// are only kept in Names).
+func New(look Lookup, out NameWriter, names *model.Names, log *slog.Logger) *Resolver {
 	if out == nil {
 		out = discard{}
+	}
+	if names == nil {
+		names = model.NewNames()
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Resolver{look: look, out: out, log: log, unwind: unwind.New(), names: model.NewNames(), procs: map[uint32]bool{},
+	return &Resolver{look: look, out: out, log: log, unwind: unwind.New(), names: names, procs: map[uint32]bool{},
 		early: map[uint32]bool{}, pyFailed: map[model.PyNameKey]pyRetry{}, pyResolved: map[uint32]uint32{}, comms: map[uint32]string{},
 		callers: map[model.NameKey]bool{}, kernels: newKernelDecoder(), nmaps: map[uint32]int{}}
 }
