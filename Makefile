@@ -52,7 +52,7 @@ fuzz:
 # libraries are what the tracer is tested against, so they are built from
 # none of its packages, tests included: what both need (the CUPTI ABI
 # header) lives below them, in internal/cuptiabi.
-PURE = ./export/... ./symbolize/... ./tracer/event/... ./tracer/model/... ./tracer/recording/... ./tracer/gpusample/...
+PURE = ./export/... ./symbolize/... ./tracer/event/... ./tracer/model/... ./tracer/recording/... ./tracer/replay/... ./tracer/gpusample/...
 check-pure:
 	CGO_ENABLED=0 $(GO) build $(PURE)
 	@! $(GO) list -deps $(PURE) | grep -E 'cilium/ebpf|NVIDIA/go-nvml' || { echo "a pure package imports cilium/ebpf or go-nvml" >&2; exit 1; }

@@ -29,6 +29,7 @@ import (
 	"github.com/cudatap/cudatap/tracer/event"
 	"github.com/cudatap/cudatap/tracer/model"
 	"github.com/cudatap/cudatap/tracer/recording"
+	"github.com/cudatap/cudatap/tracer/replay"
 )
 
 // FuzzRecordings feeds every command that reads a recording (export to
@@ -54,7 +55,7 @@ func FuzzRecordings(f *testing.F) {
 		if err := os.WriteFile(path, rec, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		replay(t, rec)
+		checkOutputs(t, rec)
 		merged(t, path)
 	})
 }
@@ -383,15 +384,15 @@ func vary(e *event.Event, j int, field, arg byte) {
 	}
 }
 
-// replay runs rec through export (Chrome, pprof, the summary, lints,
+// checkOutputs runs rec through export (Chrome, pprof, the summary, lints,
 // stragglers), syncs and report (text and HTML, with its memory profile),
 // as the commands do, and checks what they make.
-func replay(t *testing.T, rec []byte) {
+func checkOutputs(t *testing.T, rec []byte) {
 	agg := export.NewAggregates()
 	var trace, ptrace bytes.Buffer
 	var cw *chrome.Writer
 	var pw *perfetto.Writer
-	res, rp, err := recording.Load(bytes.NewReader(rec), func(rp *recording.Replay) model.Sink {
+	res, rp, err := replay.Load(bytes.NewReader(rec), func(rp *replay.Replay) model.Sink {
 		cw = chrome.NewWriter(&trace, rp.Names, chrome.Options{Version: "fuzz"})
 		pw = perfetto.NewWriter(&ptrace, rp.Names, perfetto.Options{Version: "fuzz"})
 		return model.Sinks{agg.Sink(), cw, pw}
@@ -462,13 +463,13 @@ func merged(t *testing.T, path string) {
 	plan.Report(io.Discard)
 	var out bytes.Buffer
 	agg := export.NewAggregates()
-	res, err := plan.Replay(context.Background(), &out, func(*recording.Replay) model.Sink { return agg.Sink() }, nil)
+	res, err := plan.Replay(context.Background(), &out, func(*replay.Replay) model.Sink { return agg.Sink() }, nil)
 	if err != nil {
 		t.Fatalf("merge replay: %v", err)
 	}
 	bounded(t, res)
 	agg.Stragglers.ReportNamed(io.Discard, straggler.Naming{Result: res, Origins: plan.Info().Where()})
-	if _, _, err := recording.Load(bytes.NewReader(out.Bytes()), nil, nil); err != nil {
+	if _, _, err := replay.Load(bytes.NewReader(out.Bytes()), nil, nil); err != nil {
 		t.Fatalf("the merged recording does not read back: %v", err)
 	}
 }
@@ -515,7 +516,7 @@ func TestFuzzSeeds(t *testing.T) {
 		}
 	}
 	load := func(name string) *model.Result {
-		res, _, err := recording.Load(bytes.NewReader(build(seeds[name])), nil, nil)
+		res, _, err := replay.Load(bytes.NewReader(build(seeds[name])), nil, nil)
 		if err != nil && name != "nccl" {
 			t.Fatalf("%s: %v", name, err)
 		}

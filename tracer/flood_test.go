@@ -14,7 +14,7 @@ import (
 	"github.com/cudatap/cudatap/internal/testutil"
 	"github.com/cudatap/cudatap/tracer/model"
 	"github.com/cudatap/cudatap/tracer/probe"
-	"github.com/cudatap/cudatap/tracer/recording"
+	"github.com/cudatap/cudatap/tracer/replay"
 )
 
 func envInt(name string, def int) int {
@@ -128,7 +128,7 @@ func BenchmarkFlood(b *testing.B) {
 		}
 		t0 := time.Now()
 		m := model.New(nil)
-		if _, err := recording.ReadEvents(rec, m, nil); err != nil {
+		if _, err := replay.ReadEvents(rec, m, nil); err != nil {
 			b.Fatal(err)
 		}
 		b.ReportMetric(float64(m.Calls())/time.Since(t0).Seconds(), "replay/s")

@@ -17,7 +17,7 @@ import (
 	"github.com/cudatap/cudatap/internal/testutil"
 	"github.com/cudatap/cudatap/tracer/model"
 	"github.com/cudatap/cudatap/tracer/probe"
-	"github.com/cudatap/cudatap/tracer/recording"
+	"github.com/cudatap/cudatap/tracer/replay"
 )
 
 // TestGPUTimesLaunch: with --gpu-times, a launched workload's GPU ops are
@@ -225,7 +225,7 @@ func TestGPUTimesReplay(t *testing.T) {
 		Stacks: probe.StacksNone, Stderr: os.Stderr, Duration: time.Minute, GPUTimes: true, Recording: &rec})
 	live := tracedOf(t, out, rep.PID)
 	col := model.NewCollector()
-	res, _, err := recording.Load(bytes.NewReader(rec.Bytes()), func(*recording.Replay) model.Sink { return col }, nil)
+	res, _, err := replay.Load(bytes.NewReader(rec.Bytes()), func(*replay.Replay) model.Sink { return col }, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -428,7 +428,7 @@ func TestGPUTimesHandOver(t *testing.T) {
 		t.Errorf("CUPTI away %v, want one interval", p.CUPTIAway)
 	}
 	// A replay of the recording draws the same.
-	res, _, err := recording.Load(bytes.NewReader(rec.Bytes()), func(*recording.Replay) model.Sink { return model.NewCollector() }, nil)
+	res, _, err := replay.Load(bytes.NewReader(rec.Bytes()), func(*replay.Replay) model.Sink { return model.NewCollector() }, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

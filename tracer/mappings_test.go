@@ -25,7 +25,7 @@ import (
 	"github.com/cudatap/cudatap/internal/testutil"
 	"github.com/cudatap/cudatap/tracer/model"
 	"github.com/cudatap/cudatap/tracer/probe"
-	"github.com/cudatap/cudatap/tracer/recording"
+	"github.com/cudatap/cudatap/tracer/replay"
 )
 
 // mappedRun is a traced run of a simulated workload that waits before it
@@ -152,7 +152,7 @@ func TestMappings(t *testing.T) {
 	pid := uint32(r.pid)
 	live := r.out.Result.Names
 
-	rp, err := recording.ReadNames(bytes.NewReader(r.rec))
+	rp, err := replay.ReadNames(bytes.NewReader(r.rec))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,7 +247,7 @@ func TestMappings(t *testing.T) {
 		t.Fatal(err)
 	}
 	agg := export.NewAggregates()
-	res, _, err := recording.Load(bytes.NewReader(r.rec), func(*recording.Replay) model.Sink { return agg.Sink() }, nil)
+	res, _, err := replay.Load(bytes.NewReader(r.rec), func(*replay.Replay) model.Sink { return agg.Sink() }, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

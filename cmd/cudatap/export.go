@@ -12,6 +12,7 @@ import (
 	"github.com/cudatap/cudatap/export/straggler"
 	"github.com/cudatap/cudatap/tracer/model"
 	"github.com/cudatap/cudatap/tracer/recording"
+	"github.com/cudatap/cudatap/tracer/replay"
 )
 
 type exportOptions struct {
@@ -59,7 +60,7 @@ func runExport(cmd *cobra.Command, g *globalOptions, o *exportOptions, in string
 	var chrome *export.ChromeSet
 	var merged *merge.Info // a recording `cudatap merge` wrote
 	status := newStatusLine(notes)
-	res, rp, err := recording.Load(f, func(rp *recording.Replay) model.Sink {
+	res, rp, err := replay.Load(f, func(rp *replay.Replay) model.Sink {
 		warnChromeSize(notes, outs, rp.Records, false)
 		var merr, cerr error
 		if merged, merr = merge.ReadInfo(rp.Header); merr != nil {

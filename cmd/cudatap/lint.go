@@ -11,6 +11,7 @@ import (
 	"github.com/cudatap/cudatap/export/lint"
 	"github.com/cudatap/cudatap/tracer/model"
 	"github.com/cudatap/cudatap/tracer/recording"
+	"github.com/cudatap/cudatap/tracer/replay"
 )
 
 type lintOptions struct {
@@ -70,7 +71,7 @@ func runLint(cmd *cobra.Command, o *lintOptions, in string) error {
 	}
 	defer f.Close()
 	col := lint.NewCollector(lint.DefaultOptions())
-	res, _, err := recording.Load(f, func(*recording.Replay) model.Sink { return col }, nil)
+	res, _, err := replay.Load(f, func(*replay.Replay) model.Sink { return col }, nil)
 	truncated := false
 	switch {
 	case errors.Is(err, recording.ErrTruncated) && res != nil:

@@ -15,7 +15,7 @@ import (
 	"github.com/cudatap/cudatap/export/straggler"
 	"github.com/cudatap/cudatap/internal/units"
 	"github.com/cudatap/cudatap/tracer/model"
-	"github.com/cudatap/cudatap/tracer/recording"
+	"github.com/cudatap/cudatap/tracer/replay"
 )
 
 type mergeOptions struct {
@@ -97,7 +97,7 @@ func runMerge(cmd *cobra.Command, o *mergeOptions, ins []string) error {
 	}
 	agg := export.NewAggregates()
 	var chrome *export.ChromeSet
-	res, err := plan.Replay(cmd.Context(), recs.writer(), func(all *recording.Replay) model.Sink {
+	res, err := plan.Replay(cmd.Context(), recs.writer(), func(all *replay.Replay) model.Sink {
 		var cerr error
 		if chrome, cerr = export.CreateChrome(outs, all.Names, export.Options{Version: version, Origins: info.Origins(), Merge: info.JSON()}); cerr != nil {
 			fmt.Fprintf(stderr, "cudatap: %v\n", cerr)

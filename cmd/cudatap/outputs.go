@@ -15,7 +15,7 @@ import (
 	"github.com/cudatap/cudatap/internal/units"
 	"github.com/cudatap/cudatap/tracer/guard"
 	"github.com/cudatap/cudatap/tracer/model"
-	"github.com/cudatap/cudatap/tracer/recording"
+	"github.com/cudatap/cudatap/tracer/replay"
 )
 
 // traceOutputs is what a tracing command writes, and how: aggregates feed
@@ -204,7 +204,7 @@ func (t *traceOutputs) writeChrome(cmd *cobra.Command, res *model.Result) error 
 	warnChromeSize(notes, t.outs, res.Drops.Received, true)
 	status := newStatusLine(notes)
 	m := model.New(set.Sink())
-	_, err = recording.ReadEvents(f, m, progress(status, "writing the trace", f))
+	_, err = replay.ReadEvents(f, m, progress(status, "writing the trace", f))
 	status.clear()
 	m.Finish() // lays out what no sync bounded, into the trace
 	if err != nil {

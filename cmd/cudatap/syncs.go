@@ -13,6 +13,7 @@ import (
 	"github.com/cudatap/cudatap/tracer/model"
 	"github.com/cudatap/cudatap/tracer/probe"
 	"github.com/cudatap/cudatap/tracer/recording"
+	"github.com/cudatap/cudatap/tracer/replay"
 )
 
 type syncsOptions struct {
@@ -93,7 +94,7 @@ func syncsResult(cmd *cobra.Command, g *globalOptions, o *syncsOptions, args []s
 			return nil, err
 		}
 		defer f.Close()
-		res, _, err := recording.Load(f, func(*recording.Replay) model.Sink { return col }, nil)
+		res, _, err := replay.Load(f, func(*replay.Replay) model.Sink { return col }, nil)
 		if errors.Is(err, recording.ErrTruncated) && res != nil {
 			res.Truncated = err.Error()
 			fmt.Fprintf(cmd.ErrOrStderr(), "cudatap: warning: %s: %v; the sites of the records before the cut\n", args[0], err)

@@ -11,7 +11,7 @@ import (
 	"github.com/cudatap/cudatap/tracer"
 	"github.com/cudatap/cudatap/tracer/model"
 	"github.com/cudatap/cudatap/tracer/probe"
-	"github.com/cudatap/cudatap/tracer/recording"
+	"github.com/cudatap/cudatap/tracer/replay"
 )
 
 // TestTorchRace records testdata/gpu/race.py's four races as PyTorch 2.11
@@ -47,7 +47,7 @@ func TestTorchRace(t *testing.T) {
 	opts := lint.DefaultOptions()
 	opts.Examples = 8
 	col := lint.NewCollector(opts)
-	res, _, err := recording.Load(fr, func(*recording.Replay) model.Sink { return col }, nil)
+	res, _, err := replay.Load(fr, func(*replay.Replay) model.Sink { return col }, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/cudatap/cudatap/tracer/model"
 	"github.com/cudatap/cudatap/tracer/recording"
+	"github.com/cudatap/cudatap/tracer/replay"
 )
 
 // Load makes the report of a recording. It replays the recording into a
@@ -29,7 +30,7 @@ func Load(f io.ReadSeeker, opts Options, progress func(pass string, done int64))
 	if opts.Also != nil {
 		sink = model.Sinks{c, opts.Also}
 	}
-	res, rp, err := recording.Load(f, func(*recording.Replay) model.Sink { return sink }, prog("reading"))
+	res, rp, err := replay.Load(f, func(*replay.Replay) model.Sink { return sink }, prog("reading"))
 	var truncated error
 	switch {
 	case errors.Is(err, recording.ErrTruncated) && res != nil:
@@ -43,7 +44,7 @@ func Load(f io.ReadSeeker, opts Options, progress func(pass string, done int64))
 			return nil, fmt.Errorf("rewind the recording for the timeline's detail: %w", err)
 		}
 		sink := c.DetailPass(from, to)
-		if _, _, err := recording.Load(f, func(*recording.Replay) model.Sink { return sink }, prog("timeline detail")); err != nil && !errors.Is(err, recording.ErrTruncated) {
+		if _, _, err := replay.Load(f, func(*replay.Replay) model.Sink { return sink }, prog("timeline detail")); err != nil && !errors.Is(err, recording.ErrTruncated) {
 			return nil, fmt.Errorf("timeline detail: %w", err)
 		}
 	}

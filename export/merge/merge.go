@@ -24,7 +24,7 @@
 // Two passes over the recordings: Scan reads each once, keeping only what
 // alignment needs (the first and the last meetings of each rank, bounded);
 // Replay reads them again, interleaved by time through a
-// recording.Transform each (the offset, and new pids where two hosts' pids
+// replay.Transform each (the offset, and new pids where two hosts' pids
 // collide), into one model and the usual sinks.
 package merge
 
@@ -46,6 +46,7 @@ import (
 	"github.com/cudatap/cudatap/tracer/event"
 	"github.com/cudatap/cudatap/tracer/model"
 	"github.com/cudatap/cudatap/tracer/recording"
+	"github.com/cudatap/cudatap/tracer/replay"
 )
 
 // DefaultKeep is how many of each rank's first and of its last meetings
@@ -177,7 +178,7 @@ func scanOne(path string, keep int, progress func(int64)) (Input, error) {
 	defer f.Close()
 	series := straggler.NewSeries(keep)
 	m := model.New(series)
-	rp, err := recording.ReadEvents(f, m, progress)
+	rp, err := replay.ReadEvents(f, m, progress)
 	res := m.Finish()
 	switch {
 	case rp.Header.Version == 0 && errors.Is(err, recording.ErrTruncated):
@@ -258,11 +259,11 @@ func (p *Plan) TracePID(i int, pid uint32) uint32 {
 	return pid
 }
 
-// Transforms put each input on the timeline (recording.LoadInputs).
-func (p *Plan) Transforms() []recording.Transform {
-	out := make([]recording.Transform, len(p.Inputs))
+// Transforms put each input on the timeline (replay.LoadInputs).
+func (p *Plan) Transforms() []replay.Transform {
+	out := make([]replay.Transform, len(p.Inputs))
 	for i, in := range p.Inputs {
-		out[i] = recording.Transform{ShiftNs: p.Align[i].Theta + p.Base, PIDs: p.PIDs[i]}
+		out[i] = replay.Transform{ShiftNs: p.Align[i].Theta + p.Base, PIDs: p.PIDs[i]}
 		if len(p.Inputs) > 1 {
 			// NVML devices of every host apart: host i's GPU d is 100·i+d.
 			out[i].Devices = 100 * i

@@ -19,6 +19,7 @@ import (
 	"github.com/cudatap/cudatap/tracer/event"
 	"github.com/cudatap/cudatap/tracer/model"
 	"github.com/cudatap/cudatap/tracer/recording"
+	"github.com/cudatap/cudatap/tracer/replay"
 )
 
 const ms = int64(time.Millisecond)
@@ -72,8 +73,8 @@ type trace struct {
 	} `json:"cudatap"`
 }
 
-// replay merges the plan into a Chrome trace and the stragglers.
-func replay(t *testing.T, p *Plan, rec *bytes.Buffer) (*model.Result, trace, *straggler.Collector) {
+// mergeTrace merges the plan into a Chrome trace and the stragglers.
+func mergeTrace(t *testing.T, p *Plan, rec *bytes.Buffer) (*model.Result, trace, *straggler.Collector) {
 	t.Helper()
 	var js bytes.Buffer
 	var cw *chrome.Writer
@@ -83,7 +84,7 @@ func replay(t *testing.T, p *Plan, rec *bytes.Buffer) (*model.Result, trace, *st
 	if rec != nil {
 		recw = rec
 	}
-	res, err := p.Replay(context.Background(), recw, func(rp *recording.Replay) model.Sink {
+	res, err := p.Replay(context.Background(), recw, func(rp *replay.Replay) model.Sink {
 		cw = chrome.NewWriter(&js, rp.Names, chrome.Options{Origins: info.Origins(), Merge: info.JSON()})
 		return model.Sinks{cw, st}
 	}, nil)
@@ -118,7 +119,7 @@ func TestMergeThreeHosts(t *testing.T) {
 		t.Errorf("reference %d, want the input holding rank 0", p.Reference)
 	}
 	checkAligned(t, p, job, MethodHost, 2*ms)
-	res, tr, st := replay(t, p, nil)
+	res, tr, st := mergeTrace(t, p, nil)
 
 	// Process groups per rank, pids distinct, hosts named.
 	names := map[int]string{}
@@ -268,7 +269,7 @@ func TestMergeGPUTimes(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkAligned(t, p, job, MethodGPU, 10_000)
-	_, _, st := replay(t, p, nil)
+	_, _, st := mergeTrace(t, p, nil)
 	if cs := st.Comms(); len(cs) != 1 || cs[0].Straggler() != 1 {
 		t.Errorf("communicators %+v", cs)
 	}
@@ -389,7 +390,7 @@ func TestMergeBadInput(t *testing.T) {
 	if p.Align[1].Method != MethodHost {
 		t.Errorf("the cut recording's meetings still align it: %+v", p.Align[1])
 	}
-	res, _, st := replay(t, p, nil)
+	res, _, st := mergeTrace(t, p, nil)
 	if !strings.Contains(res.Truncated, cut) {
 		t.Errorf("result truncated %q", res.Truncated)
 	}
@@ -412,9 +413,9 @@ func TestMergedRecording(t *testing.T) {
 		t.Fatal(err)
 	}
 	var rec bytes.Buffer
-	res, _, st := replay(t, p, &rec)
+	res, _, st := mergeTrace(t, p, &rec)
 	st2 := straggler.NewCollector()
-	res2, rp, err := recording.Load(bytes.NewReader(rec.Bytes()), func(*recording.Replay) model.Sink { return st2 }, nil)
+	res2, rp, err := replay.Load(bytes.NewReader(rec.Bytes()), func(*replay.Replay) model.Sink { return st2 }, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -443,7 +444,7 @@ func TestMergeLongRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkAligned(t, p, job, MethodHost, 2*ms)
-	_, _, st := replay(t, p, nil)
+	_, _, st := mergeTrace(t, p, nil)
 	if cs := st.Comms(); len(cs) != 1 || cs[0].Meetings != 5000 || cs[0].Incomplete != 0 || cs[0].Pending != 0 {
 		t.Errorf("communicators %+v", cs)
 	}
@@ -475,7 +476,7 @@ func TestMergeSameBoot(t *testing.T) {
 	if in.OffsetNs != p.Base || in.Method != MethodSameBoot || *in.UncertaintyNs != 0 || in.BootID != "boot-1" {
 		t.Errorf("info %+v", in)
 	}
-	_, tr, st := replay(t, p, nil)
+	_, tr, st := mergeTrace(t, p, nil)
 	var r0, r1 []float64
 	for _, e := range tr.TraceEvents {
 		if e.Ph == "X" && e.Name == "ncclAllReduce" {
@@ -518,7 +519,7 @@ func TestMergeSameHostNoBootID(t *testing.T) {
 	if a := p.Align[1]; a.Method != MethodHost || a.Theta != 0 || a.Lo > 0 || a.Hi < 0 || a.Hi-a.Lo < 30*ms {
 		t.Errorf("no boot id: %+v", a)
 	}
-	if _, _, st := replay(t, p, nil); st.Comms()[0].Straggler() != 1 {
+	if _, _, st := mergeTrace(t, p, nil); st.Comms()[0].Straggler() != 1 {
 		t.Errorf("communicators %+v", st.Comms())
 	}
 }
@@ -548,7 +549,7 @@ func TestMergeBootGroups(t *testing.T) {
 	if in := p.Info().Inputs[3]; in.SharesClockWith != paths[1] || in.OffsetMinNs == nil || in.OffsetMaxNs == nil {
 		t.Errorf("info %+v", in)
 	}
-	if _, _, st := replay(t, p, nil); st.Comms()[0].Straggler() != 1 {
+	if _, _, st := mergeTrace(t, p, nil); st.Comms()[0].Straggler() != 1 {
 		t.Errorf("communicators %+v", st.Comms())
 	}
 }

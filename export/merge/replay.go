@@ -10,6 +10,7 @@ import (
 
 	"github.com/cudatap/cudatap/tracer/model"
 	"github.com/cudatap/cudatap/tracer/recording"
+	"github.com/cudatap/cudatap/tracer/replay"
 )
 
 // Tool names `cudatap merge` in the header of the recordings it writes.
@@ -23,9 +24,9 @@ const Tool = "cudatap merge"
 // reads like any other. A truncated input contributes what it holds
 // (Result.Truncated says which); any other error stops the replay, and so
 // does ctx ending (the inputs are closed under it).
-func (p *Plan) Replay(ctx context.Context, rec io.Writer, newSink func(*recording.Replay) model.Sink, progress func(int64)) (*model.Result, error) {
+func (p *Plan) Replay(ctx context.Context, rec io.Writer, newSink func(*replay.Replay) model.Sink, progress func(int64)) (*model.Result, error) {
 	ts := p.Transforms()
-	ins := make([]recording.Input, len(p.Inputs))
+	ins := make([]replay.Input, len(p.Inputs))
 	for i, in := range p.Inputs {
 		f, err := os.Open(in.Path)
 		if err != nil {
@@ -36,11 +37,11 @@ func (p *Plan) Replay(ctx context.Context, rec io.Writer, newSink func(*recordin
 			f.Close() // at once: AfterFunc's goroutine could come after the reads
 		}
 		defer context.AfterFunc(ctx, func() { f.Close() })()
-		ins[i] = recording.Input{R: f, Transform: ts[i]}
+		ins[i] = replay.Input{R: f, Transform: ts[i]}
 	}
 	var w *recording.Writer
 	var werr error
-	res, all, _, err := recording.LoadInputs(ins, func(all *recording.Replay) model.Sink {
+	res, all, _, err := replay.LoadInputs(ins, func(all *replay.Replay) model.Sink {
 		if rec != nil {
 			if w, werr = recording.NewWriter(rec, p.Header(Tool)); werr == nil {
 				// Processes are named by their records among the events.
@@ -51,14 +52,14 @@ func (p *Plan) Replay(ctx context.Context, rec io.Writer, newSink func(*recordin
 			return nil
 		}
 		return newSink(all)
-	}, recording.LoadOptions{Progress: progress, Record: func(_ int, rs *recording.Records) {
+	}, replay.LoadOptions{Progress: progress, Record: func(_ int, rs *replay.Records) {
 		if w != nil {
-			w.Copy(rs)
+			w.Copy(rs.Reader)
 		}
 	}})
 	var truncated []string
 	for _, e := range unjoin(err) {
-		var ie *recording.InputError
+		var ie *replay.InputError
 		if errors.As(e, &ie) {
 			if !errors.Is(ie.Err, recording.ErrTruncated) {
 				return nil, fmt.Errorf("%s: %w", p.Inputs[ie.Input].Path, ie.Err)

@@ -43,7 +43,7 @@ import (
 
 // maxPending bounds the collectives of one communicator waiting for ranks
 // still to arrive; beyond, the oldest is given up (counted as Incomplete).
-// Replayed interleaved by time (recording.LoadInputs), a job's ranks reach
+// Replayed interleaved by time (replay.LoadInputs), a job's ranks reach
 // a meeting within moments of each other: only a rank that stopped or a
 // recording that ended early leaves meetings waiting.
 const maxPending = 4096

@@ -24,6 +24,7 @@ import (
 	"github.com/cudatap/cudatap/tracer/model"
 	"github.com/cudatap/cudatap/tracer/probe"
 	"github.com/cudatap/cudatap/tracer/recording"
+	"github.com/cudatap/cudatap/tracer/replay"
 )
 
 // Bounds of an on-demand capture.
@@ -159,7 +160,7 @@ func writeCaptureTrace(w io.Writer, rec io.Reader, res *model.Result, version st
 		return err
 	}
 	m := model.New(set.Sink())
-	_, err = recording.ReadEvents(rec, m, nil)
+	_, err = replay.ReadEvents(rec, m, nil)
 	m.Finish()
 	if err != nil && !(res.Truncated != "" && errors.Is(err, recording.ErrTruncated)) {
 		set.Abort()

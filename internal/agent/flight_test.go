@@ -20,6 +20,7 @@ import (
 	"github.com/cudatap/cudatap/internal/testutil"
 	"github.com/cudatap/cudatap/tracer/model"
 	"github.com/cudatap/cudatap/tracer/recording"
+	"github.com/cudatap/cudatap/tracer/replay"
 )
 
 // TestAgentFlightRecorder: the agent with --flight-recorder, and simulated
@@ -208,7 +209,7 @@ func readDump(t *testing.T, path string) (*model.Result, *recording.Flight) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	res, rp, err := recording.Load(f, nil, nil)
+	res, rp, err := replay.Load(f, nil, nil)
 	if err != nil {
 		t.Fatalf("%s: %v", path, err)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/cudatap/cudatap/tracer/model"
 	"github.com/cudatap/cudatap/tracer/probe"
 	"github.com/cudatap/cudatap/tracer/recording"
+	"github.com/cudatap/cudatap/tracer/replay"
 	"github.com/cudatap/cudatap/tracer/targets"
 )
 
@@ -93,7 +94,7 @@ func dumps(t *testing.T, r *Recorder) []readDump {
 		if err != nil {
 			t.Fatal(err)
 		}
-		res, rp, err := recording.Load(f, nil, nil)
+		res, rp, err := replay.Load(f, nil, nil)
 		if err != nil {
 			t.Fatalf("%s: %v", p, err)
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/cudatap/cudatap/tracer/event"
 	"github.com/cudatap/cudatap/tracer/model"
 	"github.com/cudatap/cudatap/tracer/recording"
+	"github.com/cudatap/cudatap/tracer/replay"
 )
 
 // fakeSession feeds a recorder as a session does: each call to a model
@@ -58,7 +59,7 @@ func (s *fakeSession) end() { s.w.Close() }
 
 // dumpNow dumps every process (the session ended: written at once) and
 // reads it back.
-func dumpNow(t *testing.T, r *Recorder) (*Result, *model.Result, *recording.Replay) {
+func dumpNow(t *testing.T, r *Recorder) (*Result, *model.Result, *replay.Replay) {
 	t.Helper()
 	res, err := r.Dump(context.Background(), nil, "test")
 	if err != nil {
@@ -67,7 +68,7 @@ func dumpNow(t *testing.T, r *Recorder) (*Result, *model.Result, *recording.Repl
 	d := dumps(t, r)
 	for _, x := range d {
 		if x.path == res.Path {
-			return res, x.res, &recording.Replay{Header: recording.Header{Flight: x.flight}}
+			return res, x.res, &replay.Replay{Header: recording.Header{Flight: x.flight}}
 		}
 	}
 	t.Fatalf("%s not found", res.Path)

@@ -2,7 +2,9 @@
 // exactly as the BPF programs wrote them, plus everything resolved while the
 // processes were alive (process and thread names, kernel and frame symbols,
 // the mappings of the files the frames lie in) and the final drop counters, so that `cudatap export` can rebuild every
-// output later. The format is versioned and self-describing.
+// output later. The format is versioned and self-describing. This package
+// is the codec (Writer, Reader); tracer/replay replays a recording into a
+// model.
 //
 // Layout: "CUDATAP\n", u32 version, u32 header length, JSON header, then
 // records of (u8 type, uvarint length, payload), ending with an end record
@@ -29,26 +31,27 @@ const Version = 1
 
 var magic = [8]byte{'C', 'U', 'D', 'A', 'T', 'A', 'P', '\n'}
 
-// Record types.
+// Record types: the byte before each record's length (a Tap gets it,
+// Record.Type is it).
 const (
-	recEvent   = 1
-	recProcess = 2
-	recThread  = 3
-	recKernel  = 4
-	recFrame   = 5
-	recDrops   = 6
-	recCounter = 7
-	recPyFrame = 8
-	recGPU     = 9
-	recNote    = 10 // a fact the session learnt outside the ring buffer: a hold, a pinned range
-	recGPUTime = 11 // a measured GPU time, or the collector's start, mark or stop
-	recMapping = 12 // a file mapped into a process, that stack frames lie in
-	recEnd     = 0xff
+	RecEvent   = 1
+	RecProcess = 2
+	RecThread  = 3
+	RecKernel  = 4
+	RecFrame   = 5
+	RecDrops   = 6
+	RecCounter = 7
+	RecPyFrame = 8
+	RecGPU     = 9
+	RecNote    = 10 // a fact the session learnt outside the ring buffer: a hold, a pinned range
+	RecGPUTime = 11 // a measured GPU time, or the collector's start, mark or stop
+	RecMapping = 12 // a file mapped into a process, that stack frames lie in
+	RecEnd     = 0xff
 )
 
-// maxRecord bounds a record's length so a corrupt length cannot make the
+// MaxRecord bounds a record's length so a corrupt length cannot make the
 // reader allocate gigabytes.
-const maxRecord = 1 << 24
+const MaxRecord = 1 << 24
 
 // Header describes the file.
 type Header struct {
@@ -187,7 +190,7 @@ func (w *Writer) record(typ byte, payload []byte) {
 }
 
 // Event appends one raw ring-buffer record, unchanged.
-func (w *Writer) Event(raw []byte) { w.record(recEvent, raw) }
+func (w *Writer) Event(raw []byte) { w.record(RecEvent, raw) }
 
 func (w *Writer) named(typ byte, pid uint32, key uint64, name string) {
 	b := binary.LittleEndian.AppendUint32(w.buf[:0], pid)
@@ -200,17 +203,17 @@ func (w *Writer) named(typ byte, pid uint32, key uint64, name string) {
 // Process records what is known about a process.
 func (w *Writer) Process(pid uint32, info model.ProcessInfo) {
 	js, _ := json.Marshal(info)
-	w.named(recProcess, pid, 0, string(js))
+	w.named(RecProcess, pid, 0, string(js))
 }
 
 // Thread records a thread's name.
-func (w *Writer) Thread(pid, tid uint32, name string) { w.named(recThread, pid, uint64(tid), name) }
+func (w *Writer) Thread(pid, tid uint32, name string) { w.named(RecThread, pid, uint64(tid), name) }
 
 // Kernel records the symbol of a kernel stub address.
-func (w *Writer) Kernel(pid uint32, addr uint64, name string) { w.named(recKernel, pid, addr, name) }
+func (w *Writer) Kernel(pid uint32, addr uint64, name string) { w.named(RecKernel, pid, addr, name) }
 
 // Frame records the name of a stack address.
-func (w *Writer) Frame(pid uint32, addr uint64, name string) { w.named(recFrame, pid, addr, name) }
+func (w *Writer) Frame(pid uint32, addr uint64, name string) { w.named(RecFrame, pid, addr, name) }
 
 // PyFrame records the "file:line function" of a Python frame.
 func (w *Writer) PyFrame(pid uint32, code, instr uint64, name string) {
@@ -219,7 +222,7 @@ func (w *Writer) PyFrame(pid uint32, code, instr uint64, name string) {
 	b = binary.LittleEndian.AppendUint64(b, instr)
 	b = append(b, name...)
 	w.buf = b
-	w.record(recPyFrame, b)
+	w.record(RecPyFrame, b)
 }
 
 // mappingSize is a mapping record before its strings: pid, start, limit,
@@ -238,14 +241,14 @@ func (w *Writer) Mapping(pid uint32, m model.Mapping) {
 	b = append(b, m.BuildID...)
 	b = append(b, m.File...)
 	w.buf = b
-	w.record(recMapping, b)
+	w.record(RecMapping, b)
 }
 
 // Kinds of note records.
 const (
-	noteHold         = 1 // [a, b) the thread was held while cudatap hooked a library
-	notePinned       = 2 // [a, a+b) was pinned host memory when cudatap attached
-	noteAttachedLate = 3 // the process ran before cudatap attached
+	NoteHold         = 1 // [a, b) the thread was held while cudatap hooked a library
+	NotePinned       = 2 // [a, a+b) was pinned host memory when cudatap attached
+	NoteAttachedLate = 3 // the process ran before cudatap attached
 )
 
 func (w *Writer) note(kind byte, pid, tid uint32, a, b uint64) {
@@ -255,19 +258,19 @@ func (w *Writer) note(kind byte, pid, tid uint32, a, b uint64) {
 	buf = binary.LittleEndian.AppendUint64(buf, a)
 	buf = binary.LittleEndian.AppendUint64(buf, b)
 	w.buf = buf
-	w.record(recNote, buf)
+	w.record(RecNote, buf)
 }
 
 // Hold records that thread tid of pid was held from start to end while
 // cudatap hooked a library. It must precede the events of the calls that
 // contain it.
-func (w *Writer) Hold(pid, tid uint32, start, end uint64) { w.note(noteHold, pid, tid, start, end) }
+func (w *Writer) Hold(pid, tid uint32, start, end uint64) { w.note(NoteHold, pid, tid, start, end) }
 
 // Pinned records a pinned host range found when cudatap attached.
-func (w *Writer) Pinned(pid uint32, start, size uint64) { w.note(notePinned, pid, 0, start, size) }
+func (w *Writer) Pinned(pid uint32, start, size uint64) { w.note(NotePinned, pid, 0, start, size) }
 
 // AttachedLate records that pid ran before cudatap attached.
-func (w *Writer) AttachedLate(pid uint32) { w.note(noteAttachedLate, pid, 0, 0, 0) }
+func (w *Writer) AttachedLate(pid uint32) { w.note(NoteAttachedLate, pid, 0, 0, 0) }
 
 // What a GPU-time record says (Writer.GPUTimes).
 const (
@@ -319,25 +322,25 @@ func (w *Writer) GPUTimes(kind byte, pid uint32, t uint64, m *model.Measurement)
 	}
 	buf = append(buf, m.Name...)
 	w.buf = buf
-	w.record(recGPUTime, buf)
+	w.record(RecGPUTime, buf)
 }
 
 // Counter records one sample of a time series.
 func (w *Writer) Counter(c Counter) {
 	js, _ := json.Marshal(c)
-	w.record(recCounter, js)
+	w.record(RecCounter, js)
 }
 
 // GPU records what the NVML sampler concluded.
 func (w *Writer) GPU(g model.GPUReport) {
 	js, _ := json.Marshal(g)
-	w.record(recGPU, js)
+	w.record(RecGPU, js)
 }
 
-// Copy appends the record rs is at, as rs read it (transformed).
-func (w *Writer) Copy(rs *Records) {
-	if rs.typ != 0 && rs.typ != recEnd {
-		w.record(rs.typ, rs.buf)
+// Copy appends the record r is at, as r read it (on r's Timeline).
+func (w *Writer) Copy(r *Reader) {
+	if r.typ != 0 && r.typ != RecEnd {
+		w.record(r.typ, r.buf)
 	}
 }
 
@@ -349,36 +352,37 @@ func (w *Writer) Names(n *model.Names, procs bool) {
 			w.Process(pid, n.Procs[pid])
 		}
 	}
-	for _, k := range slices.SortedFunc(maps.Keys(n.Threads), cmpKey) {
+	for _, k := range slices.SortedFunc(maps.Keys(n.Threads), KeyOrder) {
 		w.Thread(k.PID, uint32(k.Key), n.Threads[k])
 	}
-	for _, k := range slices.SortedFunc(maps.Keys(n.Kernels), cmpKey) {
+	for _, k := range slices.SortedFunc(maps.Keys(n.Kernels), KeyOrder) {
 		w.Kernel(k.PID, k.Key, n.Kernels[k])
 	}
-	for _, k := range slices.SortedFunc(maps.Keys(n.Frames), cmpKey) {
+	for _, k := range slices.SortedFunc(maps.Keys(n.Frames), KeyOrder) {
 		w.Frame(k.PID, k.Key, n.Frames[k])
 	}
-	for _, k := range slices.SortedFunc(maps.Keys(n.Py), cmpPyKey) {
+	for _, k := range slices.SortedFunc(maps.Keys(n.Py), PyKeyOrder) {
 		w.PyFrame(k.PID, k.Code, k.Instr, n.Py[k])
 	}
-	for _, k := range slices.SortedFunc(maps.Keys(n.Mappings), cmpKey) {
+	for _, k := range slices.SortedFunc(maps.Keys(n.Mappings), KeyOrder) {
 		w.Mapping(k.PID, n.Mappings[k])
 	}
 }
 
-// The name tables' keys in a fixed order.
-func cmpKey(a, b model.NameKey) int {
+// KeyOrder and PyKeyOrder put the name tables' keys in the fixed order
+// Names writes them in.
+func KeyOrder(a, b model.NameKey) int {
 	return cmp.Or(cmp.Compare(a.PID, b.PID), cmp.Compare(a.Key, b.Key))
 }
 
-func cmpPyKey(a, b model.PyNameKey) int {
+func PyKeyOrder(a, b model.PyNameKey) int {
 	return cmp.Or(cmp.Compare(a.PID, b.PID), cmp.Compare(a.Code, b.Code), cmp.Compare(a.Instr, b.Instr))
 }
 
 // Drops records the final loss counters.
 func (w *Writer) Drops(d model.Drops) {
 	js, _ := json.Marshal(d)
-	w.record(recDrops, js)
+	w.record(RecDrops, js)
 }
 
 // Err is the first write error, nil while every write succeeded. Writes
@@ -402,7 +406,7 @@ func (w *Writer) Flush() {
 
 // Close writes the end record and flushes. It does not close the underlying writer.
 func (w *Writer) Close() error {
-	w.record(recEnd, binary.LittleEndian.AppendUint64(nil, w.n))
+	w.record(RecEnd, binary.LittleEndian.AppendUint64(nil, w.n))
 	if w.tap != nil {
 		return nil
 	}

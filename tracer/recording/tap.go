@@ -56,25 +56,25 @@ const (
 func Classify(typ byte, b []byte) (pid uint32, role Role, ok bool) {
 	le := binary.LittleEndian
 	switch typ {
-	case recEvent:
+	case RecEvent:
 		if len(b) < 28 {
 			return 0, 0, false
 		}
 		return le.Uint32(b[24:]), RoleEvent, true
-	case recProcess, recThread, recKernel, recFrame, recPyFrame, recMapping:
+	case RecProcess, RecThread, RecKernel, RecFrame, RecPyFrame, RecMapping:
 		if len(b) < 4 {
 			return 0, 0, false
 		}
 		return le.Uint32(b), RoleName, true
-	case recNote:
+	case RecNote:
 		if len(b) < 5 {
 			return 0, 0, false
 		}
-		if b[0] == noteHold {
+		if b[0] == NoteHold {
 			return le.Uint32(b[1:]), RoleTimed, true
 		}
 		return le.Uint32(b[1:]), RoleState, true
-	case recGPUTime:
+	case RecGPUTime:
 		if len(b) < 5 {
 			return 0, 0, false
 		}
@@ -82,7 +82,7 @@ func Classify(typ byte, b []byte) (pid uint32, role Role, ok bool) {
 			return le.Uint32(b[1:]), RoleTimed, true
 		}
 		return le.Uint32(b[1:]), RoleState, true
-	case recEnd:
+	case RecEnd:
 		return 0, RoleEnd, true
 	}
 	return 0, RoleGlobal, true

@@ -1,4 +1,4 @@
-package recording
+package replay
 
 import (
 	"bytes"
@@ -7,19 +7,20 @@ import (
 	"testing"
 
 	"github.com/cudatap/cudatap/tracer/model"
+	"github.com/cudatap/cudatap/tracer/recording"
 )
 
 // TestMappingRecords: mapping records come back as written, renumbered with
-// their process by a Transform and rewritten by Writer.Names; a recording
+// their process by a Transform and rewritten by recording.Writer.Names; a recording
 // written without them (as every recording before them) reads with an
-// empty table; a cut or lying one is ErrFormat.
+// empty table; a cut or lying one is recording.ErrFormat.
 func TestMappingRecords(t *testing.T) {
 	lib := model.Mapping{File: "/venv/lib/libcudart.so.13", BuildID: "6f2d1a", Start: 0x7f00_0000_1000, Limit: 0x7f00_0009_0000, Offset: 0x1000}
 	exe := model.Mapping{File: "/usr/bin/python3.12", Start: 0x40_1000, Limit: 0x40_9000, Offset: 0x1000} // no build ID
 	deleted := model.Mapping{File: "/tmp/jit (x).so", BuildID: "ab", Start: 0x7f10_0000_0000, Limit: 0x7f10_0000_1000}
 	write := func(mappings bool) []byte {
 		var buf bytes.Buffer
-		w, err := NewWriter(&buf, NewHeader("t", 0))
+		w, err := recording.NewWriter(&buf, recording.NewHeader("t", 0))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -61,9 +62,9 @@ func TestMappingRecords(t *testing.T) {
 		t.Errorf("renumbered: %v", rp.Names.Mappings)
 	}
 
-	// Writer.Names (a merged recording) writes them again.
+	// recording.Writer.Names (a merged recording) writes them again.
 	var again bytes.Buffer
-	w, _ := NewWriter(&again, NewHeader("t", 0))
+	w, _ := recording.NewWriter(&again, recording.NewHeader("t", 0))
 	rp, _ = ReadNames(bytes.NewReader(file))
 	w.Names(rp.Names, true)
 	w.Close()
@@ -78,14 +79,15 @@ func TestMappingRecords(t *testing.T) {
 		t.Errorf("recording without mappings: %v, mappings %v", err, rp.Names.Mappings)
 	}
 
-	// A record too short for its fixed part, and one whose build ID
-	// length runs past its end.
+	// A record too short for its fixed part (pid, start, limit, offset),
+	// and one whose build ID length runs past its end.
+	const mappingSize = 4 + 8*3
 	for _, payload := range [][]byte{make([]byte, mappingSize-1), append(make([]byte, mappingSize), 5, 'a')} {
 		var buf bytes.Buffer
-		w, _ := NewWriter(&buf, NewHeader("t", 0))
-		w.record(recMapping, payload)
+		w, _ := recording.NewWriter(&buf, recording.NewHeader("t", 0))
+		w.Raw(recording.RecMapping, payload)
 		w.Close()
-		if _, err := ReadNames(bytes.NewReader(buf.Bytes())); !errors.Is(err, ErrFormat) {
+		if _, err := ReadNames(bytes.NewReader(buf.Bytes())); !errors.Is(err, recording.ErrFormat) {
 			t.Errorf("payload %x: error %v, want ErrFormat", payload, err)
 		}
 	}

@@ -1,4 +1,4 @@
-package recording
+package replay
 
 import (
 	"bufio"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/cudatap/cudatap/tracer/event"
 	"github.com/cudatap/cudatap/tracer/model"
+	"github.com/cudatap/cudatap/tracer/recording"
 )
 
 func FuzzRead(f *testing.F) {
@@ -17,7 +18,7 @@ func FuzzRead(f *testing.F) {
 	f.Add(file[:100])
 	// A small recording with a small header: the fuzzer mutates records, not JSON.
 	var buf bytes.Buffer
-	w, _ := NewWriter(&buf, Header{Version: Version})
+	w, _ := recording.NewWriter(&buf, recording.Header{Version: recording.Version})
 	w.Process(1, model.ProcessInfo{Comm: "x"})
 	w.Thread(1, 1, "t")
 	w.Mapping(1, model.Mapping{File: "/x/libcudart.so.13", BuildID: "ab", Start: 0x1000, Limit: 0x2000, Offset: 0x1000})
@@ -32,7 +33,7 @@ func FuzzRead(f *testing.F) {
 		e.Out = uint64(0xa0 * (i + 1))
 		w.Event(event.Encode(nil, &e))
 	}
-	w.Counter(Counter{Name: "c", Values: map[string]float64{"v": 1}})
+	w.Counter(recording.Counter{Name: "c", Values: map[string]float64{"v": 1}})
 	w.Drops(model.Drops{Submitted: 6, Received: 6})
 	w.Close()
 	f.Add(buf.Bytes())
@@ -46,7 +47,7 @@ func FuzzRead(f *testing.F) {
 		col := model.NewCollector()
 		m := model.New(col)
 		_, err := ReadEvents(br, m, nil)
-		if err != nil && !errors.Is(err, ErrFormat) && !errors.Is(err, ErrTruncated) {
+		if err != nil && !errors.Is(err, recording.ErrFormat) && !errors.Is(err, recording.ErrTruncated) {
 			t.Fatalf("error %v is neither ErrFormat nor ErrTruncated", err)
 		}
 		res := m.Finish()

@@ -1,4 +1,4 @@
-package recording
+package replay
 
 import (
 	"bytes"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/cudatap/cudatap/tracer/event"
 	"github.com/cudatap/cudatap/tracer/model"
+	"github.com/cudatap/cudatap/tracer/recording"
 )
 
 // host writes a small recording of one process (pid 100) whose clock
@@ -17,7 +18,7 @@ import (
 func host(t *testing.T, base uint64, comm string, wall int64) []byte {
 	t.Helper()
 	var buf bytes.Buffer
-	w, err := NewWriter(&buf, NewHeader("t", wall))
+	w, err := recording.NewWriter(&buf, recording.NewHeader("t", wall))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -25,7 +26,7 @@ func host(t *testing.T, base uint64, comm string, wall int64) []byte {
 	w.Thread(100, 100, comm+"-main")
 	w.Kernel(100, 0x401000, "_Z1kv")
 	w.PyFrame(100, 0xc0de, 1, comm+".py:1 f")
-	w.GPUTimes(GPUTimesStart, 100, 0, nil)
+	w.GPUTimes(recording.GPUTimesStart, 100, 0, nil)
 	w.Hold(100, 100, base+100, base+200)
 	ev := func(e event.Event) { w.Event(event.Encode(nil, &e)) }
 	e := mk(event.CudaStreamCreateWithFlags, 100, 100, base, 1000, 0x7ffd0000, 1)
@@ -37,12 +38,12 @@ func host(t *testing.T, base uint64, comm string, wall int64) []byte {
 		l.End, l.Flags = at+2000, event.FlagHasRet
 		ev(l)
 		ev(mk(event.CudaStreamSynchronize, 100, 100, at+10_000, 200_000, 0xa0))
-		w.GPUTimes(GPUTimesMeasure, 100, 0, &model.Measurement{TID: 100, APIStart: at + 100, APIEnd: at + 1900,
+		w.GPUTimes(recording.GPUTimesMeasure, 100, 0, &model.Measurement{TID: 100, APIStart: at + 100, APIEnd: at + 1900,
 			Start: at + 20_000, End: at + 150_000, Kind: model.OpKernel, Device: 0})
 	}
-	w.GPUTimes(GPUTimesMark, 100, base+20*ms, nil)
-	w.GPUTimes(GPUTimesStop, 100, 0, nil)
-	w.Counter(Counter{Name: "GPU 0", Device: 0, TS: base + 5*ms, Values: map[string]float64{"util": 50}})
+	w.GPUTimes(recording.GPUTimesMark, 100, base+20*ms, nil)
+	w.GPUTimes(recording.GPUTimesStop, 100, 0, nil)
+	w.Counter(recording.Counter{Name: "GPU 0", Device: 0, TS: base + 5*ms, Values: map[string]float64{"util": 50}})
 	w.GPU(model.GPUReport{GPUs: []model.GPUStats{{Index: 0, Name: "H200", StartNs: base, EndNs: base + 10*ms}},
 		Traced: []model.TracedHost{{PID: 100, CUDACalls: 21}}})
 	w.Drops(model.Drops{Submitted: 21, Received: 21, OrphanReturns: 1})
@@ -67,7 +68,7 @@ func (o *order) Call(p *model.Process, c *model.Call) {
 // timeline: the second shifted and renumbered; every timestamp moves (calls,
 // measured GPU times, holds, samples, the GPU report), names follow the new
 // pid, the calls of both come interleaved by time, and a recording written
-// from the replay (Writer.Copy) replays to the same.
+// from the replay (recording.Writer.Copy) replays to the same.
 func TestLoadInputsMerge(t *testing.T) {
 	const shift = 3_700_000_000 - 5*ms
 	a := host(t, 10_000*ms, "a", 100)
@@ -75,18 +76,18 @@ func TestLoadInputsMerge(t *testing.T) {
 	tb := Transform{ShiftNs: shift, PIDs: map[uint32]uint32{100: 1 << 22}, Devices: 100, DevicePrefix: "b: "}
 	col, ord := model.NewCollector(), &order{}
 	var merged bytes.Buffer
-	var mw *Writer
+	var mw *recording.Writer
 	res, all, rps, err := LoadInputs([]Input{{R: bytes.NewReader(a)}, {R: bytes.NewReader(b), Transform: tb}},
 		func(rp *Replay) model.Sink {
 			h := rp.Header
 			h.WallOffsetNs = 100
 			var err error
-			if mw, err = NewWriter(&merged, h); err != nil {
+			if mw, err = recording.NewWriter(&merged, h); err != nil {
 				t.Fatal(err)
 			}
 			mw.Names(rp.Names, false)
 			return model.Sinks{col, ord}
-		}, LoadOptions{Record: func(_ int, rs *Records) { mw.Copy(rs) }})
+		}, LoadOptions{Record: func(_ int, rs *Records) { mw.Copy(rs.Reader) }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +166,7 @@ func TestLoadInputsTruncated(t *testing.T) {
 	_, _, rps, err := LoadInputs([]Input{{R: bytes.NewReader(a)}, {R: bytes.NewReader(b[:len(b)*2/3]),
 		Transform: Transform{PIDs: map[uint32]uint32{100: 7}}}}, func(*Replay) model.Sink { return col }, LoadOptions{})
 	var ie *InputError
-	if !errors.As(err, &ie) || ie.Input != 1 || !errors.Is(err, ErrTruncated) {
+	if !errors.As(err, &ie) || ie.Input != 1 || !errors.Is(err, recording.ErrTruncated) {
 		t.Fatalf("err %v", err)
 	}
 	if len(col.Traces[100].Calls) != 21 || len(col.Traces[7].Calls) == 0 || len(col.Traces[7].Calls) >= 21 || rps[1].Records == 0 {

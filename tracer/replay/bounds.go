@@ -1,4 +1,4 @@
-package recording
+package replay
 
 import (
 	"cmp"
@@ -67,7 +67,7 @@ func (rp *Replay) keepName(known bool, n, size, limit int) bool {
 // what is kept) whenever the set is full. Samples come in time order per
 // track (the sampler's polls); ones that do not are kept the same way.
 type counterSet struct {
-	list    []Counter
+	list    []model.Counter
 	quantum uint64 // ns; 0 keeps every sample
 	last    map[trackKey]uint64
 	thinned uint64 // samples left out
@@ -78,7 +78,7 @@ type trackKey struct {
 	name   string
 }
 
-func (s *counterSet) add(c Counter) {
+func (s *counterSet) add(c model.Counter) {
 	if s.last == nil {
 		s.last = map[trackKey]uint64{}
 	}
@@ -121,8 +121,8 @@ func (s *counterSet) thin() {
 
 // sorted is the samples kept, in time order (stable: a track's samples at
 // the same time keep their order).
-func (s *counterSet) sorted() []Counter {
-	slices.SortStableFunc(s.list, func(a, b Counter) int { return cmp.Compare(a.TS, b.TS) })
+func (s *counterSet) sorted() []model.Counter {
+	slices.SortStableFunc(s.list, func(a, b model.Counter) int { return cmp.Compare(a.TS, b.TS) })
 	return s.list
 }
 

@@ -1,4 +1,4 @@
-package recording
+package replay
 
 import (
 	"bytes"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/cudatap/cudatap/tracer/event"
 	"github.com/cudatap/cudatap/tracer/model"
+	"github.com/cudatap/cudatap/tracer/recording"
 )
 
 // TestNamesBounded: a recording can name any number of frames and
@@ -17,7 +18,7 @@ import (
 func TestNamesBounded(t *testing.T) {
 	const extraThreads, extra = 5, 10
 	var buf bytes.Buffer
-	w, _ := NewWriter(&buf, NewHeader("test", 0))
+	w, _ := recording.NewWriter(&buf, recording.NewHeader("test", 0))
 	for i := range maxThreadNames + extraThreads {
 		w.Thread(1, uint32(i), "t")
 	}
@@ -46,7 +47,7 @@ func TestNamesBounded(t *testing.T) {
 // maxTracks and values past maxValues are left out. All is counted.
 func TestCountersThinned(t *testing.T) {
 	var buf bytes.Buffer
-	w, _ := NewWriter(&buf, NewHeader("test", 0))
+	w, _ := recording.NewWriter(&buf, recording.NewHeader("test", 0))
 	const polls = maxCounters/2 + 1000 // two devices: past the bound
 	wide := map[string]float64{}
 	for i := range maxValues + 3 {
@@ -58,11 +59,11 @@ func TestCountersThinned(t *testing.T) {
 			if i == 0 {
 				values = wide
 			}
-			w.Counter(Counter{Device: d, Name: fmt.Sprintf("GPU %d", d), TS: uint64(1e9 + i*10_000_000), Values: values})
+			w.Counter(recording.Counter{Device: d, Name: fmt.Sprintf("GPU %d", d), TS: uint64(1e9 + i*10_000_000), Values: values})
 		}
 	}
 	for d := range maxTracks + 5 { // new tracks: all but 3 fit
-		w.Counter(Counter{Device: 10 + d, Name: "x", TS: 2e9, Values: map[string]float64{"v": 1}})
+		w.Counter(recording.Counter{Device: 10 + d, Name: "x", TS: 2e9, Values: map[string]float64{"v": 1}})
 	}
 	w.Close()
 	rp, err := ReadNames(bytes.NewReader(buf.Bytes()))
@@ -118,7 +119,7 @@ func TestGPUReportBounded(t *testing.T) {
 		g.Traced = append(g.Traced, model.TracedHost{PID: uint32(i)})
 	}
 	var buf bytes.Buffer
-	w, _ := NewWriter(&buf, NewHeader("test", 0))
+	w, _ := recording.NewWriter(&buf, recording.NewHeader("test", 0))
 	w.GPU(g)
 	w.Close()
 	res, rp, err := Load(bytes.NewReader(buf.Bytes()), nil, nil)
