@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -97,6 +98,10 @@ type Options struct {
 	// its recordings were aligned.
 	Origins map[uint32]chrome.Origin
 	Merge   []byte
+	// Live: the traces are written while a session runs, which is still
+	// naming what it traces: each holds the events whose names come late
+	// in a file beside it until Close (chrome.Options.Pending).
+	Live bool
 }
 
 // Plan resolves every path's format and makes sure each can be written,
@@ -280,6 +285,47 @@ func same(a, b string) bool {
 type tempFile struct {
 	path, target string
 	f            *os.File
+	unnamed      bool // f has no name yet (createUnnamed)
+}
+
+// createUnnamed is createTemp for an output written while a session runs:
+// its file gets a name only once complete (O_TMPFILE), so that a cudatap
+// killed meanwhile leaves no half of it behind. A file system without
+// O_TMPFILE gets createTemp's.
+func createUnnamed(path string) (*tempFile, error) {
+	target, err := resolve(path)
+	if err != nil {
+		return nil, err
+	}
+	fd, err := unix.Open(filepath.Dir(target), unix.O_TMPFILE|unix.O_WRONLY|unix.O_CLOEXEC, 0o644)
+	if errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EISDIR) {
+		return createTemp(path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("create %s: %w", path, err)
+	}
+	f := os.NewFile(uintptr(fd), target)
+	if err := f.Chmod(0o644); err != nil { // whatever the umask, as createTemp's
+		f.Close()
+		return nil, fmt.Errorf("create %s: %w", path, err)
+	}
+	return &tempFile{path: path, target: target, f: f, unnamed: true}, nil
+}
+
+// link gives an unnamed file a temporary name beside its target, for
+// commit to rename.
+func (t *tempFile) link() (string, error) {
+	proc := "/proc/self/fd/" + strconv.Itoa(int(t.f.Fd()))
+	for i := 0; ; i++ {
+		name := fmt.Sprintf("%s/.%s.%d-%d.tmp", filepath.Dir(t.target), filepath.Base(t.target), os.Getpid(), i)
+		err := unix.Linkat(unix.AT_FDCWD, proc, unix.AT_FDCWD, name, unix.AT_SYMLINK_FOLLOW)
+		if err == nil {
+			return name, nil
+		}
+		if !errors.Is(err, unix.EEXIST) || i >= 100 {
+			return "", fmt.Errorf("link %s into place: %w", t.target, err)
+		}
+	}
 }
 
 func createTemp(path string) (*tempFile, error) {
@@ -303,12 +349,20 @@ func createTemp(path string) (*tempFile, error) {
 
 // commit closes the file and renames it over the target.
 func (t *tempFile) commit() error {
+	name := t.f.Name()
+	if t.unnamed {
+		var err error
+		if name, err = t.link(); err != nil {
+			t.f.Close()
+			return err
+		}
+	}
 	err := t.f.Close()
 	if err == nil {
-		err = os.Rename(t.f.Name(), t.target)
+		err = os.Rename(name, t.target)
 	}
 	if err != nil {
-		os.Remove(t.f.Name())
+		os.Remove(name)
 	}
 	return err
 }
@@ -316,7 +370,9 @@ func (t *tempFile) commit() error {
 // abort closes and removes the file, leaving the target as it was.
 func (t *tempFile) abort() {
 	t.f.Close()
-	os.Remove(t.f.Name())
+	if !t.unnamed {
+		os.Remove(t.f.Name())
+	}
 }
 
 // Aggregates are the sinks that summarize a whole recording in memory
@@ -445,7 +501,8 @@ type chromeOut struct {
 	pipe   bool          // written to the standard output, until Close or Abort
 	zw     *pgzip.Writer // for .gz outputs
 	w      traceWriter
-	err    error // it could not be created
+	err    error    // it could not be created
+	held   *os.File // a live trace's events held until named, unlinked
 }
 
 // traceWriter is a trace format's writer: a sink for the replayed
@@ -455,9 +512,10 @@ type traceWriter interface {
 	Close(*model.Result) error
 }
 
-// ChromeSet streams a recording to every trace output at once, Chrome and
-// Perfetto: the CLI replays the recording into its Sink and closes it with
-// the result.
+// ChromeSet streams the model's events to every trace output at once,
+// Chrome and Perfetto, through its Sink, and is closed with the result:
+// record feeds it from its session as it runs (Options.Live), export from
+// a replay of the recording.
 type ChromeSet struct {
 	outs []*chromeOut
 }
@@ -473,11 +531,22 @@ const gzipBlock = 1 << 20
 // (see chrome.NewWriter).
 func CreateChrome(outs []Output, names *model.Names, opts Options) (*ChromeSet, error) {
 	var s ChromeSet
-	start := func(w io.Writer, f Format) traceWriter {
-		if f == Perfetto {
-			return perfetto.NewWriter(w, names, perfetto.Options{Version: opts.Version, Origins: opts.Origins, Merge: opts.Merge})
+	start := func(c *chromeOut, w io.Writer, dir string) {
+		var pending io.ReadWriteSeeker
+		if opts.Live {
+			f, err := os.CreateTemp(dir, ".cudatap-held-*")
+			if err != nil {
+				c.err = fmt.Errorf("a live trace needs a file beside it for the events named late: %w", err)
+				return
+			}
+			os.Remove(f.Name()) // read back through f: never left behind
+			c.held, pending = f, f
 		}
-		return chrome.NewWriter(w, names, chrome.Options{Version: opts.Version, Counters: opts.Counters, Origins: opts.Origins, Merge: opts.Merge})
+		if c.format == Perfetto {
+			c.w = perfetto.NewWriter(w, names, perfetto.Options{Version: opts.Version, Origins: opts.Origins, Merge: opts.Merge, Pending: pending})
+			return
+		}
+		c.w = chrome.NewWriter(w, names, chrome.Options{Version: opts.Version, Counters: opts.Counters, Origins: opts.Origins, Merge: opts.Merge, Pending: pending})
 	}
 	for _, o := range outs {
 		if o.Format != Chrome && o.Format != Perfetto {
@@ -491,10 +560,14 @@ func CreateChrome(outs []Output, names *model.Names, opts Options) (*ChromeSet, 
 				continue
 			}
 			c.pipe = true
-			c.w = start(o.W, o.Format)
+			start(c, o.W, os.TempDir())
 			continue
 		}
-		t, err := createTemp(o.Path)
+		create := createTemp
+		if opts.Live {
+			create = createUnnamed // a cudatap killed while tracing leaves none of it
+		}
+		t, err := create(o.Path)
 		if err != nil {
 			c.err = err
 			continue
@@ -506,7 +579,10 @@ func CreateChrome(outs []Output, names *model.Names, opts Options) (*ChromeSet, 
 			c.zw.SetConcurrency(gzipBlock, runtime.GOMAXPROCS(0))
 			w = c.zw
 		}
-		c.w = start(w, o.Format)
+		start(c, w, filepath.Dir(t.target))
+		if c.err != nil {
+			c.abort()
+		}
 	}
 	if len(s.outs) == 0 {
 		return nil, nil
@@ -550,7 +626,9 @@ func (s *ChromeSet) Close(r *model.Result) error {
 		}
 		if c.pipe {
 			c.pipe = false
-			if err := c.w.Close(r); err != nil {
+			err := c.w.Close(r)
+			c.closeHeld()
+			if err != nil {
 				errs = append(errs, &OutputError{Path: Stdout, Err: fmt.Errorf("write %s trace to the standard output: %w", c.format, err)})
 			}
 			continue
@@ -559,6 +637,7 @@ func (s *ChromeSet) Close(r *model.Result) error {
 			continue // already closed or aborted
 		}
 		err := c.w.Close(r)
+		c.closeHeld()
 		if c.zw != nil {
 			if zerr := c.zw.Close(); err == nil {
 				err = zerr
@@ -585,12 +664,27 @@ func (s *ChromeSet) Abort() {
 	}
 	for _, c := range s.outs {
 		c.pipe = false // what went to the standard output stays there, cut
-		if c.t != nil {
-			if c.zw != nil {
-				c.zw.Close() // ends its compressing goroutines
-			}
-			c.t.abort()
-			c.t = nil
+		c.abort()
+	}
+}
+
+// abort removes the trace's temporary files.
+func (c *chromeOut) abort() {
+	c.closeHeld()
+	if c.t != nil {
+		if c.zw != nil {
+			c.zw.Close() // ends its compressing goroutines
 		}
+		c.t.abort()
+		c.t = nil
+	}
+}
+
+// closeHeld closes the file of the events held until named (unlinked: it
+// is gone).
+func (c *chromeOut) closeHeld() {
+	if c.held != nil {
+		c.held.Close()
+		c.held = nil
 	}
 }

@@ -94,7 +94,7 @@ func runDemo(cmd *cobra.Command, g *globalOptions, o *demoOptions) error {
 	}
 	outcome, err := tracer.Run(cmd.Context(), tracer.Config{
 		Command: command, Stacks: probe.StacksSync, Stdout: workloadOut, Stderr: stderr, Logger: g.logger(),
-		Observer: tracer.Funcs{OnAttached: printAttached(stderr)}, Recording: to.recording(), Sink: to.agg.Sink(),
+		Observer: tracer.Funcs{OnAttached: printAttached(stderr)}, Recording: to.recording(), Sink: to.sink(), Names: to.names,
 	})
 	if err != nil {
 		to.abort()

@@ -134,7 +134,7 @@ func writeLints(w io.Writer, res *model.Result, col *lint.Collector, in string) 
 // lintInput is the recording this session writes, for the summary's hint
 // to `cudatap lint` ("" when it writes none to a file).
 func (t *traceOutputs) lintInput() string {
-	if len(t.finals) > 0 && !t.spill {
+	if len(t.finals) > 0 {
 		return t.finals[0]
 	}
 	return ""

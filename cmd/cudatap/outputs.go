@@ -15,23 +15,25 @@ import (
 	"github.com/cudatap/cudatap/internal/units"
 	"github.com/cudatap/cudatap/tracer/guard"
 	"github.com/cudatap/cudatap/tracer/model"
-	"github.com/cudatap/cudatap/tracer/replay"
 )
 
 // traceOutputs is what a tracing command writes, and how: aggregates feed
-// the profile and the summary while tracing; every raw record goes to the
-// .cudatap outputs, or to a spill file next to the first trace when only
-// traces (Chrome, Perfetto) were asked for; traces are then written by
-// replaying that file. Nothing holds the events in memory.
+// the profile and the summary while tracing, the traces (Chrome, Perfetto)
+// are written from the same model as it concludes each event, and every
+// raw record goes to the .cudatap outputs. The run is modeled once, and
+// nothing holds the events in memory.
 type traceOutputs struct {
 	outs []export.Output
 	agg  *export.Aggregates
+	// The traces, written live, and the name tables they read: the
+	// session's (tracer.Config.Names).
+	traces *export.ChromeSet
+	names  *model.Names
 	// Recordings are written to temporary files in their directory and
 	// renamed once the session ends: a session that fails before tracing
 	// leaves an existing file of that name untouched.
 	recs   []*os.File
 	finals []string
-	spill  bool      // recs[0] is a spill file, unlinked from the start
 	pipe   io.Writer // the recording to stdout (-o - --format cudatap), or nil
 	// guardian puts the recordings in place should cudatap be killed
 	// before it does (guard).
@@ -46,8 +48,7 @@ type traceOutputs struct {
 
 // newTraceOutputs opens what the session will stream to.
 func newTraceOutputs(outs []export.Output) (*traceOutputs, error) {
-	t := &traceOutputs{outs: outs, agg: export.NewAggregates()}
-	chrome := ""
+	t := &traceOutputs{outs: outs, agg: export.NewAggregates(), names: model.NewNames()}
 	for _, o := range outs {
 		switch {
 		case o.Format == export.Recording && o.Path == export.Stdout:
@@ -59,28 +60,22 @@ func newTraceOutputs(outs []export.Output) (*traceOutputs, error) {
 				return nil, fmt.Errorf("cannot write output %s: %w", o.Path, err)
 			}
 			t.recs, t.finals = append(t.recs, f), append(t.finals, o.Path)
-		case o.Format == export.Chrome || o.Format == export.Perfetto:
-			if chrome == "" {
-				chrome = o.Path
-			}
 		}
 	}
-	if len(t.recs) == 0 && chrome != "" {
-		// Next to the trace rather than in /tmp, which is often memory.
-		dir := filepath.Dir(chrome)
-		if chrome == export.Stdout {
-			dir = os.TempDir()
-		}
-		f, err := os.CreateTemp(dir, ".cudatap-spill-*.cudatap")
-		if err != nil {
-			return nil, fmt.Errorf("cannot write a spill file beside %s: %w", chrome, err)
-		}
-		// Read back through this descriptor: unlinked now, it is never
-		// left behind, however cudatap ends.
-		os.Remove(f.Name())
-		t.recs, t.spill = []*os.File{f}, true
+	var err error
+	if t.traces, err = export.CreateChrome(outs, t.names, export.Options{Version: version, Live: true}); err != nil {
+		t.abort()
+		return nil, err
 	}
 	return t, nil
+}
+
+// sink is the session's Config.Sink: the aggregates and the traces.
+func (t *traceOutputs) sink() model.Sink {
+	if t.traces == nil {
+		return t.agg.Sink()
+	}
+	return model.Sinks{t.agg.Sink(), t.traces.Sink()}
 }
 
 // guard starts the guardian that puts the recordings in place under their
@@ -88,7 +83,7 @@ func newTraceOutputs(outs []export.Output) (*traceOutputs, error) {
 // readers say); the session uses it too. anchor: for a launched command
 // (guard.Start). nil when there is no recording file.
 func (t *traceOutputs) guard(notes io.Writer, anchor bool) *guard.Guardian {
-	if t.spill || len(t.recs) == 0 {
+	if len(t.recs) == 0 {
 		return nil
 	}
 	g, err := guard.Start(anchor)
@@ -127,19 +122,17 @@ func (t *traceOutputs) abort() {
 		f.Close()
 		os.Remove(f.Name())
 	}
+	t.traces.Abort()
 	t.guardian.Close()
 }
 
 // finish writes every output from the session's result: the recordings
-// are put in place, the profile comes from the aggregates, the Chrome
-// traces from a replay of the recording. One failing output does not stop
-// the others; each failure is reported.
+// are put in place, the profile comes from the aggregates, the traces end
+// with the result's track names, counters and loss account. One failing
+// output does not stop the others; each failure is reported.
 func (t *traceOutputs) finish(cmd *cobra.Command, res *model.Result) error {
 	var errs []error
 	for i, f := range t.recs {
-		if t.spill {
-			continue
-		}
 		err := f.Close()
 		if err == nil {
 			err = os.Chmod(f.Name(), 0o644)
@@ -154,14 +147,12 @@ func (t *traceOutputs) finish(cmd *cobra.Command, res *model.Result) error {
 	}
 	t.guardian.Close() // the recordings are in place
 	errs = append(errs, export.WritePprof(t.outs, res, t.agg))
-	errs = append(errs, t.writeChrome(cmd, res))
-	if t.spill {
-		t.recs[0].Close()
-	}
 	summary, notes := cmd.OutOrStdout(), cmd.ErrOrStderr()
 	if t.summary != nil {
 		summary, notes = t.summary, t.notes
 	}
+	warnChromeSize(notes, t.outs, res.Drops.Received, true)
+	errs = append(errs, t.traces.Close(res))
 	if t.json {
 		errs = append(errs, writeSummaryJSON(summary, res, t.agg, t.outs, t.command))
 	} else {
@@ -175,43 +166,6 @@ func (t *traceOutputs) finish(cmd *cobra.Command, res *model.Result) error {
 	err := errors.Join(errs...)
 	wroteExcept(notes, t.outs, err)
 	return err
-}
-
-// writeChrome replays the recording through a fresh model whose sink
-// writes every trace output, Chrome and Perfetto; names come from the
-// session.
-func (t *traceOutputs) writeChrome(cmd *cobra.Command, res *model.Result) error {
-	set, err := export.CreateChrome(t.outs, res.Names, export.Options{Version: version})
-	if err != nil || set == nil {
-		return err
-	}
-	f := t.recs[0] // the spill file, unlinked
-	if !t.spill {
-		var err error
-		if f, err = os.Open(t.finals[0]); err != nil {
-			set.Abort()
-			return fmt.Errorf("read back the recording for the traces: %w", err)
-		}
-		defer f.Close()
-	} else if _, err := f.Seek(0, io.SeekStart); err != nil {
-		set.Abort()
-		return fmt.Errorf("read back the recording for the traces: %w", err)
-	}
-	notes := cmd.ErrOrStderr()
-	if t.notes != nil {
-		notes = t.notes
-	}
-	warnChromeSize(notes, t.outs, res.Drops.Received, true)
-	status := newStatusLine(notes)
-	m := model.New(set.Sink())
-	_, err = replay.ReadEvents(f, m, progress(status, "writing the trace", f))
-	status.clear()
-	m.Finish() // lays out what no sync bounded, into the trace
-	if err != nil {
-		set.Abort()
-		return fmt.Errorf("read back the recording for the traces: %w", err)
-	}
-	return set.Close(res)
 }
 
 // progress reports how far a pass over f has come on the status line.

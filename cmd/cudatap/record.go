@@ -194,7 +194,7 @@ func runRecord(cmd *cobra.Command, g *globalOptions, o *recordOptions, command [
 		}
 	}
 	cfg.Observer = obs
-	cfg.Recording, cfg.Sink = rep.tee(to.recording()), to.agg.Sink()
+	cfg.Recording, cfg.Sink, cfg.Names = rep.tee(to.recording()), to.sink(), to.names
 	cfg.Guardian = to.guard(stderr, len(command) > 0)
 	var fr *flight.Recorder
 	if o.flight.window > 0 {
