@@ -16,7 +16,8 @@ const maxDomains = 256
 // key its calls carry (Args.Ptr): exporters name ranges from it. The
 // ranges themselves are the calls, paired by the exporters. A probed
 // call's domain, a handle, becomes the domain's number.
-func (m *Model) annotation(p *Process, a *event.Args, ev *event.Event) {
+func (m *Model) annotation(ps *procState, _ *event.Spec, ev *event.Event) {
+	p, a := ps.p, &m.call.Args
 	if a.Comm != 0 && ev.Flags&event.FlagInjected == 0 {
 		a.Comm = m.domainNumber(p, a.Comm)
 	}

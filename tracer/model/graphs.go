@@ -103,8 +103,9 @@ type capture struct {
 
 // beginCapture starts a capture on the call's stream, unless it failed (a
 // stream capturing already, the legacy stream).
-func (ps *procState) beginCapture(call *Call) {
-	if call.HasRet && call.Ret != 0 {
+func (m *Model) beginCapture(ps *procState, _ *event.Spec, _ *event.Event) {
+	call := &m.call
+	if call.failed() {
 		return
 	}
 	ps.capturing[int(call.Stream)] = &capture{}
@@ -148,7 +149,8 @@ func (ps *procState) newSite(call *Call, index int) int32 {
 
 // endCapture ends the capture of the call's stream: the graph it returned
 // holds the nodes captured, on every stream that joined.
-func (m *Model) endCapture(ps *procState, call *Call) {
+func (m *Model) endCapture(ps *procState, _ *event.Spec, _ *event.Event) {
+	call := &m.call
 	c := ps.capturing[int(call.Stream)]
 	if c == nil {
 		return
@@ -158,7 +160,7 @@ func (m *Model) endCapture(ps *procState, call *Call) {
 			delete(ps.capturing, sid)
 		}
 	}
-	if (call.HasRet && call.Ret != 0) || call.Args.Graph == 0 {
+	if call.failed() || call.Args.Graph == 0 {
 		return // capture failed (invalidated): no graph
 	}
 	if c.overflow {
@@ -171,9 +173,10 @@ func (m *Model) endCapture(ps *procState, call *Call) {
 
 // instantiate follows cudaGraphInstantiate: the exec runs the graph's
 // nodes as they are now.
-func (m *Model) instantiate(ps *procState, call *Call) {
+func (m *Model) instantiate(ps *procState, _ *event.Spec, _ *event.Event) {
+	call := &m.call
 	a := &call.Args
-	if (call.HasRet && call.Ret != 0) || a.Ptr == 0 {
+	if call.failed() || a.Ptr == 0 {
 		return
 	}
 	g := ps.graphs[a.Graph]
@@ -242,9 +245,10 @@ type nodeRef struct {
 
 // graphCall follows the calls that build a graph by hand, change an exec,
 // or destroy either.
-func (m *Model) graphCall(ps *procState, call *Call) {
+func (m *Model) graphCall(ps *procState, _ *event.Spec, _ *event.Event) {
+	call := &m.call
 	a := &call.Args
-	if call.HasRet && call.Ret != 0 {
+	if call.failed() {
 		return // it failed: nothing changed
 	}
 	switch call.API {
@@ -334,15 +338,16 @@ func (m *Model) execUpdate(ps *procState, h, g uint64) {
 	x.nodes, x.shared, x.from = def.nodes, true, g
 }
 
-// graphLaunch enqueues the ops exec h runs, one per node, or one OpGraph
-// for an exec not followed.
-func (m *Model) graphLaunch(ps *procState, h uint64) {
-	x := ps.execs[h]
+// graphLaunch follows cudaGraphLaunch: it enqueues the ops the exec runs,
+// one per node, or one OpGraph for an exec not followed.
+func (m *Model) graphLaunch(ps *procState, _ *event.Spec, _ *event.Event) {
+	call := &m.call
+	ps.p.Streams[call.Stream].Stats.GraphLaunches++
+	x := ps.execs[call.Args.Ptr]
 	if x == nil || len(x.nodes) == 0 {
 		m.enqueue(ps, GPUOp{Kind: OpGraph})
 		return
 	}
-	call := &m.call
 	m.corr++
 	corr, first := m.corr, -1
 	for i := range x.nodes {

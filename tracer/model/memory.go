@@ -183,3 +183,180 @@ func (r *Ranges) overlap(start, size uint64) (uint64, bool) {
 	}
 	return 0, false
 }
+
+// A cudaMalloc taking longer than this while work was queued is reported as
+// an implicit synchronization.
+const mallocSyncThreshold = 1_000_000 // ns
+
+// malloc follows an allocation of device memory, or of physical memory
+// by handle (cuMemCreate): held from its return, by the place that made
+// it. A failure for want of memory is an out-of-memory record (oom.go).
+func (m *Model) malloc(ps *procState, spec *event.Spec, _ *event.Event) {
+	p, call := ps.p, &m.call
+	a := &call.Args
+	switch {
+	case !call.failed() && a.Ptr != 0:
+		if !ps.mem.alloc(a.Ptr, a.Size, siteKey{api: call.API, symbol: call.Symbol, stack: call.Stack, py: call.PyStack}, spec.Handle) {
+			m.drops.Limits.Allocations++
+		}
+		p.DeviceMemInUse = ps.mem.inUse
+		p.DeviceMemPeak = max(p.DeviceMemPeak, p.DeviceMemInUse)
+		ps.allocated(call.TID, call.End)
+	case call.HasRet && int32(call.Ret) == errOutOfMemory:
+		m.outOfMemory(ps, call, spec)
+	}
+	if !a.HasStream && !spec.Handle && call.Duration() > mallocSyncThreshold {
+		if q := m.queuedAll(ps); q > 0 {
+			m.addSync(ps, SyncMalloc, -1, q)
+		}
+	}
+}
+
+// free follows a release of device memory. cudaFree synchronizes the
+// device; cudaFree(NULL) only initializes the context, cudaFreeAsync is
+// stream-ordered and cuMemRelease lets physical memory go once unmapped.
+func (m *Model) free(ps *procState, spec *event.Spec, _ *event.Event) {
+	p, call := ps.p, &m.call
+	ptr := call.Args.Ptr
+	if ptr != 0 {
+		ps.mem.free(ptr, spec.Handle)
+		p.DeviceMemInUse = ps.mem.inUse
+	}
+	if spec.Sync && ptr != 0 {
+		m.addSync(ps, SyncFree, -1, m.queuedAll(ps))
+		m.boundAll(ps, boundTime(call))
+	}
+}
+
+// hostAlloc follows cudaHostAlloc and cudaMallocHost: pinned host memory,
+// which copies from or to it do not wait for.
+func (m *Model) hostAlloc(ps *procState, _ *event.Spec, _ *event.Event) {
+	a := &m.call.Args
+	if !m.call.failed() && a.Ptr != 0 && m.track(&ps.pinned, a.Ptr, a.Size) {
+		ps.p.PinnedBytes += a.Size
+	}
+}
+
+// hostRegister follows cudaHostRegister: host memory pinned in place.
+func (m *Model) hostRegister(ps *procState, _ *event.Spec, _ *event.Event) {
+	a := &m.call.Args
+	if !m.call.failed() && m.track(&ps.pinned, a.Ptr, a.Size) {
+		ps.p.PinnedBytes += a.Size
+	}
+}
+
+// hostFree follows cudaFreeHost, which synchronizes the device.
+func (m *Model) hostFree(ps *procState, _ *event.Spec, _ *event.Event) {
+	call := &m.call
+	ptr := call.Args.Ptr
+	ps.p.PinnedBytes -= min(ps.p.PinnedBytes, removed(&ps.pinned, ptr))
+	if ptr != 0 {
+		m.addSync(ps, SyncFree, -1, m.queuedAll(ps))
+		m.boundAll(ps, boundTime(call))
+	}
+}
+
+// hostUnregister follows cudaHostUnregister: the memory is pageable again.
+func (m *Model) hostUnregister(ps *procState, _ *event.Spec, _ *event.Event) {
+	ps.p.PinnedBytes -= min(ps.p.PinnedBytes, removed(&ps.pinned, m.call.Args.Ptr))
+}
+
+// memcpy follows a copy: on its stream, or on the default one when it
+// takes none; pinned or pageable by what its host side is. A synchronous
+// copy, and an asynchronous one from or to pageable memory, waited for its
+// stream to drain up to it.
+func (m *Model) memcpy(ps *procState, spec *event.Spec, ev *event.Event) {
+	p := ps.p
+	call := &m.call
+	a := &call.Args
+	if call.Stream < 0 {
+		// Synchronous copies run on the default stream of the build.
+		call.Stream = int32(m.streamID(ps, 0, spec.PerThreadDefault(ev.SymbolIndex()), call.TID, call.Start))
+	}
+	kind := a.Kind
+	if kind == event.DefaultKind {
+		kind = ps.direction(a.Dst, a.Src)
+	}
+	host := uint64(0)
+	switch kind {
+	case event.HostToDevice:
+		host = a.Src
+	case event.DeviceToHost:
+		host = a.Dst
+	}
+	pageable := host != 0 && !ps.pinned.Contains(host, max(a.Bytes, 1))
+	call.Pageable = pageable
+	s := &p.Streams[call.Stream].Stats
+	s.Memcpys++
+	switch kind {
+	case event.HostToDevice:
+		s.BytesHtoD += a.Bytes
+	case event.DeviceToHost:
+		s.BytesDtoH += a.Bytes
+	case event.DeviceToDevice:
+		s.BytesDtoD += a.Bytes
+	default:
+		s.BytesOther += a.Bytes
+	}
+	if host != 0 {
+		if pageable {
+			s.BytesPageable += a.Bytes
+		} else {
+			s.BytesPinned += a.Bytes
+		}
+	}
+	sid := int(call.Stream)
+	queued := m.queued(ps, sid)
+	op := m.enqueue(ps, GPUOp{Kind: OpMemcpy, Bytes: a.Bytes, CopyKind: kind, Pageable: pageable})
+	if op < 0 {
+		return // captured into a graph
+	}
+	switch {
+	case spec.Sync && kind != event.DeviceToDevice && kind != event.HostToHost:
+		m.addSync(ps, SyncMemcpy, sid, queued)
+	case !spec.Sync && pageable:
+		m.addSync(ps, SyncPageableMemcpy, sid, queued)
+	default:
+		return
+	}
+	// The host returned only once the stream had drained up to this copy.
+	m.boundStream(ps, sid, op, call.End)
+	if sid == 0 {
+		m.boundBlocking(ps, call.End) // the legacy stream waited for them first
+	}
+}
+
+// memset follows a memset, which a synchronous one waited for.
+func (m *Model) memset(ps *procState, spec *event.Spec, ev *event.Event) {
+	p := ps.p
+	call := &m.call
+	if call.Stream < 0 {
+		call.Stream = int32(m.streamID(ps, 0, spec.PerThreadDefault(ev.SymbolIndex()), call.TID, call.Start))
+	}
+	sid := int(call.Stream)
+	p.Streams[sid].Stats.Memsets++
+	queued := m.queued(ps, sid)
+	op := m.enqueue(ps, GPUOp{Kind: OpMemset, Bytes: call.Args.Bytes})
+	if spec.Sync && op >= 0 {
+		m.addSync(ps, SyncMemset, sid, queued)
+		m.boundStream(ps, sid, op, call.End)
+		if sid == 0 {
+			m.boundBlocking(ps, call.End)
+		}
+	}
+}
+
+// direction infers a cudaMemcpyDefault copy's direction from the device
+// allocations seen.
+func (ps *procState) direction(dst, src uint64) event.MemcpyKind {
+	d, s := ps.mem.ranges.Contains(dst, 1), ps.mem.ranges.Contains(src, 1)
+	switch {
+	case d && s:
+		return event.DeviceToDevice
+	case d:
+		return event.HostToDevice
+	case s:
+		return event.DeviceToHost
+	}
+	return event.HostToHost
+}

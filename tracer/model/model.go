@@ -8,24 +8,6 @@ import (
 	"github.com/cudatap/cudatap/tracer/event"
 )
 
-// Stream handles with a fixed meaning in the CUDA runtime.
-const (
-	handleLegacy    = 0x1 // cudaStreamLegacy
-	handlePerThread = 0x2 // cudaStreamPerThread
-)
-
-// cudaErrorNotReady: a query found work still pending.
-const errNotReady = 600
-
-// A synchronization shorter than this did not really wait for the GPU: the
-// work it covers finished before the call began. (Two uprobe traps alone cost
-// tens of µs on a VM.)
-const blockedThreshold = 50_000 // ns
-
-// A cudaMalloc taking longer than this while work was queued is reported as
-// an implicit synchronization.
-const mallocSyncThreshold = 1_000_000 // ns
-
 // maxWindow bounds the GPU ops a process keeps pending (not yet bounded by a
 // synchronization): beyond it the oldest is laid out as if never bounded and
 // counted (Drops.WindowFull). A training step enqueues a few thousand.
@@ -57,77 +39,6 @@ type Model struct {
 	// the bounds merged (limits.go).
 	threads, streams int
 	merged           merged
-}
-
-type eventPos struct {
-	stream  int
-	op      int      // ID of the last GPU op on the stream at record time, -1 if none
-	call    int      // Seq of the record call
-	capture *capture // the capture its stream recorded into, nil if none: a wait on it joins the capture
-}
-
-type pollKey struct {
-	tid    uint32
-	target uint64
-	event  bool
-}
-
-type pollState struct {
-	start uint64
-	n     int
-}
-
-// streamState is the model's private per-stream bookkeeping.
-type streamState struct {
-	queue       []int // pending GPU ops (IDs), enqueue order
-	head        int
-	gpuClock    uint64 // inferred end of the last laid-out op
-	lastOp      int
-	lastEnqueue uint64
-	waitAfter   int // op a cudaStreamWaitEvent made the next op wait for, -1 = none
-	busy        busyBounds
-	measured    spanUnion // the measured ops' GPU time (measured.go)
-}
-
-// busyBounds accumulates the upper bound of a stream's GPU busy time that is
-// known without kernel timings (StreamStats.BusyMaxNs): each op ran within
-// [earliest start, latest end] — it could not start before its enqueue nor
-// before the stream's previous op could, and it had ended by the
-// synchronization that proved it complete (by the end of the recording if
-// none did) — so the union of those intervals holds all of the stream's
-// work. No lower bound is known without timings: a host blocked in a
-// synchronization also waits for its own wake-up after the GPU finished
-// (81 µs blocked for 20 µs of work on the simulated GPU, TestBusyBounds).
-type busyBounds struct {
-	earliest         uint64 // earliest start of the stream's last op
-	maxStart, maxEnd uint64 // the union's current interval
-	maxNs            uint64 // closed intervals of the union
-}
-
-// op adds an op that could start no earlier than enqueued and had ended by
-// latest.
-func (b *busyBounds) op(enqueued, latest uint64) {
-	b.earliest = max(b.earliest, enqueued)
-	latest = max(latest, b.earliest)
-	if b.maxEnd == 0 || b.earliest > b.maxEnd {
-		b.maxNs += b.maxEnd - b.maxStart
-		b.maxStart, b.maxEnd = b.earliest, latest
-		return
-	}
-	b.maxEnd = max(b.maxEnd, latest)
-}
-
-func (b *busyBounds) max() uint64 { return b.maxNs + b.maxEnd - b.maxStart }
-
-func (s *streamState) pending() []int { return s.queue[s.head:] }
-
-func (s *streamState) pop(n int) {
-	s.head += n
-	if s.head == len(s.queue) {
-		s.queue, s.head = s.queue[:0], 0
-	} else if s.head > 1024 && s.head*2 > len(s.queue) {
-		s.queue, s.head = s.queue[:copy(s.queue, s.queue[s.head:])], 0
-	}
 }
 
 type procState struct {
@@ -194,19 +105,6 @@ type procState struct {
 	// theirs (measured.go).
 	cuptiStreams map[cuptiStream]int
 	cuptiParked  []Measurement
-}
-
-// currentDevice is thread tid's current device: the last it set, else
-// CUDA's default, device 0 — unknown in a process that ran before cudatap
-// attached (it may have set one then).
-func (ps *procState) currentDevice(tid uint32) int8 {
-	if d, ok := ps.devices[tid]; ok {
-		return d
-	}
-	if ps.p.AttachedLate {
-		return DeviceUnknown
-	}
-	return 0
 }
 
 // New returns an empty model that hands what it concludes to sink (nil:
@@ -283,41 +181,6 @@ func (m *Model) newProc(pid uint32) *procState {
 // attached process that makes no CUDA call still shows up.
 func (m *Model) AddProcess(pid uint32) { m.proc(pid) }
 
-func (ps *procState) addStream(s *Stream) int {
-	s.ID = len(ps.p.Streams)
-	ps.p.Streams = append(ps.p.Streams, s)
-	ps.st = append(ps.st, &streamState{lastOp: -1, waitAfter: -1})
-	return s.ID
-}
-
-// streamID maps a handle as passed to a call to the process's stream id.
-// A stream merged into the other-streams stream is not remembered: each
-// of its calls finds it so again.
-func (m *Model) streamID(ps *procState, handle uint64, perThreadDefault bool, tid uint32, now uint64) int {
-	if (handle == 0 && perThreadDefault) || handle == handlePerThread {
-		if id, ok := ps.perThread[tid]; ok {
-			return id
-		}
-		id := m.newStream(ps, &Stream{Kind: StreamPerThread, Handle: handlePerThread, OwnerTID: tid, CreatedAt: now},
-			streamKey{ps.p.PID, tid, handlePerThread})
-		if id != ps.other {
-			ps.perThread[tid] = id
-		}
-		return id
-	}
-	if handle == 0 || handle == handleLegacy {
-		return 0
-	}
-	if id, ok := ps.byHandle[handle]; ok {
-		return id
-	}
-	id := m.newStream(ps, &Stream{Kind: StreamPreExisting, Handle: handle, Device: DeviceUnknown}, streamKey{ps.p.PID, 0, handle})
-	if id != ps.other {
-		ps.byHandle[handle] = id
-	}
-	return id
-}
-
 // Handle adds one event. Events must arrive in the order of their Start
 // time per thread; across threads small reorderings are harmless.
 func (m *Model) Handle(ev *event.Event) {
@@ -362,7 +225,6 @@ func (m *Model) Handle(ev *event.Event) {
 	}
 	a := &call.Args
 	*a = *ev.Named()
-	ok := !call.HasRet || call.Ret == 0
 	if a.HasStream && spec.Class != event.ClassStreamCreate {
 		call.Stream = int32(m.streamID(ps, a.Stream, spec.PerThreadDefault(ev.SymbolIndex()), tid, ev.Start))
 	}
@@ -372,184 +234,9 @@ func (m *Model) Handle(ev *event.Event) {
 	if ev.NPy > 0 {
 		call.PyStack = m.addPyStack(ps, ev)
 	}
-	if len(ev.KernelArgs.Bytes) > 0 && spec.Class == event.ClassLaunch {
-		call.KernelArgs = &ev.KernelArgs
+	if int(spec.Class) < len(handlers) && handlers[spec.Class] != nil {
+		handlers[spec.Class](m, ps, spec, ev)
 	}
-
-	switch spec.Class {
-	case event.ClassStreamCreate:
-		if ok && a.Stream != 0 {
-			// A handle reused after destroy is a new stream.
-			id := m.newStream(ps, &Stream{Kind: StreamCreated, Handle: a.Stream, NonBlocking: a.Flags&1 != 0,
-				Priority: a.Priority, CreatedAt: ev.Start, Device: ps.currentDevice(call.TID)}, streamKey{p.PID, 0, a.Stream})
-			if id != ps.other {
-				ps.byHandle[a.Stream] = id
-			} else {
-				delete(ps.byHandle, a.Stream)
-			}
-			call.Stream = int32(id)
-		}
-	case event.ClassSetDevice:
-		if call.HasRet && call.Ret == 0 && a.Device >= 0 && a.Device < maxDevices {
-			ps.devices[call.TID] = int8(a.Device)
-		}
-	case event.ClassCommInit:
-		// The process's place in its job: its widest communicator (DDP's
-		// world, not a sub-group made later).
-		if call.HasRet && call.Ret == 0 && a.Size > 0 && int64(a.Size) > int64(p.WorldSize) && a.Peer >= 0 {
-			p.Rank, p.WorldSize = a.Peer, int32(a.Size)
-		}
-	case event.ClassStreamDestroy:
-		if call.Stream > 0 && int(call.Stream) != ps.other {
-			p.Streams[call.Stream].DestroyedAt = ev.Start
-			delete(ps.byHandle, a.Stream)
-		}
-	case event.ClassLaunch:
-		if spec.Layer == event.Driver && ev.Out != 0 {
-			// A driver launch made by a runtime launch carries the runtime
-			// host stub (see tracer.AttachRuntimeLaunches): its ELF symbol
-			// names the CUfunction.
-			if _, known := p.Stubs[a.Func]; !known {
-				if len(p.Stubs) < maxKernelNames {
-					p.Stubs[a.Func] = ev.Out
-				} else {
-					m.drops.Limits.KernelNames++
-				}
-				ps.newStubAt, ps.launchesSinceStub = ev.Start, -1
-			}
-		}
-		ps.launchesSinceStub++
-		p.Streams[call.Stream].Stats.Launches++
-		m.enqueue(ps, GPUOp{Kind: OpKernel, Func: a.Func, Grid: a.Grid, Block: a.Block})
-	case event.ClassGraphLaunch:
-		p.Streams[call.Stream].Stats.GraphLaunches++
-		m.graphLaunch(ps, a.Ptr)
-	case event.ClassHostFunc:
-		m.enqueue(ps, GPUOp{Kind: OpHostFunc, Func: a.Func})
-	case event.ClassMemcpy:
-		m.memcpy(ps, spec, ev)
-	case event.ClassMemset:
-		m.memset(ps, spec, ev)
-	case event.ClassEventRecord:
-		sid := int(call.Stream)
-		if _, known := ps.events[a.Event]; known || len(ps.events) < maxEvents {
-			ps.events[a.Event] = eventPos{stream: sid, op: ps.st[sid].lastOp, call: call.Seq, capture: ps.capturing[sid]}
-		} else {
-			m.drops.Limits.Events++
-		}
-		// A record enqueues a marker on the stream: it gets a correlation
-		// id of its own, as CUPTI gives it (Kineto traces, and HTA's
-		// critical path, match waits to records by it).
-		m.corr++
-		call.Correlation = m.corr
-	case event.ClassStreamWaitEvent:
-		if pos, found := ps.events[a.Event]; found {
-			m.sink.Dependency(p, &Dependency{Event: a.Event, RecordCall: pos.call, WaitCall: call.Seq,
-				FromStream: pos.stream, ToStream: int(call.Stream)})
-			if c := pos.capture; c != nil && ps.capturing[pos.stream] == c {
-				ps.capturing[int(call.Stream)] = c // forked into the capture: its work is the graph's
-			} else if pos.op >= 0 && ps.capturing[int(call.Stream)] == nil {
-				ps.st[call.Stream].waitAfter = pos.op
-			}
-		}
-	case event.ClassEventCreate, event.ClassEventDestroy:
-		// A new or destroyed event has no recorded position (handles are reused).
-		delete(ps.events, a.Event)
-	case event.ClassEventSync:
-		m.eventSync(ps, a.Event)
-	case event.ClassStreamSync:
-		sid := int(call.Stream)
-		queued := m.queued(ps, sid)
-		m.addSync(ps, SyncStream, sid, queued)
-		m.boundStream(ps, sid, -1, boundTime(call))
-		if sid == 0 {
-			m.boundBlocking(ps, boundTime(call))
-		}
-	case event.ClassDeviceSync:
-		m.addSync(ps, SyncDevice, -1, m.queuedAll(ps))
-		m.boundAll(ps, boundTime(call))
-	case event.ClassEventQuery, event.ClassStreamQuery:
-		m.query(ps, spec.Class == event.ClassEventQuery)
-	case event.ClassMalloc:
-		switch {
-		case ok && a.Ptr != 0:
-			if !ps.mem.alloc(a.Ptr, a.Size, siteKey{api: call.API, symbol: call.Symbol, stack: call.Stack, py: call.PyStack}, spec.Handle) {
-				m.drops.Limits.Allocations++
-			}
-			p.DeviceMemInUse = ps.mem.inUse
-			p.DeviceMemPeak = max(p.DeviceMemPeak, p.DeviceMemInUse)
-			ps.allocated(call.TID, call.End)
-		case call.HasRet && int32(call.Ret) == errOutOfMemory:
-			m.outOfMemory(ps, call, spec)
-		}
-		if !a.HasStream && !spec.Handle && call.Duration() > mallocSyncThreshold {
-			if q := m.queuedAll(ps); q > 0 {
-				m.addSync(ps, SyncMalloc, -1, q)
-			}
-		}
-	case event.ClassFree:
-		if a.Ptr != 0 {
-			ps.mem.free(a.Ptr, spec.Handle)
-			p.DeviceMemInUse = ps.mem.inUse
-		}
-		// cudaFree synchronizes the device; cudaFree(NULL) only initializes
-		// the context, cudaFreeAsync is stream-ordered and cuMemRelease
-		// lets physical memory go once unmapped.
-		if spec.Sync && a.Ptr != 0 {
-			m.addSync(ps, SyncFree, -1, m.queuedAll(ps))
-			m.boundAll(ps, boundTime(call))
-		}
-	case event.ClassHostAlloc:
-		if ok && a.Ptr != 0 && m.track(&ps.pinned, a.Ptr, a.Size) {
-			p.PinnedBytes += a.Size
-		}
-	case event.ClassHostRegister:
-		if ok && m.track(&ps.pinned, a.Ptr, a.Size) {
-			p.PinnedBytes += a.Size
-		}
-	case event.ClassHostFree:
-		p.PinnedBytes -= min(p.PinnedBytes, removed(&ps.pinned, a.Ptr))
-		if a.Ptr != 0 {
-			m.addSync(ps, SyncFree, -1, m.queuedAll(ps))
-			m.boundAll(ps, boundTime(call))
-		}
-	case event.ClassHostUnregister:
-		p.PinnedBytes -= min(p.PinnedBytes, removed(&ps.pinned, a.Ptr))
-	case event.ClassFuncName:
-		if ok && a.Ptr != 0 {
-			name := p.KernelNames[a.Func] // cuKernelGetFunction: the kernel's name
-			if spec.API != event.CuKernelGetFunction {
-				name = ev.String()
-			}
-			if _, known := p.KernelNames[a.Ptr]; name != "" && !known && len(p.KernelNames) >= maxKernelNames {
-				m.drops.Limits.KernelNames++
-			} else if name != "" {
-				p.KernelNames[a.Ptr] = name
-			}
-		}
-	case event.ClassCaptureBegin:
-		ps.beginCapture(call)
-	case event.ClassCaptureEnd:
-		m.endCapture(ps, call)
-	case event.ClassGraphInstantiate:
-		m.instantiate(ps, call)
-	case event.ClassGraph:
-		m.graphCall(ps, call)
-	case event.ClassCollective:
-		st := &p.Streams[call.Stream].Stats
-		st.Collectives++
-		st.CommBytes += a.Bytes
-		id := m.enqueue(ps, GPUOp{Kind: OpCollective, Bytes: a.Bytes})
-		if g := ps.groups[call.TID]; g != nil && id >= 0 && len(ps.deferred) < maxGroupOps {
-			ps.deferred[id] = true
-			g.ops = append(g.ops, id)
-		}
-	case event.ClassGroup:
-		ps.group(call)
-	case event.ClassAnnotation:
-		m.annotation(p, a, ev)
-	}
-
 	m.sink.Call(p, call)
 	for i := range m.syncs {
 		m.sink.Sync(p, &m.syncs[i])
@@ -559,64 +246,45 @@ func (m *Model) Handle(ev *event.Event) {
 	}
 }
 
-// ncclGroup is one thread's open NCCL group.
-type ncclGroup struct {
-	depth int
-	ops   []int // collectives called inside, deferred until the end
-}
+// A handler follows what a call of one class does to the model: it reads
+// the call being handled (m.call) and completes it, and adds its syncs.
+type handler func(m *Model, ps *procState, spec *event.Spec, ev *event.Event)
 
-// maxGroupOps bounds the collectives deferred in a process's open groups:
-// beyond, they count as enqueued at their call (a "ready" answer before the group's end
-// may then prove them complete early).
-const maxGroupOps = 4096
-
-// group follows ncclGroupStart/ncclGroupEnd: at the outermost end, the
-// collectives called inside are enqueued (NCCL launches them then).
-func (ps *procState) group(call *Call) {
-	g := ps.groups[call.TID]
-	if call.API == event.NcclGroupStart {
-		if g == nil {
-			g = &ncclGroup{}
-			ps.groups[call.TID] = g
-		}
-		g.depth++
-		return
-	}
-	if g == nil {
-		return
-	}
-	if g.depth--; g.depth > 0 {
-		return
-	}
-	delete(ps.groups, call.TID)
-	for _, id := range g.ops {
-		delete(ps.deferred, id)
-		if op := ps.op(id); op.ID == id && !op.final {
-			op.Enqueued = max(op.Enqueued, call.Start)
-			if len(g.ops) > 1 && ps.measuring && len(ps.shared) < maxGroupOps {
-				ps.shared[id] = true
-			}
-		}
-	}
-}
-
-// LastNewStub is when a launch last named a kernel from its runtime stub
-// that had no name before (ns, CLOCK_MONOTONIC), 0 if never, and how many
-// launches the process made since.
-func (m *Model) LastNewStub(pid uint32) (at uint64, launchesSince int) {
-	if ps := m.procs[pid]; ps != nil {
-		return ps.newStubAt, ps.launchesSinceStub
-	}
-	return 0, 0
-}
-
-// boundTime is when the work a sync waited for was known to be complete: its
-// return if it really blocked, else its start.
-func boundTime(c *Call) uint64 {
-	if c.Duration() >= blockedThreshold {
-		return c.End
-	}
-	return c.Start
+// handlers by class, each beside the state it changes; a class without
+// one (event.ClassOther) changes nothing but the counts. Never written.
+var handlers = [...]handler{
+	event.ClassStreamCreate:     (*Model).createStream, // streams.go
+	event.ClassStreamDestroy:    (*Model).destroyStream,
+	event.ClassSetDevice:        (*Model).setDevice, // devices.go
+	event.ClassLaunch:           (*Model).launch,    // launches.go
+	event.ClassHostFunc:         (*Model).hostFunc,
+	event.ClassFuncName:         (*Model).nameFunc,
+	event.ClassMemcpy:           (*Model).memcpy, // memory.go
+	event.ClassMemset:           (*Model).memset,
+	event.ClassMalloc:           (*Model).malloc,
+	event.ClassFree:             (*Model).free,
+	event.ClassHostAlloc:        (*Model).hostAlloc,
+	event.ClassHostFree:         (*Model).hostFree,
+	event.ClassHostRegister:     (*Model).hostRegister,
+	event.ClassHostUnregister:   (*Model).hostUnregister,
+	event.ClassEventCreate:      (*Model).forgetEvent, // deps.go
+	event.ClassEventDestroy:     (*Model).forgetEvent,
+	event.ClassEventRecord:      (*Model).recordEvent,
+	event.ClassStreamWaitEvent:  (*Model).waitEvent,
+	event.ClassEventSync:        (*Model).syncEvent, // syncs.go
+	event.ClassStreamSync:       (*Model).syncStream,
+	event.ClassDeviceSync:       (*Model).syncDevice,
+	event.ClassEventQuery:       (*Model).query,
+	event.ClassStreamQuery:      (*Model).query,
+	event.ClassGraphLaunch:      (*Model).graphLaunch, // graphs.go
+	event.ClassCaptureBegin:     (*Model).beginCapture,
+	event.ClassCaptureEnd:       (*Model).endCapture,
+	event.ClassGraphInstantiate: (*Model).instantiate,
+	event.ClassGraph:            (*Model).graphCall,
+	event.ClassCommInit:         (*Model).commInit, // nccl.go
+	event.ClassCollective:       (*Model).collective,
+	event.ClassGroup:            (*Model).group,
+	event.ClassAnnotation:       (*Model).annotation, // annotations.go
 }
 
 // intern returns the index of the stack whose key is b, adding it (with
@@ -789,290 +457,6 @@ func (m *Model) enqueueAs(ps *procState, op GPUOp, corr uint64) int {
 	return op.ID
 }
 
-func (m *Model) memcpy(ps *procState, spec *event.Spec, ev *event.Event) {
-	p := ps.p
-	call := &m.call
-	a := &call.Args
-	if call.Stream < 0 {
-		// Synchronous copies run on the default stream of the build.
-		call.Stream = int32(m.streamID(ps, 0, spec.PerThreadDefault(ev.SymbolIndex()), call.TID, call.Start))
-	}
-	kind := a.Kind
-	if kind == event.DefaultKind {
-		kind = ps.direction(a.Dst, a.Src)
-	}
-	host := uint64(0)
-	switch kind {
-	case event.HostToDevice:
-		host = a.Src
-	case event.DeviceToHost:
-		host = a.Dst
-	}
-	pageable := host != 0 && !ps.pinned.Contains(host, max(a.Bytes, 1))
-	call.Pageable = pageable
-	s := &p.Streams[call.Stream].Stats
-	s.Memcpys++
-	switch kind {
-	case event.HostToDevice:
-		s.BytesHtoD += a.Bytes
-	case event.DeviceToHost:
-		s.BytesDtoH += a.Bytes
-	case event.DeviceToDevice:
-		s.BytesDtoD += a.Bytes
-	default:
-		s.BytesOther += a.Bytes
-	}
-	if host != 0 {
-		if pageable {
-			s.BytesPageable += a.Bytes
-		} else {
-			s.BytesPinned += a.Bytes
-		}
-	}
-	sid := int(call.Stream)
-	queued := m.queued(ps, sid)
-	op := m.enqueue(ps, GPUOp{Kind: OpMemcpy, Bytes: a.Bytes, CopyKind: kind, Pageable: pageable})
-	if op < 0 {
-		return // captured into a graph
-	}
-	switch {
-	case spec.Sync && kind != event.DeviceToDevice && kind != event.HostToHost:
-		m.addSync(ps, SyncMemcpy, sid, queued)
-	case !spec.Sync && pageable:
-		m.addSync(ps, SyncPageableMemcpy, sid, queued)
-	default:
-		return
-	}
-	// The host returned only once the stream had drained up to this copy.
-	m.boundStream(ps, sid, op, call.End)
-	if sid == 0 {
-		m.boundBlocking(ps, call.End) // the legacy stream waited for them first
-	}
-}
-
-func (m *Model) memset(ps *procState, spec *event.Spec, ev *event.Event) {
-	p := ps.p
-	call := &m.call
-	if call.Stream < 0 {
-		call.Stream = int32(m.streamID(ps, 0, spec.PerThreadDefault(ev.SymbolIndex()), call.TID, call.Start))
-	}
-	sid := int(call.Stream)
-	p.Streams[sid].Stats.Memsets++
-	queued := m.queued(ps, sid)
-	op := m.enqueue(ps, GPUOp{Kind: OpMemset, Bytes: call.Args.Bytes})
-	if spec.Sync && op >= 0 {
-		m.addSync(ps, SyncMemset, sid, queued)
-		m.boundStream(ps, sid, op, call.End)
-		if sid == 0 {
-			m.boundBlocking(ps, call.End)
-		}
-	}
-}
-
-// direction infers a cudaMemcpyDefault copy's direction from the device
-// allocations seen.
-func (ps *procState) direction(dst, src uint64) event.MemcpyKind {
-	d, s := ps.mem.ranges.Contains(dst, 1), ps.mem.ranges.Contains(src, 1)
-	switch {
-	case d && s:
-		return event.DeviceToDevice
-	case d:
-		return event.HostToDevice
-	case s:
-		return event.DeviceToHost
-	}
-	return event.HostToHost
-}
-
-func (m *Model) eventSync(ps *procState, ev uint64) {
-	call := &m.call
-	pos, found := ps.events[ev]
-	if !found {
-		m.addSync(ps, SyncEvent, -1, 0)
-		return
-	}
-	call.Stream = int32(pos.stream)
-	queued := 0
-	for _, op := range ps.st[pos.stream].pending() {
-		if op <= pos.op {
-			queued++
-		}
-	}
-	m.addSync(ps, SyncEvent, pos.stream, queued)
-	m.sink.Dependency(ps.p, &Dependency{Event: ev, RecordCall: pos.call, WaitCall: call.Seq, FromStream: pos.stream, ToStream: -1})
-	if pos.op >= 0 {
-		m.boundStream(ps, pos.stream, pos.op, boundTime(call))
-	}
-}
-
-// query tracks cudaStreamQuery/cudaEventQuery: a run of "not ready" answers
-// ending in "ready" is a busy-poll loop, one synchronization.
-func (m *Model) query(ps *procState, isEvent bool) {
-	call := &m.call
-	target := call.Args.Stream
-	if isEvent {
-		target = call.Args.Event
-	}
-	key := pollKey{tid: call.TID, target: target, event: isEvent}
-	st := ps.polls[key]
-	if call.HasRet && call.Ret == errNotReady {
-		if st.n == 0 {
-			if len(ps.polls) >= maxPolls {
-				m.drops.Limits.Polls++
-				return
-			}
-			st.start = call.Start
-		}
-		st.n++
-		ps.polls[key] = st
-		return
-	}
-	delete(ps.polls, key)
-	sid := int(call.Stream)
-	upto := -1
-	if isEvent {
-		pos, found := ps.events[call.Args.Event]
-		if !found {
-			return
-		}
-		sid, upto = pos.stream, pos.op
-		call.Stream = int32(sid)
-	}
-	if st.n >= 2 {
-		s := m.addSync(ps, SyncQueryPoll, sid, m.queued(ps, sid))
-		s.Start, s.BlockedNs, s.Polls = st.start, call.End-st.start, st.n+1
-		call.BlockedNs = s.BlockedNs
-		ps.p.Streams[sid].Stats.SyncBlockedNs += s.BlockedNs - call.Duration()
-	}
-	// "Ready" at time T bounds the work it covers.
-	if call.HasRet && call.Ret == 0 && (!isEvent || upto >= 0) {
-		m.boundStream(ps, sid, upto, call.End)
-	}
-}
-
-func (m *Model) queued(ps *procState, sid int) int {
-	if sid < 0 {
-		return m.queuedAll(ps)
-	}
-	return len(ps.st[sid].pending())
-}
-
-func (m *Model) queuedAll(ps *procState) int {
-	n := 0
-	for _, st := range ps.st {
-		n += len(st.pending())
-	}
-	return n
-}
-
-// addSync records a synchronization caused by the current call.
-func (m *Model) addSync(ps *procState, kind SyncKind, sid int, queued int) *Sync {
-	p := ps.p
-	call := &m.call
-	blocked := call.Duration()
-	if kind == SyncLegacyStream {
-		blocked = 0 // serializes GPU work; the host does not wait
-	}
-	m.syncs = append(m.syncs, Sync{Kind: kind, Call: call.Seq, TID: call.TID, Stream: sid, Start: call.Start,
-		BlockedNs: blocked, QueuedOps: queued, API: call.API, Symbol: call.Symbol, Stack: call.Stack, PyStack: call.PyStack})
-	call.Sync, call.BlockedNs = kind, blocked
-	s := sid
-	if s < 0 {
-		s = 0 // device-wide waits are booked on the legacy stream
-	}
-	p.Streams[s].Stats.Syncs++
-	p.Streams[s].Stats.SyncBlockedNs += blocked
-	return &m.syncs[len(m.syncs)-1]
-}
-
-func (m *Model) boundAll(ps *procState, t uint64) {
-	for sid := range ps.st {
-		m.boundStream(ps, sid, -1, t)
-	}
-}
-
-// boundBlocking bounds every blocking stream: a sync on the legacy default
-// stream waits for all of them.
-func (m *Model) boundBlocking(ps *procState, t uint64) {
-	for sid := 1; sid < len(ps.st); sid++ {
-		if ps.p.Streams[sid].Blocking() {
-			m.boundStream(ps, sid, -1, t)
-		}
-	}
-}
-
-// boundStream lays out the pending ops of a stream up to op upto (all when
-// -1), knowing they completed by t. Without kernel timings the busy interval
-// is split evenly between them, never starting an op before its enqueue nor
-// before the op it waits for (cudaStreamWaitEvent) ended; that op completed
-// by t too, so it is bounded first.
-func (m *Model) boundStream(ps *procState, sid int, upto int, t uint64) {
-	st := ps.st[sid]
-	pend := st.pending()
-	n := len(pend)
-	if upto >= 0 {
-		n, _ = slices.BinarySearch(pend, upto+1)
-	}
-	// Not past a collective of an NCCL group still open: not enqueued yet.
-	if len(ps.deferred) > 0 {
-		for i, id := range pend[:n] {
-			if ps.deferred[id] {
-				n = i
-				break
-			}
-		}
-	}
-	if n == 0 {
-		return
-	}
-	begin := max(st.gpuClock, ps.op(pend[0]).Enqueued)
-	if t < begin {
-		t = begin
-	}
-	prev := st.gpuClock
-	for k := range n {
-		op := ps.op(st.pending()[0])
-		// Proven complete when the call being handled returned, at the
-		// latest (t, where the layout ends it, may be its start).
-		op.provenAt = max(t, m.call.End)
-		op.Bounded = true
-		st.busy.op(op.Enqueued, op.provenAt)
-		if op.Measured {
-			// CUPTI's times arrived before the sync: they stand.
-			prev = max(prev, op.End)
-			st.gpuClock = prev
-			st.pop(1)
-			m.final(ps, op)
-			continue
-		}
-		op.Start = max(prev, op.Enqueued)
-		m.waitFor(ps, op, t)
-		share := begin + mulDiv(t-begin, uint64(k+1), uint64(n))
-		op.End = max(op.Start, share)
-		prev = op.End
-		st.gpuClock = prev
-		st.pop(1)
-		m.final(ps, op)
-	}
-}
-
-// waitFor starts op no earlier than the end of the op it waits for, which
-// completed by t as well and is laid out first.
-func (m *Model) waitFor(ps *procState, op *GPUOp, t uint64) {
-	if op.After < 0 {
-		return
-	}
-	dep := ps.op(op.After)
-	if dep == nil {
-		return // left the window long ago: it ended before op was enqueued
-	}
-	if !dep.final {
-		m.boundStream(ps, dep.Stream, dep.ID, t)
-	}
-	op.Start = max(op.Start, dep.End)
-	op.AfterStart, op.AfterStream, op.AfterDevice = dep.Start, int32(dep.Stream), dep.Device
-}
-
 // layOutUnbounded places an op no synchronization bounded: right after the
 // stream's previous op (or its enqueue), with no duration. op must be the
 // oldest pending op of its stream.
@@ -1101,15 +485,6 @@ func (m *Model) layOutUnbounded(ps *procState, op *GPUOp) {
 	st.gpuClock = op.End
 	st.dequeue(op.ID)
 	m.final(ps, op)
-}
-
-// dequeue removes op id from the stream's pending ops.
-func (s *streamState) dequeue(id int) {
-	if pend := s.pending(); len(pend) > 0 && pend[0] == id {
-		s.pop(1)
-	} else if i := slices.Index(pend, id); i >= 0 {
-		s.queue = slices.Delete(s.queue, s.head+i, s.head+i+1)
-	}
 }
 
 // final marks an op laid out; it goes to the sink now, or once measured

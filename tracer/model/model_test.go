@@ -403,3 +403,19 @@ func TestPyFrameBySite(t *testing.T) {
 		t.Errorf("a name kept by the whole key: %q", got)
 	}
 }
+
+// TestEveryClassHandled: every class an API has, but ClassOther, has a
+// handler; a class left out would count its calls and change nothing.
+func TestEveryClassHandled(t *testing.T) {
+	n := 0
+	for a := event.API(1); event.Lookup(a) != nil; a++ {
+		s := event.Lookup(a)
+		n++
+		if s.Class != event.ClassOther && (int(s.Class) >= len(handlers) || handlers[s.Class] == nil) {
+			t.Errorf("%s: class %d has no handler", s.Name, s.Class)
+		}
+	}
+	if n < 50 {
+		t.Errorf("only %d APIs looked up", n)
+	}
+}

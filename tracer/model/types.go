@@ -213,6 +213,10 @@ func (c *Call) Duration() uint64 {
 	return 0
 }
 
+// failed reports whether the call returned an error (one whose return was
+// not probed did not, as far as is known).
+func (c *Call) failed() bool { return c.HasRet && c.Ret != 0 }
+
 // Spec of the call's API.
 func (c *Call) Spec() *event.Spec { return event.Lookup(c.API) }
 
