@@ -530,7 +530,8 @@ func (w *Writer) Call(p *model.Process, c *model.Call) {
 		w.dim3("grid", a.Grid)
 		w.dim3("block", a.Block)
 		w.uint("shared_mem", a.SharedMem)
-		w.kernelName("kernel", p, a.Func, w.kernels.Of(p, a.Func), formDisplay, w.kernelNamed(p, a.Func))
+		k := w.kernels.Of(p, a.Func)
+		w.kernelName("kernel", p, a.Func, k, formDisplay, w.kernelNamed(k))
 	case event.ClassCollective:
 		w.uint("bytes", a.Bytes)
 		w.uint("count", a.Size) // elements
@@ -770,7 +771,8 @@ func (w *Writer) GPUOp(p *model.Process, op *model.GPUOp) {
 	var k describe.Kernel
 	named := true
 	if op.Kind == model.OpKernel {
-		k, named = w.kernels.Of(p, op.Func), w.kernelNamed(p, op.Func)
+		k = w.kernels.Of(p, op.Func)
+		named = w.kernelNamed(k)
 	}
 	track := trackKey{p.PID, op.Stream, op.Device}
 	start, dur := op.Start, uint64(minDur)

@@ -36,10 +36,11 @@ const (
 	formMangled = 'm'
 )
 
-// kernelNamed reports whether the kernel launched as f in p can be written now:
-// always, but in a live trace that does not know its name yet.
-func (w *Writer) kernelNamed(p *model.Process, f uint64) bool {
-	return w.opts.Pending == nil || describe.KernelNamed(w.names, p, f)
+// kernelNamed reports whether kernel k can be written now: always, but
+// in a live trace that does not know its name yet (Kernels.Of names a
+// kernel anew once it is named).
+func (w *Writer) kernelNamed(k describe.Kernel) bool {
+	return w.opts.Pending == nil || k.Named()
 }
 
 // kernelName writes the kernel launched as f in p, in form (k's), under

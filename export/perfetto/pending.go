@@ -45,7 +45,7 @@ func (w *Writer) late(p *model.Process, kernel bool, f uint64, py int32) bool {
 	if w.opts.Pending == nil {
 		return false
 	}
-	if kernel && !describe.KernelNamed(w.names, p, f) {
+	if kernel && !w.kernels.Of(p, f).Named() {
 		return true
 	}
 	if py >= 0 && int(py) < len(p.PyStacks) {

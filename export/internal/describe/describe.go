@@ -36,6 +36,11 @@ func KernelOf(n *model.Names, p *model.Process, f uint64) Kernel {
 	return Kernel{Display: symbolize.Shorten(full, KernelNameMax), Full: full, Mangled: mangled}
 }
 
+// Named reports whether k is more than the address it was launched as.
+func (k Kernel) Named() bool {
+	return k.Mangled != k.Full || !strings.HasPrefix(k.Full, "kernel@0x")
+}
+
 // KernelNamed reports whether the kernel launched as f in p has a name
 // yet (KernelOf gives more than its address).
 func KernelNamed(n *model.Names, p *model.Process, f uint64) bool {
@@ -234,7 +239,7 @@ func (c *Kernels) Of(p *model.Process, f uint64) Kernel {
 	// A kernel unnamed when its launch was written may be named by the
 	// time its GPU op is: CUPTI's name comes with the op's measurement,
 	// and a live trace's names as the resolver finds them.
-	if !ok || (k.Mangled == k.Full && strings.HasPrefix(k.Full, "kernel@0x") && KernelNamed(c.names, p, f)) {
+	if !ok || (!k.Named() && KernelNamed(c.names, p, f)) {
 		k = KernelOf(c.names, p, f)
 		if len(c.made) >= maxKernels {
 			clear(c.made)
