@@ -666,19 +666,30 @@ static __always_inline __u32 read_kernel_args(struct pt_regs *ctx, __u64 cookie,
 		if (bpf_probe_read_user(k->entry, 8, (void *)params) < 0)
 			return EV_KARGS_FAULT;
 	}
-	/* The parameters: the leading entries that can point into user
+	/* The parameters: the leading entries that point at readable user
 	 * memory. Past the last one the array holds what the stack held:
-	 * small numbers (grid sizes), code and heap addresses, the stack. */
+	 * small numbers (grid sizes), unmapped values, code and heap
+	 * addresses, the stack. */
 	int n = 0;
 	for (; n < KARG_PARAMS; n++) {
 		__u64 at = k->entry[n];
-		if (at < 4096 || at >= USER_TOP)
+		__u8 probe;
+		if (at < 4096 || at >= USER_TOP || bpf_probe_read_user(&probe, 1, (void *)at) < 0)
 			break;
 	}
 	/* Each value runs up to the nearest entry above it, KARG_ONE bytes at
-	 * most. want goes through the record, read back as a value the
-	 * verifier does not know: one state on, not one per path taken. */
-	for (int i = 0; i < n && i < KARG_PARAMS; i++) {
+	 * most (len[i]), and every value after it is promised its first
+	 * KARG_FLOOR bytes (off[i], the sum of those promises): the leading
+	 * entries are the parameters, so a value whose length is a guess (a
+	 * scalar far below the next one) or a word of the stack past the last
+	 * parameter never crowds a parameter out. Both go through the record,
+	 * read back as values the verifier does not know: one state on, not
+	 * one per path taken. */
+	__u32 promised = 0;
+	for (int r = 0; r < KARG_PARAMS; r++) {
+		int i = KARG_PARAMS - 1 - r;
+		if (i >= n)
+			continue;
 		__u64 at = k->entry[i];
 		__u64 want = KARG_ONE;
 		for (int j = 0; j < n && j < KARG_PARAMS; j++) {
@@ -687,28 +698,34 @@ static __always_inline __u32 read_kernel_args(struct pt_regs *ctx, __u64 cookie,
 				want = e - at;
 		}
 		*(volatile __u16 *)&k->len[i] = (__u16)want;
+		*(volatile __u16 *)&k->off[i] = (__u16)promised;
+		/* the last one is promised a start within KARG_START */
+		promised += i == n - 1 ? 1 : want < KARG_FLOOR ? (__u32)want : KARG_FLOOR;
 	}
-	/* The values an entry above bounds first, then the others (the topmost
-	 * one, a struct passed alone), which get what is left: a value whose
-	 * length is a guess does not crowd out the rest. An entry whose value
-	 * cannot be read is no parameter: neither is any after it. */
+	/* In order: each value gets what it wants, less what the values after
+	 * it were promised; the last one starts within KARG_START and gets
+	 * what it wants. An entry whose value cannot be read after all is
+	 * no parameter: neither is any after it. */
 	__u32 used = 0;
-	for (int pass = 0; pass < 2; pass++) {
-		for (int i = 0; i < n && i < KARG_PARAMS; i++) {
-			volatile __u16 *len = &k->len[i];
-			__u16 want = *len;
-			if ((want < KARG_ONE) != (pass == 0))
-				continue;
-			k->off[i] = (__u16)used;
-			*len = (__u16)read_value(k->bytes, used, k->entry[i], want);
-			if (!*len && used < KARG_START)
-				n = i; /* unreadable: the parameters end before it */
-			used += *len;
+	for (int i = 0; i < n && i < KARG_PARAMS; i++) {
+		volatile __u16 *len = &k->len[i];
+		volatile __u16 *off = &k->off[i];
+		__u32 want = *len, later = *off;
+		if (later && used + later <= KARG_START && want > KARG_START - used - later)
+			want = KARG_START - used - later;
+		*off = (__u16)used;
+		*len = (__u16)read_value(k->bytes, used, k->entry[i], want);
+		if (!*len) {
+			n = i;
+			break;
 		}
+		used += *len;
 	}
 	for (int i = 0; i < KARG_PARAMS; i++)
-		if (i >= n)
+		if (i >= n) {
 			k->len[i] = 0;
+			k->off[i] = 0;
+		}
 	k->used = used;
 	return 0;
 }

@@ -155,18 +155,20 @@ struct event {
  * lie wherever the launching code keeps them: a generated host stub points
  * at the copies its caller made, which the compiler places among its other
  * locals, at times hundreds of bytes apart (PyTorch's elementwise kernels
- * on the H200). So each of the first KARG_PARAMS entries is followed on its
- * own, up to a NULL one: its value is copied from where it points up to the
- * nearest entry above it, at most KARG_ONE bytes, the values one after the
- * other in bytes[] while they start within its first KARG_START. Past the
- * last parameter the array holds whatever the stack held; user space
- * decides which entries were parameters, and takes every aligned word of
- * their values inside a live device allocation for a pointer the kernel
- * may read or write.
+ * on the H200). So each of the leading entries (up to the first that does
+ * not point at readable user memory, KARG_PARAMS at most) is followed on its
+ * own: its value is copied from where it points up to the nearest entry
+ * above it, at most KARG_ONE bytes, less the KARG_FLOOR bytes promised to
+ * each entry after it, the values one after the other in bytes[] while they
+ * start within its first KARG_START. Past the last parameter the array holds
+ * whatever the stack held; user space takes every aligned word of the
+ * values inside a live device allocation for a pointer the kernel may read
+ * or write.
  */
 #define KARG_PARAMS 16
 #define KARG_ONE 1024
 #define KARG_START 1024 /* a power of two */
+#define KARG_FLOOR 64   /* promised to each parameter: KARG_PARAMS * KARG_FLOOR <= KARG_START */
 
 struct kernel_args {
 	__u64 params;                  /* kernelParams as passed (0: none) */

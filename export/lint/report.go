@@ -134,8 +134,8 @@ func raceScope(kernels bool) string {
 	if !kernels {
 		return "copies and memsets only: kernel arguments were not recorded (record --kernel-args), so what kernels read and write is not seen; " + allocs
 	}
-	return fmt.Sprintf("a kernel is taken to use each device pointer among its first %d parameters' values, up to %d bytes into each and %d in all (a pointer deeper into a large struct passed by value is not seen), one byte at it (a race elsewhere in what it reads or writes is missed); whether it reads or writes is not known, so a race with a kernel is possible, not proven: two streams that only read the same memory show as one; %s",
-		event.KernelParams, event.KernelValueMax, event.KernelBytes, allocs)
+	return fmt.Sprintf("a kernel is taken to use each device pointer among its first %d parameters' values, up to %d bytes into each, at least the first %d of each and %d in all (a pointer deeper into a large struct passed by value is not seen), one byte at it (a race elsewhere in what it reads or writes is missed); whether it reads or writes is not known, so a race with a kernel is possible, not proven: two streams that only read the same memory show as one; %s",
+		event.KernelParams, event.KernelValueMax, event.KernelValueFloor, event.KernelBytes, allocs)
 }
 
 // pricing says how a lint's findings are priced.

@@ -37,7 +37,9 @@ def check(ok, what):
         problems.append(what)
 found = [f for f in s["steps"] if f["pid"] == j["pid"]]
 check(len(found) == 1, f"{len(found)} step entries for pid {j['pid']}")
-f = found[0] if found else {"steps": [], "by": "", "why": "", "marker": ""}
+f = found[0] if found else {"steps": []}
+for k in ("by", "why", "marker"):  # left out of the JSON when empty
+    f.setdefault(k, "")
 got = f["steps"]
 print(f"{name}: {len(got)} steps, by {f['by'] or '-'} ({f.get('marker', '')}){': ' + f['why'] if f.get('why') else ''}")
 events = json.load(open(trace))["traceEvents"]

@@ -28,10 +28,13 @@ const (
 	// keeps only the bytes used).
 	KernelParams   = 16   // kernelParams entries followed
 	KernelValueMax = 1024 // bytes of one parameter value copied, at most
-	kernelStart    = 1024 // values start within the first kernelStart bytes
-	KernelBytes    = kernelStart + KernelValueMax
-	KernelArgsSize = kargsFixed + KernelBytes + 8
-	kargsFixed     = 8 + 8*KernelParams + 2*2*KernelParams
+	// bytes of each parameter's value promised before an earlier one's
+	// guessed length takes the rest (bpf/cudatap.h KARG_FLOOR)
+	KernelValueFloor = 64
+	kernelStart      = 1024 // values start within the first kernelStart bytes
+	KernelBytes      = kernelStart + KernelValueMax
+	KernelArgsSize   = kargsFixed + KernelBytes + 8
+	kargsFixed       = 8 + 8*KernelParams + 2*2*KernelParams
 )
 
 // Flags set by the BPF side.

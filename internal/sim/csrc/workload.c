@@ -1734,6 +1734,16 @@ struct torch_mul {
 	float b;
 }; /* AUnaryFunctor<float, float, float, MulFunctor<float>> */
 
+void torch_add_kernel(int n, struct torch_add f, struct torch_ptrs data);
+void torch_mul_kernel(int n, struct torch_mul f, struct torch_ptrs data);
+
+/* The caching allocator's segments: the default stream's, the side stream's. */
+static struct {
+	char *main, *side;
+	void *pinned;
+	char *host;
+} torch_mem;
+
 /* cudart's __cudaPushCallConfiguration and __cudaPopCallConfiguration:
  * <<<>>> pushes, the stub pops. */
 static __thread struct {
@@ -1762,25 +1772,36 @@ static __attribute__((noinline)) cudaError_t torch_pop(dim3 *grid, dim3 *block, 
 
 /* The generated stub (nvcc's __device_stub__, its launch inlined): it
  * takes references to the kernel's parameters, wherever the caller keeps
- * them, and passes their addresses. */
+ * them, and passes their addresses. kernelParams has no end: past the
+ * three entries lie the stub's other locals, as on the H200 (race.py's
+ * launches, PyTorch 2.11): a stack address, a heap one, a code one, then
+ * a dim3's x and y (4 and 1: no address). */
 #define TORCH_STUB(functor)                                                                          \
 	static __attribute__((noinline)) void torch_##functor##_stub(const void *kernel, int *n, struct torch_##functor *f, \
 								     struct torch_ptrs *data)                 \
 	{                                                                                            \
-		void *args[3];                                                                       \
-		int idx = 0;                                                                         \
-		args[idx++] = n;                                                                     \
-		args[idx++] = f;                                                                     \
-		args[idx++] = data;                                                                  \
-		static cudaKernel_t handle;                                                          \
-		if (!handle)                                                                         \
-			CK(__cudaGetKernel, &handle, kernel);                                        \
+		struct {                                                                             \
+			void *args[3];                                                               \
+			void *after[5];                                                              \
+		} a;                                                                                 \
 		dim3 grid, block;                                                                    \
 		size_t shmem;                                                                        \
 		cudaStream_t stream;                                                                 \
+		int idx = 0;                                                                         \
+		a.args[idx++] = n;                                                                   \
+		a.args[idx++] = f;                                                                   \
+		a.args[idx++] = data;                                                                \
+		a.after[0] = &grid;                                                                  \
+		a.after[1] = torch_mem.host;                                                         \
+		a.after[2] = (void *)torch_##functor##_kernel;                                       \
+		a.after[3] = (void *)0x100000004ULL;                                                 \
+		a.after[4] = NULL;                                                                   \
+		static cudaKernel_t handle;                                                          \
+		if (!handle)                                                                         \
+			CK(__cudaGetKernel, &handle, kernel);                                        \
 		if (torch_pop(&grid, &block, &shmem, &stream) != cudaSuccess)                        \
 			return;                                                                      \
-		CK(__cudaLaunchKernel, handle, grid, block, args, shmem, stream);                    \
+		CK(__cudaLaunchKernel, handle, grid, block, a.args, shmem, stream);                  \
 	}
 
 TORCH_STUB(add)
@@ -1789,8 +1810,9 @@ TORCH_STUB(mul)
 /* The kernels' host functions, parameters by value. gcc inlines PyTorch's
  * into its launcher, whose frame holds each kernel's parameter copies
  * among the other branches' locals, as the compiler lays them out: for the
- * add kernel here N below the non-contiguous branch's OffsetCalculator
- * (604 bytes), f and data above it; the mul kernel's together. */
+ * add kernel N below the non-contiguous branch's OffsetCalculator (604
+ * bytes), f and data above it; for the mul kernel as the H200 showed
+ * (race.py's w = x * 2): f 40 bytes above N, data 1,632 bytes above f. */
 __attribute__((noinline, used)) void torch_add_kernel(int n, struct torch_add f, struct torch_ptrs data)
 {
 	struct {
@@ -1808,7 +1830,18 @@ __attribute__((noinline, used)) void torch_add_kernel(int n, struct torch_add f,
 
 __attribute__((noinline, used)) void torch_mul_kernel(int n, struct torch_mul f, struct torch_ptrs data)
 {
-	torch_mul_stub((const void *)torch_mul_kernel, &n, &f, &data);
+	struct {
+		int n;
+		unsigned char below[36];
+		struct torch_mul f;
+		unsigned char between[1624];
+		struct torch_ptrs data;
+	} frame;
+	memset(&frame, 0, sizeof frame);
+	frame.n = n;
+	frame.f = f;
+	frame.data = data;
+	torch_mul_stub((const void *)torch_mul_kernel, &frame.n, &frame.f, &frame.data);
 }
 
 static cudaStream_t torch_stream; /* the current stream: NULL, the legacy default */
@@ -1846,13 +1879,6 @@ static __attribute__((noinline)) void torch_gemm(char *d, char *a, char *b)
 	CUlaunchConfig cfg = { 128, 1, 1, 256, 1, 1, 0, (CUstream)torch_stream, NULL, 0 };
 	CK(cuLaunchKernelEx, &cfg, torch_gemm_kernel, args, NULL);
 }
-
-/* The caching allocator's segments: the default stream's, the side stream's. */
-static struct {
-	char *main, *side;
-	void *pinned;
-	char *host;
-} torch_mem;
 
 /* A 4 MiB block of the current stream's pool, at slot i of its segment. */
 static char *torch_block(int i)
