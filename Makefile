@@ -31,13 +31,17 @@ build:
 demo: build
 	./$(BIN) demo
 
-# Everything, including the root tests with real uprobes. One package at a
-# time (-p 1): the --all tests trace every CUDA process on the host, and
-# another package's test programs (some killed mid-call on purpose) would
-# be theirs too.
+# Everything, including the root tests with real uprobes. The root tests
+# mostly wait (on their workloads, and on the kernel to remove probes), so
+# more run at once than there are cores: 4 packages, and within each up to
+# 8 tests that call t.Parallel. The --all tests trace every CUDA process on
+# the host, other packages' and other test runs' among them, and assert
+# only on their own workloads'; tests that measure this process (its
+# descriptors, heap, CPU time) or change it (environment, subreaper) are
+# not parallel.
 test: test-deps
 	$(GO) vet ./...
-	$(GO) test -p 1 -count=1 ./...
+	$(GO) test -count=1 -p 4 -parallel 8 ./...
 
 # Recordings are untrusted input: fuzz every command that reads one with
 # valid-looking recordings (export/fuzz_test.go) for a bounded time (CI

@@ -22,6 +22,7 @@ import (
 // counted launch is also timed: as many times as launches, none shorter
 // than the host time the simulated driver spends in it.
 func TestAggregateLaunches(t *testing.T) {
+	t.Parallel()
 	testutil.RequireRoot(t)
 	t.Run("counts", func(t *testing.T) { testAggregateLaunches(t, false) })
 	t.Run("times", func(t *testing.T) { testAggregateLaunches(t, true) })

@@ -18,6 +18,7 @@ import (
 // an exited workload is in the cuts until it is retired, named and with
 // its calls to the last, and then in no later cut nor in the final result.
 func TestCutRetiresExited(t *testing.T) {
+	t.Parallel()
 	testutil.RequireRoot(t)
 	b := testutil.Sim(t)
 	type seen struct {

@@ -34,6 +34,7 @@ func (c *cancelAfter) Call(*model.Process, *model.Call) {
 // each call came back as a return without its entry (390–589 per stop in
 // the review, thousands on the per-symbol path).
 func TestDetachLeavesNoOrphans(t *testing.T) {
+	t.Parallel()
 	testutil.RequireRoot(t)
 	b := testutil.Sim(t)
 	for _, perSymbol := range []bool{false, true} {

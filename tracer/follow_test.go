@@ -75,6 +75,7 @@ func checkTree(t *testing.T, out *Outcome, reps []*sim.Report, want int, parent 
 // The shell's children, each traced exactly, in its own section, with the
 // shell as its parent; the shell itself is there, without CUDA calls.
 func TestFollowShellChildren(t *testing.T) {
+	t.Parallel()
 	testutil.RequireRoot(t)
 	b := testutil.Sim(t)
 	out, reps := followRun(t, "sh", "-c", fmt.Sprintf("%[1]s --iters 5 & %[1]s --iters 7 --scenario ptsz & wait", b.Workload))
@@ -98,6 +99,7 @@ func TestFollowShellChildren(t *testing.T) {
 // executes a CUDA program; a daemon is double-forked and outlives the
 // command: every one traced exactly, the session running until the last.
 func TestFollowForkExecDaemon(t *testing.T) {
+	t.Parallel()
 	testutil.RequireRoot(t)
 	b := testutil.Sim(t)
 	script := fmt.Sprintf(`import os, sys
@@ -135,6 +137,7 @@ for p in (a, c, d):
 
 // Fifty short-lived children, ten at a time: each exact.
 func TestFollowManyShortChildren(t *testing.T) {
+	t.Parallel()
 	testutil.RequireRoot(t)
 	b := testutil.Sim(t)
 	script := fmt.Sprintf("for i in 1 2 3 4 5; do for j in 1 2 3 4 5 6 7 8 9 10; do %s --iters 2 --scenario launches & done; wait; done", b.Workload)
@@ -146,6 +149,7 @@ func TestFollowManyShortChildren(t *testing.T) {
 // driver inside it, and the launch is counted once (240 = 240), followed
 // or not.
 func TestFirstCallALaunch(t *testing.T) {
+	t.Parallel()
 	testutil.RequireRoot(t)
 	b := testutil.Sim(t)
 	for _, follow := range []bool{true, false} {
@@ -172,6 +176,7 @@ func TestFirstCallALaunch(t *testing.T) {
 
 // A tree that never loads CUDA: every process is there, none with a call.
 func TestFollowNoCUDA(t *testing.T) {
+	t.Parallel()
 	testutil.RequireRoot(t)
 	out, reps := followRun(t, "sh", "-c", "true; sh -c true")
 	if len(reps) != 0 {
@@ -193,6 +198,7 @@ func TestFollowNoCUDA(t *testing.T) {
 // descendants. The target has started a child already, which loads CUDA
 // once told; told in turn, it starts another: both traced exactly.
 func TestFollowRunning(t *testing.T) {
+	t.Parallel()
 	testutil.RequireRoot(t)
 	b := testutil.Sim(t)
 	script := fmt.Sprintf(`import os, sys

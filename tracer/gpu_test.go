@@ -18,6 +18,7 @@ import (
 // The sampler's numbers reach the report's verdicts whole: samples →
 // Summarize → the recording's GPU record (JSON, NaN included) → Verdicts.
 func TestGPUReportVerdicts(t *testing.T) {
+	t.Parallel()
 	const gib, total = 1 << 30, 143771 << 20
 	var samples []nvml.Sample
 	for i := range 10 {
@@ -53,6 +54,7 @@ func TestGPUReportVerdicts(t *testing.T) {
 }
 
 func TestHostBusy(t *testing.T) {
+	t.Parallel()
 	g := &gpuSampler{cpu0: map[uint32]cpuMark{}}
 	self := uint32(os.Getpid())
 	if b := g.hostBusy(&model.Process{PID: self}); !math.IsNaN(b) {
@@ -68,6 +70,7 @@ func TestHostBusy(t *testing.T) {
 // shows it (the latest before, else the first after) is kept whole, once,
 // named; the report picks the device the process was on.
 func TestOOMMoments(t *testing.T) {
+	t.Parallel()
 	const gib, total = 1 << 30, 140 * (1 << 30)
 	var samples []nvml.Sample
 	for i := range uint64(5) {

@@ -218,6 +218,7 @@ func TestGPUTimesCUPTIOnly(t *testing.T) {
 // TestGPUTimesReplay: a recording made with --gpu-times rebuilds the same
 // measured ops and busy times on replay (cudatap export).
 func TestGPUTimesReplay(t *testing.T) {
+	t.Parallel()
 	testutil.RequireRoot(t)
 	b := testutil.Sim(t)
 	var rec bytes.Buffer
@@ -255,6 +256,7 @@ func TestGPUTimesReplay(t *testing.T) {
 // running workload with ptrace; every op it enqueues afterwards is measured
 // exactly, and the workload finishes normally once cudatap is gone.
 func TestGPUTimesAttach(t *testing.T) {
+	t.Parallel()
 	testutil.RequireRoot(t)
 	b := testutil.Sim(t)
 	cmd := exec.Command(b.Workload, "--wait-after-setup", "--wait-before-exit", "--scenario", "basic", "--iters", "20")
@@ -292,6 +294,7 @@ func TestGPUTimesAttach(t *testing.T) {
 // (and --cupti: the program has no libcudart to find CUPTI beside) CUPTI's
 // records name them.
 func TestGPUTimesNamesKernelsLoadedBefore(t *testing.T) {
+	t.Parallel()
 	testutil.RequireRoot(t)
 	b := testutil.Sim(t)
 	for _, gpuTimes := range []bool{false, true} {
@@ -404,6 +407,7 @@ func commStream(p *traced) int {
 // keeps when CUPTI was away, and takes it back once the profiler finalized
 // it: the ops before and after are measured, none unmatched or late.
 func TestGPUTimesHandOver(t *testing.T) {
+	t.Parallel()
 	testutil.RequireRoot(t)
 	b := testutil.Sim(t)
 	const iters = 20

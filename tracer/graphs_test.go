@@ -62,6 +62,7 @@ var (
 // measured by its node's CUPTI record: exactly its modeled time, nothing
 // unmatched or unmeasured.
 func TestGraphReplays(t *testing.T) {
+	t.Parallel()
 	testutil.RequireRoot(t)
 	b := testutil.Sim(t)
 	for _, tc := range []struct {

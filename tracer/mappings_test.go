@@ -145,6 +145,7 @@ func buildID(t *testing.T, path string) string {
 // and export) carry those exact mappings, and go tool pprof reads them
 // without a warning.
 func TestMappings(t *testing.T) {
+	t.Parallel()
 	testutil.RequireRoot(t)
 	b := testutil.Sim(t)
 	// basic, 20 iterations: a pageable copy (a sync) in each.
@@ -362,6 +363,7 @@ int main(void)
 // a call that ends its function returns to the next one, and the frame
 // still names the function that made the call.
 func TestReturnAddressNamed(t *testing.T) {
+	t.Parallel()
 	testutil.RequireRoot(t)
 	b := testutil.Sim(t)
 	cc := testutil.Compiler(t, "cc")

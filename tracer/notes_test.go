@@ -15,6 +15,7 @@ import (
 // libcuda) contains such a hold. The hold is its own slice and is taken
 // out of that call's duration.
 func TestHookUpIsNotCUDATime(t *testing.T) {
+	t.Parallel()
 	testutil.RequireRoot(t)
 	b := testutil.Sim(t)
 	out, rep := launch(t, probe.StacksNone, b.Workload, "--scenario", "basic", "--iters", "3")
@@ -41,6 +42,7 @@ func TestHookUpIsNotCUDATime(t *testing.T) {
 // allocated device memory before cudatap came: its copies are classified
 // as in launch mode (the pinned H2D copies are not pageable syncs).
 func TestPinnedBeforeAttach(t *testing.T) {
+	t.Parallel()
 	testutil.RequireRoot(t)
 	b := testutil.Sim(t)
 	args := []string{"--scenario", "basic", "--iters", "20"}

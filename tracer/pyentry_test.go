@@ -14,6 +14,7 @@ import (
 
 // The model reads the flags the walkers set.
 func TestPyEntryFlags(t *testing.T) {
+	t.Parallel()
 	if model.PyInstrEntry != python.InstrEntry || model.PyInstrEntryKnown != python.InstrEntryKnown {
 		t.Fatalf("model's Python frame flags %#x %#x, the walkers' %#x %#x",
 			uint64(model.PyInstrEntry), uint64(model.PyInstrEntryKnown), uint64(python.InstrEntry), uint64(python.InstrEntryKnown))
@@ -26,6 +27,7 @@ func TestPyEntryFlags(t *testing.T) {
 // from Python and only the module level (run by the interpreter) and the
 // code it exec()s are entered from C; up to 3.10 every frame is.
 func TestPythonEntryFrames(t *testing.T) {
+	t.Parallel()
 	testutil.RequireRoot(t)
 	py, err := exec.LookPath("python3")
 	if err != nil {

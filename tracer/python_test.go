@@ -23,6 +23,7 @@ import (
 // frames are named from the copies of their code objects the BPF side
 // took at the call, not from the process, which is gone.
 func TestPythonLines(t *testing.T) {
+	t.Parallel()
 	testutil.RequireRoot(t)
 	py, err := exec.LookPath("python3")
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 // maps the very files another traced process has hooked; the other's are
 // all counted.
 func TestSampledOut(t *testing.T) {
+	t.Parallel()
 	testutil.RequireRoot(t)
 	out, in, outStart := startOutAndIn(t)
 	stop := make(chan struct{})
@@ -49,6 +50,7 @@ func TestSampledOut(t *testing.T) {
 // in by Observer.Resample at the first cut has every launch it makes from then on
 // counted, through the same shared probes.
 func TestResampleIn(t *testing.T) {
+	t.Parallel()
 	testutil.RequireRoot(t)
 	out, in, outStart := startOutAndIn(t)
 	cuts := make(chan struct{}, 16)

@@ -257,6 +257,7 @@ func launchWith(t *testing.T, cfg Config) (*Outcome, *sim.Report) {
 }
 
 func TestLaunchEveryAPIExactCounts(t *testing.T) {
+	t.Parallel()
 	testutil.RequireRoot(t)
 	b := testutil.Sim(t)
 	out, rep := launch(t, probe.StacksSync, b.Workload, "--scenario", "all")
@@ -270,6 +271,7 @@ func TestLaunchEveryAPIExactCounts(t *testing.T) {
 // TestArguments checks decoded argument values against the "all" scenario's
 // documented constants.
 func TestArguments(t *testing.T) {
+	t.Parallel()
 	testutil.RequireRoot(t)
 	b := testutil.Sim(t)
 	out, rep := launch(t, probe.StacksNone, b.Workload, "--scenario", "all")
@@ -328,6 +330,7 @@ func TestArguments(t *testing.T) {
 
 // TestAttachRunningProcess attaches by PID to a process that is already running.
 func TestAttachRunningProcess(t *testing.T) {
+	t.Parallel()
 	testutil.RequireRoot(t)
 	b := testutil.Sim(t)
 	testAttach(t, exec.Command(b.Workload, "--wait-stdin", "--scenario", "basic", "--iters", "30", "--streams", "3"), func(out *Outcome, rep *sim.Report) {
@@ -409,6 +412,7 @@ func testAttach(t *testing.T, cmd *exec.Cmd, check func(*Outcome, *sim.Report)) 
 // TestStaticRuntime traces an executable with the runtime linked in (symbols
 // only in .symtab).
 func TestStaticRuntime(t *testing.T) {
+	t.Parallel()
 	testutil.RequireRoot(t)
 	b := testutil.Sim(t)
 	out, rep := launch(t, probe.StacksSync, b.StaticWorkload, "--scenario", "basic", "--iters", "20")
@@ -426,6 +430,7 @@ func TestStaticRuntime(t *testing.T) {
 // TestHashedLibraryLoadedLate traces a vendored runtime with a hashed name
 // that the process dlopen()s after it started.
 func TestHashedLibraryLoadedLate(t *testing.T) {
+	t.Parallel()
 	testutil.RequireRoot(t)
 	b := testutil.Sim(t)
 	out, rep := launch(t, probe.StacksSync, b.DlopenWorkload, "--dlopen", b.HashedRuntime, "--sleep-ms", "50", "--scenario", "all")
@@ -438,6 +443,7 @@ func TestHashedLibraryLoadedLate(t *testing.T) {
 // TestOtherMountNamespace attaches to a process whose runtime lives at a
 // path that exists only inside its own mount namespace.
 func TestOtherMountNamespace(t *testing.T) {
+	t.Parallel()
 	testutil.RequireRoot(t)
 	if _, err := exec.LookPath("unshare"); err != nil {
 		t.Skip("unshare not installed")
@@ -553,6 +559,7 @@ func TestDriverAndNCCL(t *testing.T) {
 // TestPerSymbolUprobes: the fallback for kernels without uprobe_multi (one
 // perf-event uprobe per symbol, cookies included) traces the same calls.
 func TestPerSymbolUprobes(t *testing.T) {
+	t.Parallel()
 	testutil.RequireRoot(t)
 	b := testutil.Sim(t)
 	var stdout strings.Builder
@@ -572,6 +579,7 @@ func TestPerSymbolUprobes(t *testing.T) {
 // their stack (the next page unmapped) still carry a stack copy, so they
 // unwind to the function that made them.
 func TestStackNearStackTop(t *testing.T) {
+	t.Parallel()
 	testutil.RequireRoot(t)
 	b := testutil.Sim(t)
 	out, rep := launchUntilSyncs(t, probe.StacksSync, 10, b.Workload, "--scenario", "stacktop", "--iters", "5")
@@ -636,6 +644,7 @@ func launchUntilSyncsWith(t *testing.T, cfg Config, n int64) (*Outcome, *sim.Rep
 // thread; a created stream keeps its device), in launch mode, and in a
 // process cudatap attached to after it chose its device.
 func TestDevices(t *testing.T) {
+	t.Parallel()
 	testutil.RequireRoot(t)
 	b := testutil.Sim(t)
 	count := func(p *traced) map[int8]int {
@@ -656,6 +665,7 @@ func TestDevices(t *testing.T) {
 // bounded from above, and the simulated GPU's modeled busy time is within
 // the bound, stream by stream, in every scenario.
 func TestBusyBounds(t *testing.T) {
+	t.Parallel()
 	testutil.RequireRoot(t)
 	b := testutil.Sim(t)
 	for _, scenario := range []string{"basic", "launches", "ptsz", "timing", "all"} {

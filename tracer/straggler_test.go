@@ -19,6 +19,7 @@ import (
 // (one communicator id) under --all; rank 1 sleeps 20 ms before every
 // all-reduce. The meetings name rank 1 the straggler at every one.
 func TestStragglerNamed(t *testing.T) {
+	t.Parallel()
 	testutil.RequireRoot(t)
 	b := testutil.Sim(t)
 	ctx, cancel := context.WithCancel(context.Background())

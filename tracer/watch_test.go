@@ -126,6 +126,7 @@ func waitForgotten(t *testing.T, s *Session, pids []int) {
 // TestAllCatchesNewProcess: --all hooks a CUDA process started after
 // record, before its first call, and traces every call.
 func TestAllCatchesNewProcess(t *testing.T) {
+	t.Parallel()
 	testutil.RequireRoot(t)
 	b := testutil.Sim(t)
 	stop := make(chan struct{})
@@ -143,6 +144,7 @@ func TestAllCatchesNewProcess(t *testing.T) {
 // TestContainer traces every process of a cgroup that looks like a
 // container's, in its own mount and PID namespaces, by container id prefix.
 func TestContainer(t *testing.T) {
+	t.Parallel()
 	testutil.RequireRoot(t)
 	root := procfs.Cgroup2Mount()
 	if root == "" {
@@ -305,6 +307,7 @@ func linkPath(fd string) string {
 // TestSharedLibraryTwoProcesses: two processes map the same runtime file;
 // each is traced once, none twice (probes are scoped to their process).
 func TestSharedLibraryTwoProcesses(t *testing.T) {
+	t.Parallel()
 	testutil.RequireRoot(t)
 	b := testutil.Sim(t)
 	type proc struct {

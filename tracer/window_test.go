@@ -23,6 +23,7 @@ import (
 // go (one trap per launch again), every kernel is named from its stub and
 // every launch is counted exactly once.
 func TestNamingWindowClosesEarly(t *testing.T) {
+	t.Parallel()
 	testutil.RequireRoot(t)
 	b := testutil.Sim(t)
 	w := startWaiter(t, b.Flood, "2", "0") // two threads, until stdin closes
@@ -89,6 +90,7 @@ func windowOpen(s *Session, pid int) bool { return s.targets.NamingWindowOpen(pi
 // the kernel loads were seen; each kernel is named from the code that
 // registered it.
 func TestAttachNamesStrippedKernels(t *testing.T) {
+	t.Parallel()
 	testutil.RequireRoot(t)
 	b := testutil.Sim(t)
 	stripped := filepath.Join(t.TempDir(), "workload")
@@ -112,6 +114,7 @@ func TestAttachNamesStrippedKernels(t *testing.T) {
 // launches: the runtime hands the driver launch a handle, not a stub, and
 // every kernel is named by reading the stubs' handle variables.
 func TestAttachNamesCUDA13Kernels(t *testing.T) {
+	t.Parallel()
 	testutil.RequireRoot(t)
 	b := testutil.Sim(t)
 	cmd := exec.Command(b.Workload, "--wait-after-setup", "--wait-before-exit", "--scenario", "handles", "--iters", "6")

@@ -91,6 +91,7 @@ func countLaunches(tr chromeTrace) int {
 // writing every format, then rebuilds the outputs from the recording with
 // `export` and checks both agree.
 func TestRecordThenExport(t *testing.T) {
+	t.Parallel()
 	testutil.RequireRoot(t)
 	b := testutil.Sim(t)
 	dir := t.TempDir()
@@ -353,6 +354,7 @@ func TestContainerMatchingNothing(t *testing.T) {
 // is full), the trace stops at once, and every other output is written
 // from what was modeled; the error names the failed write.
 func TestRecordingDiskFull(t *testing.T) {
+	t.Parallel()
 	testutil.RequireRoot(t)
 	b := testutil.Sim(t)
 	dir := t.TempDir()
@@ -441,6 +443,7 @@ func TestExitStatuses(t *testing.T) {
 // TestExitStatusesAsProcess runs the cudatap binary: main's exit path, and
 // as an unprivileged user (nobody), exit status 3.
 func TestExitStatusesAsProcess(t *testing.T) {
+	t.Parallel()
 	testutil.RequireRoot(t)
 	setpriv, err := exec.LookPath("setpriv")
 	if err != nil {

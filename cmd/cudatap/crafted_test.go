@@ -46,6 +46,7 @@ func craft(t *testing.T, path string, n int, vary func(e *event.Event, j int)) {
 // a recording with their overflow merged and counted (so memory follows
 // the bounds, not the recording), and every output says how much was.
 func TestCraftedRecordings(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	for _, tc := range []struct {
 		name   string

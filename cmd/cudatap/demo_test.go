@@ -13,6 +13,7 @@ import (
 // a trace and a profile into its directory, and every command it ends with
 // runs as printed and reads them.
 func TestDemoWritesWhatItPointsTo(t *testing.T) {
+	t.Parallel()
 	testutil.RequireRoot(t)
 	dir := filepath.Join(t.TempDir(), "the demo's files") // the commands must quote it
 	stdout, stderr, err := run(t, "demo", "--iters", "10", "--out-dir", dir)

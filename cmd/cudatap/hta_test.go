@@ -22,6 +22,7 @@ import (
 // (--gpu-times=off: every op bounded), where HTA must read every kernel's
 // duration as unknown (0), none made up.
 func TestHTAReadsTraces(t *testing.T) {
+	t.Parallel()
 	testutil.RequireRoot(t)
 	py := htaPython(t)
 	b := testutil.Sim(t)
@@ -71,6 +72,7 @@ func htaPython(t *testing.T) string {
 // rank as Kineto does (distributedInfo), where HTA took both for rank 0
 // and kept one.
 func TestHTASeesEveryRank(t *testing.T) {
+	t.Parallel()
 	testutil.RequireRoot(t)
 	py := htaPython(t)
 	b := testutil.Sim(t)

@@ -142,6 +142,7 @@ func checkCall(t *testing.T, what string, e lint.Evidence, role, site string, st
 // the lint fires, alone, with the calls of the scenario as its evidence;
 // that a clean pipeline fires none; and what the basic scenario fires.
 func TestLintScenarios(t *testing.T) {
+	t.Parallel()
 	testutil.RequireRoot(t)
 	b := testutil.Sim(t)
 	const n = 12 // iterations: past the loop thresholds (10)

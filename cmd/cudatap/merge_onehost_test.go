@@ -43,6 +43,7 @@ type commJSON struct {
 // what rank 0 blocked (no more than it was recorded, where adding up the
 // arrival spreads gave several times that), and rank 1 caused them.
 func TestMergeOneHost(t *testing.T) {
+	t.Parallel()
 	testutil.RequireRoot(t)
 	b := testutil.Sim(t)
 	const runs, iters, parallel = 20, 3, 4

@@ -144,6 +144,7 @@ func shiftWallClock(t *testing.T, path string, d time.Duration) {
 // error within the uncertainty it reports, which is far below the error,
 // and it names rank 1 the straggler.
 func TestMergeSimulatedRanks(t *testing.T) {
+	t.Parallel()
 	testutil.RequireRoot(t)
 	b := testutil.Sim(t)
 	dir := t.TempDir()
@@ -223,6 +224,7 @@ func TestMergeSimulatedRanks(t *testing.T) {
 // stops arriving after 3 all-reduces. While ranks 0 and 2 wait in the 4th,
 // record names rank 1 on stderr (and ranks 0 and 2 as waiting).
 func TestRecordNamesHungRank(t *testing.T) {
+	t.Parallel()
 	testutil.RequireRoot(t)
 	b := testutil.Sim(t)
 	bin := buildCudatap(t)

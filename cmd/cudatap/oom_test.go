@@ -28,6 +28,7 @@ const mib = 1 << 20
 // with --fail-on error) and the JSON record, with the size, the line, who
 // held what, and whether the process recovered or died of it.
 func TestOOMScenarios(t *testing.T) {
+	t.Parallel()
 	testutil.RequireRoot(t)
 	b := testutil.Sim(t)
 

@@ -42,6 +42,7 @@ func renderDOM(t *testing.T, browser, page string) (dom, log string) {
 // streams, and the analyses show the workload's numbers, known exactly
 // from its own account of its calls.
 func TestReportInChromium(t *testing.T) {
+	t.Parallel()
 	testutil.RequireRoot(t)
 	browser := testutil.Chromium(t)
 	b := testutil.Sim(t)

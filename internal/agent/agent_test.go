@@ -113,6 +113,7 @@ func startAgent(t *testing.T, o *Options) string {
 // TestAgentMetrics runs the agent and a simulated workload under it, and
 // reads the workload's exact counts back from /metrics.
 func TestAgentMetrics(t *testing.T) {
+	t.Parallel()
 	testutil.RequireRoot(t)
 	b := testutil.Sim(t)
 	// The process's own series: with its pid.
@@ -234,6 +235,7 @@ func TestAgentMetrics(t *testing.T) {
 // fewer series for the process's group than metrics.SeriesBound, and
 // nothing promtool check metrics objects to.
 func TestAgentDefaultSeries(t *testing.T) {
+	t.Parallel()
 	testutil.RequireRoot(t)
 	b := testutil.Sim(t)
 	base := startAgent(t, &Options{Listen: "127.0.0.1:0", Continuous: true, Every: time.Minute, RingBufferBytes: DefaultRingBuffer, Node: "node-7"})
@@ -308,6 +310,7 @@ func TestAgentDefaultSeries(t *testing.T) {
 // PyTorch's caching allocator does) shows one request refused in
 // cudatap_oom_total, however many calls it took.
 func TestAgentOOM(t *testing.T) {
+	t.Parallel()
 	testutil.RequireRoot(t)
 	b := testutil.Sim(t)
 	base := startAgent(t, &Options{Listen: "127.0.0.1:0", Continuous: true, Every: time.Minute, RingBufferBytes: DefaultRingBuffer, PIDLabel: true})
@@ -438,6 +441,7 @@ func promQuery(t *testing.T, base string, queries map[string]float64) {
 // has ended, /profile serves its pprof profile, and ?pid= the samples of
 // one traced process, while it runs.
 func TestAgentWindowProfiles(t *testing.T) {
+	t.Parallel()
 	testutil.RequireRoot(t)
 	t.Run("windows", func(t *testing.T) {
 		testAgentProfiles(t, &Options{Listen: "127.0.0.1:0", Window: time.Second, Every: time.Second, RingBufferBytes: 16 << 20})
@@ -505,6 +509,7 @@ func testAgentProfiles(t *testing.T, o *Options) {
 // as pprof and labelled with the workload's comm, and its pid only with
 // --pid-label (the file's name has it either way).
 func TestAgentProfileStores(t *testing.T) {
+	t.Parallel()
 	testutil.RequireRoot(t)
 	t.Run("windows", func(t *testing.T) {
 		testAgentProfileStores(t, &Options{Window: time.Second, Every: time.Second})
@@ -579,6 +584,7 @@ func testAgentProfileStores(t *testing.T, o *Options) {
 // TestAgentCapture: POST /capture traces one process for the duration asked
 // and answers with its Chrome trace; bad requests are refused.
 func TestAgentCapture(t *testing.T) {
+	t.Parallel()
 	testutil.RequireRoot(t)
 	b := testutil.Sim(t)
 	// With NVML sampling on: absent on a machine without a GPU, the agent

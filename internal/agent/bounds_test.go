@@ -386,6 +386,7 @@ func quietTarget(t *testing.T, b *sim.Build) int {
 // 2026-12-01 review: "pushing a profile failed ... terminated signal
 // received" with the receiver up).
 func TestAgentPushOnSIGTERM(t *testing.T) {
+	t.Parallel()
 	testutil.RequireRoot(t)
 	t.Run("windows", func(t *testing.T) { testPushOnSIGTERM(t, Options{Window: time.Hour, Every: time.Hour}) })
 	t.Run("continuous", func(t *testing.T) { testPushOnSIGTERM(t, Options{Continuous: true, Every: time.Hour}) })

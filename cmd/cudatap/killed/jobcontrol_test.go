@@ -1,4 +1,4 @@
-package main
+package killed
 
 import (
 	"fmt"
@@ -35,7 +35,7 @@ import (
 func TestKilledInHoldUnderJobControl(t *testing.T) {
 	testutil.RequireRoot(t)
 	b := testutil.Sim(t)
-	bin := buildCudatap(t)
+	bin := testutil.Cudatap(t)
 	workload := []string{b.DlopenWorkload, "--dlopen", b.Runtime, "--scenario", "basic", "--iters", "3"}
 	untraced, err := exec.Command(workload[0], workload[1:]...).Output()
 	if err != nil {
@@ -145,24 +145,30 @@ func heldChild(t *testing.T, parent int, comm string, n int) int {
 func childNamed(parent int, comm string) int {
 	pids, _ := procfs.PIDs()
 	for _, p := range pids {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p))
-		if err != nil {
-			continue
-		}
-		s := string(b)
-		open, end := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
-		if open < 0 || end < open {
-			continue
-		}
-		f := strings.Fields(s[end+1:])
-		if len(f) < 2 {
-			continue
-		}
-		if ppid, _ := strconv.Atoi(f[1]); ppid == parent && strings.HasPrefix(comm, s[open+1:end]) {
+		if ppid, name := parentOf(p); ppid == parent && strings.HasPrefix(comm, name) {
 			return p
 		}
 	}
 	return 0
+}
+
+// parentOf is the parent of process pid and pid's comm (0, "" if gone).
+func parentOf(pid int) (int, string) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, ""
+	}
+	s := string(b)
+	open, end := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+	if open < 0 || end < open {
+		return 0, ""
+	}
+	f := strings.Fields(s[end+1:])
+	if len(f) < 2 {
+		return 0, ""
+	}
+	ppid, _ := strconv.Atoi(f[1])
+	return ppid, s[open+1 : end]
 }
 
 func stateOf(pid int) string {
@@ -181,7 +187,7 @@ func stateOf(pid int) string {
 func TestKilledWithGuardianDuringInjection(t *testing.T) {
 	testutil.RequireRoot(t)
 	b := testutil.Sim(t)
-	bin := buildCudatap(t)
+	bin := testutil.Cudatap(t)
 	workload := []string{b.Workload, "--scenario", "basic", "--iters", "4000"}
 	untraced, err := exec.Command(workload[0], workload[1:]...).Output()
 	if err != nil {
@@ -220,9 +226,16 @@ func TestKilledWithGuardianDuringInjection(t *testing.T) {
 		}
 		// The guardian borrows a thread while it loads the collector:
 		// kill both then, a random few hundred microseconds in.
+		// Only cudatap's own guardian (its child): under another test
+		// run's --all session with GPU times, another tracer may borrow
+		// the target, and this test must not kill that.
 		tracer := 0
 		for deadline := time.Now().Add(20 * time.Second); tracer == 0 && time.Now().Before(deadline) && procfs.Alive(w.Process.Pid); {
-			tracer = tracerPid(w.Process.Pid)
+			if p := tracerPid(w.Process.Pid); p != 0 {
+				if ppid, _ := parentOf(p); ppid == rec.Process.Pid {
+					tracer = p
+				}
+			}
 		}
 		if tracer != 0 {
 			time.Sleep(time.Duration(rng.IntN(500)) * time.Microsecond) // the moment of the kill is what this test varies
@@ -291,7 +304,7 @@ func tracerPid(pid int) int {
 func TestKilledWhileDescendantHeld(t *testing.T) {
 	testutil.RequireRoot(t)
 	b := testutil.Sim(t)
-	bin := buildCudatap(t)
+	bin := testutil.Cudatap(t)
 	workload := []string{b.Workload, "--scenario", "basic", "--iters", "3"}
 	untraced, err := exec.Command(workload[0], workload[1:]...).Output()
 	if err != nil {

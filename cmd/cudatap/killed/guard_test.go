@@ -1,4 +1,4 @@
-package main
+package killed
 
 import (
 	"fmt"
@@ -9,7 +9,6 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -27,7 +26,7 @@ import (
 func TestKilledRecorderReleasesHolds(t *testing.T) {
 	testutil.RequireRoot(t)
 	b := testutil.Sim(t)
-	bin := buildCudatap(t)
+	bin := testutil.Cudatap(t)
 	workload := []string{b.DlopenWorkload, "--dlopen", b.Runtime, "--scenario", "basic", "--iters", "3"}
 	untraced, err := exec.Command(workload[0], workload[1:]...).Output()
 	if err != nil {
@@ -148,35 +147,3 @@ func children() []int {
 	}
 	return out
 }
-
-// buildCudatap builds the cudatap binary for tests that must run it as a
-// process of its own (to kill it).
-func buildCudatap(t *testing.T) string {
-	t.Helper()
-	bin, err := cudatapBuild()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return bin
-}
-
-// cudatapBuild builds cudatap once per test binary, into testutil's build
-// directory (TestMain removes it): every test that runs the real binary
-// shares one build.
-var cudatapBuild = sync.OnceValues(func() (string, error) {
-	dir, err := testutil.BuildDir("cudatap")
-	if err != nil {
-		return "", err
-	}
-	bin := filepath.Join(dir, "cudatap")
-	// The go that runs this test; under sudo PATH may lack it: then where
-	// the Makefile also looks.
-	gobin, err := exec.LookPath("go")
-	if err != nil {
-		gobin = "/usr/local/go/bin/go"
-	}
-	if out, err := exec.Command(gobin, "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build: %v\n%s", err, out)
-	}
-	return bin, nil
-})
