@@ -68,6 +68,7 @@ It implies --continuous and --max-cpu 0. docs/flight-recorder.md says what a dum
 					o.MaxCPU = 0
 				}
 				o.FlightRecorder, o.FlightMaxBytes, o.DumpsDir, o.DumpsMaxBytes = fl.window, fl.maxBytes, fl.dir, fl.dirMaxBytes
+				o.FlightHostMaxBytes = fl.hostMaxBytes
 				o.FlightSync, o.FlightNCCL, o.FlightCooldown = fl.sync, fl.nccl, fl.cooldown
 			}
 			a, err := agent.New(o)

@@ -84,19 +84,21 @@ type Options struct {
 
 	// The flight recorder (flight.go; 0: off): each process's last
 	// seconds kept (--flight-recorder) within FlightMaxBytes each
-	// (--flight-max-bytes), dumped into DumpsDir (--dumps-dir) bounded by
+	// (--flight-max-bytes), all their windows within FlightHostMaxBytes
+	// (--flight-host-max-bytes), dumped into DumpsDir (--dumps-dir) bounded by
 	// DumpsMaxBytes (--dumps-max-bytes) when a trigger fires; the
 	// triggers' thresholds (--flight-sync, --flight-nccl) and cool-down
 	// (--flight-cooldown). It needs --continuous, and every launch
 	// recorded (not counted in BPF), with stacks on the calls that may
 	// block (as record's default).
-	FlightRecorder time.Duration
-	FlightMaxBytes int64
-	DumpsDir       string
-	DumpsMaxBytes  int64
-	FlightSync     time.Duration
-	FlightNCCL     time.Duration
-	FlightCooldown time.Duration
+	FlightRecorder     time.Duration
+	FlightMaxBytes     int64
+	FlightHostMaxBytes int64
+	DumpsDir           string
+	DumpsMaxBytes      int64
+	FlightSync         time.Duration
+	FlightNCCL         time.Duration
+	FlightCooldown     time.Duration
 
 	// The series: a pid label on each process's (--pid-label; else the
 	// processes alike share theirs), the API time histograms

@@ -29,7 +29,7 @@ func (a *Agent) newFlight() error {
 	if o.FlightRecorder <= 0 {
 		return nil
 	}
-	r, err := flight.New(flight.Options{Window: o.FlightRecorder, MaxBytes: o.FlightMaxBytes, Dir: o.DumpsDir, DirMaxBytes: o.DumpsMaxBytes,
+	r, err := flight.New(flight.Options{Window: o.FlightRecorder, MaxBytes: o.FlightMaxBytes, HostMaxBytes: o.FlightHostMaxBytes, Dir: o.DumpsDir, DirMaxBytes: o.DumpsMaxBytes,
 		SyncAfter: o.FlightSync, NCCLAfter: o.FlightNCCL, Cooldown: o.FlightCooldown, Version: o.Version, Logger: a.log})
 	if err != nil {
 		return err

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/pprof"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -50,6 +52,12 @@ func (a *Agent) routes() http.Handler {
 	mux.Handle("/capture", withToken(a.o.Token, &capturer{gpuTimes: a.o.GPUTimes, maxBytes: a.o.CaptureMaxBytes, version: a.o.Version,
 		busy: gate.rejected.WithLabelValues("/capture"), log: a.log}))
 	mux.Handle("/dump", withToken(a.o.Token, dumper{a}))
+	// The agent's own heap, goroutines and allocations (go tool pprof
+	// http://ADDR/debug/pprof/heap), only with CUDATAP_AGENT_PPROF=1: where
+	// its memory goes on a node (docs/flight-recorder.md, Bounds).
+	if os.Getenv("CUDATAP_AGENT_PPROF") == "1" {
+		mux.Handle("/debug/pprof/", withToken(a.o.Token, http.HandlerFunc(pprof.Index)))
+	}
 	// Ready once the first window's probes are live (a readiness probe).
 	// It says nothing but that, so it needs no token: Kubernetes probes
 	// cannot carry a secret header.

@@ -77,6 +77,7 @@ func (r *Recorder) seal(d *dump) {
 	}
 	select {
 	case r.jobs <- d:
+		r.chunks.lent++ // until written: its chunks are read
 	default:
 		r.stats.failures++
 		d.err = fmt.Errorf("%d dumps are being written already: this one (%s) was not", cap(r.jobs), d.kind)
@@ -111,7 +112,9 @@ func (r *Recorder) writeOut(d *dump) {
 	if err == nil {
 		err = r.enforceDir(res.Path)
 	}
+	d.procs = nil // what it took is let go (the caller may keep d)
 	r.mu.Lock()
+	r.chunks.lent--
 	if err != nil {
 		r.stats.failures++
 	} else {
@@ -222,7 +225,7 @@ func (r *Recorder) writeReport(path, page string) error {
 // frame puts a state record in a chunk's layout, for a cursor.
 func frame(st *stateRecord) []byte {
 	var l log
-	l.add(recHeader+len(st.payload), st.seq, st.typ, st.payload, 0, -1)
+	l.add(&chunkPool{size: recHeader + len(st.payload)}, st.seq, st.typ, st.payload, 0, -1)
 	return l.chunks[0].buf[:l.chunks[0].n]
 }
 

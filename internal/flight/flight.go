@@ -47,11 +47,15 @@ import (
 
 // Defaults of the options left zero.
 const (
-	DefaultMaxBytes    = 32 << 20
-	DefaultDirMaxBytes = 512 << 20
-	DefaultSyncAfter   = 5 * time.Second
-	DefaultNCCLAfter   = 5 * time.Second
-	DefaultCooldown    = 10 * time.Minute
+	DefaultMaxBytes = 32 << 20
+	// DefaultHostMaxBytes bounds the windows of all processes together:
+	// two processes' at the default budget, the rest of the agent's
+	// memory limit (deploy/daemonset.yaml) left to the rest of it.
+	DefaultHostMaxBytes = 48 << 20
+	DefaultDirMaxBytes  = 512 << 20
+	DefaultSyncAfter    = 5 * time.Second
+	DefaultNCCLAfter    = 5 * time.Second
+	DefaultCooldown     = 10 * time.Minute
 	// DefaultAfter: how long after an automatic trigger the dump waits
 	// for what follows (an out-of-memory error recovered from, or not),
 	// unless the process exits first.
@@ -70,6 +74,11 @@ const grace = time.Second
 type Options struct {
 	Window   time.Duration // --flight-recorder: each process's last seconds kept
 	MaxBytes int64         // --flight-max-bytes: per process (0: DefaultMaxBytes)
+	// HostMaxBytes bounds the windows of all processes together
+	// (--flight-host-max-bytes; 0: DefaultHostMaxBytes, or MaxBytes when
+	// larger): past it the largest window gives up its oldest calls,
+	// counted as dropped.
+	HostMaxBytes int64
 	// Dir receives the dumps (--dumps-dir; created), at most DirMaxBytes
 	// of them (--dumps-max-bytes; 0: DefaultDirMaxBytes), the oldest
 	// removed first.
@@ -114,6 +123,12 @@ func (o *Options) defaults() error {
 	if o.MaxBytes < MinMaxBytes {
 		return fmt.Errorf("--flight-max-bytes %d: want at least %d (64 KiB) per process, e.g. %d (32 MiB)", o.MaxBytes, MinMaxBytes, DefaultMaxBytes)
 	}
+	if o.HostMaxBytes == 0 {
+		o.HostMaxBytes = max(DefaultHostMaxBytes, o.MaxBytes)
+	}
+	if o.HostMaxBytes < o.MaxBytes {
+		return fmt.Errorf("--flight-host-max-bytes %d is less than one process's budget (--flight-max-bytes %d): raise it or lower --flight-max-bytes", o.HostMaxBytes, o.MaxBytes)
+	}
 	if o.DirMaxBytes == 0 {
 		o.DirMaxBytes = DefaultDirMaxBytes
 	}
@@ -157,17 +172,24 @@ type Recorder struct {
 	o         Options
 	log       *slog.Logger
 	chunkSize int
+	// names hands out the chunks of the processes' names (never reused:
+	// names leave with their process).
+	names chunkPool
 	// What each process may hold, of MaxBytes: an eighth for its names, an
 	// eighth for its lasting state, an eighth for its pending GPU work (so
 	// that a process that never synchronizes cannot crowd out its
 	// allocations), the rest for its window.
 	namesMax, stateMax, windowMax int
+	// hostMax bounds windows, the bytes of every process's window.
+	hostMax, windows int
 
 	mu     sync.Mutex
 	hdr    recording.Header
 	begun  bool
 	procs  map[uint32]*proc
-	cached *proc  // the last proc asked for
+	cached *proc // the last proc asked for
+	// chunks hands out the windows' chunks and reuses those that left.
+	chunks chunkPool
 	seq    uint64 // records read
 	latest uint64 // the latest event time read, CLOCK_MONOTONIC ns
 	ev     event.Event
@@ -248,7 +270,9 @@ func New(o Options) (*Recorder, error) {
 		jobs: make(chan *dump, 8), quit: make(chan struct{})}
 	r.namesMax, r.stateMax = int(o.MaxBytes/8), int(o.MaxBytes/8)
 	r.windowMax = int(o.MaxBytes) - r.namesMax - 2*r.stateMax
+	r.hostMax = int(o.HostMaxBytes)
 	r.chunkSize = int(min(256<<10, o.MaxBytes/32))
+	r.chunks.size, r.names.size = r.chunkSize, min(r.chunkSize, 16<<10)
 	r.triggers.init()
 	r.stats.dumps, r.stats.suppressed = map[string]uint64{}, map[string]uint64{}
 	if err := r.enforceDir(""); err != nil {
@@ -353,7 +377,7 @@ func (r *Recorder) Record(typ byte, payload []byte) {
 	case recording.RoleEvent:
 		r.event(p, payload)
 	case recording.RoleTimed:
-		p.window.add(r.chunkSize, r.seq, typ, payload, 0, -1)
+		r.keep(p, r.seq, typ, payload, 0, -1)
 	case recording.RoleName:
 		if p.namesUsed+recHeader+len(payload) > r.namesMax {
 			p.counts.StateDropped++
@@ -361,7 +385,7 @@ func (r *Recorder) Record(typ byte, payload []byte) {
 			return
 		}
 		p.namesUsed += recHeader + len(payload)
-		p.names.add(min(r.chunkSize, 16<<10), r.seq, typ, payload, 0, -1)
+		p.names.add(&r.names, r.seq, typ, payload, 0, -1)
 	case recording.RoleState:
 		r.keepState(p, stateKey{stateFact, r.seq}, r.seq, typ, payload)
 	}
@@ -390,7 +414,7 @@ func (r *Recorder) event(p *proc, b []byte) {
 		r.last.set = false
 	}
 	p.pending.early = p.pending.early[:0]
-	p.window.add(r.chunkSize, seq, 0x01, b, max(t, 1), op)
+	r.keep(p, seq, 0x01, b, max(t, 1), op)
 	p.counts.Read++
 	p.counts.Held++
 	if spec := event.Lookup(event.CookieAPI(le.Uint64(b[16:]))); spec != nil && statefulClass(spec.Class) {
@@ -427,24 +451,53 @@ func (r *Recorder) change(p *proc, c stateChange, seq uint64) {
 	}
 }
 
+// keep appends a record to p's window.
+func (r *Recorder) keep(p *proc, seq uint64, typ byte, payload []byte, t uint64, op int32) {
+	held := p.window.bytes
+	p.window.add(&r.chunks, seq, typ, payload, t, op)
+	r.windows += p.window.bytes - held
+}
+
 // trim makes p's window fit: the oldest chunks go while it is over its
-// budget, or older than Window before p's latest event.
+// budget, or older than Window before p's latest event. Then the windows
+// fit the host's bound: the largest gives up its oldest chunk while they
+// are over it (a process's share shrinks as more are busy).
 func (r *Recorder) trim(p *proc) {
 	window := uint64(r.o.Window)
 	for len(p.window.chunks) > 1 {
 		c := p.window.chunks[0]
 		full := p.window.bytes > r.windowMax
 		if !full && (p.latest < window || c.last >= p.latest-window) {
-			return
+			break
 		}
 		r.evict(p, p.window.front())
 	}
+	for r.windows > r.hostMax {
+		q := r.largestWindow()
+		if q == nil {
+			return
+		}
+		r.evict(q, q.window.front())
+	}
+}
+
+// largestWindow is the process whose window holds the most, of those
+// with more than the chunk being filled; nil if none.
+func (r *Recorder) largestWindow() *proc {
+	var q *proc
+	for _, p := range r.procs {
+		if len(p.window.chunks) > 1 && (q == nil || p.window.bytes > q.window.bytes) {
+			q = p
+		}
+	}
+	return q
 }
 
 // evict takes a chunk out of p's window: its events are counted gone
 // (dropped when still within Window, expired otherwise); the calls whose
 // state lives on go to the state table.
 func (r *Recorder) evict(p *proc, c *chunk) {
+	r.windows -= len(c.buf)
 	le := binary.LittleEndian
 	var cutoff uint64
 	if w := uint64(r.o.Window); p.latest > w {
@@ -472,6 +525,7 @@ func (r *Recorder) evict(p *proc, c *chunk) {
 			r.keepState(p, stateKey{statePending, seq}, seq, typ, payload)
 		}
 	})
+	r.chunks.put(c)
 }
 
 // stateOverhead: what a state record costs beside its payload (the map

@@ -20,7 +20,7 @@ type Stats struct {
 	Dropped           uint64 // events of the windows that did not fit a budget
 	StateDropped      uint64
 	Processes         int
-	Bytes             int64               // held, over all processes
+	Bytes             int64               // held, over all processes (and the chunks kept for reuse)
 	PerProcess        map[uint32]ProcStat // by pid
 }
 
@@ -51,6 +51,7 @@ func (r *Recorder) Stats() Stats {
 		s.PerProcess[pid] = ps
 		s.Bytes += ps.WindowBytes + ps.StateBytes + ps.NameBytes
 	}
+	s.Bytes += int64(r.chunks.spareBytes())
 	return s
 }
 
@@ -64,7 +65,7 @@ var (
 	descSuppressed = prometheus.NewDesc("cudatap_flight_suppressed_total", "Flight recorder triggers that wrote no dump: the same trigger had fired for the process within --flight-cooldown.", []string{"trigger"}, nil)
 	descFailures   = prometheus.NewDesc("cudatap_flight_dump_failures_total", "Flight recorder dumps that could not be written (the agent's log says why).", nil, nil)
 	descRemoved    = prometheus.NewDesc("cudatap_flight_dumps_removed_total", "Flight recorder dumps removed to keep --dumps-dir under --dumps-max-bytes (the oldest first).", nil, nil)
-	descDropped    = prometheus.NewDesc("cudatap_flight_dropped_events_total", "Events that left a process's flight recorder window before their time: its --flight-max-bytes was full (the oldest go first).", nil, nil)
+	descDropped    = prometheus.NewDesc("cudatap_flight_dropped_events_total", "Events that left a process's flight recorder window before their time: its --flight-max-bytes, or the windows' --flight-host-max-bytes, was full (the oldest go first).", nil, nil)
 	descStateDrop  = prometheus.NewDesc("cudatap_flight_dropped_state_total", "Calls of lasting state (allocations, streams, pending GPU work) and names the flight recorder could not keep within a process's budget.", nil, nil)
 	descBytes      = prometheus.NewDesc("cudatap_flight_bytes", "Bytes the flight recorder holds, over all processes.", nil, nil)
 	descProcs      = prometheus.NewDesc("cudatap_flight_processes", "Processes the flight recorder holds a window of.", nil, nil)

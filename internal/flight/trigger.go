@@ -338,6 +338,7 @@ func (r *Recorder) sweep() {
 		}
 		if p.exited && time.Since(p.exitedSeen) > 4*grace && !r.waitedFor(pid) {
 			delete(r.procs, pid)
+			r.windows -= p.window.bytes
 			if r.cached == p {
 				r.cached = nil
 			}
