@@ -294,19 +294,21 @@ func TestRecordNamesHungRank(t *testing.T) {
 		close(lines)
 	}()
 	deadline := time.After(2 * time.Minute)
+	var said []string // record's last lines, to say why when the one awaited never comes
 	wait := func(prefix string) string {
 		t.Helper()
 		for {
 			select {
 			case l, ok := <-lines:
 				if !ok {
-					t.Fatalf("record ended before %q", prefix)
+					t.Fatalf("record ended before %q; its last lines:\n%s", prefix, strings.Join(said, "\n"))
 				}
 				if strings.Contains(l, prefix) {
 					return l
 				}
+				said = append(said[max(0, len(said)-19):], l)
 			case <-deadline:
-				t.Fatalf("no %q from record within 2 minutes", prefix)
+				t.Fatalf("no %q from record within 2 minutes; its last lines:\n%s", prefix, strings.Join(said, "\n"))
 			}
 		}
 	}
