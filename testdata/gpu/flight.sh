@@ -21,7 +21,8 @@
 #   FLIGHT_PARTS=3 FLIGHT_PHASES="off:40 on:200 off:40 on:200 off:40" flight.sh BIN OUTDIR
 # runs part 3 alone through those phases (the recorder off or on for so
 # many seconds; the job runs for their sum) and prints the agent's RSS per
-# 20 s of each on phase.
+# 20 s of each on phase; with CUDATAP_AGENT_PPROF=1, the agent's heap
+# profile at the end of each on phase (OUTDIR/heap-*.pb.gz).
 set -u
 BIN=$(realpath "$1"); OUT=$(realpath -m "$2"); mkdir -p "$OUT"; rm -rf "$OUT/dumps"
 here=$(cd "$(dirname "$0")" && pwd)
@@ -162,7 +163,15 @@ for p in $PHASES; do
 	dump)
 		"$BIN" dump --agent $ADDR $L >"$OUT/loop.dump" 2>"$OUT/loop.dump.err"
 		echo "cudatap dump $L: exit $?"; cat "$OUT/loop.dump" "$OUT/loop.dump.err" | cut -c1-300 ;;
-	on:*) [ -n "$AGENT" ] || agent_start; phase on "${p#on:}" ;;
+	on:*)
+		[ -n "$AGENT" ] || agent_start
+		phase on "${p#on:}"
+		# With CUDATAP_AGENT_PPROF=1 the agent serves its heap: where its
+		# memory is at the end of each on phase (go tool pprof -top).
+		[ "${CUDATAP_AGENT_PPROF:-}" = 1 ] && curl -sf -o "$OUT/heap-$(date +%s).pb.gz" "$ADDR/debug/pprof/heap"
+		# and its largest mappings by RSS (the heap, the ring buffer, files)
+		awk '/^[0-9a-f]+-[0-9a-f]+ / {m = $6 ? $6 : "[anon " $1 "]"} /^Rss:/ {r[m] += $2} END {for (k in r) print r[k], k}' \
+			/proc/$AGENT/smaps | sort -rn | head -8 | sed "s/^/agent mapping RSS (KiB) at the end of the phase: /" ;;
 	off:*) [ -n "$AGENT" ] && agent_stop; phase off "${p#off:}" ;;
 	esac
 done
