@@ -348,15 +348,24 @@ struct {
 
 /*
  * Waking the reader for every record costs more than the record itself (an
- * irq_work and a context switch per CUDA call). Records are submitted
- * without a wakeup; the reader polls on a short timer, and only a ring that
- * is filling up forces a wakeup. Set by the loader.
+ * irq_work, a self-interrupt: some 9 us of the traced thread's system time
+ * in a VM, and a context switch). Records are submitted without a wakeup;
+ * the reader polls on a short timer, and the record that takes the unread
+ * backlog past a multiple of wakeup_bytes forces one, so that a ring
+ * filling up is read at once. Once per wakeup_bytes, not for every record
+ * past it: a reader that far behind is awake and reading, and a wakeup per
+ * record cost a flood of 2 M launches 3 s of system time. A crossing two
+ * CPUs' records hide from each other is caught at the next multiple, or by
+ * the timer. Set by the loader.
  */
 volatile const __u64 wakeup_bytes = 1 << 20;
 
-static __always_inline __u64 wakeup_flags(void)
+static __always_inline __u64 wakeup_flags(__u32 size)
 {
-	if (bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wakeup_bytes)
+	/* The record's span in the ring: its header, then its data 8-byte aligned. */
+	__u64 span = BPF_RINGBUF_HDR_SZ + ((size + 7) & ~7);
+	__u64 avail = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
+	if (avail >= span && avail / wakeup_bytes != (avail - span) / wakeup_bytes)
 		return BPF_RB_FORCE_WAKEUP;
 	return BPF_RB_NO_WAKEUP;
 }
@@ -755,9 +764,15 @@ static __always_inline __u32 body_size(const enum body body)
 /* A string wins over a stack: both would go into copy[]. */
 #define COOKIE_BODY(c) (COOKIE_STRING(c) ? BODY_STRING : ((c) & COOKIE_STACK) ? BODY_FULL : BODY_SMALL)
 
+/* What reserve asks of the ring for a record. */
+static __always_inline __u32 record_size(const enum body body, const bool kargs)
+{
+	return body_size(body) + (kargs ? sizeof(struct kernel_args) : 0);
+}
+
 static __always_inline struct event *reserve(const enum body body, const bool kargs)
 {
-	struct event *e = bpf_ringbuf_reserve(&events, body_size(body) + (kargs ? sizeof(struct kernel_args) : 0), 0);
+	struct event *e = bpf_ringbuf_reserve(&events, record_size(body, kargs), 0);
 	if (!e)
 		count(STAT_RINGBUF_FULL);
 	return e;
@@ -870,9 +885,9 @@ static __always_inline void fill_body(struct pt_regs *ctx, struct event *e, __u6
 
 /* Stacks are resolved (Python code objects read, frames symbolized) while
  * the process lives: hand them over at once. They are rare. */
-static __always_inline __u64 submit_flags(const enum body body)
+static __always_inline __u64 submit_flags(const enum body body, const bool kargs)
 {
-	return body == BODY_FULL ? BPF_RB_FORCE_WAKEUP : wakeup_flags();
+	return body == BODY_FULL ? BPF_RB_FORCE_WAKEUP : wakeup_flags(record_size(body, kargs));
 }
 
 static __always_inline int emit_entry(struct pt_regs *ctx, __u64 cookie, __u64 pid_tgid, __u64 now, __u64 stub,
@@ -897,7 +912,7 @@ static __always_inline int emit_entry(struct pt_regs *ctx, __u64 cookie, __u64 p
 		}
 	}
 	fill_body(ctx, e, cookie, body);
-	bpf_ringbuf_submit(e, submit_flags(body));
+	bpf_ringbuf_submit(e, submit_flags(body, kargs));
 	count(STAT_SUBMITTED);
 	return 0;
 }
@@ -1008,7 +1023,7 @@ static __always_inline int emit_return(struct pt_regs *ctx, struct inflight *in,
 		}
 	}
 	fill_body(ctx, e, cookie, body);
-	bpf_ringbuf_submit(e, submit_flags(body));
+	bpf_ringbuf_submit(e, submit_flags(body, false));
 	count(STAT_SUBMITTED);
 	return 0;
 }

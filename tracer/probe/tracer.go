@@ -160,8 +160,9 @@ func New(cfg Config) (*Tracer, error) {
 	if !cfg.LaunchTimes {
 		specs.LaunchTimes.MaxEntries, specs.LaunchStarted.MaxEntries = 1, 1
 	}
-	// Force a wakeup once an eighth of the ring is pending; otherwise the
-	// reader's poll timer picks records up.
+	// Force a wakeup each time another eighth of the ring is pending
+	// (once, not for every record past it); otherwise the reader's poll
+	// timer picks records up.
 	if err := specs.WakeupBytes.Set(uint64(cfg.RingBufferBytes / 8)); err != nil {
 		return nil, fmt.Errorf("configure BPF programs: %w", err)
 	}
