@@ -9,7 +9,9 @@
 // synchronization of every process by site (thread, API, kind, stack) and
 // picks, at the end, the site that repeats most regularly on a thread that
 // launches GPU work: most occurrences among the sites whose intervals are
-// regular (three quarters within a factor of two of their median) and
+// regular (three quarters within a factor of two of their median, in time
+// or in the GPU work enqueued between them: a host slow to run the
+// program, busy or stalled on data, makes a step long, not different) and
 // between whose first and last occurrence most of the GPU work was
 // enqueued; a tie goes to the site that blocked
 // longest (the wait for the iteration's work, not a small copy's). Each
@@ -99,7 +101,7 @@ const (
 // Thresholds of the choice of a site.
 const (
 	minOccurrences = 3    // two intervals at least
-	minRegular     = 0.75 // share of intervals within a factor of two of their median
+	minRegular     = 0.75 // share of intervals within a factor of two of their median (time or work)
 	// The share of the process's GPU work (calls that enqueue it) made
 	// between a site's first and last occurrence: a training loop is
 	// most of a job's work however long its imports and set-up took,
@@ -505,7 +507,7 @@ func (p *proc) fromSyncs(r *model.Result, mp *model.Process, f *Found) {
 	s := p.sites[c.site]
 	f.Marker = p.describe(r, mp, s.key)
 	if !c.qualifies() {
-		f.Why = fmt.Sprintf("no NVTX range named like a step, and no place where the host waited for the GPU repeats regularly through most of the work: the likeliest, %s, waited %d times, %.0f%% of the intervals within a factor of two of their median, around %.0f%% of the process's GPU work",
+		f.Why = fmt.Sprintf("no NVTX range named like a step, and no place where the host waited for the GPU repeats regularly through most of the work: the likeliest, %s, waited %d times, %.0f%% of the intervals within a factor of two of their median (in time or work), around %.0f%% of the process's GPU work",
 			f.Marker, len(c.at), 100*c.regular, 100*c.work)
 		f.Marker = ""
 		return
@@ -570,15 +572,31 @@ func (p *proc) firstStart(c candidate, mp *model.Process) begin {
 }
 
 // regularity is the share of a site's intervals within a factor of two of
-// their median.
+// their median: in time, or in the calls that enqueued GPU work between
+// its occurrences where that share is larger. Time alone made a loop on a
+// busy host (steps of a millisecond, the program descheduled for tens)
+// look irregular, though every step enqueued the same work.
 func regularity(log []entry, at []int) float64 {
-	d := make([]uint64, 0, len(at)-1)
+	times := make([]uint64, 0, len(at)-1)
+	work := make([]uint64, 0, len(at)-1)
 	for k := 1; k < len(at); k++ {
-		d = append(d, log[at[k]].time-log[at[k-1]].time)
+		times = append(times, log[at[k]].time-log[at[k-1]].time)
+		var n uint64
+		for _, e := range log[at[k-1]+1 : at[k]+1] {
+			n += uint64(e.work)
+		}
+		work = append(work, n)
 	}
-	s := slices.Clone(d)
-	slices.Sort(s)
-	m := s[len(s)/2]
+	return max(nearMedian(times), nearMedian(work))
+}
+
+// nearMedian is the share of d within a factor of two of its median; 0
+// when the median is 0 (a site that repeats with no work between).
+func nearMedian(d []uint64) float64 {
+	m := slices.Sorted(slices.Values(d))[len(d)/2]
+	if m == 0 {
+		return 0
+	}
 	in := 0
 	for _, x := range d {
 		if 2*x >= m && x <= 2*m {

@@ -174,11 +174,12 @@ func TestStepsFromNVTX(t *testing.T) {
 func TestNoSteps(t *testing.T) {
 	g := newProg(t)
 	g.memcpy(main, 0x1000)
-	for i, gap := range []uint64{1, 30, 2, 90, 1, 50} {
-		g.launch(main)
+	for _, n := range []uint64{1, 30, 2, 90, 1, 50} { // irregular in time and in work
+		for range n {
+			g.launch(main)
+		}
 		g.sync(main, 100*us, 0x2000)
-		g.now += gap * ms
-		_ = i
+		g.now += n * ms
 	}
 	f := one(t, g.find())
 	if f.By != "" || len(f.Steps) != 0 || !strings.Contains(f.Why, "repeats regularly") {
@@ -192,6 +193,26 @@ func TestNoSteps(t *testing.T) {
 	f = one(t, g.find())
 	if f.By != "" || !strings.Contains(f.Why, "no thread that launches GPU work waited") {
 		t.Errorf("no waits: %+v", f)
+	}
+}
+
+// A loop on a busy host: every iteration enqueues the same work, but the
+// program was descheduled for far longer than an iteration takes, at
+// random: the waits are irregular in time, regular in work, and mark the
+// steps.
+func TestStepsOnBusyHost(t *testing.T) {
+	g := newProg(t)
+	g.memcpy(main, 0x1000)
+	gaps := []uint64{0, 30, 0, 90, 0, 50, 40, 0, 70, 0}
+	for _, gap := range gaps {
+		g.launch(main)
+		g.launch(main)
+		g.sync(main, 100*us, 0x2000)
+		g.now += gap * ms
+	}
+	f := one(t, g.find())
+	if f.By != BySync || len(f.Steps) != len(gaps) {
+		t.Errorf("steps on a busy host: %+v, want %d marked by the sync", f, len(gaps))
 	}
 }
 
