@@ -6,8 +6,10 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"testing"
+	"unsafe"
 
 	"github.com/cudatap/cudatap/internal/testutil"
 )
@@ -135,6 +137,47 @@ func TestBigLib(t *testing.T) {
 	if s, ok := f.LookupDynamic(bigName(2)); !ok || !s.Dynamic {
 		t.Errorf("LookupDynamic(exported) = %+v, %v", s, ok)
 	}
+}
+
+// TestIndexHoldsNoNames checks that the index of the 200k-symbol library
+// keeps its symbols but not its string tables (35 MB here; 165 MB for
+// PyTorch's libraries on a GPU node): names are read from the file when a
+// lookup needs one, so what indexing leaves on the heap is the entries and
+// the hash table, however long the names are.
+func TestIndexHoldsNoNames(t *testing.T) {
+	if testing.Short() {
+		t.Skip("generating a 200k-symbol library takes a few seconds")
+	}
+	b := getBigLib(t)
+	f := openT(t, b.path)
+	before := heapInUse()
+	if err := f.Index(); err != nil {
+		t.Fatal(err)
+	}
+	held := heapInUse() - before
+	ix := f.full.Load()
+	own := int64(cap(ix.ents))*int64(unsafe.Sizeof(symEntry{})) + 4*int64(len(ix.table))
+	var strtabs uint64
+	for _, tab := range []int{f.dynsym, f.symtab} {
+		strtabs += f.sections[f.sections[tab].link].size
+	}
+	t.Logf("indexing held %.1f MB: entries and hash table %.1f MB; string tables %.1f MB",
+		float64(held)/1e6, float64(own)/1e6, float64(strtabs)/1e6)
+	if held > own+4<<20 {
+		t.Errorf("indexing held %d bytes, %d more than its entries and hash table (the string tables are %d bytes)",
+			held, held-own, strtabs)
+	}
+	if s, _, ok := f.Symbolize(b.addrs[0]); !ok || s.Name != b.names[0] {
+		t.Errorf("Symbolize(%#x) = %q, %v; want %s", b.addrs[0], s.Name, ok, b.names[0])
+	}
+}
+
+// heapInUse returns the bytes of live heap objects after a collection.
+func heapInUse() int64 {
+	var ms runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	return int64(ms.HeapAlloc)
 }
 
 // BenchmarkIndex200k measures Open plus building the full index of a

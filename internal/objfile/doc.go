@@ -11,8 +11,9 @@
 //     addresses and file offsets.
 //
 // ELF symbol tables are indexed lazily, on the first lookup, into one
-// compact sorted slice per file (no per-symbol allocations), and files are
-// shared between processes through a [Cache] keyed by build-id. The package
+// compact sorted slice per file (no per-symbol allocations; the names stay
+// in the file, read when an address is named), and files are shared
+// between processes through a [Cache] keyed by build-id. The package
 // is pure Go (no cgo) and needs no privileges beyond reading
 // /proc/PID/{maps,map_files,root} of the target.
 package objfile

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"io"
 	"os"
 	"strings"
@@ -47,8 +48,9 @@ type section struct {
 }
 
 // File is one ELF object. Headers are parsed by Open; symbol tables are
-// read and indexed lazily on the first lookup. A File is safe for
-// concurrent use.
+// read and indexed lazily on the first lookup, and a symbol's name is read
+// from the file when an address is named. A File is safe for concurrent
+// use.
 type File struct {
 	path      string
 	key       statKey
@@ -64,8 +66,8 @@ type File struct {
 	verdef    int // section index of .gnu.version_d, -1 if none
 	hasSymtab bool
 
-	mu     sync.Mutex // guards fd, reopen, err and index construction
-	fd     *os.File   // nil once released; reopened if still needed
+	mu     sync.Mutex // guards fd, reopen, err, index construction and reads
+	fd     *os.File   // nil once released; reopened if needed
 	reopen string     // path to reopen the file by
 	err    error      // why the last index build failed
 	dyn    atomic.Pointer[symIndex]
@@ -278,9 +280,33 @@ func (f *File) SymbolFileOffset(name string) (uint64, error) {
 
 // Symbolize finds the function symbol containing the ELF virtual address
 // vaddr (or, if none, the data object containing it) and returns it with
-// vaddr's offset into it. Symbols of size 0 extend to the next symbol.
+// vaddr's offset into it. Symbols of size 0 extend to the next symbol. The
+// name is read from the file: if that fails, or the name is no longer the
+// one indexed (the file was overwritten in place), the address is unknown.
 func (f *File) Symbolize(vaddr uint64) (Symbol, uint64, bool) {
-	return f.index(true).symbolize(vaddr)
+	ix := f.index(true)
+	i, ok := ix.symbolize(vaddr)
+	if !ok {
+		return Symbol{}, 0, false
+	}
+	e := &ix.ents[i]
+	name := make([]byte, e.nameLen)
+	if err := f.readAt(name, ix.nameAt(e)); err != nil || maphash.Bytes(hashSeed, name) != e.hash {
+		return Symbol{}, 0, false
+	}
+	return ix.symbol(i, string(name)), vaddr - e.value, true
+}
+
+// readAt reads len(b) bytes at off, reopening the file if it was released.
+func (f *File) readAt(b []byte, off int64) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	fd, err := f.handleLocked()
+	if err != nil {
+		return err
+	}
+	_, err = fd.ReadAt(b, off)
+	return err
 }
 
 // Index builds the full symbol index now instead of on first use and
@@ -294,8 +320,9 @@ func (f *File) Index() error {
 }
 
 // Close releases the file descriptor. Everything indexed so far stays
-// usable; should a lookup need an index that was not built yet, the file is
-// reopened by path (and checked to be the same file).
+// usable; should a lookup need an index that was not built yet, or a
+// symbol's name, the file is reopened by path (and checked to be the same
+// file).
 func (f *File) Close() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -336,12 +363,12 @@ func (f *File) handleLocked() (*os.File, error) {
 }
 
 // adopt hands the File a fresh descriptor of the same file, opened through
-// path, if the File released its own and may still need one (its first path
-// may be gone with the process that mapped it). Otherwise it closes fd.
+// path, if the File released its own (its first path may be gone with the
+// process that mapped it). Otherwise it closes fd.
 func (f *File) adopt(fd *os.File, path string, key statKey) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if key == f.key && f.fd == nil && f.full.Load() == nil {
+	if key == f.key && f.fd == nil {
 		f.fd, f.reopen = fd, path
 		return
 	}
@@ -370,10 +397,9 @@ func (f *File) index(full bool) *symIndex {
 	}
 	p.Store(ix)
 	if full {
-		// The full index answers dynamic lookups too, and nothing else
-		// needs the file's contents.
+		// The full index answers dynamic lookups too. The descriptor
+		// stays open: names are read through it.
 		f.dyn.Store(nil)
-		f.releaseLocked()
 	}
 	return ix
 }

@@ -246,6 +246,86 @@ func TestReopenAfterClose(t *testing.T) {
 	}
 }
 
+// TestNamesReadFromFile checks that names, read from the file when an
+// address is named, survive Close, and that a file changed under an index
+// (overwritten in place, truncated) leaves addresses unknown, never named
+// wrongly.
+func TestNamesReadFromFile(t *testing.T) {
+	fx := testutil.ELF(t)
+	path := filepath.Join(t.TempDir(), "lib.so")
+	copyFile(t, fx.Lib, path)
+	f := openT(t, path)
+	plain := mustLookup(t, f, "lib_plain")
+	foo := mustLookup(t, f, "foo")
+	f.Close()
+	for _, want := range []Symbol{plain, foo} {
+		if s, off, ok := f.Symbolize(want.Value + 1); !ok || s.Name != want.Name || off != 1 {
+			t.Errorf("Symbolize(%s+1) after Close = %q+%d, %v", want.Name, s.Name, off, ok)
+		}
+	}
+
+	// Overwrite lib_plain's name in place: same file, same descriptor.
+	ix := f.full.Load()
+	i, _ := ix.symbolize(plain.Value)
+	w, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if _, err := w.WriteAt([]byte("X"), ix.nameAt(&ix.ents[i])); err != nil {
+		t.Fatal(err)
+	}
+	if s, _, ok := f.Symbolize(plain.Value); ok {
+		t.Errorf("Symbolize(lib_plain) after its name was overwritten = %q, want unknown", s.Name)
+	}
+	if s, _, ok := f.Symbolize(foo.Value); !ok || s.Name != "foo" {
+		t.Errorf("Symbolize(foo) = %q, %v; want foo (its name is intact)", s.Name, ok)
+	}
+
+	// Truncated: the names are gone.
+	if err := w.Truncate(0); err != nil {
+		t.Fatal(err)
+	}
+	if s, _, ok := f.Symbolize(foo.Value); ok {
+		t.Errorf("Symbolize(foo) in a truncated file = %q, want unknown", s.Name)
+	}
+	if _, ok := f.Lookup("foo"); !ok {
+		t.Errorf("Lookup(foo) failed: lookups by name need only the index")
+	}
+}
+
+// TestStrWindow reads names through a window much smaller than the table:
+// in offset order (the index), out of order (version names), shared
+// suffixes, names too long, the unterminated end, and a file cut short.
+func TestStrWindow(t *testing.T) {
+	table := "\x00ab\x00abcdefgh\x00cd\x00xyz"
+	const maxLen = 4
+	cases := []struct {
+		off  uint64
+		want string // "-" for none
+	}{
+		{0, ""}, {1, "ab"}, {2, "b"}, {2, "b"}, {4, "-"}, {6, "-"}, {9, "fgh"}, {10, "gh"},
+		{12, ""}, {13, "cd"}, {16, "xyz"}, {18, "z"}, {19, "-"},
+		{1, "ab"}, {14, "d"}, {5, "-"}, {11, "h"},
+	}
+	w := newStrWindow(strings.NewReader(table), 0, uint64(len(table)), maxLen)
+	for _, c := range cases {
+		got, err := w.name(c.off)
+		if err != nil {
+			t.Fatalf("name(%d): %v", c.off, err)
+		}
+		if s := string(got); (got == nil) != (c.want == "-") || (got != nil && s != c.want) {
+			t.Errorf("name(%d) = %q (nil %v), want %q", c.off, s, got == nil, c.want)
+		}
+	}
+
+	// The table says it is longer than the file now is.
+	w = newStrWindow(strings.NewReader(table[:8]), 0, uint64(len(table)), maxLen)
+	if got, err := w.name(1); err == nil {
+		t.Errorf("name(1) of a file cut short = %q, want an error", got)
+	}
+}
+
 func TestOpenNotELF(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "x")
 	os.WriteFile(path, []byte("#!/bin/sh\necho hi\n"), 0o755)

@@ -12,13 +12,16 @@ import (
 )
 
 // symEntry is one indexed symbol. Large libraries (libtorch_cuda.so has
-// ~210k symbols) are why it is small and pointer-free: the names live in
-// one shared byte slice, so an index costs three allocations, not 210k, and
-// the garbage collector never scans it.
+// ~210k symbols) are why it is small and pointer-free: an index costs a few
+// allocations, not 210k, and the garbage collector never scans it. The
+// name stays in the file: PyTorch's string tables are 165 MB, and a
+// symbol's name is read when an address is named, once per address by the
+// callers. Its hash answers lookups by name.
 type symEntry struct {
 	value   uint64
+	hash    uint64 // of the name (without version), with hashSeed
 	size    uint32 // st_size, or for fSizeless symbols the extent up to the next symbol
-	nameOff uint32 // into symIndex.names
+	nameOff uint32 // into the string tables as if concatenated, see symIndex.strs
 	nameLen uint32
 	ver     uint16 // into symIndex.vers; 0 means unversioned
 	flags   uint8
@@ -31,6 +34,7 @@ const (
 	fObject                // STT_OBJECT (else STT_FUNC or STT_GNU_IFUNC)
 	fSizeless              // st_size was 0
 	fHiddenVer             // a non-default version ("name@VER", not "name@@VER")
+	fNoName                // the name could not be read while indexing; dropped
 )
 
 // aliasRank orders symbols at the same address: the one with the lowest
@@ -79,7 +83,7 @@ func (e *symEntry) lookupRank() uint8 {
 type symIndex struct {
 	ents   []symEntry // functions sorted by address, then objects sorted by address
 	nfunc  int        // ents[:nfunc] are functions
-	names  []byte     // the string tables, concatenated
+	strs   []strTable // where names are in the file, by nameOff
 	vers   []string   // version names; vers[0] == ""
 	table  []uint32   // open-addressing hash of names, see tableIdxBits
 	tagged bool       // table slots carry hash tags
@@ -87,16 +91,15 @@ type symIndex struct {
 
 // Hash table slots hold index+1 into ents in the low tableIdxBits bits (0
 // means empty) and the top 8 bits of the name's hash above them, so that
-// probing rarely compares names: C++ names of equal length with long
-// common prefixes are common.
+// probing rarely visits an entry whose name differs.
 const (
 	tableIdxBits = 24
 	tableIdxMask = 1<<tableIdxBits - 1
 )
 
 // tag returns the hash tag of a slot for hash h; with more than 2^24
-// symbols there are no bits to spare for it, and names are compared on
-// every probe.
+// symbols there are no bits to spare for it, and every probe visits its
+// entry.
 func (ix *symIndex) tag(h uint64) uint32 {
 	if !ix.tagged {
 		return 0
@@ -113,66 +116,65 @@ func (ix *symIndex) slotEntry(slot, tag uint32) (int, bool) {
 	return int(slot&tableIdxMask) - 1, slot&^tableIdxMask == tag
 }
 
+// strTable places one string table in the file and in the nameOff space.
+type strTable struct {
+	base, size uint32 // its names' nameOff range is [base, base+size)
+	off        int64  // its offset in the file
+}
+
 // hashSeed is shared by all indexes: names are hashed once at build time.
+// Names are equal when their lengths and hashes are: the seed is random per
+// process, so a file cannot be crafted to collide, and two names collide by
+// chance with probability 2^-64.
 var hashSeed = maphash.MakeSeed()
+
+// maxNameLen bounds the names indexed: the longest C++ names seen are a few
+// KiB (libLLVM's 950 bytes, librustc_driver's 1222), and a corrupt string
+// table without terminators must not make us read it whole per symbol.
+// Longer names are not indexed.
+const maxNameLen = 1 << 20
 
 // symtabInput is one symbol table being indexed.
 type symtabInput struct {
 	syms     []byte
-	strBase  uint32 // offset of the table's string table in names
+	str      int    // section index of its string table
+	strBase  uint32 // nameOff of the table's first byte
 	strLen   uint32
 	dynamic  bool
 	versym   []byte            // .gnu.version, for .dynsym
 	verSlots map[uint16]uint16 // version index in .gnu.version → slot in vers
-	ats      []uint32          // offsets in names of every '@' in a .symtab string table
 }
 
 // buildIndex reads the symbol tables tabs (section indices) of f through r
-// and indexes their defined function and object symbols.
+// and indexes their defined function and object symbols. The string tables
+// are read once, in bounded pieces, in the order of the names' offsets: to
+// hash each name and find its version; none is kept.
 func buildIndex(f *File, r io.ReaderAt, tabs []int) (*symIndex, error) {
 	ix := &symIndex{vers: []string{""}}
-
-	// Read all string tables into one buffer: symbol names are then just
-	// (offset, length) pairs into it.
+	in := make([]symtabInput, len(tabs))
 	var total uint64
-	for _, t := range tabs {
+	for k, t := range tabs {
 		str := int(f.sections[t].link)
 		if str <= 0 || str >= len(f.sections) {
 			return nil, fmt.Errorf("symbol table %d: bad string table link %d", t, str)
 		}
-		total += f.sections[str].size
-	}
-	if total > math.MaxUint32 || total > uint64(f.key.size) {
-		return nil, fmt.Errorf("string tables too large (%d bytes)", total)
-	}
-	ix.names = make([]byte, total)
-	in := make([]symtabInput, len(tabs))
-	var base uint32
-	for k, t := range tabs {
-		str := int(f.sections[t].link)
-		n := uint32(f.sections[str].size)
-		if err := f.readSectionInto(r, str, ix.names[base:base+n]); err != nil {
-			return nil, err
+		s := f.sections[str]
+		size := s.size
+		if s.typ == elf.SHT_NOBITS {
+			size = 0 // no names: nothing to index
+		} else if s.off > uint64(f.key.size) || size > uint64(f.key.size)-s.off {
+			return nil, fmt.Errorf("string table %d [%#x, +%#x) beyond end of file", str, s.off, size)
+		}
+		if total+size > math.MaxUint32 {
+			return nil, fmt.Errorf("string tables too large (%d bytes)", total+size)
 		}
 		syms, err := f.readSection(r, t)
 		if err != nil {
 			return nil, err
 		}
-		in[k] = symtabInput{syms: syms, strBase: base, strLen: n, dynamic: f.sections[t].typ == elf.SHT_DYNSYM}
-		if !in[k].dynamic {
-			// Versioned names ("memcpy@@GLIBC_2.14") are rare: find every
-			// '@' in one pass rather than search each name for one.
-			strs := ix.names[base : base+n]
-			for i := bytes.IndexByte(strs, '@'); i >= 0; {
-				in[k].ats = append(in[k].ats, base+uint32(i))
-				j := bytes.IndexByte(strs[i+1:], '@')
-				if j < 0 {
-					break
-				}
-				i += 1 + j
-			}
-		}
-		base += n
+		in[k] = symtabInput{syms: syms, str: str, strBase: uint32(total), strLen: uint32(size), dynamic: f.sections[t].typ == elf.SHT_DYNSYM}
+		ix.strs = append(ix.strs, strTable{base: uint32(total), size: uint32(size), off: int64(s.off)})
+		total += size
 		if in[k].dynamic && f.versym >= 0 && f.verdef >= 0 {
 			// Versions are optional: a broken version section only loses
 			// the version names.
@@ -195,7 +197,6 @@ func buildIndex(f *File, r io.ReaderAt, tabs []int) (*symIndex, error) {
 		}
 	}
 	ix.ents = make([]symEntry, 0, n)
-	verByName := make(map[string]uint16)
 	for _, t := range in {
 		for i, off := 1, entSize; off+entSize <= len(t.syms); i, off = i+1, off+entSize {
 			s := f.parseSym(t.syms[off:])
@@ -203,28 +204,6 @@ func buildIndex(f *File, r io.ReaderAt, tabs []int) (*symIndex, error) {
 				continue
 			}
 			e := symEntry{value: s.value, nameOff: t.strBase + s.name}
-			name := ix.names[e.nameOff : t.strBase+t.strLen]
-			if z := bytes.IndexByte(name, 0); z >= 0 {
-				name = name[:z]
-			}
-			if at := firstAt(t.ats, e.nameOff, len(name)); at > 0 {
-				// "name@@VER" / "name@VER", as .symtab spells versioned
-				// symbols.
-				ver := name[at:]
-				if len(ver) < 2 || ver[1] != '@' {
-					e.flags |= fHiddenVer
-				}
-				ver = bytes.TrimLeft(ver, "@")
-				slot, ok := verByName[string(ver)]
-				if !ok && len(ix.vers) < math.MaxUint16 {
-					slot = uint16(len(ix.vers))
-					ix.vers = append(ix.vers, string(ver))
-					verByName[string(ver)] = slot
-				}
-				e.ver = slot
-				name = name[:at]
-			}
-			e.nameLen = uint32(len(name))
 			if t.dynamic {
 				e.flags |= fDynamic
 				if 2*i+2 <= len(t.versym) {
@@ -262,9 +241,128 @@ func buildIndex(f *File, r io.ReaderAt, tabs []int) (*symIndex, error) {
 			ix.ents = append(ix.ents, e)
 		}
 	}
+	if err := ix.readNames(f, r, in); err != nil {
+		return nil, err
+	}
 	ix.sortAndSize()
 	ix.buildTable()
 	return ix, nil
+}
+
+// readNames hashes the name of every entry, splitting off "@VER" and
+// "@@VER", as .symtab spells versioned symbols, and drops the entries whose
+// name cannot be read. It reads each string table once, in order.
+func (ix *symIndex) readNames(f *File, r io.ReaderAt, in []symtabInput) error {
+	// Entries by name offset (which orders them by table too), as
+	// nameOff<<32 | index: sorting integers is several times faster than
+	// sorting entries.
+	order := make([]uint64, len(ix.ents))
+	for i := range ix.ents {
+		order[i] = uint64(ix.ents[i].nameOff)<<32 | uint64(i)
+	}
+	slices.Sort(order)
+	verByName := make(map[string]uint16)
+	dropped := 0
+	k := 0
+	for _, t := range in {
+		w := newStrWindow(r, f.sections[t.str].off, uint64(t.strLen), maxNameLen)
+		for ; k < len(order) && uint32(order[k]>>32) < t.strBase+t.strLen; k++ {
+			e := &ix.ents[uint32(order[k])]
+			name, err := w.name(uint64(e.nameOff - t.strBase))
+			if err != nil {
+				return err
+			}
+			if name == nil {
+				e.flags |= fNoName
+				dropped++
+				continue
+			}
+			if at := bytes.IndexByte(name, '@'); at > 0 && !t.dynamic {
+				ver := name[at:]
+				if len(ver) < 2 || ver[1] != '@' {
+					e.flags |= fHiddenVer
+				}
+				ver = bytes.TrimLeft(ver, "@")
+				slot, ok := verByName[string(ver)]
+				if !ok && len(ix.vers) < math.MaxUint16 {
+					slot = uint16(len(ix.vers))
+					ix.vers = append(ix.vers, string(ver))
+					verByName[string(ver)] = slot
+				}
+				e.ver = slot
+				name = name[:at]
+			}
+			e.nameLen = uint32(len(name))
+			e.hash = maphash.Bytes(hashSeed, name)
+		}
+	}
+	if dropped > 0 {
+		ix.ents = slices.DeleteFunc(ix.ents, func(e symEntry) bool { return e.flags&fNoName != 0 })
+	}
+	return nil
+}
+
+// strWindow reads NUL-terminated names from one string table of a file
+// through a buffer of bounded size. Names asked for in increasing offsets
+// read the table about once (twice at worst) and scan each byte once.
+type strWindow struct {
+	r      io.ReaderAt
+	off    uint64 // the table's offset in the file
+	size   uint64 // and its size
+	maxLen uint64 // longest name read
+	buf    []byte // the table's bytes [start, start+len(buf))
+	start  uint64
+	// [cur, scan) holds no NUL; a NUL is at scan if term (or the
+	// table ends there).
+	cur, scan uint64
+	term      bool
+}
+
+func newStrWindow(r io.ReaderAt, off, size, maxLen uint64) *strWindow {
+	return &strWindow{r: r, off: off, size: size, maxLen: maxLen}
+}
+
+// name returns the name at offset i of the table, up to its NUL or the
+// table's end; nil if it is longer than maxLen or i is past the end. The
+// slice is valid until the next call. An error is a failed read: the file
+// shrank or cannot be read.
+func (w *strWindow) name(i uint64) ([]byte, error) {
+	if i >= w.size {
+		return nil, nil
+	}
+	if i < w.cur || i > w.scan {
+		w.scan, w.term = i, false // not what is known: scan afresh
+	}
+	w.cur = i
+	for !w.term {
+		if w.scan-i > w.maxLen {
+			return nil, nil
+		}
+		end := w.start + uint64(len(w.buf))
+		if i < w.start || w.scan >= end {
+			// Read from the name's start, as much as the longest name
+			// and as much again: each read moves on by at least maxLen.
+			n := min(2*w.maxLen+1, w.size-i)
+			if uint64(cap(w.buf)) < n {
+				w.buf = make([]byte, n)
+			}
+			w.buf, w.start = w.buf[:n], i
+			if _, err := w.r.ReadAt(w.buf, int64(w.off+i)); err != nil {
+				w.buf = w.buf[:0]
+				return nil, fmt.Errorf("reading string table at %#x: %w", w.off+i, err)
+			}
+			end = i + n
+		}
+		if z := bytes.IndexByte(w.buf[w.scan-w.start:], 0); z >= 0 {
+			w.scan, w.term = w.scan+uint64(z), true
+		} else {
+			w.scan, w.term = end, end == w.size
+		}
+	}
+	if w.scan-i > w.maxLen {
+		return nil, nil
+	}
+	return w.buf[i-w.start : w.scan-w.start], nil
 }
 
 // readVerdef reads .gnu.version_d and returns, for each version index it
@@ -274,7 +372,8 @@ func (ix *symIndex) readVerdef(f *File, r io.ReaderAt, t symtabInput) map[uint16
 	if err != nil {
 		return nil
 	}
-	strs := ix.names[t.strBase : t.strBase+t.strLen]
+	const maxVersionLen = 256
+	strs := newStrWindow(r, f.sections[t.str].off, uint64(t.strLen), maxVersionLen)
 	slots := make(map[uint16]uint16)
 	// Elf{32,64}_Verdef: vd_version u16, vd_flags u16, vd_ndx u16,
 	// vd_cnt u16, vd_hash u32, vd_aux u32, vd_next u32; the first
@@ -289,12 +388,11 @@ func (ix *symIndex) readVerdef(f *File, r io.ReaderAt, t symtabInput) map[uint16
 		flags, ndx := f.order.Uint16(d[2:]), f.order.Uint16(d[4:])
 		aux, next := uint64(f.order.Uint32(d[12:])), uint64(f.order.Uint32(d[16:]))
 		if flags&verFlgBase == 0 && off+aux+8 <= uint64(len(data)) {
-			name := uint64(f.order.Uint32(data[off+aux:]))
-			if name < uint64(len(strs)) {
-				s := strs[name:]
-				if z := bytes.IndexByte(s, 0); z >= 0 {
-					s = s[:z]
-				}
+			s, err := strs.name(uint64(f.order.Uint32(data[off+aux:])))
+			if err != nil {
+				return nil
+			}
+			if s != nil {
 				if len(ix.vers) < math.MaxUint16 {
 					slots[ndx&0x7fff] = uint16(len(ix.vers))
 					ix.vers = append(ix.vers, string(s))
@@ -307,19 +405,6 @@ func (ix *symIndex) readVerdef(f *File, r io.ReaderAt, t symtabInput) map[uint16
 		off += next
 	}
 	return slots
-}
-
-// firstAt returns the position of the first '@' in the name of length n at
-// off, given the sorted offsets ats of all '@' in the string table, or -1.
-func firstAt(ats []uint32, off uint32, n int) int {
-	if len(ats) == 0 {
-		return -1
-	}
-	i, _ := slices.BinarySearch(ats, off)
-	if i < len(ats) && ats[i]-off < uint32(n) {
-		return int(ats[i] - off)
-	}
-	return -1
 }
 
 // stbGNUUnique is STB_GNU_UNIQUE (STB_LOOS), which debug/elf does not name:
@@ -371,24 +456,19 @@ func (s rawSym) keep() bool {
 	return s.name != 0 && s.shndx != elf.SHN_UNDEF && s.shndx != elf.SHN_COMMON && s.shndx != elf.SHN_ABS
 }
 
-// readSectionInto reads section i into dst, which has its size.
-func (f *File) readSectionInto(r io.ReaderAt, i int, dst []byte) error {
-	s := f.sections[i]
-	if s.typ == elf.SHT_NOBITS {
-		clear(dst)
-		return nil
+// nameAt returns where e's name is in the file.
+func (ix *symIndex) nameAt(e *symEntry) int64 {
+	for _, t := range ix.strs {
+		if e.nameOff-t.base < t.size {
+			return t.off + int64(e.nameOff-t.base)
+		}
 	}
-	if s.off > uint64(f.key.size) || s.size > uint64(f.key.size)-s.off {
-		return fmt.Errorf("section %d [%#x, +%#x) beyond end of file", i, s.off, s.size)
-	}
-	if _, err := r.ReadAt(dst, int64(s.off)); err != nil {
-		return fmt.Errorf("reading section %d: %w", i, err)
-	}
-	return nil
+	return -1 // not reached: every entry's name is in a table
 }
 
-func (ix *symIndex) name(e *symEntry) []byte {
-	return ix.names[e.nameOff : e.nameOff+e.nameLen]
+// sameName reports whether a and b have the same name (see hashSeed).
+func sameName(a, b *symEntry) bool {
+	return a.hash == b.hash && a.nameLen == b.nameLen
 }
 
 // sortAndSize sorts the entries (functions first, by address, best alias
@@ -446,7 +526,7 @@ func (ix *symIndex) sortAndSize() {
 		}
 		dup := false
 		for k := run; k < len(out) && k-run < maxRun; k++ {
-			if bytes.Equal(ix.name(&out[k]), ix.name(&e)) {
+			if sameName(&out[k], &e) {
 				dup = true
 				break
 			}
@@ -456,6 +536,9 @@ func (ix *symIndex) sortAndSize() {
 		}
 	}
 	ix.ents = out
+	if cap(out)-len(out) > len(out)/8 {
+		ix.ents = slices.Clone(out) // give the duplicates' room back
+	}
 	ix.nfunc, _ = slices.BinarySearchFunc(ix.ents, true, func(e symEntry, _ bool) int {
 		if e.flags&fObject != 0 {
 			return 0
@@ -535,8 +618,7 @@ func (ix *symIndex) buildTable() {
 	ix.tagged = len(ix.ents) < tableIdxMask
 	for i := range ix.ents {
 		e := &ix.ents[i]
-		name := ix.name(e)
-		h := maphash.Bytes(hashSeed, name)
+		h := e.hash
 		tag := ix.tag(h)
 		for p := h & mask; ; p = (p + 1) & mask {
 			slot := ix.table[p]
@@ -549,7 +631,7 @@ func (ix *symIndex) buildTable() {
 				continue
 			}
 			o := &ix.ents[j]
-			if o.nameLen == e.nameLen && bytes.Equal(ix.name(o), name) {
+			if sameName(o, e) {
 				if e.lookupRank() < o.lookupRank() {
 					ix.table[p] = tag | uint32(i+1)
 				}
@@ -576,7 +658,7 @@ func (ix *symIndex) find(name string) (int, bool) {
 		if !ok {
 			continue
 		}
-		if e := &ix.ents[j]; int(e.nameLen) == len(name) && string(ix.name(e)) == name {
+		if e := &ix.ents[j]; e.hash == h && int(e.nameLen) == len(name) {
 			return j, true
 		}
 	}
@@ -589,14 +671,15 @@ func (ix *symIndex) lookup(name string) (Symbol, bool) {
 		return Symbol{}, false
 	}
 	if ver == "" || ix.vers[ix.ents[i].ver] == ver {
-		return ix.symbol(i), true
+		return ix.symbol(i, base), true
 	}
 	// A specific, non-default version: the hash table holds one entry per
 	// name, so scan. Asking for old versions is rare.
 	best := -1
+	h := ix.ents[i].hash
 	for j := range ix.ents {
 		e := &ix.ents[j]
-		if int(e.nameLen) == len(base) && ix.vers[e.ver] == ver && string(ix.name(e)) == base &&
+		if e.hash == h && int(e.nameLen) == len(base) && ix.vers[e.ver] == ver &&
 			(best < 0 || e.lookupRank() < ix.ents[best].lookupRank()) {
 			best = j
 		}
@@ -604,13 +687,14 @@ func (ix *symIndex) lookup(name string) (Symbol, bool) {
 	if best < 0 {
 		return Symbol{}, false
 	}
-	return ix.symbol(best), true
+	return ix.symbol(best, base), true
 }
 
-func (ix *symIndex) symbol(i int) Symbol {
+// symbol returns entry i as a Symbol named name.
+func (ix *symIndex) symbol(i int, name string) Symbol {
 	e := &ix.ents[i]
 	s := Symbol{
-		Name:    string(ix.name(e)),
+		Name:    name,
 		Value:   e.value,
 		Dynamic: e.flags&fDynamic != 0,
 		Version: ix.vers[e.ver],
@@ -623,16 +707,14 @@ func (ix *symIndex) symbol(i int) Symbol {
 	return s
 }
 
-func (ix *symIndex) symbolize(vaddr uint64) (Symbol, uint64, bool) {
+// symbolize returns the entry naming vaddr.
+func (ix *symIndex) symbolize(vaddr uint64) (int, bool) {
 	i, ok := containing(ix.ents[:ix.nfunc], vaddr)
 	if !ok {
 		i, ok = containing(ix.ents[ix.nfunc:], vaddr)
 		i += ix.nfunc
 	}
-	if !ok {
-		return Symbol{}, 0, false
-	}
-	return ix.symbol(i), vaddr - ix.ents[i].value, true
+	return i, ok
 }
 
 // containing returns the index of the best symbol of ents (sorted by
