@@ -540,7 +540,7 @@ func testAgentProfileStores(t *testing.T, o *Options) {
 		pushed[r.URL.Query().Get("name")] = p
 		mu.Unlock()
 	}))
-	defer rcv.Close()
+	t.Cleanup(rcv.Close) // after the agent's cleanup: its last window is pushed here
 	dir := t.TempDir()
 	o.Listen, o.RingBufferBytes, o.ProfilesDir, o.ProfilesMaxBytes, o.Push = "127.0.0.1:0", 16<<20, dir, 1<<20, rcv.URL
 	startAgent(t, o)

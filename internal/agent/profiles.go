@@ -89,7 +89,7 @@ func (s *profileStores) store(p *profile.Profile, procs []*model.Process, from, 
 		return
 	}
 	if last {
-		s.busy.Lock()
+		s.lockLast()
 	} else if !s.busy.TryLock() {
 		s.skipped.Add(float64(len(per)))
 		return
@@ -104,6 +104,27 @@ func (s *profileStores) store(p *profile.Profile, procs []*model.Process, from, 
 			}
 		}
 	}()
+}
+
+// lockLast takes the push lock for the last window, waiting for the
+// window being pushed pushFlushTimeout at most: then its pushes are
+// cancelled (counted as dropped), so that the agent's shutdown is bounded
+// however many processes a window held and however the store answers
+// (a store gone: each profile retried for 1.25 s, a window of hundreds of
+// processes held a make test's agent for 8 minutes).
+func (s *profileStores) lockLast() {
+	got := make(chan struct{})
+	go func() {
+		s.busy.Lock()
+		close(got)
+	}()
+	select {
+	case <-got:
+	case <-time.After(pushFlushTimeout):
+		s.log.Warn("a window's profiles were still being pushed at shutdown: cancelled", "after", pushFlushTimeout)
+		s.cancel()
+		<-got
+	}
 }
 
 // skip counts the process profiles of p not stored (the last window's

@@ -1,5 +1,10 @@
 package model
 
+import (
+	"cmp"
+	"slices"
+)
+
 // Hold is a stretch of time a thread of a target spent stopped while
 // cudatap hooked a library it had just loaded: cudatap's time, not CUDA's.
 // The call that contained it (a first CUDA call loading libcuda) has it
@@ -41,7 +46,10 @@ func (ps *procState) heldDuring(tid uint32, start, end uint64) uint64 {
 	if len(hs) == 0 {
 		return 0
 	}
-	var held uint64
+	// The union of the holds within the call: two can overlap (their ends
+	// are taken in cudatap once it resumed the thread, late on a loaded
+	// host), and a call is never held for longer than it lasted.
+	var in [][2]uint64
 	keep := hs[:0]
 	for _, h := range hs {
 		if h.End <= start {
@@ -49,8 +57,17 @@ func (ps *procState) heldDuring(tid uint32, start, end uint64) uint64 {
 		}
 		keep = append(keep, h)
 		if lo, hi := max(h.Start, start), min(h.End, end); hi > lo {
-			held += hi - lo
+			in = append(in, [2]uint64{lo, hi})
 		}
+	}
+	slices.SortFunc(in, func(a, b [2]uint64) int { return cmp.Compare(a[0], b[0]) })
+	var held, upTo uint64
+	for _, iv := range in {
+		lo := max(iv[0], upTo)
+		if iv[1] > lo {
+			held += iv[1] - lo
+		}
+		upTo = max(upTo, iv[1])
 	}
 	if len(keep) == 0 {
 		delete(ps.holds, tid)

@@ -30,6 +30,22 @@ func TestHoldNotCUDATime(t *testing.T) {
 	}
 }
 
+// TestOverlappingHolds: two holds of one thread that overlap (their ends
+// taken late on a loaded host) count once within the call: a call is never
+// held longer than it lasted (make test once saw held 282 ms in a 270 ms
+// call).
+func TestOverlappingHolds(t *testing.T) {
+	col := NewCollector()
+	m := New(col)
+	m.AddHold(testPID, 1, 2*ms, 100*ms)
+	m.AddHold(testPID, 1, 50*ms, 160*ms) // overlaps the first, ends after the call
+	m.Handle(&malloc(1, 1*ms, 145*ms, devA, 1<<20).Event)
+	p := finish(m, col)[0]
+	if c := p.Calls[0]; c.HoldNs != 144*ms || c.Duration() != 1*ms {
+		t.Errorf("held call: hold %d duration %d, want 144 ms and 1 ms", c.HoldNs, c.Duration())
+	}
+}
+
 // TestPinnedBeforeAttach: a pinned range found in the memory map at attach
 // makes copies from it pinned, not pageable syncs.
 func TestPinnedBeforeAttach(t *testing.T) {
