@@ -18,6 +18,7 @@ import (
 	"maps"
 	"path/filepath"
 
+	"github.com/cudatap/cudatap/internal/objfile"
 	"github.com/cudatap/cudatap/symbolize"
 	"github.com/cudatap/cudatap/symbolize/python"
 	"github.com/cudatap/cudatap/symbolize/unwind"
@@ -164,18 +165,22 @@ func (r *Resolver) viaRuntime(ev *event.Event) bool {
 	if v, ok := r.callers[k]; ok {
 		return v
 	}
-	v := false
-	if p := r.look.Process(ev.PID); p != nil {
-		inRuntime := func(addr uint64) bool {
-			m, ok := p.MappingAt(addr)
-			return ok && r.look.IsRuntimeFile(ev.PID, m.Dev, m.Inode, m.Path)
-		}
-		v = inRuntime(ev.Caller)
-		if !v {
-			// The runtime may have tail-called the driver: then the
-			// program called a runtime function right before ev.Caller.
-			if target, ok := callTarget(int(ev.PID), ev.Caller); ok {
-				v = inRuntime(target)
+	p := r.look.Process(ev.PID)
+	if p == nil {
+		return false // not known (yet): asked again at the next launch, not remembered
+	}
+	m, known := p.MappingAt(ev.Caller)
+	if !known {
+		return false // likewise: a caller in no mapping cudatap has read
+	}
+	inRuntime := func(m objfile.Mapping) bool { return r.look.IsRuntimeFile(ev.PID, m.Dev, m.Inode, m.Path) }
+	v := inRuntime(m)
+	if !v {
+		// The runtime may have tail-called the driver: then the
+		// program called a runtime function right before ev.Caller.
+		if target, ok := callTarget(int(ev.PID), ev.Caller); ok {
+			if tm, ok := p.MappingAt(target); ok {
+				v = inRuntime(tm)
 			}
 		}
 	}
