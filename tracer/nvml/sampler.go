@@ -949,4 +949,3 @@ func (s *Sampler) Close() error {
 	}
 	return nil
 }
-
