@@ -91,6 +91,10 @@ type Resolver struct {
 	// Whether a driver launch's return address lies in the CUDA runtime,
 	// by process and address (launches come from a handful of call sites).
 	callers map[model.NameKey]bool
+	// unsure counts the launches whose caller could not be judged yet
+	// (maxUnsure at most, then judged not the runtime's and remembered):
+	// each try reads /proc, which a launch must not do for ever.
+	unsure map[model.NameKey]uint8
 	// Kernel names from the code of the files (kernels.go).
 	kernels kernelDecoder
 	// Mappings recorded per process (names.Mappings holds them).
@@ -122,7 +126,7 @@ func New(look Lookup, out NameWriter, names *model.Names, log *slog.Logger) *Res
 	}
 	return &Resolver{look: look, out: out, log: log, unwind: unwind.New(), names: names, procs: map[uint32]bool{},
 		early: map[uint32]bool{}, pyFailed: map[model.PyNameKey]pyRetry{}, pyResolved: map[uint32]uint32{}, comms: map[uint32]string{},
-		callers: map[model.NameKey]bool{}, kernels: newKernelDecoder(), nmaps: map[uint32]int{}}
+		callers: map[model.NameKey]bool{}, unsure: map[model.NameKey]uint8{}, kernels: newKernelDecoder(), nmaps: map[uint32]int{}}
 }
 
 // Names are the name tables so far: read on the reader goroutine, or
@@ -166,12 +170,24 @@ func (r *Resolver) viaRuntime(ev *event.Event) bool {
 		return v
 	}
 	p := r.look.Process(ev.PID)
-	if p == nil {
-		return false // not known (yet): asked again at the next launch, not remembered
+	var m objfile.Mapping
+	known := p != nil
+	if known {
+		m, known = p.MappingAt(ev.Caller)
 	}
-	m, known := p.MappingAt(ev.Caller)
 	if !known {
-		return false // likewise: a caller in no mapping cudatap has read
+		// Not judged (the process's symbolizer not there yet, a caller in
+		// no mapping read): asked again at its next launches, a few times.
+		if n := r.unsure[k] + 1; n < maxUnsure {
+			if len(r.unsure) >= maxComms {
+				clear(r.unsure)
+			}
+			r.unsure[k] = n
+			return false
+		}
+		delete(r.unsure, k)
+		r.remember(k, false)
+		return false
 	}
 	inRuntime := func(m objfile.Mapping) bool { return r.look.IsRuntimeFile(ev.PID, m.Dev, m.Inode, m.Path) }
 	v := inRuntime(m)
@@ -184,11 +200,19 @@ func (r *Resolver) viaRuntime(ev *event.Event) bool {
 			}
 		}
 	}
+	r.remember(k, v)
+	return v
+}
+
+// maxUnsure bounds the tries at judging one launch caller.
+const maxUnsure = 4
+
+// remember keeps whether the launch caller k is the runtime's (bounded).
+func (r *Resolver) remember(k model.NameKey, v bool) {
 	if len(r.callers) >= maxComms {
 		clear(r.callers)
 	}
 	r.callers[k] = v
-	return v
 }
 
 // Comm remembers the process name a library-load record carries (in its
@@ -478,4 +502,5 @@ func (r *Resolver) Forget(pids map[uint32]bool) {
 	maps.DeleteFunc(n.Py, func(k model.PyNameKey, _ string) bool { return pids[k.PID] })
 	maps.DeleteFunc(r.pyFailed, func(k model.PyNameKey, _ pyRetry) bool { return pids[k.PID] })
 	maps.DeleteFunc(r.callers, func(k model.NameKey, _ bool) bool { return pids[k.PID] })
+	maps.DeleteFunc(r.unsure, func(k model.NameKey, _ uint8) bool { return pids[k.PID] })
 }
