@@ -264,14 +264,7 @@ func (w *Writer) Close(r *model.Result) error {
 		return w.err
 	}
 	w.closed = true
-	w.writeHeld(func(pid uint32) *model.Process {
-		for _, p := range r.Processes {
-			if p.PID == pid {
-				return p
-			}
-		}
-		return nil
-	})
+	w.writeHeld(r.Process)
 	// Dependencies from ops never drawn start where the model laid them out.
 	for _, deps := range w.pendingDeps {
 		for _, d := range deps {
@@ -602,15 +595,7 @@ func annotationName(msg string) string {
 // training steps found: ProfilerStep#N on the thread that marks them, as
 // Kineto writes them (HTA's per-step analyses read them).
 func (w *Writer) annotations(r *model.Result) {
-	proc := func(pid uint32) *model.Process {
-		for _, p := range r.Processes {
-			if p.PID == pid {
-				return p
-			}
-		}
-		return nil
-	}
-	for _, rg := range w.ranges.Open(proc, r.End) {
+	for _, rg := range w.ranges.Open(r.Process, r.End) {
 		w.annotation(rg, true)
 	}
 	for _, f := range w.steps.Find(r) {

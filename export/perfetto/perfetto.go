@@ -604,15 +604,7 @@ func annotationName(msg string) string {
 // annotations draws, at the end, the NVTX ranges still open and the
 // training steps found, on each thread's steps track.
 func (w *Writer) annotations(r *model.Result) {
-	proc := func(pid uint32) *model.Process {
-		for _, p := range r.Processes {
-			if p.PID == pid {
-				return p
-			}
-		}
-		return nil
-	}
-	for _, rg := range w.ranges.Open(proc, r.End) {
+	for _, rg := range w.ranges.Open(r.Process, r.End) {
 		w.annotation(rg, true)
 	}
 	for _, f := range w.steps.Find(r) {
@@ -792,14 +784,7 @@ func (w *Writer) Close(r *model.Result) error {
 		return w.err
 	}
 	w.closed = true
-	w.writeHeld(func(pid uint32) *model.Process {
-		for _, p := range r.Processes {
-			if p.PID == pid {
-				return p
-			}
-		}
-		return nil
-	})
+	w.writeHeld(r.Process)
 	w.annotations(r)
 	w.counters(r)
 	w.recording(r)

@@ -237,14 +237,13 @@ func Sites(r *model.Result, c *Collector) []Site {
 // API, user line, background or not): those of the threads that launch
 // work first, most blocked time first.
 func ProcessSites(r *model.Result, c *Collector, pid uint32) []Site {
-	for _, p := range r.Processes {
-		if p.PID == pid {
-			out := processSites(r, c, p)
-			sortSites(out)
-			return out
-		}
+	p := r.Process(pid)
+	if p == nil {
+		return nil
 	}
-	return nil
+	out := processSites(r, c, p)
+	sortSites(out)
+	return out
 }
 
 func processSites(r *model.Result, c *Collector, p *model.Process) []Site {

@@ -5,7 +5,9 @@
 package model
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 
 	"github.com/cudatap/cudatap/tracer/event"
 )
@@ -515,6 +517,16 @@ type Result struct {
 	// recorder): what is before the cut is complete, the drop counters of
 	// the whole run are unknown.
 	Truncated string
+}
+
+// Process is the process pid of the result, nil if none (Processes is
+// sorted by PID).
+func (r *Result) Process(pid uint32) *Process {
+	i, ok := slices.BinarySearchFunc(r.Processes, pid, func(p *Process, pid uint32) int { return cmp.Compare(p.PID, pid) })
+	if !ok {
+		return nil
+	}
+	return r.Processes[i]
 }
 
 // Name attaches the name tables and fills every process's Info from them.
