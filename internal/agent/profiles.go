@@ -121,7 +121,7 @@ func (s *profileStores) lockLast() {
 	select {
 	case <-got:
 	case <-time.After(pushFlushTimeout):
-		s.log.Warn("a window's profiles were still being pushed at shutdown: cancelled", "after", pushFlushTimeout)
+		s.log.Warn("a window's profiles were still being pushed at shutdown: cancelled, counted in cudatap_agent_profiles_push_dropped_total; check that the store given to --push answers", "after", pushFlushTimeout)
 		s.cancel()
 		<-got
 	}
