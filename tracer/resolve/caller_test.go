@@ -31,7 +31,7 @@ func (*lateLookup) IsRuntimeFile(uint32, string, uint64, string) bool { return t
 // not remembered as the program's own (the runtime's launches were counted
 // twice for a whole run: TestPerSymbolUprobes under two make test at once);
 // once the process is known, the caller is judged and remembered; and one
-// never judged is given up after maxUnsure tries, not read for ever.
+// in no mapping is given up after maxUnsure tries, not read for ever.
 func TestCallerJudgedWhenKnown(t *testing.T) {
 	pid := uint32(os.Getpid())
 	caller := uint64(reflect.ValueOf(TestCallerJudgedWhenKnown).Pointer()) // in this test binary's text
@@ -48,11 +48,15 @@ func TestCallerJudgedWhenKnown(t *testing.T) {
 		t.Errorf("the process was looked up %d times, want 3 (remembered once judged)", l.asks)
 	}
 
-	never := New(noLookup{}, nil, nil, nil)
+	// A caller in no mapping of a known process: given up after
+	// maxUnsure tries, each of which re-read /proc/PID/maps.
+	gone := New(&lateLookup{asks: 3}, nil, nil, nil)
+	odd := *ev
+	odd.Caller = 8 // in no mapping
 	for range maxUnsure + 3 {
-		never.viaRuntime(ev)
+		gone.viaRuntime(&odd)
 	}
-	if v, ok := never.callers[model.NameKey{PID: pid, Key: caller}]; !ok || v {
-		t.Errorf("a caller never judged: remembered %v %v, want false after %d tries", v, ok, maxUnsure)
+	if v, ok := gone.callers[model.NameKey{PID: pid, Key: odd.Caller}]; !ok || v {
+		t.Errorf("a caller in no mapping: remembered %v %v, want false after %d tries", v, ok, maxUnsure)
 	}
 }

@@ -91,7 +91,7 @@ type Resolver struct {
 	// Whether a driver launch's return address lies in the CUDA runtime,
 	// by process and address (launches come from a handful of call sites).
 	callers map[model.NameKey]bool
-	// unsure counts the launches whose caller could not be judged yet
+	// unsure counts the launches whose caller lay in no mapping read
 	// (maxUnsure at most, then judged not the runtime's and remembered):
 	// each try reads /proc, which a launch must not do for ever.
 	unsure map[model.NameKey]uint8
@@ -170,14 +170,15 @@ func (r *Resolver) viaRuntime(ev *event.Event) bool {
 		return v
 	}
 	p := r.look.Process(ev.PID)
-	var m objfile.Mapping
-	known := p != nil
-	if known {
-		m, known = p.MappingAt(ev.Caller)
+	if p == nil {
+		// Not judged: the process is not (yet) one the targets know.
+		// Asked again at its next launch (a map lookup, no /proc read).
+		return false
 	}
+	m, known := p.MappingAt(ev.Caller)
 	if !known {
-		// Not judged (the process's symbolizer not there yet, a caller in
-		// no mapping read): asked again at its next launches, a few times.
+		// Not judged: a caller in no mapping read (each try re-reads
+		// /proc/PID/maps); asked again at its next launches, a few times.
 		if n := r.unsure[k] + 1; n < maxUnsure {
 			if len(r.unsure) >= maxComms {
 				clear(r.unsure)
