@@ -368,7 +368,11 @@ func TestRecordingDiskFull(t *testing.T) {
 	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", small).CombinedOutput(); err != nil {
 		t.Skipf("cannot mount a small tmpfs: %v %s", err, out)
 	}
-	defer exec.Command("umount", small).Run()
+	// Lazily: the guardian that would have put the recording in place can
+	// still hold it open for a moment after record returns ("device or
+	// resource busy" failed TempDir's removal once); the tmpfs goes when it
+	// lets go.
+	defer exec.Command("umount", "-l", small).Run()
 	prof := filepath.Join(dir, "p.pb.gz")
 	stdout, stderr, err := run(t, "record", "--nvml-interval=-1s", "-o", filepath.Join(small, "r.cudatap"), "-o", prof,
 		"--", b.Workload, "--scenario", "launches", "--iters", "100000000")
